@@ -1,0 +1,1 @@
+"""TrainPilot desktop app (PySide6). Never imports torch: it drives `trainpilot-cli`."""
