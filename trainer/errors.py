@@ -1,0 +1,36 @@
+"""Errors that end a command with DESIGN.md's exit codes and one readable message."""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAULT = 1
+EXIT_BAD_INPUT = 2
+EXIT_OOM = 3
+
+
+class TrainPilotError(Exception):
+    """Base: ``str(exc)`` is the one message shown to the user; ``exit_code`` per DESIGN.md."""
+
+    exit_code = EXIT_FAULT
+
+    def __init__(self, message: str, *, field: str | None = None, path: str | None = None):
+        self.field = field
+        self.path = path
+        super().__init__(message)
+
+
+class UserError(TrainPilotError):
+    """Bad input (config, data, files, usage): exit 2. The message names the field/file and the fix."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class FaultError(TrainPilotError):
+    """Something failed that is not the user's input (disk full, crash): exit 1."""
+
+    exit_code = EXIT_FAULT
+
+
+class OutOfMemory(TrainPilotError):
+    """Out of memory after every recovery step was tried: exit 3."""
+
+    exit_code = EXIT_OOM
