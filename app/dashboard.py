@@ -1,0 +1,159 @@
+"""The live dashboard: pyqtgraph plots bound to a ``RunData`` (a view: it owns no timers).
+
+The owner calls ``refresh()`` on a 4-5 Hz timer; curves whose series did not change are skipped.
+Speed settings from DESIGN.md: peak downsampling, clip-to-view, 1 px pens, no antialiasing.
+"""
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from app import fmt
+from app.run_data import RunData
+
+GIB = float(1 << 30)
+pg.setConfigOptions(antialias=False, background="w", foreground="#333")
+
+# (key, title, unit, x is time)
+PLOTS = (
+    ("vram", "VRAM", "GiB", True), ("temp", "GPU temperature", "°C", True),
+    ("power", "Power", "W", True), ("util", "GPU utilisation", "%", True),
+    ("tps", "Throughput", "tokens/s", True), ("loss", "Loss", "", False),
+    ("lr", "Learning rate", "", False),
+)
+
+
+def _pen(color: str, style=QtCore.Qt.SolidLine):
+    return pg.mkPen(color=color, width=1, style=style)
+
+
+class Dashboard(QtWidgets.QWidget):
+    """Plots and headline numbers for one run (or for the machine when no run is selected)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._data: RunData | None = None
+        self._seen: dict[str, int] = {}
+        self._regions: list[pg.LinearRegionItem] = []
+        self.headline = QtWidgets.QLabel("No run selected")
+        self.headline.setObjectName("headline")
+        self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.graphs = pg.GraphicsLayoutWidget()
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self._build_plots()
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.headline)
+        lay.addWidget(self.graphs, 1)
+
+    def _build_plots(self) -> None:
+        for i, (key, title, unit, timed) in enumerate(PLOTS):
+            axis = {"bottom": pg.DateAxisItem()} if timed else {}
+            plot = self.graphs.addPlot(row=i // 2, col=i % 2, title=title, axisItems=axis)
+            plot.setLabel("left", units=None, text=unit)
+            plot.showGrid(x=True, y=True, alpha=0.15)
+            plot.setMouseEnabled(x=True, y=False)
+            plot.setMenuEnabled(False)
+            self.plots[key] = plot
+        colors = {"vram": "#1f77b4", "vram_total": "#555", "temp": "#d62728", "power": "#ff7f0e",
+                  "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b"}
+        for name, color in colors.items():
+            plot = self.plots["vram" if name == "vram_total" else name]
+            style = QtCore.Qt.DashLine if name == "vram_total" else QtCore.Qt.SolidLine
+            curve = plot.plot(pen=_pen(color, style), name=name)
+            curve.setDownsampling(auto=True, method="peak")
+            curve.setClipToView(True)
+            curve.setSkipFiniteCheck(False)
+            self.curves[name] = curve
+        self.peak_line = pg.InfiniteLine(angle=0, pen=_pen("#e377c2", QtCore.Qt.DotLine),
+                                         label="predicted peak", labelOpts={"position": 0.1, "color": "#e377c2"})
+        self.peak_line.setVisible(False)
+        self.plots["vram"].addItem(self.peak_line)
+        self.plots["temp"].addItem(pg.InfiniteLine(pos=80, angle=0, pen=_pen("#d62728", QtCore.Qt.DotLine)))
+        self.plots["util"].setYRange(0, 100)
+
+    # -- binding --------------------------------------------------------------------------------
+    def set_data(self, data: RunData | None) -> None:
+        """Show ``data`` (None clears). Forces a full redraw on the next refresh."""
+        self._data = data
+        self._seen.clear()
+        for r in self._regions:
+            self.plots["temp"].removeItem(r)
+        self._regions.clear()
+        for c in self.curves.values():
+            c.setData([], [])
+        self.refresh()
+
+    @property
+    def data(self) -> RunData | None:
+        """The RunData shown."""
+        return self._data
+
+    def refresh(self) -> None:
+        """Push changed series to their curves and update the headline (cheap when nothing moved)."""
+        d = self._data
+        if d is None:
+            self.headline.setText("No run selected")
+            return
+        self._bind("vram", d.vram_used, 1 / GIB)
+        self._bind("vram_total", d.vram_total, 1 / GIB)
+        self._bind("temp", d.temperature)
+        self._bind("power", d.power)
+        self._bind("util", d.utilization)
+        self._bind("tps", d.tokens_per_s)
+        self._bind("loss", d.loss)
+        self._bind("lr", d.lr)
+        peak = d.predicted_peak_bytes()
+        self.peak_line.setVisible(peak is not None)
+        if peak is not None:
+            self.peak_line.setValue(peak / GIB)
+        self._shade_throttling(d.throttle_periods)
+        self.headline.setText(headline_text(d))
+
+    def _bind(self, name: str, series, scale: float = 1.0) -> None:
+        if self._seen.get(name) == series.version:
+            return
+        self._seen[name] = series.version
+        y = series.y if scale == 1.0 else series.y * scale
+        self.curves[name].setData(series.x, y, connect="finite")
+
+    def _shade_throttling(self, periods: list[list[float]]) -> None:
+        plot = self.plots["temp"]
+        end_now = self._data.temperature.x[-1] if len(self._data.temperature) else None
+        while len(self._regions) < len(periods):
+            region = pg.LinearRegionItem(movable=False, brush=pg.mkBrush(214, 39, 40, 50), pen=_pen("#d62728"))
+            region.setZValue(-10)
+            plot.addItem(region)
+            self._regions.append(region)
+        for region, (start, end) in zip(self._regions, periods):
+            region.setRegion((start, end if end is not None else (end_now or start)))
+
+
+def headline_text(d: RunData) -> str:
+    """'step 12 of 40 · effective batch 8 · ETA 1 min 3 s · running' for the dashboard's top line."""
+    parts = []
+    s = d.last_step
+    if s:
+        parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
+        eb = d.effective_batch()
+        if eb:
+            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
+        eta = s.get("eta_seconds")
+        if isinstance(eta, (int, float)) and not math.isnan(eta):
+            parts.append(f"ETA {fmt.duration(eta)}")
+        if isinstance(s.get("loss"), (int, float)):
+            parts.append(f"loss {s['loss']:.4g}")
+    else:
+        parts.append("waiting for the first step")
+    parts.append(d.state)
+    return " · ".join(parts)
+
+
+def latest_vram_fraction(d: RunData) -> float | None:
+    """Last VRAM used / total (0..1), or None."""
+    used, total = d.vram_used.last(), d.vram_total.last()
+    return used / total if used is not None and total else None
+

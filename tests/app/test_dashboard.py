@@ -1,0 +1,48 @@
+"""The dashboard fed by a recorded run directory, and tolerance of a half-written last line."""
+from __future__ import annotations
+
+import json
+
+from app.dashboard import Dashboard
+from app.run_data import RunData
+
+
+def test_dashboard_shows_recorded_run(qtbot, fixture_run):
+    run = fixture_run("laptop_run")
+    data = RunData(run)
+    assert data.poll()
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.set_data(data)
+    dash.show()
+    x, y = dash.curves["loss"].getData()
+    assert len(x) == 120 and x[-1] == 120 and abs(y[0] - (2.5 * 2.7182818 ** (-1 / 60) + 1.2)) < 1e-3
+    assert len(dash.curves["temp"].getData()[0]) == 122
+    assert max(dash.curves["vram"].getData()[1]) > 14  # GiB
+    assert dash.peak_line.isVisible() and abs(dash.peak_line.value() - 14.2) < 0.01
+    assert len(dash._regions) == 1  # the thermal throttle episode is shaded
+    start, end = dash._regions[0].getRegion()
+    assert end - start == 30
+    text = dash.headline.text()
+    assert "step 120 of 120" in text and "effective batch 16" in text and "finished" in text
+
+
+def test_half_written_last_line_breaks_nothing(qtbot, fixture_run):
+    run = fixture_run("laptop_run")
+    events = run / "events.jsonl"
+    with open(events, "a") as fh:
+        fh.write('{"type": "step", "time": 1763700200.0, "step": 121, "loss": 1.1')  # writer mid-line
+    with open(run / "telemetry.jsonl", "a") as fh:
+        fh.write('{"time": 1763700300.0, "gpus": [{"memory_used')
+    data = RunData(run)
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.set_data(data)
+    data.poll()
+    dash.refresh()
+    assert data.last_step["step"] == 120
+    with open(events, "a") as fh:  # the writer finishes the line: the next poll picks it up
+        fh.write(', "max_steps": 121, "learning_rate": 1e-5}\n' + json.dumps({"type": "brand_new_type"}) + "\n")
+    assert data.poll()
+    dash.refresh()
+    assert data.last_step["step"] == 121 and dash.curves["loss"].getData()[0][-1] == 121
