@@ -1,0 +1,47 @@
+"""Tokens come from the environment or the OS keyring, and never reach a file.
+
+``redact`` replaces every known secret value (and anything shaped like a hub/API token) in text
+before it is written to events, logs or exports.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+# Variables whose values are secrets wherever they appear.
+SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "WANDB_API_KEY",
+                   "HF_HUB_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD")
+_TOKEN_SHAPES = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,}|"
+                           r"github_pat_[A-Za-z0-9_]{20,})\b")
+REDACTED = "***"
+
+
+def _keyring_token(name: str) -> str | None:
+    try:
+        import keyring
+    except ImportError:
+        return None
+    try:
+        return keyring.get_password("trainpilot", name)
+    except Exception:  # no backend on this machine: keyring raises its own error types
+        return None
+
+
+def hub_token(cfg=None) -> str | None:
+    """The hub token: from ``model.hub_token_env`` (default HF_TOKEN), else the keyring; None if absent."""
+    name = cfg.model.hub_token_env if cfg is not None else "HF_TOKEN"
+    return os.environ.get(name) or _keyring_token(name)
+
+
+def secret_values(extra_env: tuple[str, ...] = ()) -> list[str]:
+    """Secret values currently known (environment and keyring), longest first."""
+    values = {os.environ.get(n) for n in SECRET_ENV_VARS + tuple(extra_env)}
+    values.add(_keyring_token("HF_TOKEN"))
+    return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
+
+
+def redact(text: str, values: list[str] | None = None) -> str:
+    """``text`` with every secret value and token-shaped string replaced by ``***``."""
+    for v in values if values is not None else secret_values():
+        text = text.replace(v, REDACTED)
+    return _TOKEN_SHAPES.sub(REDACTED, text)
