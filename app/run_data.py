@@ -33,10 +33,11 @@ def is_throttled(gpu: dict | None) -> bool:
 class RunData:
     """Series, status and events of one run directory; ``poll()`` reads what is new."""
 
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        self._events_tail = ev.JsonlTail(self.run_dir / ev.EVENTS_FILE)
-        self._tele_tail = ev.JsonlTail(self.run_dir / ev.TELEMETRY_FILE)
+    def __init__(self, run_dir: str | Path | None):
+        # run_dir None: the machine itself, fed only by add_snapshot() from the GUI's probe.
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._events_tail = ev.JsonlTail(self.run_dir / ev.EVENTS_FILE) if run_dir is not None else None
+        self._tele_tail = ev.JsonlTail(self.run_dir / ev.TELEMETRY_FILE) if run_dir is not None else None
         # step-indexed
         self.loss, self.lr = Series(), Series()
         # time-indexed (Unix seconds)
@@ -51,12 +52,14 @@ class RunData:
         self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
         self.started: float | None = None
         self.status: dict | None = None
-        self.plan: dict | None = ev.read_json(self.run_dir / "plan.json")
+        self.plan: dict | None = ev.read_json(self.run_dir / "plan.json") if run_dir is not None else None
         self.version = 0
 
     # -- reading --------------------------------------------------------------------------------
     def poll(self) -> bool:
         """Read new events, telemetry and status. Returns True when anything changed."""
+        if self.run_dir is None:
+            return False
         changed = False
         new_events = self._events_tail.poll()
         for e in new_events:
@@ -133,6 +136,8 @@ class RunData:
         """The status state, 'failed' when a failed event came last, else 'unknown'."""
         if self.status and self.status.get("state"):
             return str(self.status["state"])
+        if self.run_dir is None:
+            return "machine (no run selected)"
         return "failed" if self.failure else "unknown"
 
     def is_alive(self) -> bool:
@@ -151,6 +156,8 @@ class RunData:
 
     def log_tail(self, lines: int = 40) -> list[str]:
         """The last ``lines`` lines of train.log (reads at most 64 KiB from the end)."""
+        if self.run_dir is None:
+            return []
         path = self.run_dir / "train.log"
         try:
             with open(path, "rb") as fh:

@@ -1,0 +1,235 @@
+"""The main window: hardware header, runs list, the selected run's tabs, Start/Stop/Resume/Export.
+
+It only binds views to the controllers (Monitor, RunController, HardwareMonitor) and asks the user
+questions; the controllers own processes, timers and files.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app import advice, settings
+from app.header import HardwareHeader
+from app.hardware import HardwareMonitor
+from app.monitor import Monitor
+from app.run_controller import RunController, end_process
+from app.run_list import RunList
+from app.run_view import RunView
+
+KEEP, STOP_AND_SAVE, CANCEL = "keep", "stop", "cancel"
+ICON = Path(__file__).parent / "resources" / "icons" / "trainpilot.svg"
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    """TrainPilot's window. ``open_wizard()`` starts the setup wizard."""
+
+    def __init__(self, hardware_file: str | None = None, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("TrainPilot")
+        if ICON.exists():
+            self.setWindowIcon(QtGui.QIcon(str(ICON)))
+        self.hardware_file = hardware_file
+        self.hardware = HardwareMonitor(hardware_file, parent=self)
+        self.monitor = Monitor(self)
+        self.runs = RunController(self)
+        self.header = HardwareHeader()
+        self.run_list = RunList()
+        self.run_view = RunView()
+        self._build_actions()
+        self._layout()
+        self._connect()
+        self.wizard = None
+        self._restore()
+
+    # -- construction ---------------------------------------------------------------------------
+    def _build_actions(self) -> None:
+        bar = self.addToolBar("Run")
+        bar.setObjectName("runbar")
+        bar.setMovable(False)
+        self.act_new = bar.addAction("New run…", self.open_wizard)
+        self.act_open = bar.addAction("Open run folder…", self._ask_open_folder)
+        self.act_demo = bar.addAction("Demo run", self.start_demo)
+        bar.addSeparator()
+        self.act_resume = bar.addAction("Resume", self.resume_selected)
+        self.act_stop = bar.addAction("Stop", self.stop_selected)
+        self.act_export = bar.addAction("Export…", self.export_selected)
+        for act, tip in ((self.act_resume, "Continue a stopped or crashed run from its last checkpoint"),
+                         (self.act_stop, "Stop after the current step and save a checkpoint")):
+            act.setToolTip(tip)
+
+    def _layout(self) -> None:
+        split = QtWidgets.QSplitter()
+        split.addWidget(self.run_list)
+        split.addWidget(self.run_view)
+        split.setStretchFactor(1, 1)
+        split.setSizes([320, 900])
+        central = QtWidgets.QWidget()
+        lay = QtWidgets.QVBoxLayout(central)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.header)
+        lay.addWidget(split, 1)
+        self.setCentralWidget(central)
+        self.resize(1280, 820)
+
+    def _connect(self) -> None:
+        self.hardware.snapshot.connect(self._on_snapshot)
+        self.hardware.failed.connect(self.header.show_problem)
+        self.monitor.runs.connect(self.run_list.show_runs)
+        self.monitor.selected.connect(self.run_view.bind)
+        self.monitor.tick.connect(self._on_tick)
+        self.run_list.selected.connect(self.monitor.select)
+        self.runs.message.connect(lambda text: self.statusBar().showMessage(text, 15000))
+        self.runs.launched.connect(self._on_launched)
+        self.runs.exited.connect(self._on_exited)
+        self.runs.stop_overdue.connect(self._ask_kill)
+        self.run_view.warnings.end_process.connect(self._ask_end_process)
+
+    def _restore(self) -> None:
+        s = settings.settings()
+        geometry = s.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        self.monitor.start()
+        self.hardware.start()
+        last = s.value("last_run")
+        if last and Path(last).is_dir():
+            self.run_list.select_path(str(Path(last).resolve()))
+            self.monitor.select(str(Path(last).resolve()))
+        else:
+            self.monitor.select(None)
+
+    # -- ticks ----------------------------------------------------------------------------------
+    def _on_snapshot(self, snap) -> None:
+        self.header.show_snapshot(snap)
+        if self.monitor.current is None or not self.monitor.current.is_alive():
+            self.monitor.add_machine_snapshot(snap)
+
+    def _on_tick(self) -> None:
+        data = self.monitor.shown()
+        run_dir = str(data.run_dir) if data.run_dir else None
+        own = set(self.runs.tree_pids(run_dir)) if run_dir else set()
+        full = self.hardware.processes_snapshot()
+        live = full.to_dict() if full is not None and (run_dir is None or data.is_alive()) else None
+        self.run_view.refresh(advice.collect(data, live, own))
+        self._update_actions(data)
+
+    def _update_actions(self, data) -> None:
+        alive = data.run_dir is not None and data.is_alive()
+        state = data.state
+        stopping = data.run_dir is not None and (self.runs.is_stopping(str(data.run_dir)) or state == "stopping")
+        self.act_stop.setEnabled(alive and not stopping)
+        self.act_stop.setText("Saving checkpoint…" if stopping and alive else "Stop")
+        self.act_resume.setEnabled(data.run_dir is not None and not alive and state in ("stopped", "failed", "running", "starting", "stopping"))
+        self.act_export.setEnabled(data.run_dir is not None and (data.run_dir / "config.yaml").exists())
+
+    # -- intents --------------------------------------------------------------------------------
+    def open_run(self, run_dir: str) -> None:
+        """Show a run folder (also one made from a terminal) and remember it."""
+        path = str(Path(run_dir).resolve())
+        settings.remember_run(path)
+        self.monitor.rescan()
+        self.run_list.select_path(path)
+        self.monitor.select(path)
+
+    def _ask_open_folder(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Open a run folder", str(settings.runs_dir()))
+        if folder:
+            self.open_run(folder)
+
+    def start_demo(self) -> None:
+        """Start the tiny CPU demo in a new run folder."""
+        run_dir = settings.runs_dir() / QtCore.QDateTime.currentDateTime().toString("'demo-'yyyyMMdd-HHmmss")
+        self.runs.start_demo(str(run_dir))
+
+    def start_config(self, config_path: str, run_dir: str) -> None:
+        """Start ``config_path`` into ``run_dir`` (from the wizard's Start)."""
+        self.runs.start(config_path, run_dir)
+
+    def _selected_dir(self) -> str | None:
+        d = self.monitor.current
+        return str(d.run_dir) if d is not None else None
+
+    def stop_selected(self) -> None:
+        """Graceful stop of the selected run."""
+        if self._selected_dir():
+            self.runs.stop(self._selected_dir())
+
+    def resume_selected(self) -> None:
+        """Resume the selected run."""
+        if self._selected_dir():
+            self.runs.resume(self._selected_dir())
+
+    def export_selected(self) -> None:
+        """Export the selected run's config and launch scripts."""
+        from app.export_dialog import ExportDialog
+
+        if self._selected_dir():
+            ExportDialog(self._selected_dir(), parent=self).open()
+
+    def open_wizard(self) -> None:
+        """Open the setup wizard (non-modal)."""
+        from app.wizard.wizard import SetupWizard
+
+        self.wizard = SetupWizard(self.hardware, parent=self)
+        self.wizard.start_requested.connect(self.start_config)
+        self.wizard.show()
+
+    # -- events from controllers ----------------------------------------------------------------
+    def _on_launched(self, run_dir: str) -> None:
+        self.open_run(run_dir) if Path(run_dir).exists() else QtCore.QTimer.singleShot(1000, lambda: self._on_launched(run_dir))
+
+    def _on_exited(self, run_dir: str, code: int, stderr_tail: str) -> None:
+        self.monitor.rescan()
+        if code not in (0,) and stderr_tail:
+            box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
+                                        f"{Path(run_dir).name} ended with exit code {code}:\n\n{stderr_tail}",
+                                        parent=self)
+            box.open()
+
+    def _ask_kill(self, run_dir: str) -> None:
+        answer = QtWidgets.QMessageBox.question(
+            self, "Run is not stopping",
+            f"{Path(run_dir).name} has not stopped after {self.runs.stop_timeout_s:.0f} s. Kill it and all its "
+            "processes? Progress after the last checkpoint is lost; Resume continues from that checkpoint.")
+        if answer == QtWidgets.QMessageBox.Yes:
+            self.runs.kill_tree(run_dir)
+
+    def _ask_end_process(self, pid: int, name: str) -> None:
+        answer = QtWidgets.QMessageBox.question(
+            self, f"End {name}?", f"End {name} (pid {pid})? Unsaved work in it will be lost.")
+        if answer == QtWidgets.QMessageBox.Yes and not end_process(pid):
+            self.statusBar().showMessage(f"Could not end {name} (pid {pid}).", 10000)
+
+    # -- closing --------------------------------------------------------------------------------
+    def alive_runs(self) -> list[str]:
+        """Run folders whose supervisor is alive."""
+        out = [d for d in self.runs.children if self.runs.supervisor_pid(d)]
+        cur = self.monitor.current
+        if cur is not None and cur.is_alive() and str(cur.run_dir) not in out:
+            out.append(str(cur.run_dir))
+        return out
+
+    def ask_close_choice(self, runs: list[str]) -> str:
+        """Ask what to do with live runs: KEEP, STOP_AND_SAVE or CANCEL."""
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Question, "Training is running",
+                                    "Training is still running. What should happen to it?", parent=self)
+        keep = box.addButton("Keep training in the background", QtWidgets.QMessageBox.AcceptRole)
+        stop = box.addButton("Stop and save", QtWidgets.QMessageBox.DestructiveRole)
+        box.addButton(QtWidgets.QMessageBox.Cancel)
+        box.exec()
+        return KEEP if box.clickedButton() is keep else STOP_AND_SAVE if box.clickedButton() is stop else CANCEL
+
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:
+        live = self.alive_runs()
+        if live:
+            choice = self.ask_close_choice(live)
+            if choice == CANCEL:
+                event.ignore()
+                return
+            if choice == STOP_AND_SAVE:
+                for run_dir in live:
+                    self.runs.stop(run_dir)
+        settings.settings().setValue("geometry", self.saveGeometry())
+        self.hardware.stop()
+        event.accept()

@@ -1,0 +1,87 @@
+"""Everything about the selected run: dashboard, warnings, log and config tabs (a view)."""
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.advice import Advice
+from app.dashboard import Dashboard
+from app.run_data import RunData
+from app.warnings_view import WarningsView
+
+LOG_LINES = 200
+
+
+class RunView(QtWidgets.QWidget):
+    """Tabs for one run; ``bind(data)`` then ``refresh(advice)`` on each tick."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: RunData | None = None
+        self.failure = QtWidgets.QLabel()
+        self.failure.setWordWrap(True)
+        self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
+        self.failure.hide()
+        self.dashboard = Dashboard()
+        self.warnings = WarningsView()
+        self.log = _text_view()
+        self.config = _text_view()
+        self.tabs = QtWidgets.QTabWidget()
+        self.tabs.addTab(self.dashboard, "Dashboard")
+        self.tabs.addTab(self.warnings, "Warnings")
+        self.tabs.addTab(self.log, "Log")
+        self.tabs.addTab(self.config, "Config")
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.failure)
+        lay.addWidget(self.tabs, 1)
+        self._log_size = -1
+
+    def bind(self, data: RunData | None) -> None:
+        """Show ``data`` (None: the machine only)."""
+        self.data = data
+        self._log_size = -1
+        self.dashboard.set_data(data)
+        text = ""
+        if data is not None and data.run_dir is not None:
+            cfg = data.run_dir / "config.yaml"
+            text = cfg.read_text(encoding="utf-8", errors="replace") if cfg.exists() else "(no config.yaml yet)"
+        self.config.setPlainText(text)
+        self.log.clear()
+
+    def refresh(self, advice: list[Advice]) -> None:
+        """Redraw plots, warnings, the failure banner and the log tail."""
+        self.dashboard.refresh()
+        self.warnings.show_advice(advice)
+        n = len(advice)
+        self.tabs.setTabText(1, f"Warnings ({n})" if n else "Warnings")
+        d = self.data
+        if d is None or d.run_dir is None:
+            self.failure.hide()
+            return
+        self._refresh_log(d)
+        if d.failure:
+            tail = "\n".join(d.log_tail(8))
+            err = d.failure.get("error") or d.failure.get("message") or "the worker stopped with an error"
+            self.failure.setText(f"Training failed: {err}\n\nLast log lines:\n{tail}")
+            self.failure.show()
+        else:
+            self.failure.hide()
+
+    def _refresh_log(self, d: RunData) -> None:
+        try:
+            size = (d.run_dir / "train.log").stat().st_size
+        except OSError:
+            size = 0
+        if size != self._log_size:
+            self._log_size = size
+            self.log.setPlainText("\n".join(d.log_tail(LOG_LINES)))
+            self.log.moveCursor(QtGui.QTextCursor.End)
+
+
+def _text_view() -> QtWidgets.QPlainTextEdit:
+    view = QtWidgets.QPlainTextEdit()
+    view.setReadOnly(True)
+    view.setLineWrapMode(QtWidgets.QPlainTextEdit.NoWrap)
+    view.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.FixedFont))
+    return view

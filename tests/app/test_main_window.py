@@ -1,0 +1,65 @@
+"""Main window with real widgets: hardware header, a terminal-made run folder, a crashed worker."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from app import settings
+from app.main_window import MainWindow
+
+from conftest import FIXTURES
+
+LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
+NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
+
+
+def _window(qtbot, hardware):
+    w = MainWindow(hardware)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_header_shows_laptop_gpu(qtbot):
+    w = _window(qtbot, LAPTOP)
+    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=5000)
+    assert w.header.badge.text() == "Laptop"
+    assert "GB VRAM" in w.header.vram.text() and "driver" in w.header.driver.text()
+    w.hardware.stop()
+
+
+def test_header_cpu_mode(qtbot):
+    w = _window(qtbot, NO_GPU)
+    qtbot.waitUntil(lambda: "CPU mode" in w.header.name.text(), timeout=5000)
+    assert w.header.name.text() == "no NVIDIA GPU — CPU mode"
+    w.hardware.stop()
+
+
+def test_crashed_worker_shows_error_and_last_log_lines(qtbot, fixture_run):
+    run = fixture_run("crashed_run")  # outside runs_dir: like a folder made from a terminal
+    w = _window(qtbot, NO_GPU)
+    w.open_run(str(run))
+    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=3000)
+    text = w.run_view.failure.text()
+    assert "illegal memory access" in text and "step 7/40 loss 2.30" in text and "Traceback" in text
+    assert any("illegal memory access" in t for t in w.run_view.warnings.texts())
+    assert "RuntimeError" in w.run_view.log.toPlainText()
+    assert w.act_resume.isEnabled() and not w.act_stop.isEnabled()
+    assert settings.settings().value("last_run") == str(Path(run).resolve())
+    assert str(Path(run).resolve()) in settings.extra_runs()
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 1, timeout=3000)
+    item = w.run_list.topLevelItem(0)
+    assert item.text(1) == "failed" and item.text(3) == "7 / 40 (18%)"
+    w.hardware.stop()
+
+
+def test_reopening_remembers_last_run_and_geometry(qtbot, fixture_run):
+    run = fixture_run("laptop_run")
+    w = _window(qtbot, NO_GPU)
+    w.open_run(str(run))
+    w.resize(700, 500)
+    w.close()
+    w2 = _window(qtbot, NO_GPU)
+    assert w2.monitor.current is not None and w2.monitor.current.run_dir == Path(run).resolve()
+    assert w2.size().width() == 700
+    assert "step 120 of 120" in w2.run_view.dashboard.headline.text()
+    w2.hardware.stop()
