@@ -1,0 +1,92 @@
+"""Checks of every input before anything is written (light: no torch).
+
+Config-level problems were already reported by the schema; here the files and the machine are
+checked: model folder, tokenizer, dataset (parsed in full), sequence length vs the model, QLoRA
+and DeepSpeed availability. All problems are reported at once.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from trainer import modeling
+from trainer.config import ConfigError
+from trainer.datafile import check_fields, read_records
+from trainer.errors import UserError
+
+
+def check(cfg, hardware=None) -> None:
+    """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
+    problems: list[tuple[str, str]] = []
+    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _machine):
+        try:
+            fn(cfg, hardware)
+        except UserError as exc:
+            field, _, msg = str(exc).partition(": ")
+            problems.append((exc.field or field, msg if exc.field or field else str(exc)))
+    if problems:
+        raise ConfigError(problems)
+
+
+def _model(cfg, hardware) -> None:
+    modeling.check_model_source(cfg)
+
+
+def _tokenizer(cfg, hardware) -> None:
+    modeling.check_tokenizer_source(cfg)
+
+
+def _data(cfg, hardware) -> None:
+    records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
+    check_fields(records, cfg.data)
+
+
+def _validation_data(cfg, hardware) -> None:
+    if cfg.data.validation_path:
+        try:
+            check_fields(read_records(cfg.data.validation_path, cfg.data.format, cfg.data.skip_bad_lines), cfg.data)
+        except UserError as exc:
+            raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
+
+
+def _model_config(cfg) -> dict | None:
+    m = cfg.model
+    if m.architecture or m.source == modeling.DEMO_MODEL:
+        path = modeling.architecture_file(m.architecture or "tiny-llama")
+    elif modeling.is_local(m.source):
+        path = Path(m.source).expanduser() / "config.json"
+    else:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"model.source: {path} is not a readable JSON file; restore the model's config.json",
+                        field="model.source") from None
+
+
+def _seq_len(cfg, hardware) -> None:
+    conf = _model_config(cfg)
+    if not conf:
+        return
+    limit = conf.get("max_position_embeddings") or conf.get("n_positions")
+    if limit and cfg.data.seq_len > limit:
+        raise UserError(f"data.seq_len: {cfg.data.seq_len} is longer than the model's maximum of {limit} positions; "
+                        f"set data.seq_len to {limit} or less", field="data.seq_len")
+
+
+def _machine(cfg, hardware) -> None:
+    gpus = getattr(hardware, "gpus", None)
+    if cfg.method.type == "qlora" and (cfg.device == "cpu" or gpus == ()):
+        raise UserError("method.type: QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on CUDA only); use "
+                        "method.type: lora here", field="method.type")
+    if cfg.deepspeed.enabled is True and importlib.util.find_spec("deepspeed") is None:
+        raise UserError("deepspeed.enabled: DeepSpeed is not installed; install it (pip install --no-build-isolation "
+                        "deepspeed) or set deepspeed.enabled: false (offload then is not available)",
+                        field="deepspeed.enabled")
+    if cfg.device == "cuda" and gpus == ():
+        raise UserError("device: the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto",
+                        field="device")
+    if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
+        raise UserError(f"distributed.hostfile: {cfg.distributed.hostfile} not found; write one 'host slots=N' line "
+                        f"per machine", field="distributed.hostfile")
