@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Install TrainPilot for this user: its own virtual environment in PREFIX, the PyTorch build that
+# fits the NVIDIA GPU and driver (installers/torch_build.py decides and says why), TrainPilot itself,
+# DeepSpeed when it works, a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
+# Running it again repairs or updates the same PREFIX. Every step is logged to PREFIX/install.log.
+set -Eeuo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: installers/linux/install.sh [options]
+
+  --prefix DIR              where to install (default: ~/.local/share/trainpilot)
+  --python PY               Python 3.10+ to build the environment from (default: newest found)
+  --torch-build TAG         auto (default), cpu, cu118, cu126, cu128, cu130
+  --upgrade                 also upgrade PyTorch and the other packages to their newest releases
+  --no-deepspeed            do not try DeepSpeed
+  --no-desktop              no menu entry, icons or ~/.local/bin commands
+  --editable                run from this source tree instead of a copy in PREFIX/src (developers)
+Offline installs (no network at all; used by CI):
+  --offline                 pip never uses an index: packages come from --wheelhouse and/or
+                            the reused site-packages below
+  --wheelhouse DIR          a folder of wheels (pip --find-links); repeatable
+  --reuse-site-packages DIR let the environment import the packages already in DIR; repeatable
+  --system-site-packages    let the environment see the base Python's site-packages
+EOF
+}
+
+REPO="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
+PREFIX="${XDG_DATA_HOME:-$HOME/.local/share}/trainpilot"
+PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; DESKTOP=1; EDITABLE=0; OFFLINE=0; SYSTEM_SITE=0
+WHEELHOUSES=(); REUSE=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --prefix) PREFIX="$2"; shift 2 ;;
+    --python) PYTHON="$2"; shift 2 ;;
+    --torch-build) TORCH_BUILD="$2"; shift 2 ;;
+    --upgrade) UPGRADE=1; shift ;;
+    --no-deepspeed) DEEPSPEED=0; shift ;;
+    --no-desktop) DESKTOP=0; shift ;;
+    --editable) EDITABLE=1; shift ;;
+    --offline) OFFLINE=1; shift ;;
+    --wheelhouse) WHEELHOUSES+=("$(readlink -f "$2")"); shift 2 ;;
+    --reuse-site-packages) REUSE+=("$(readlink -f "$2")"); shift 2 ;;
+    --system-site-packages) SYSTEM_SITE=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+mkdir -p "$PREFIX"
+PREFIX="$(cd "$PREFIX" && pwd)"
+VENV="$PREFIX/venv"
+VPY="$VENV/bin/python"
+LOG="$PREFIX/install.log"
+STEP="starting"; HINT=""
+exec > >(tee -a "$LOG") 2>&1
+echo "=== TrainPilot install $(date -u +%Y-%m-%dT%H:%M:%SZ): prefix=$PREFIX source=$REPO args: $*"
+
+step() { STEP="$1"; HINT="$2"; echo; echo "--- $STEP"; }
+fail() {  # the one place an install ends badly: plain words, what to do, where the log is
+  echo
+  echo "TrainPilot install FAILED while: $STEP"
+  [[ -n "${1:-}" ]] && echo "  $1"
+  [[ -n "$HINT" ]] && echo "What to do: $HINT"
+  echo "Full log: $LOG"
+  exit 1
+}
+trap 'fail "a command exited with status $? (line $LINENO)"' ERR
+
+PIP_ARGS=(--disable-pip-version-check)
+if (( OFFLINE )); then PIP_ARGS+=(--no-index); fi
+for wh in "${WHEELHOUSES[@]}"; do PIP_ARGS+=(--find-links "$wh"); done
+pip_install() { "$VPY" -m pip install "${PIP_ARGS[@]}" "$@"; }
+
+find_python() {  # newest Python 3.10+ on PATH, or the one given
+  local candidates=("$PYTHON") c
+  [[ -n "$PYTHON" ]] || candidates=(python3.13 python3.12 python3.11 python3.10 python3)
+  for c in "${candidates[@]}"; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+      command -v "$c"; return 0
+    fi
+  done
+  return 1
+}
+
+make_venv() {
+  if [[ -x "$VPY" ]] && "$VPY" -c 'import sys' 2>/dev/null; then
+    echo "Reusing the environment in $VENV"
+  else
+    rm -rf "$VENV"
+    local args=()
+    (( SYSTEM_SITE )) && args+=(--system-site-packages)
+    # Reusing another environment's packages: take pip and setuptools from there too, so the
+    # environment needs nothing from the network.
+    (( ${#REUSE[@]} )) && args+=(--without-pip)
+    "$BASE_PY" -m venv "${args[@]}" "$VENV"
+  fi
+  local site; site="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  rm -f "$site/_trainpilot_reuse.pth"
+  # Plain path lines: the reused folders come after the environment's own packages, and their
+  # .pth files are not run, so an editable install living there cannot shadow ours.
+  (( ${#REUSE[@]} )) && printf '%s\n' "${REUSE[@]}" > "$site/_trainpilot_reuse.pth"
+  "$VPY" -m pip --version >/dev/null 2>&1 || "$VPY" -m ensurepip --default-pip
+  "$VPY" -m pip --version
+}
+
+install_source() {
+  if (( EDITABLE )); then SRC="$REPO"; return; fi
+  SRC="$PREFIX/src"
+  if [[ "$(readlink -f "$REPO")" != "$(readlink -f "$SRC")" ]]; then
+    rm -rf "$SRC.new"; mkdir -p "$SRC.new"
+    # configs/ is found next to the trainer package, so the whole tree is kept together.
+    local item
+    for item in app trainer configs installers pyproject.toml README.md LICENSE; do
+      if [[ -e "$REPO/$item" ]]; then cp -a "$REPO/$item" "$SRC.new/"; fi
+    done
+    find "$SRC.new" -name __pycache__ -type d -prune -exec rm -rf {} +
+    [[ -f "$SRC.new/README.md" ]] || echo "# TrainPilot" > "$SRC.new/README.md"  # pyproject's readme
+    rm -rf "$SRC"; mv "$SRC.new" "$SRC"
+  fi
+}
+
+torch_ok() {  # does the environment's torch match the build we want? (0 = yes)
+  "$VPY" - "$1" <<'EOF' 2>/dev/null
+import sys
+import torch
+want = sys.argv[1]
+have = torch.__version__.split("+", 1)[1] if "+" in torch.__version__ else ("cpu" if not torch.version.cuda else "cu" + torch.version.cuda.replace(".", ""))
+sys.exit(0 if have == want else 1)
+EOF
+}
+
+install_torch() {
+  if [[ "$TP_OK" != 1 ]]; then HINT="$TP_REASON"; fail "No PyTorch build fits this machine."; fi
+  if (( ! UPGRADE )) && torch_ok "$TP_BUILD"; then
+    echo "PyTorch build $TP_BUILD is already installed: $("$VPY" -c 'import torch; print(torch.__version__)')"
+    return
+  fi
+  if (( OFFLINE )); then
+    if "$VPY" -c 'import torch' 2>/dev/null; then
+      echo "Offline: keeping the installed PyTorch $("$VPY" -c 'import torch; print(torch.__version__)') (wanted build $TP_BUILD)."
+      return
+    fi
+    pip_install "$TP_TORCH_REQ" && return
+    HINT="Put a torch wheel for build $TP_BUILD in a --wheelhouse folder, or install online."; fail
+  fi
+  local build up=(); (( UPGRADE )) && up=(--upgrade)
+  # A torch of another build satisfies the requirement, so pip would keep it: remove it first.
+  if "$VPY" -c 'import torch' >/dev/null 2>&1; then "$VPY" -m pip uninstall -y torch; fi
+  for build in "$TP_BUILD" $TP_FALLBACKS; do
+    echo "Installing PyTorch ($build) from https://download.pytorch.org/whl/$build"
+    local req; req="$("$TP_PY" "$REPO/installers/torch_build.py" --build "$build" --json | "$TP_PY" -c 'import json,sys; print(json.load(sys.stdin)["torch_requirement"])')"
+    # The PyTorch index serves torch's dependencies too; PyPI is left out on purpose, or pip could
+    # take a newer public torch (CPU-only on Windows) over the CUDA build.
+    if pip_install "${up[@]}" "$req" --index-url "https://download.pytorch.org/whl/$build"; then
+      TP_BUILD="$build"; return
+    fi
+    echo "PyTorch build $build did not install; trying the next one."
+  done
+  fail "PyTorch did not install from any of: $TP_BUILD $TP_FALLBACKS"
+}
+
+install_deepspeed() {
+  DS_ERROR=""
+  (( DEEPSPEED )) || return 0
+  if "$VPY" -c 'import deepspeed' >/dev/null 2>&1 && (( ! UPGRADE )); then echo "DeepSpeed is already installed."; return 0; fi
+  # DS_BUILD_OPS=0: no compiling at install; DeepSpeed builds the ops it needs at first use.
+  # --no-build-isolation: its setup.py must see the torch we just installed, not download another.
+  local up=(); (( UPGRADE )) && up=(--upgrade)
+  if ! DS_BUILD_OPS=0 timeout 1800 "$VPY" -m pip install "${PIP_ARGS[@]}" "${up[@]}" --no-build-isolation deepspeed; then
+    DS_ERROR="pip could not install DeepSpeed (see install.log); TrainPilot uses its non-DeepSpeed presets."
+    echo "$DS_ERROR"
+  fi
+  return 0
+}
+
+install_desktop() {
+  local data="${XDG_DATA_HOME:-$HOME/.local/share}" bin="${XDG_BIN_HOME:-$HOME/.local/bin}" size
+  local icons="$SRC/app/resources/icons"
+  for size in 16 24 32 48 64 128 256; do
+    install -D -m 644 "$icons/trainpilot-$size.png" "$data/icons/hicolor/${size}x${size}/apps/trainpilot.png"
+  done
+  install -D -m 644 "$icons/trainpilot.svg" "$data/icons/hicolor/scalable/apps/trainpilot.svg"
+  mkdir -p "$data/applications"
+  # Exec must be absolute (menus do not read the user's PATH) and quoted (the prefix may have spaces).
+  sed -e "s|^Exec=.*|Exec=\"$PREFIX/launch.sh\"|" -e "s|^TryExec=.*|TryExec=$PREFIX/launch.sh|" \
+      "$REPO/installers/linux/trainpilot.desktop" > "$data/applications/trainpilot.desktop"
+  chmod 644 "$data/applications/trainpilot.desktop"
+  command -v update-desktop-database >/dev/null && update-desktop-database -q "$data/applications" || true
+  command -v gtk-update-icon-cache >/dev/null && gtk-update-icon-cache -q -t "$data/icons/hicolor" 2>/dev/null || true
+  mkdir -p "$bin"
+  local name target
+  for name in trainpilot trainpilot-cli; do
+    target="$PREFIX/launch.sh"; [[ $name == trainpilot-cli ]] && target="$VENV/bin/trainpilot-cli"
+    if [[ -e "$bin/$name" && ! -L "$bin/$name" ]]; then echo "Leaving $bin/$name alone (not ours)."; continue; fi
+    ln -sfn "$target" "$bin/$name"
+  done
+  echo "Menu entry: $data/applications/trainpilot.desktop; commands in $bin"
+  case ":$PATH:" in *":$bin:"*) ;; *) echo "Note: $bin is not on your PATH; add it to run 'trainpilot' from a terminal." ;; esac
+}
+
+step "finding Python 3.10 or newer" "Install Python 3.10+ with venv (Debian/Ubuntu: sudo apt install python3 python3-venv), or pass --python /path/to/python3."
+BASE_PY="$(find_python)" || fail "No Python 3.10+ with the venv module was found."
+echo "Using $BASE_PY ($("$BASE_PY" --version 2>&1))"
+TP_PY="$BASE_PY"
+
+step "creating the environment in $VENV" "Check free disk space in $PREFIX; on Debian/Ubuntu install python3-venv. Re-running the installer recreates a broken environment."
+make_venv
+
+step "choosing the PyTorch build for this GPU" "Run 'nvidia-smi' to check the NVIDIA driver, or pass --torch-build cpu."
+"$TP_PY" "$REPO/installers/torch_build.py" --build "$TORCH_BUILD" --json > "$PREFIX/torch-decision.json" || true
+eval "$("$TP_PY" "$REPO/installers/torch_build.py" --build "$TORCH_BUILD" --env || true)"
+echo "GPU: ${TP_GPU:-none found}"
+echo "PyTorch build: $TP_BUILD. $TP_REASON"
+
+step "installing PyTorch ($TP_BUILD)" "Check the network connection to download.pytorch.org (several GB for CUDA builds) and free disk space, then run the installer again."
+install_torch
+
+step "installing TrainPilot" "Check the network connection (or the wheelhouse in offline mode) and run the installer again."
+install_source
+NOBI=(); (( ${#REUSE[@]} || OFFLINE )) && NOBI=(--no-build-isolation)  # build with what is installed
+pip_install "${NOBI[@]}" -e "$SRC[gui,train]"
+
+step "trying DeepSpeed" ""
+install_deepspeed
+
+step "installing the launcher" "Check that $PREFIX is writable."
+install -m 755 "$REPO/installers/linux/launch.sh" "$PREFIX/launch.sh"
+if (( DESKTOP )); then install_desktop; fi
+
+step "checking the installation" "Read the messages above: PyTorch must import. Re-run the installer to repair."
+STATE_ARGS=(--prefix "$PREFIX" --venv-python "$VPY" --source "$SRC" --decision "$PREFIX/torch-decision.json")
+(( OFFLINE )) && STATE_ARGS+=(--offline)
+(( DEEPSPEED )) || STATE_ARGS+=(--skip-deepspeed)
+[[ -n "$DS_ERROR" ]] && STATE_ARGS+=(--deepspeed-install-error "$DS_ERROR")
+"$VPY" "$REPO/installers/install_state.py" "${STATE_ARGS[@]}"
+"$VENV/bin/trainpilot-cli" doctor || echo "(trainpilot-cli doctor reported problems: see above)"
+
+echo
+echo "TrainPilot is installed in $PREFIX."
+echo "Start it from your applications menu, or run: $PREFIX/launch.sh"
