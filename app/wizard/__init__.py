@@ -1,0 +1,1 @@
+"""The setup wizard: Environment, Model, Data, Method and plan, Review."""

@@ -1,0 +1,65 @@
+"""Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix."""
+from __future__ import annotations
+
+from PySide6 import QtWidgets
+
+from app.commands import Job
+
+ICONS = {"ok": "✔", "pass": "✔", "warn": "⚠", "warning": "⚠", "fail": "✖", "error": "✖", "info": "ℹ", "skip": "–"}
+
+
+def checks_from(doc) -> list[dict]:
+    """The list of checks in doctor's JSON (a list, or an object with 'checks')."""
+    if isinstance(doc, dict):
+        doc = doc.get("checks", [])
+    return [c for c in doc or [] if isinstance(c, dict)]
+
+
+def check_row(c: dict) -> tuple[str, str, str, str]:
+    """(icon, name, detail, fix) of one check, tolerant of field names."""
+    status = c.get("status") or c.get("level")
+    if status is None and "ok" in c:
+        status = "ok" if c["ok"] else "fail"
+    status = str(status or "info").lower()
+    name = str(c.get("name") or c.get("title") or c.get("check") or "")
+    detail = str(c.get("detail") or c.get("message") or c.get("value") or "")
+    fix = str(c.get("fix") or c.get("hint") or "")
+    return ICONS.get(status, status), name, detail, fix
+
+
+class EnvironmentPage(QtWidgets.QWizardPage):
+    """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTitle("Environment")
+        self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed and disk space. You can go on meanwhile.")
+        self.status = QtWidgets.QLabel("Running trainpilot-cli doctor…")
+        self.table = QtWidgets.QTreeWidget()
+        self.table.setHeaderLabels(["", "Check", "Result", "Fix"])
+        self.table.setRootIsDecorated(False)
+        self.table.setWordWrap(True)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addWidget(self.status)
+        lay.addWidget(self.table, 1)
+        self.job: Job | None = None
+
+    def initializePage(self) -> None:
+        if self.job is None:
+            self.job = Job("doctor", "--json", parent=self)
+            self.job.done.connect(self._done)
+            self.job.start()
+
+    def _done(self, code: int, _out: str, _err: str) -> None:
+        checks = checks_from(self.job.json())
+        if not checks:
+            self.status.setText(f"The doctor did not answer: {self.job.error_text()}")
+            return
+        self.table.clear()
+        for c in checks:
+            self.table.addTopLevelItem(QtWidgets.QTreeWidgetItem(list(check_row(c))))
+        for col in range(3):
+            self.table.resizeColumnToContents(col)
+        bad = sum(1 for c in checks if check_row(c)[0] == "✖")
+        self.status.setText("All checks passed." if code == 0 and not bad else
+                            f"{bad} problem(s): each says how to fix it. CPU-only machines can still run the demo.")

@@ -1,0 +1,121 @@
+"""Wizard page 2, Model: hub id or local folder → its config.json, parameter count, what fits here,
+and the shipped architectures that fit this GPU (work runs off the GUI thread)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+from app.background import Latest
+
+METHODS = ("full", "lora", "qlora")
+VERDICT_WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does not fit"}
+
+
+def fits_table(source: str, base_cfg, snapshot) -> dict:
+    """{'spec': ModelSpec, 'verdicts': {method: verdict}} for ``source`` on this machine."""
+    from trainer import config as tc
+    from trainer.modelspec import load_model_spec
+
+    spec = load_model_spec(source)
+    verdicts = {}
+    for method in METHODS:
+        try:
+            from trainer.plan import plan_run
+
+            cfg = tc.replace(base_cfg, **{"model.source": source, "method.type": method})
+            verdicts[method] = plan_run(cfg, snapshot).verdict
+        except Exception as exc:  # e.g. QLoRA on a CPU-only machine: say so, don't crash
+            verdicts[method] = f"n/a ({exc})"
+    return {"spec": spec, "verdicts": verdicts}
+
+
+def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
+    """(name, parameters, best method) for each configs/models architecture that fits."""
+    from trainer import config as tc
+    from trainer.modelspec import MODELS_DIR, load_model_spec
+    from trainer.plan import plan_run
+
+    out = []
+    for path in sorted(MODELS_DIR.glob("*.json")):
+        try:
+            spec = load_model_spec(path.stem)
+        except Exception:
+            continue
+        for method in METHODS:
+            try:
+                cfg = tc.replace(base_cfg, **{"model.source": path.stem, "method.type": method})
+                if plan_run(cfg, snapshot).verdict in ("fits", "tight"):
+                    out.append((path.stem, spec.params, method))
+                    break
+            except Exception:
+                continue
+    return sorted(out, key=lambda r: -r[1])
+
+
+class ModelPage(QtWidgets.QWizardPage):
+    """Model source entry; binds results of ``fits_table`` and ``shipped_that_fit``."""
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.setTitle("Model")
+        self.setSubTitle("A Hugging Face hub id (from your local cache) or a folder with config.json. Nothing downloads here.")
+        self.source = QtWidgets.QLineEdit(str(state.values["model.source"]))
+        browse = QtWidgets.QPushButton("Folder…", clicked=self._browse)
+        self.facts = QtWidgets.QLabel("…")
+        self.facts.setWordWrap(True)
+        self.shipped = QtWidgets.QListWidget()
+        self.shipped.itemDoubleClicked.connect(lambda item: self.source.setText(item.data(QtCore.Qt.UserRole)))
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(self.source, 1)
+        row.addWidget(browse)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addLayout(row)
+        lay.addWidget(self.facts)
+        lay.addWidget(QtWidgets.QLabel("Shipped architectures that fit this machine (double-click to use):"))
+        lay.addWidget(self.shipped, 1)
+        self._model_job = Latest(self._show_facts, self._show_error, self)
+        self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
+        self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
+        self.source.textChanged.connect(lambda _t: self._debounce.start())
+
+    def _browse(self) -> None:
+        folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Model folder (with config.json)")
+        if folder:
+            self.source.setText(folder)
+
+    def initializePage(self) -> None:
+        self._look_up()
+        snap, cfg = self.state.snapshot(), self.state.config()
+        self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
+
+    def _look_up(self) -> None:
+        text = self.source.text().strip()
+        self.state.set("model.source", text)
+        snap, cfg = self.state.snapshot(), self.state.config()
+        self.facts.setText(f"Reading {text}…")
+        self._model_job.submit(lambda: fits_table(text, cfg, snap))
+
+    def _show_facts(self, result: dict) -> None:
+        spec = result["spec"]
+        verdicts = ", ".join(f"{m}: {VERDICT_WORDS.get(v, v)}" for m, v in result["verdicts"].items())
+        self.facts.setText(f"<b>{spec.name or self.source.text()}</b> — {spec.family}, "
+                           f"{spec.params / 1e6:,.1f} M parameters, {spec.layers} layers, hidden {spec.hidden}, "
+                           f"vocabulary {spec.vocab:,}.<br>Here: {verdicts}.")
+
+    def _show_error(self, exc: Exception) -> None:
+        self.facts.setText(f"<span style='color:#b00'>{exc}</span>")
+
+    def _show_shipped(self, rows) -> None:
+        self.shipped.clear()
+        for name, params, method in rows:
+            item = QtWidgets.QListWidgetItem(f"{name} — {params / 1e6:,.0f} M parameters, {method}")
+            item.setData(QtCore.Qt.UserRole, name)
+            self.shipped.addItem(item)
+        if not rows:
+            self.shipped.addItem("None of the shipped architectures fit; the demo model runs on any CPU.")
+
+    def source_path(self) -> Path:
+        """The entered source as a path (may not exist: then it is a hub id)."""
+        return Path(self.source.text().strip())

@@ -1,0 +1,144 @@
+"""Wizard page 4, Method and plan: full / LoRA / QLoRA, sequence length, effective batch; the
+planner's preset, settings, memory breakdown against the budget, verdict, reasons, apps to close;
+and the schema-generated advanced form."""
+from __future__ import annotations
+
+import typing
+
+from PySide6 import QtCore, QtWidgets
+
+from trainer import config as tc
+
+from app.fmt import gib
+from app.wizard.memory_bar import MemoryBar
+from app.wizard.schema_form import SchemaForm
+
+VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
+                 "does_not_fit": ("Does not fit", "#d62728")}
+
+
+class PlanPage(QtWidgets.QWizardPage):
+    """Binds method/seq_len/batch to the state and shows each new plan."""
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.setTitle("Method and plan")
+        self.setSubTitle("Choose how to train; the planner fits it to this GPU.")
+        self.methods = QtWidgets.QButtonGroup(self)
+        method_row = QtWidgets.QHBoxLayout()
+        for m in typing.get_args(tc.MethodConfig.model_fields["type"].annotation):
+            b = QtWidgets.QRadioButton({"full": "Full fine-tune", "lora": "LoRA", "qlora": "QLoRA (4-bit)"}.get(m, m))
+            b.setProperty("method", m)
+            b.setToolTip(tc.MethodConfig.model_fields["type"].description)
+            self.methods.addButton(b)
+            method_row.addWidget(b)
+        self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
+        self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
+        form = QtWidgets.QFormLayout()
+        form.addRow("Method", method_row)
+        form.addRow("Sequence length (tokens)", self.seq_len)
+        form.addRow("Effective batch (samples per step)", self.batch)
+        self.verdict = QtWidgets.QLabel("Planning…")
+        self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
+        self.bar = MemoryBar()
+        self.details = QtWidgets.QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.advanced_toggle = QtWidgets.QPushButton("Advanced settings ▸", checkable=True)
+        self.advanced = SchemaForm(state.config())
+        self.advanced.setVisible(False)
+        self.advanced_toggle.toggled.connect(self._toggle_advanced)
+        body = QtWidgets.QWidget()
+        lay = QtWidgets.QVBoxLayout(body)
+        for w in (self.verdict, self.bar, self.details, self.advanced_toggle, self.advanced):
+            lay.addWidget(w)
+        lay.addStretch(1)
+        scroll = QtWidgets.QScrollArea(widgetResizable=True)
+        scroll.setWidget(body)
+        outer = QtWidgets.QVBoxLayout(self)
+        outer.addLayout(form)
+        outer.addWidget(scroll, 1)
+        self._connect()
+
+    def _connect(self) -> None:
+        self.methods.buttonToggled.connect(
+            lambda b, on: on and self.state.set("method.type", b.property("method")))
+        self.seq_len.valueChanged.connect(lambda v: self.state.set("data.seq_len", v))
+        self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
+        self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
+        self.state.values_changed.connect(self._sync)
+        self.state.plan_ready.connect(self.show_plan)
+        self.state.problems.connect(self._show_problems)
+
+    def initializePage(self) -> None:
+        self._sync("")
+        self.state.replan()
+
+    def _toggle_advanced(self, on: bool) -> None:
+        self.advanced.setVisible(on)
+        self.advanced_toggle.setText("Advanced settings ▾" if on else "Advanced settings ▸")
+
+    def _sync(self, key: str) -> None:
+        """Mirror state values into the simple widgets and the form (no feedback loops)."""
+        v = self.state.values
+        for b in self.methods.buttons():
+            if b.property("method") == v["method.type"] and not b.isChecked():
+                b.setChecked(True)
+        for spin, k in ((self.seq_len, "data.seq_len"), (self.batch, "training.effective_batch_size")):
+            if isinstance(v[k], int) and spin.value() != v[k]:
+                spin.blockSignals(True)
+                spin.setValue(v[k])
+                spin.blockSignals(False)
+        for k in ([key] if key else list(v)):
+            if k in self.advanced.editors:
+                self.advanced.set_value(k, v[k])
+
+    def show_plan(self, plan) -> None:
+        """Bind a trainer.plan.Plan."""
+        d = plan.to_dict()
+        word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
+        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — preset <b>{d.get('preset')}</b> "
+                             f"({d.get('form_factor', '')}, {d.get('tier', '')}): predicted peak "
+                             f"{gib(d.get('predicted_peak_bytes'))} of {gib(d.get('budget_bytes'))} budget")
+        self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
+        self.details.setText(plan_details_html(d))
+        self.advanced.show_problems([])
+
+    def _show_problems(self, problems: list) -> None:
+        self.advanced.show_problems(problems)
+        if problems:
+            self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
+            self.details.setText("<br>".join(f"<b>{k}</b>: {m}" for k, m in problems))
+
+
+def plan_details_html(d: dict) -> str:
+    """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
+    parts = ["<b>Settings</b>: " + ", ".join(f"{k} = {v}" for k, v in (d.get("settings") or {}).items())]
+    if d.get("host_ram_needed_bytes"):
+        parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
+    if d.get("reasons"):
+        parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{r}</li>" for r in d["reasons"]) + "</ul>")
+    apps = d.get("close_apps") or []
+    if apps:
+        parts.append("<b>Close these apps to free VRAM</b>:<ul>" + "".join(
+            f"<li>{a.get('name')} (pid {a.get('pid')}): {gib(a.get('used_memory_bytes'))}</li>" for a in apps) + "</ul>")
+    alts = d.get("alternatives") or []
+    if alts:
+        parts.append("<b>Alternatives</b>:<ul>" + "".join(f"<li>{_alt(a)}</li>" for a in alts) + "</ul>")
+    for note in d.get("notes") or []:
+        parts.append(f"<i>{note}</i>")
+    return "<br>".join(parts)
+
+
+def _alt(a) -> str:
+    if isinstance(a, dict):
+        return a.get("description") or a.get("summary") or ", ".join(f"{k}: {v}" for k, v in a.items())
+    return str(a)
+
+
+def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:
+    s = QtWidgets.QSpinBox()
+    s.setRange(lo, hi)
+    s.setToolTip(tip)
+    return s

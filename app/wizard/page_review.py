@@ -1,0 +1,59 @@
+"""Wizard page 5, Review: the YAML, the run folder, Export and Start."""
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from trainer import config as tc
+
+
+class ReviewPage(QtWidgets.QWizardPage):
+    """Shows the final config; emits ``start(config_path, run_dir)`` and ``export(config_path)``."""
+
+    start = QtCore.Signal(str, str)
+    export = QtCore.Signal(str)
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.setTitle("Review")
+        self.setSubTitle("This is the exact config; the terminal command runs the same thing.")
+        self.yaml = QtWidgets.QPlainTextEdit(readOnly=True)
+        self.yaml.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.FixedFont))
+        self.run_dir = QtWidgets.QLineEdit()
+        self.export_button = QtWidgets.QPushButton("Export…", clicked=self._export)
+        self.start_button = QtWidgets.QPushButton("Start training", clicked=self._start)
+        self.start_button.setStyleSheet("font-weight: bold")
+        self.message = QtWidgets.QLabel()
+        self.message.setWordWrap(True)
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(QtWidgets.QLabel("Run folder:"))
+        row.addWidget(self.run_dir, 1)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.export_button)
+        buttons.addWidget(self.start_button)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addWidget(self.yaml, 1)
+        lay.addLayout(row)
+        lay.addWidget(self.message)
+        lay.addLayout(buttons)
+
+    def initializePage(self) -> None:
+        self.run_dir.setText(self.state.default_run_dir())
+        try:
+            self.yaml.setPlainText(tc.dump_yaml(self.state.final_config()))
+            self.message.setText("")
+            ok = True
+        except tc.ConfigError as exc:
+            self.yaml.setPlainText("")
+            self.message.setText(exc.render())
+            ok = False
+        self.start_button.setEnabled(ok)
+        self.export_button.setEnabled(ok)
+
+    def _start(self) -> None:
+        path = self.state.write_config(self.run_dir.text())
+        self.start.emit(str(path), self.run_dir.text())
+
+    def _export(self) -> None:
+        self.export.emit(str(self.state.write_config(self.run_dir.text())))

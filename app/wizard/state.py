@@ -1,0 +1,120 @@
+"""The wizard's controller: the config being built (dotted values), the hardware snapshot, and the
+planner run off the GUI thread. Pages bind to it; it never touches widgets."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6 import QtCore
+
+from trainer import config as tc
+
+from app import settings
+from app.background import Latest
+from app.wizard.schema_form import nested
+
+PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
+
+
+class WizardState(QtCore.QObject):
+    """``values`` is the whole config as {dotted key: value}; ``plan_ready(plan)`` after each re-plan."""
+
+    values_changed = QtCore.Signal(str)       # dotted key ('' for many)
+    plan_ready = QtCore.Signal(object)        # trainer.plan.Plan
+    problems = QtCore.Signal(list)            # [(dotted key, message)] from the schema or planner
+
+    def __init__(self, hardware, parent=None):
+        super().__init__(parent)
+        self.hardware = hardware
+        self.values: dict[str, Any] = _flatten(tc.to_dict(tc.RunConfig()))
+        self.plan = None
+        self.error: str | None = None
+        self._planner = Latest(self._plan_done, self._plan_failed, self)
+        self._timer = QtCore.QTimer(self, singleShot=True, interval=PLAN_DELAY_MS, timeout=self.replan)
+
+    # -- editing --------------------------------------------------------------------------------
+    def set(self, key: str, value: Any) -> None:
+        """Change one dotted key and schedule a re-plan."""
+        if self.values.get(key) != value:
+            self.values[key] = value
+            self.values_changed.emit(key)
+            self._timer.start()
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Replace several keys at once (from the advanced form)."""
+        self.values.update(values)
+        self.values_changed.emit("")
+        self._timer.start()
+
+    def config(self) -> tc.RunConfig:
+        """The config as edited (ConfigError lists every problem)."""
+        return tc.validate(nested(self.values))
+
+    def snapshot(self):
+        """The newest hardware snapshot (None until the probe has answered)."""
+        return getattr(self.hardware, "latest", None)
+
+    # -- planning -------------------------------------------------------------------------------
+    def replan(self) -> None:
+        """Validate and plan in the background; emits ``problems`` or later ``plan_ready``."""
+        try:
+            cfg = self.config()
+        except tc.ConfigError as exc:
+            self.plan, self.error = None, exc.render()
+            self.problems.emit(exc.problems)
+            return
+        self.problems.emit([])
+        snap = self.snapshot()
+        if snap is None:  # the probe answers within a second; try again then
+            self._timer.start(500)
+            return
+
+        def work():
+            from trainer.plan import plan_run
+
+            return plan_run(cfg, snap)
+
+        self._planner.submit(work)
+
+    def _plan_done(self, plan) -> None:
+        self.plan, self.error = plan, None
+        self.plan_ready.emit(plan)
+
+    def _plan_failed(self, exc: Exception) -> None:
+        self.plan = None
+        self.error = exc.render() if isinstance(exc, tc.ConfigError) else f"{type(exc).__name__}: {exc}"
+        self.problems.emit(getattr(exc, "problems", None) or [("", self.error)])
+
+    @property
+    def planning(self) -> bool:
+        """True while a plan is pending."""
+        return self._planner.busy or self._timer.isActive()
+
+    # -- output ---------------------------------------------------------------------------------
+    def final_config(self) -> tc.RunConfig:
+        """The planned config (autos resolved) when a plan exists, else the edited one."""
+        return getattr(self.plan, "resolved", None) or self.config()
+
+    def default_run_dir(self) -> str:
+        """``<runs_dir>/<name>-<yyyymmdd-hhmmss>``."""
+        name = self.values.get("name") or "run"
+        return str(settings.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def write_config(self, run_dir: str) -> Path:
+        """Write the final config YAML next to the runs (``<home>/configs/<run>.yaml``). Returns its path."""
+        folder = settings.home() / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{Path(run_dir).name}.yaml"
+        path.write_text(tc.dump_yaml(self.final_config()), encoding="utf-8")
+        return path
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out

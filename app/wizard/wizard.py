@@ -1,0 +1,44 @@
+"""The setup wizard: five pages bound to one WizardState (config values + planner)."""
+from __future__ import annotations
+
+from PySide6 import QtCore, QtWidgets
+
+from app.wizard.page_data import DataPage
+from app.wizard.page_env import EnvironmentPage
+from app.wizard.page_model import ModelPage
+from app.wizard.page_plan import PlanPage
+from app.wizard.page_review import ReviewPage
+from app.wizard.state import WizardState
+
+
+class SetupWizard(QtWidgets.QWizard):
+    """Emits ``start_requested(config_path, run_dir)`` when the user presses Start."""
+
+    start_requested = QtCore.Signal(str, str)
+
+    def __init__(self, hardware, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("New training run")
+        self.setWizardStyle(QtWidgets.QWizard.ClassicStyle)
+        self.setOption(QtWidgets.QWizard.NoCancelButtonOnLastPage, False)
+        self.resize(900, 680)
+        self.state = WizardState(hardware, self)
+        self.env = EnvironmentPage()
+        self.model = ModelPage(self.state)
+        self.data = DataPage(self.state)
+        self.plan = PlanPage(self.state)
+        self.review = ReviewPage(self.state)
+        for page in (self.env, self.model, self.data, self.plan, self.review):
+            self.addPage(page)
+        self.review.start.connect(self._start)
+        self.review.export.connect(self._export)
+
+    def _start(self, config_path: str, run_dir: str) -> None:
+        self.start_requested.emit(config_path, run_dir)
+        self.accept()
+
+    def _export(self, config_path: str) -> None:
+        from app.export_dialog import ExportDialog
+
+        self.export_dialog = ExportDialog(config_path, parent=self)
+        self.export_dialog.open()
