@@ -49,7 +49,7 @@ class MainWindow(QtWidgets.QMainWindow):
         bar.setMovable(False)
         self.act_new = bar.addAction("New run…", self.open_wizard)
         self.act_open = bar.addAction("Open run folder…", self._ask_open_folder)
-        self.act_demo = bar.addAction("Demo run", self.start_demo)
+        self.act_demo = bar.addAction("Demo run", lambda: self.start_demo())
         bar.addSeparator()
         self.act_resume = bar.addAction("Resume", self.resume_selected)
         self.act_stop = bar.addAction("Stop", self.stop_selected)
@@ -137,10 +137,11 @@ class MainWindow(QtWidgets.QMainWindow):
         if folder:
             self.open_run(folder)
 
-    def start_demo(self) -> None:
-        """Start the tiny CPU demo in a new run folder."""
+    def start_demo(self, overrides: tuple[str, ...] = ()) -> str:
+        """Start the tiny CPU demo in a new run folder (``--set`` overrides). Returns the folder."""
         run_dir = settings.runs_dir() / QtCore.QDateTime.currentDateTime().toString("'demo-'yyyyMMdd-HHmmss")
-        self.runs.start_demo(str(run_dir))
+        self.runs.start_demo(str(run_dir), overrides)
+        return str(run_dir)
 
     def start_config(self, config_path: str, run_dir: str) -> None:
         """Start ``config_path`` into ``run_dir`` (from the wizard's Start)."""

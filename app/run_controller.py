@@ -59,9 +59,10 @@ class RunController(QtCore.QObject):
         """``trainpilot-cli run CONFIG --run-dir RUN_DIR`` in a new session."""
         self._launch(run_dir, "run", config_path, "--run-dir", run_dir)
 
-    def start_demo(self, run_dir: str) -> None:
-        """``trainpilot-cli demo --run-dir RUN_DIR`` (tiny CPU run)."""
-        self._launch(run_dir, "demo", "--run-dir", run_dir)
+    def start_demo(self, run_dir: str, overrides: tuple[str, ...] = ()) -> None:
+        """``trainpilot-cli demo --run-dir RUN_DIR [--set k=v ...]`` (tiny CPU run)."""
+        sets = [a for o in overrides for a in ("--set", o)]
+        self._launch(run_dir, "demo", "--run-dir", run_dir, *sets)
 
     def resume(self, run_dir: str) -> None:
         """``trainpilot-cli resume RUN_DIR``: continue a stopped or crashed run from its checkpoint."""

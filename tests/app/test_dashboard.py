@@ -15,10 +15,10 @@ def test_dashboard_shows_recorded_run(qtbot, fixture_run):
     qtbot.addWidget(dash)
     dash.set_data(data)
     dash.show()
-    x, y = dash.curves["loss"].getData()
+    x, y = dash.curves["loss"].xData, dash.curves["loss"].yData
     assert len(x) == 120 and x[-1] == 120 and abs(y[0] - (2.5 * 2.7182818 ** (-1 / 60) + 1.2)) < 1e-3
-    assert len(dash.curves["temp"].getData()[0]) == 122
-    assert max(dash.curves["vram"].getData()[1]) > 14  # GiB
+    assert len(dash.curves["temp"].xData) == 122
+    assert max(dash.curves["vram"].yData) > 14  # GiB
     assert dash.peak_line.isVisible() and abs(dash.peak_line.value() - 14.2) < 0.01
     assert len(dash._regions) == 1  # the thermal throttle episode is shaded
     start, end = dash._regions[0].getRegion()
@@ -45,4 +45,4 @@ def test_half_written_last_line_breaks_nothing(qtbot, fixture_run):
         fh.write(', "max_steps": 121, "learning_rate": 1e-5}\n' + json.dumps({"type": "brand_new_type"}) + "\n")
     assert data.poll()
     dash.refresh()
-    assert data.last_step["step"] == 121 and dash.curves["loss"].getData()[0][-1] == 121
+    assert data.last_step["step"] == 121 and dash.curves["loss"].xData[-1] == 121

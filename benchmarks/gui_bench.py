@@ -1,0 +1,142 @@
+"""GUI figures: cold start to first shown window, dashboard redraw with 24 h of 1 Hz data on six
+series, and GUI memory (RSS). Prints measurements; it does not pass or fail.
+
+    QT_QPA_PLATFORM=offscreen python benchmarks/gui_bench.py [--starts 5] [--frames 300]
+
+Targets (issue 5): cold start ≤ 1.0 s, redraw p95 ≤ 16 ms, RSS ≤ 250 MB.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DAY = 86_400
+GIB = 1 << 30
+
+CHILD = r"""
+import sys, time, json
+t_import = time.time()
+from PySide6 import QtCore, QtWidgets
+app = QtWidgets.QApplication([])
+from app.main_window import MainWindow
+w = MainWindow(None)
+class Watch(QtCore.QObject):
+    def eventFilter(self, obj, ev):
+        if ev.type() == QtCore.QEvent.Paint and not hasattr(self, "t"):
+            self.t = time.time()
+            QtCore.QTimer.singleShot(0, app.quit)
+        return False
+watch = Watch(); w.installEventFilter(watch)
+w.show()
+QtCore.QTimer.singleShot(10000, app.quit)
+app.exec()
+import psutil
+print(json.dumps({"first_paint": getattr(watch, "t", None), "rss": psutil.Process().memory_info().rss}))
+w.hardware.stop()
+"""
+
+
+def cold_starts(n: int) -> list[dict]:
+    """Spawn the app ``n`` times; seconds from process spawn to the main window's first paint."""
+    out = []
+    for _ in range(n):
+        with tempfile.TemporaryDirectory() as home:
+            env = dict(os.environ, TRAINPILOT_HOME=home, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
+            t0 = time.time()
+            res = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+            if not line:
+                raise SystemExit(f"child failed: {res.stderr[-2000:]}")
+            data = json.loads(line[-1])
+            out.append({"seconds": data["first_paint"] - t0, "rss": data["rss"]})
+    return out
+
+
+def day_of_data():
+    """A RunData holding 24 h of 1 Hz telemetry and one step per second (six plotted series+)."""
+    import numpy as np
+
+    from app.run_data import RunData
+
+    d = RunData(None)
+    t = 1.7e9 + np.arange(DAY, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    d.vram_used.extend(t, 14 * GIB + rng.normal(0, 0.1 * GIB, DAY))
+    d.vram_total.extend(t, np.full(DAY, 16 * GIB))
+    d.temperature.extend(t, 75 + 8 * np.sin(t / 900) + rng.normal(0, 0.5, DAY))
+    d.power.extend(t, 140 + rng.normal(0, 5, DAY))
+    d.utilization.extend(t, np.clip(95 + rng.normal(0, 4, DAY), 0, 100))
+    d.tokens_per_s.extend(t, 3000 + rng.normal(0, 60, DAY))
+    steps = np.arange(1, DAY + 1, dtype=np.float64)
+    d.loss.extend(steps, 1.2 + 2.5 * np.exp(-steps / 20000) + rng.normal(0, 0.02, DAY))
+    d.lr.extend(steps, 2e-4 * np.cos(steps / DAY * np.pi / 2))
+    d.throttle_periods = [[float(t[i]), float(t[i + 300])] for i in range(1000, DAY - 400, 7200)]
+    return d, t[-1]
+
+
+def redraw_frames(frames: int) -> tuple[list[float], float]:
+    """Per-frame ms of: append one new sample per series, refresh the dashboard, paint it."""
+    from PySide6 import QtWidgets
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
+    from app.dashboard import Dashboard
+
+    data, t_last = day_of_data()
+    dash = Dashboard()
+    dash.resize(1280, 800)
+    dash.show()
+    dash.set_data(data)
+    dash.repaint()
+    app.processEvents()
+    times = []
+    for i in range(frames):
+        t = t_last + 1 + i
+        start = time.perf_counter()
+        for s, v in ((data.vram_used, 14 * GIB), (data.temperature, 76.0), (data.power, 141.0),
+                     (data.utilization, 96.0), (data.tokens_per_s, 3010.0), (data.vram_total, 16 * GIB)):
+            s.append(t, v)
+        data.loss.append(DAY + 1 + i, 1.25)
+        data.lr.append(DAY + 1 + i, 1e-6)
+        dash.refresh()
+        dash.repaint()
+        app.processEvents()
+        times.append((time.perf_counter() - start) * 1000)
+    import psutil
+
+    return times, psutil.Process().memory_info().rss
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--starts", type=int, default=5)
+    p.add_argument("--frames", type=int, default=300)
+    args = p.parse_args()
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    starts = cold_starts(args.starts)
+    secs = [s["seconds"] for s in starts]
+    print(f"cold start to first painted main window: median {statistics.median(secs):.3f} s, "
+          f"min {min(secs):.3f} s, max {max(secs):.3f} s over {len(secs)} launches (target ≤ 1.0 s)")
+    print(f"GUI RSS at first paint (main window, no run): {statistics.median(s['rss'] for s in starts) / 1e6:.0f} MB "
+          "(target ≤ 250 MB)")
+    times, rss = redraw_frames(args.frames)
+    times.sort()
+    p95 = times[int(0.95 * (len(times) - 1))]
+    print(f"dashboard frame with 24 h of 1 Hz data ({DAY:,} points × 8 curves, 1280×800): "
+          f"p50 {statistics.median(times):.1f} ms, p95 {p95:.1f} ms, max {times[-1]:.1f} ms over {len(times)} frames "
+          "(target p95 ≤ 16 ms)")
+    print(f"GUI RSS with the 24 h dashboard loaded: {rss / 1e6:.0f} MB (target ≤ 250 MB)")
+    print(f"platform: QT_QPA_PLATFORM={os.environ['QT_QPA_PLATFORM']}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

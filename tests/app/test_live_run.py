@@ -1,0 +1,60 @@
+"""One real run through the GUI: Start the CPU demo → steps reach the plots → close the window and
+keep training → reopen and re-attach → Stop (checkpoint saved) → Resume → finished.
+
+Real child processes (``python -m trainer demo/stop/resume``), real widgets offscreen.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer import events as ev
+
+from app.main_window import KEEP, MainWindow
+from app.run_data import pid_alive
+
+from conftest import FIXTURES
+
+NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
+STEPS = 24
+
+
+def _state(run_dir) -> str | None:
+    return (ev.read_status(run_dir) or {}).get("state")
+
+
+@pytest.mark.slow
+def test_start_stop_resume_demo(qtbot):
+    w1 = MainWindow(NO_GPU)
+    qtbot.addWidget(w1)
+    w1.show()
+    run_dir = w1.start_demo((f"training.max_steps={STEPS}", "checkpoints.every_steps=8", "training.warmup_steps=2"))
+    qtbot.waitUntil(lambda: w1.monitor.current is not None and len(w1.monitor.current.loss) >= 2, timeout=150_000)
+    loss_x = w1.run_view.dashboard.curves["loss"].xData
+    assert loss_x is not None and len(loss_x) >= 2  # step events reached the plot
+    assert w1.act_stop.isEnabled()
+    # Closing during training asks; "keep training in the background" leaves the run alive.
+    w1.ask_close_choice = lambda runs: KEEP
+    w1.close()
+    assert pid_alive((ev.read_status(run_dir) or {}).get("pid"))
+    # Reopening re-attaches to the live run (status.json pid alive) and can stop it.
+    w2 = MainWindow(NO_GPU)
+    qtbot.addWidget(w2)
+    w2.show()
+    assert str(w2.monitor.current.run_dir) == str(Path(run_dir).resolve())
+    qtbot.waitUntil(lambda: w2.act_stop.isEnabled(), timeout=5000)
+    w2.stop_selected()
+    qtbot.waitUntil(lambda: w2.act_stop.text() == "Saving checkpoint…", timeout=5000)
+    qtbot.waitUntil(lambda: _state(run_dir) == "stopped", timeout=90_000)
+    assert list((Path(run_dir) / "checkpoints").glob("checkpoint-*")), "Stop saved no checkpoint"
+    stopped_at = ev.read_status(run_dir)["step"]
+    assert stopped_at < STEPS
+    qtbot.waitUntil(lambda: w2.act_resume.isEnabled(), timeout=5000)
+    w2.resume_selected()
+    qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
+    qtbot.waitUntil(lambda: (w2.monitor.current.last_step or {}).get("step") == STEPS, timeout=5000)
+    x = w2.run_view.dashboard.curves["loss"].xData
+    assert x[-1] == STEPS
+    assert "finished" in w2.run_view.dashboard.headline.text()
+    w2.hardware.stop()
