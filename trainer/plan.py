@@ -1,0 +1,221 @@
+"""The planner: hardware snapshot + run config → preset, concrete settings, verdict, reasons. No torch.
+
+Only values the config leaves ``"auto"`` are chosen (micro-batch, accumulation, checkpointing,
+DeepSpeed on/off, device, precision); with ``deepspeed.enabled: auto`` the planner also owns the
+ZeRO stage and offload. Explicit values are never changed, only judged. The search itself lives in
+``trainer.plan_search``; see docs/planner.md for the rules in words.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from trainer import config as config_mod
+from trainer.errors import UserError
+from trainer.gpu import GpuSnapshot, MachineSnapshot
+from trainer.memory import GIB
+
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs" / "presets"
+TIER_PRESETS = {16: "laptop_16gb", 24: "desktop_24gb", 32: "desktop_32gb", 80: "datacenter_80gb"}
+DATACENTER_WORDS = ("a100", "h100", "h200", "h800", "a800", "l40", "a40", "b200", "gh200", "a6000", "rtx 6000")
+SYSTEM_PROCESSES = {"xorg", "xwayland", "gnome-shell", "kwin_x11", "kwin_wayland", "plasmashell", "dwm.exe",
+                    "csrss.exe", "explorer.exe", "system", "sway", "mutter", "gdm-x-session"}
+HEADROOM = {"fastest": 0.05, "most_headroom": 0.15}  # share of the usable VRAM kept free
+MIN_HEADROOM_BYTES = 256 * 2**20
+HOST_RAM_USABLE = 0.9  # of the RAM available when probed
+
+
+@dataclass
+class Plan:
+    """The planner's decision (``to_dict()`` is ``plan.json``). Bytes throughout."""
+
+    preset: str
+    tier: Optional[int]
+    form_factor: str  # laptop | desktop | datacenter | cpu
+    verdict: str  # fits | tight | does_not_fit | unknown
+    budget_bytes: int
+    predicted_peak_bytes: Optional[int]
+    breakdown: dict
+    host_ram_needed_bytes: Optional[int]
+    settings: dict
+    reasons: list
+    close_apps: list
+    alternatives: list
+    notes: list
+    resolved: Any = field(repr=False, default=None)  # the RunConfig with every "auto" resolved
+    goal: str = "fastest"
+    device: str = "cuda"
+    gpu: Optional[str] = None
+    host_ram_available_bytes: Optional[int] = None
+    host_breakdown: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready ``plan.json`` content."""
+        keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
+                "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
+                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model")
+        return {k: getattr(self, k) for k in keys}
+
+
+def load_preset(name: str) -> dict:
+    """The partial config dict of ``configs/presets/<name>.yaml``; UserError when it is missing."""
+    path = PRESETS_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))) or "none"
+        raise UserError(f"unknown preset '{name}' (no {path}); available: {known}", path=str(path))
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of config sections", path=str(path))
+    return data
+
+
+def classify(gpu: Optional[GpuSnapshot]) -> tuple[Optional[int], str, str]:
+    """(tier in GB, form factor, preset name) of a GPU (None: the CPU).
+
+    Tiers are the nearest of 16/24/32/80 GB by total VRAM; smaller GPUs fall back to the 16 GB
+    preset (the most careful one), 40 GB and up to the datacenter one."""
+    if gpu is None:
+        return None, "cpu", "cpu"
+    gib = (gpu.memory_total_bytes or 0) / GIB
+    tier = min(TIER_PRESETS, key=lambda t: abs(t - gib)) if gib < 40 else 80
+    low = gpu.name.lower()
+    if gpu.is_laptop:
+        form = "laptop"
+    elif tier == 80 or any(w in low for w in DATACENTER_WORDS):
+        form = "datacenter"
+    else:
+        form = "desktop"
+    return tier, form, TIER_PRESETS[tier]
+
+
+def usable_vram(gpu: GpuSnapshot) -> tuple[int, int]:
+    """(usable bytes, bytes held by other processes): total − driver-reserved − what others hold.
+
+    "Held" is the larger of NVML's used memory and the per-process sum (Windows reports no
+    per-process memory, but the device total still counts it)."""
+    total = gpu.memory_total_bytes or 0
+    procs = gpu.other_process_bytes(exclude_pids=(os.getpid(),)) or 0
+    held = max(gpu.memory_used_bytes or 0, procs)
+    return max(0, total - (gpu.memory_reserved_bytes or 0) - held), held
+
+
+def budget_for(gpu: GpuSnapshot, goal: str) -> tuple[int, int, int]:
+    """(budget, usable, held) in bytes; budget keeps ``HEADROOM[goal]`` of the usable VRAM free."""
+    usable, held = usable_vram(gpu)
+    keep = max(MIN_HEADROOM_BYTES, int(HEADROOM.get(goal, 0.05) * usable))
+    return max(0, usable - keep), usable, held
+
+
+def close_apps(gpu: GpuSnapshot, min_bytes: int = 64 * 2**20) -> list[dict]:
+    """Processes worth closing to free VRAM (not ours, not the desktop itself), largest first."""
+    out = []
+    for p in gpu.processes:
+        if p.pid == os.getpid() or p.name.lower() in SYSTEM_PROCESSES:
+            continue
+        if p.used_memory_bytes is None or p.used_memory_bytes >= min_bytes:
+            out.append({"pid": p.pid, "name": p.name, "used_memory_bytes": p.used_memory_bytes})
+    return sorted(out, key=lambda d: -(d["used_memory_bytes"] or 0))
+
+
+def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan:
+    """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch)."""
+    from trainer import plan_search as ps
+
+    goal = goal or cfg.plan_goal
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    device = _device(cfg, gpu)
+    tier, form, preset = classify(gpu if device == "cuda" else None)
+    ctx = ps.Context.build(cfg, hardware, gpu, device, goal)
+    notes = _hardware_notes(hardware, gpu, device, cfg)
+    if ctx.spec is None:
+        return _unknown_plan(cfg, ctx, tier, form, preset, notes)
+    choice = ps.search(ctx)
+    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
+                choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
+                close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
+                goal=goal, device=device, gpu=gpu.name if gpu else None,
+                host_ram_available_bytes=hardware.host.ram_available_bytes,
+                host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec))
+    if choice.verdict != "fits":
+        plan.alternatives = ps.alternatives(ctx)
+    if plan.close_apps and choice.verdict != "fits":
+        plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
+    plan.resolved = _resolve(cfg, device, ctx, choice.settings)
+    plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
+    return plan
+
+
+def _close_apps_reason(ctx, apps: list[dict]) -> str:
+    """Say what the listed programs hold, and whether closing them makes the plan fit."""
+    import dataclasses
+
+    from trainer import plan_search as ps
+
+    names = ", ".join(f"{a['name']} (pid {a['pid']}, {_gb_or_unknown(a['used_memory_bytes'])})" for a in apps)
+    freed = sum(a["used_memory_bytes"] or 0 for a in apps)
+    if not freed:
+        return f"other programs hold VRAM: {names}; closing them gives that memory to training"
+    after = ps.search(dataclasses.replace(ctx, budget=ctx.budget + freed, usable=ctx.usable + freed))
+    if after.verdict == "fits":
+        return (f"closing {names} frees {freed / GIB:.1f} GB of VRAM; then it fits "
+                f"(micro-batch {after.micro}, checkpointing {'on' if after.ckpt else 'off'})")
+    return f"closing {names} would free {freed / GIB:.1f} GB of VRAM, not enough on its own"
+
+
+def _gb_or_unknown(n: Optional[int]) -> str:
+    return "unknown amount" if n is None else f"{n / GIB:.1f} GB"
+
+
+def _device(cfg, gpu: Optional[GpuSnapshot]) -> str:
+    if cfg.device == "auto":
+        return "cuda" if gpu is not None else "cpu"
+    return cfg.device
+
+
+def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str, cfg) -> list[str]:
+    notes = []
+    if gpu is None:
+        notes.append(f"{hw.note or 'no NVIDIA GPU found'}; planning for the CPU (fp32, no DeepSpeed, no "
+                     "checkpointing): training works but is slow, fine for the demo and small models")
+        if cfg.device == "cuda":
+            notes.append("device is set to cuda but no NVIDIA GPU is usable: the run cannot start; set device: auto")
+    elif device == "cpu":
+        notes.append(f"device is set to cpu: the {gpu.name} is not used")
+    if gpu is not None and device == "cuda":
+        if gpu.is_throttled:
+            notes.append(f"the GPU was throttling when probed ({', '.join(gpu.throttle_reasons)}); "
+                         "expect lower speed until it cools")
+        if gpu.is_laptop:
+            notes.append("laptop GPU: keep the machine plugged in and ventilated; it slows down when hot")
+        if len(hw.gpus) > 1 and cfg.world_size == 1:
+            notes.append(f"{len(hw.gpus)} GPUs found; the plan uses GPU 0 (set distributed.num_gpus to use more)")
+    return notes
+
+
+def _resolve(cfg, device: str, ctx, settings: dict):
+    from trainer import plan_search as ps
+
+    changes = dict(settings)
+    changes.update(ps.device_settings(cfg, ctx))
+    return config_mod.replace(cfg, **changes)
+
+
+def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
+    """No config.json for the model: safe concrete values and a "fits unknown" verdict."""
+    from trainer import plan_search as ps
+
+    settings = ps.fallback_settings(cfg, ctx)
+    notes = notes + [ctx.spec_error + "; the memory cannot be predicted, so the plan uses safe values "
+                     "(micro-batch 1, checkpointing on a GPU) and the verdict is unknown"]
+    plan = Plan(preset, tier, form, "unknown", ctx.budget, None, {}, None, settings,
+                ["the model's architecture is unknown, so no memory prediction was made"], [], [], notes,
+                goal=ctx.goal, device=ctx.device, gpu=ctx.gpu.name if ctx.gpu else None,
+                host_ram_available_bytes=ctx.hardware.host.ram_available_bytes)
+    plan.resolved = _resolve(cfg, ctx.device, ctx, settings)
+    plan.settings = dict(settings, **ps.device_settings(cfg, ctx))
+    return plan
