@@ -44,6 +44,11 @@ class Latest(QtCore.QObject):
         self.busy = True
         QtCore.QThreadPool.globalInstance().start(_Task(fn, self._bridge, self._token))
 
+    def cancel(self) -> None:
+        """Drop the result of any pending call (it still runs to completion)."""
+        self._token += 1
+        self.busy = False
+
     def _deliver(self, token, result, error) -> None:
         if token != self._token:
             return

@@ -78,7 +78,12 @@ class ModelPage(QtWidgets.QWizardPage):
         self._model_job = Latest(self._show_facts, self._show_error, self)
         self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
         self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
-        self.source.textChanged.connect(lambda _t: self._debounce.start())
+        self.source.textChanged.connect(self._edited)
+
+    def _edited(self, _text: str) -> None:
+        self._model_job.cancel()  # a result for the old text must not show under the new one
+        self.facts.setText("…")
+        self._debounce.start()
 
     def _browse(self) -> None:
         folder = QtWidgets.QFileDialog.getExistingDirectory(self, "Model folder (with config.json)")

@@ -101,11 +101,7 @@ class SchemaForm(QtWidgets.QTabWidget):
             elif kind == "choice":
                 out[key] = w.currentData()
             else:
-                text = w.text().strip()
-                try:
-                    out[key] = yaml.safe_load(text) if text else None
-                except yaml.YAMLError:
-                    out[key] = text
+                out[key] = parse_text(w.text())
         return out
 
     def set_value(self, key: str, value) -> None:
@@ -129,6 +125,24 @@ class SchemaForm(QtWidgets.QTabWidget):
             w.setStyleSheet("border: 1px solid #d62728" if key in bad else "")
             if key in bad:
                 w.setToolTip(f"{key}: {bad[key]}")
+
+
+def parse_text(text: str):
+    """A line edit's YAML value; blank is null, and '1e-4' is a number (YAML 1.1 reads it as text)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return value
 
 
 def _yaml_text(value) -> str:

@@ -70,12 +70,7 @@ class WizardState(QtCore.QObject):
             self._timer.start(500)
             return
 
-        def work():
-            from trainer.plan import plan_run
-
-            return plan_run(cfg, snap)
-
-        self._planner.submit(work)
+        self._planner.submit(lambda: _plan(cfg, snap))
 
     def _plan_done(self, plan) -> None:
         self.plan, self.error = plan, None
@@ -93,8 +88,16 @@ class WizardState(QtCore.QObject):
 
     # -- output ---------------------------------------------------------------------------------
     def final_config(self) -> tc.RunConfig:
-        """The planned config (autos resolved) when a plan exists, else the edited one."""
-        return getattr(self.plan, "resolved", None) or self.config()
+        """The planned config (autos resolved, preset recorded) for the current values; plans now
+        (cheap, no torch) when the background plan is for older values or has not arrived."""
+        cfg = self.config()
+        plan = self.plan if getattr(self.plan, "config_in", None) == cfg else None
+        if plan is None and self.snapshot() is not None:
+            plan = _plan(cfg, self.snapshot())
+        resolved = getattr(plan, "resolved", None)
+        if resolved is None:
+            return cfg
+        return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
 
     def default_run_dir(self) -> str:
         """``<runs_dir>/<name>-<yyyymmdd-hhmmss>``."""
@@ -108,6 +111,15 @@ class WizardState(QtCore.QObject):
         path = folder / f"{Path(run_dir).name}.yaml"
         path.write_text(tc.dump_yaml(self.final_config()), encoding="utf-8")
         return path
+
+
+def _plan(cfg: tc.RunConfig, snapshot):
+    """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for."""
+    from trainer.plan import plan_run
+
+    plan = plan_run(cfg, snapshot)
+    plan.config_in = cfg
+    return plan
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:

@@ -43,7 +43,7 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     qtbot.waitUntil(lambda: wiz.state.plan is not None and not wiz.state.planning
                     and wiz.state.values["method.type"] == "lora", timeout=15000)
     plan = wiz.state.plan.to_dict()
-    assert plan["preset"] == "laptop_16gb" and plan["form_factor"] == "laptop"
+    assert plan["preset"] == "laptop_16gb" and plan["form_factor"] == "laptop", plan
     assert "laptop_16gb" in wiz.plan.verdict.text()
     assert wiz.plan.bar.segments and wiz.plan.bar.budget == plan["budget_bytes"]
     # The advanced form is generated from the schema: every field, values from the config.
