@@ -7,6 +7,7 @@ Light module: pydantic and PyYAML only (the GUI imports it).
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -390,9 +391,11 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([("", f"the config must be a YAML mapping of sections, not {type(data).__name__}")], source)
+    secret_values = _secret_env_values()
+    tokens = _find_tokens(data, secret_values)
     problems = [(path, "looks like a secret token; never put tokens in a config: set the "
                  "HF_TOKEN environment variable (or model.hub_token_env) instead")
-                for path, _ in _find_tokens(data)]
+                for path, _ in tokens]
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -402,21 +405,40 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
                 problems += ctx_err.problems
                 continue
             problems.append((".".join(e["loc"]), _fix_for(e)))
-        raise ConfigError(problems, source) from None
+        raise ConfigError(_scrub(problems, [v for _, v in tokens] + secret_values), source) from None
     if problems:
         raise ConfigError(problems, source)
     return cfg
 
 
-def _find_tokens(data: Any, path: str = "") -> list[tuple[str, str]]:
+def _secret_env_values() -> list[str]:
+    """Secret values in the environment (tokens of any shape), longest first; no keyring lookup here."""
+    from trainer.secrets import SECRET_ENV_VARS
+
+    values = {os.environ.get(name) for name in SECRET_ENV_VARS}
+    return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
+
+
+def _scrub(problems: list[tuple[str, str]], values: list[str]) -> list[tuple[str, str]]:
+    # Messages echo the offending input ("got '...'"): a token put in the wrong field must not be echoed.
+    out = []
+    for loc, msg in problems:
+        for v in sorted(set(values), key=len, reverse=True):
+            msg = msg.replace(v, "***")
+        out.append((loc, _TOKEN_RE.sub("***", msg)))
+    return out
+
+
+def _find_tokens(data: Any, secret_values: list[str] = (), path: str = "") -> list[tuple[str, str]]:
+    """``(field path, value)`` of strings that are token-shaped or contain a secret from the environment."""
     found = []
     if isinstance(data, dict):
         for k, v in data.items():
-            found += _find_tokens(v, f"{path}.{k}" if path else str(k))
+            found += _find_tokens(v, secret_values, f"{path}.{k}" if path else str(k))
     elif isinstance(data, list):
         for i, v in enumerate(data):
-            found += _find_tokens(v, f"{path}[{i}]")
-    elif isinstance(data, str) and _TOKEN_RE.search(data):
+            found += _find_tokens(v, secret_values, f"{path}[{i}]")
+    elif isinstance(data, str) and (_TOKEN_RE.search(data) or any(v in data for v in secret_values)):
         found.append((path, data))
     return found
 
