@@ -20,11 +20,15 @@ def check(cfg, hardware=None) -> None:
     """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
     problems: list[tuple[str, str]] = []
     for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _machine):
+        if fn is _seq_len and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
+            continue  # the model's config.json is already reported unusable: don't report it twice
         try:
             fn(cfg, hardware)
         except UserError as exc:
             field, _, msg = str(exc).partition(": ")
-            problems.append((exc.field or field, msg if exc.field or field else str(exc)))
+            problem = (exc.field or field, msg if exc.field or field else str(exc))
+            if problem not in problems:
+                problems.append(problem)
     if problems:
         raise ConfigError(problems)
 
