@@ -16,6 +16,7 @@ from trainer.errors import UserError
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".txt": "txt", ".text": "txt",
            ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "true/false", type(None): "null"}
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _read_jsonl(p: Path, text: str, skip: bool, limit: int | None) -> Records:
         try:
             obj = json.loads(line)
             if not isinstance(obj, dict):
-                raise ValueError("not a JSON object")
+                raise ValueError(f"found a JSON {_JSON_KINDS.get(type(obj), 'value')} where {{...}} belongs")
         except ValueError as exc:
             if skip:
                 skipped.append(no)
@@ -166,5 +167,6 @@ def check_fields(records: Records, data_cfg) -> None:
         missing = next((i for i, r in enumerate(rows) if name not in r or r[name] is None), None)
         if missing is not None:
             fields = ", ".join(sorted(present)) or "none"
+            fix = f"set {where} to one of them" if where == "data.text_field" else f"use only those fields in {where}"
             raise UserError(f"{where}: field '{name}' is absent from record {missing + 1} of {records.path} "
-                            f"(fields present: {fields}); set {where} to one of them", field=where, path=str(records.path))
+                            f"(fields present: {fields}); {fix}", field=where, path=str(records.path))
