@@ -162,13 +162,13 @@ def _close_apps_reason(ctx, apps: list[dict]) -> str:
         return f"other programs hold VRAM: {names}; closing them gives that memory to training"
     after = ps.search(dataclasses.replace(ctx, budget=ctx.budget + freed, usable=ctx.usable + freed))
     if after.verdict == "fits":
-        return (f"closing {names} frees {freed / GIB:.1f} GB of VRAM; then it fits "
+        return (f"closing {names} frees {freed / GIB:.1f} GiB of VRAM; then it fits "
                 f"(micro-batch {after.micro}, checkpointing {'on' if after.ckpt else 'off'})")
-    return f"closing {names} would free {freed / GIB:.1f} GB of VRAM, not enough on its own"
+    return f"closing {names} would free {freed / GIB:.1f} GiB of VRAM, not enough on its own"
 
 
 def _gb_or_unknown(n: Optional[int]) -> str:
-    return "unknown amount" if n is None else f"{n / GIB:.1f} GB"
+    return "unknown amount" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def _device(cfg, gpu: Optional[GpuSnapshot]) -> str:

@@ -19,7 +19,7 @@ DsOption = tuple[bool, int, bool, bool]  # (enabled, zero_stage, offload_optimiz
 
 
 def gb(n: Optional[float]) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GB"
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
 @dataclass
