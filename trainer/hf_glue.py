@@ -24,13 +24,16 @@ from trainer.sequences import REAL_TOKENS_KEY
 
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"  # "STEP:MIN_MICRO": raise OOM at optimizer step >= STEP while micro > MIN_MICRO
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
+INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
+INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
 
 
 class TrainPilotTrainer(Trainer):
     """HF Trainer with real-token counting, atomic checkpoints and fault injection."""
 
-    def __init__(self, *args, run_meta: dict | None = None, keep_last: int = 3, **kwargs):
+    def __init__(self, *args, run_meta: dict | None = None, keep_last: int = 3, shuffle: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        self.tp_shuffle = shuffle
         self.tp_tokens = 0  # real tokens seen by this rank since the last step event
         self.tp_meta = run_meta or {}
         self.tp_keep_last = keep_last
@@ -87,6 +90,14 @@ class TrainPilotTrainer(Trainer):
         if disk_full_at and int(disk_full_at) == step:
             raise OSError(errno.ENOSPC, "No space left on device (injected)", str(stage))
         super()._save_checkpoint(model, trial)
+        pause = float(os.environ.get(INJECT_SLOW_SAVE_ENV) or 0)
+        if pause:
+            time.sleep(pause)  # the weights are written, the marker is not: the worst moment to die
+
+    def _get_train_sampler(self, train_dataset=None):
+        if not self.tp_shuffle:
+            return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+        return super()._get_train_sampler(train_dataset)
 
     def _tp_publish(self, stage: Path, final: Path, step: int, started: float) -> None:
         # HF wrote into <stage>/checkpoint-N; move that up as the checkpoint's content.
@@ -203,6 +214,9 @@ class StepEvents(TrainerCallback):
         return tokens
 
     def _should_stop(self, args) -> bool:
+        inject = os.environ.get(INJECT_STOP_ENV)
+        if inject and self.trainer.state.global_step >= int(inject) and not self.stop_reason:
+            self.stop_requested, self.stop_reason = True, INJECT_STOP_ENV
         local = self.stop_requested or (self.run_dir / STOP_FILE).exists()
         if local and not self.stop_reason:
             self.stop_requested, self.stop_reason = True, "STOP file"

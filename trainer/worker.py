@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-from", default=None)
     args = ap.parse_args(argv)
     run_dir = Path(args.run_dir)
+    _single_process_env()
     rank = int(os.environ.get("RANK", "0"))
     writer = EventWriter(run_dir / EVENTS_FILE, redact=secrets.redact)
     try:
@@ -37,6 +38,19 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(writer, rank, str(exc), exc.exit_code, kind="bad_input" if exc.exit_code == 2 else "fault")
     except BaseException as exc:  # classify: out-of-memory, failed save, anything else
         return _classify(exc, writer, rank)
+
+
+def _single_process_env() -> None:
+    """A lone worker is rank 0 of 1: say so, or DeepSpeed falls back to MPI discovery."""
+    if "RANK" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
 def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
@@ -160,7 +174,8 @@ def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
     targs = _training_arguments(cfg, run_dir, precision, use_cuda)
     trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
                                 data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
-                                keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg))
+                                keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
+                                shuffle=cfg.data.shuffle)
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     return {"trainer": trainer, "steps": steps, "info": info, "device": "cuda" if use_cuda else "cpu",

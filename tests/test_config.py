@@ -1,0 +1,83 @@
+"""The run-config schema: every problem at once, with field paths and fixes; exact round trips."""
+import yaml
+import pytest
+
+from trainer import config as c
+
+
+def problems(data):
+    with pytest.raises(c.ConfigError) as info:
+        c.validate(data)
+    return dict(info.value.problems)
+
+
+def test_defaults_validate_and_round_trip_exactly():
+    cfg = c.validate({})
+    again = c.validate(yaml.safe_load(c.dump_yaml(cfg)))
+    assert again == cfg
+    assert c.dump_yaml(again) == c.dump_yaml(cfg)
+
+
+@pytest.mark.parametrize("path", sorted((c.Path(__file__).parent.parent / "configs").rglob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate_and_round_trip(path):
+    cfg = c.load(path)
+    assert c.validate(yaml.safe_load(c.dump_yaml(cfg))) == cfg
+
+
+def test_all_errors_reported_at_once_with_paths():
+    found = problems({"training": {"micro_batch_size": 0, "learning_rate": "fast", "effective_batch_size": -4},
+                      "speed": {"precision": "bf17"}, "trainig": {}})
+    assert set(found) == {"training.micro_batch_size", "training.learning_rate", "training.effective_batch_size",
+                          "speed.precision", "trainig"}
+    assert "did you mean 'training'" in found["trainig"]
+    assert "'bf16'" in found["speed.precision"]
+
+
+def test_key_in_wrong_section_is_pointed_to():
+    assert "data.seq_len" in problems({"seq_len": 512})["seq_len"]
+
+
+def test_effective_batch_must_divide():
+    msg = problems({"training": {"micro_batch_size": 3, "effective_batch_size": 16}})["training.effective_batch_size"]
+    assert "not divisible" in msg and "3" in msg
+
+
+def test_inconsistent_accumulation_named_with_fix():
+    msg = problems({"training": {"micro_batch_size": 2, "gradient_accumulation_steps": 3, "effective_batch_size": 16}})
+    assert "set it to 8" in msg["training.gradient_accumulation_steps"]
+
+
+def test_world_size_counts_in_effective_batch():
+    cfg = c.validate({"distributed": {"num_gpus": 2},
+                      "training": {"micro_batch_size": 2, "gradient_accumulation_steps": 4, "effective_batch_size": 16}})
+    assert cfg.world_size == 2
+    problems({"distributed": {"num_gpus": 3}, "training": {"micro_batch_size": 2, "effective_batch_size": 16}})
+
+
+def test_overrides_are_typed_yaml(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("training: {max_steps: 5}\n")
+    cfg = c.load(p, ["training.learning_rate=1e-4", "speed.gradient_checkpointing=true", "model.source=./m"])
+    assert cfg.training.learning_rate == 1e-4 and cfg.speed.gradient_checkpointing is True
+    with pytest.raises(c.ConfigError, match="key.path=value"):
+        c.load(p, ["nonsense"])
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("training:\n  max_steps: 5\n    learning_rate: 1\n")
+    with pytest.raises(c.ConfigError, match="line 3"):
+        c.load(p)
+
+
+def test_tokens_are_rejected_without_echo():
+    token = "hf_" + "a1B2c3D4e5" * 3
+    with pytest.raises(c.ConfigError) as info:
+        c.validate({"model": {"source": token}})
+    assert token not in str(info.value)
+
+
+def test_field_docs_cover_every_leaf():
+    keys = {row[0] for row in c.field_docs()}
+    assert "training.micro_batch_size" in keys and "deepspeed.offload_params" in keys
+    assert all(row[3] for row in c.field_docs()), "every field needs a description"
