@@ -205,7 +205,11 @@ def test_installed_doctor_answers_json(installed):
     out = subprocess.run([str(cli), "doctor", "--json"], cwd=installed["home"], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TRAINPILOT_INSTALL_STATE=str(installed["prefix"] / "install-state.json")))
     assert out.returncode in (0, 1), out.stderr  # 1 = doctor found problems (no GPU here), still answers
-    assert isinstance(json.loads(out.stdout), dict)
+    report = json.loads(out.stdout)
+    checks = report if isinstance(report, list) else report.get("checks", [])
+    assert checks and all({"name", "ok"} <= set(c) for c in checks), report
+    # it is the installed environment that answered, not the checkout
+    assert str(installed["prefix"]) in json.dumps(report)
 
 
 def _smoke_env(home: Path) -> dict:

@@ -153,7 +153,10 @@ install_torch() {
     # The PyTorch index serves torch's dependencies too; PyPI is left out on purpose, or pip could
     # take a newer public torch (CPU-only on Windows) over the CUDA build.
     if pip_install "${up[@]}" "$req" --index-url "https://download.pytorch.org/whl/$build"; then
-      TP_BUILD="$build"; return
+      # A pip.conf with extra indexes or find-links can hand over another build: check, never assume.
+      if torch_ok "$build"; then TP_BUILD="$build"; return; fi
+      echo "pip installed PyTorch $("$VPY" -c 'import torch; print(torch.__version__)' 2>&1 | tail -1), not the $build build (check pip.conf / PIP_* settings)."
+      "$VPY" -m pip uninstall -y torch || true
     fi
     echo "PyTorch build $build did not install; trying the next one."
   done
@@ -167,6 +170,9 @@ install_deepspeed() {
   # DS_BUILD_OPS=0: no compiling at install; DeepSpeed builds the ops it needs at first use.
   # --no-build-isolation: its setup.py must see the torch we just installed, not download another.
   local up=(); (( UPGRADE )) && up=(--upgrade)
+  # Without build isolation its setup.py runs in this environment, which (Python 3.12+) has no
+  # setuptools of its own.
+  if (( ! OFFLINE )); then pip_install setuptools wheel packaging || true; fi
   if ! DS_BUILD_OPS=0 timeout 1800 "$VPY" -m pip install "${PIP_ARGS[@]}" "${up[@]}" --no-build-isolation deepspeed; then
     DS_ERROR="pip could not install DeepSpeed (see install.log); TrainPilot uses its non-DeepSpeed presets."
     echo "$DS_ERROR"
@@ -186,8 +192,9 @@ install_desktop() {
   sed -e "s|^Exec=.*|Exec=\"$PREFIX/launch.sh\"|" -e "s|^TryExec=.*|TryExec=$PREFIX/launch.sh|" \
       "$REPO/installers/linux/trainpilot.desktop" > "$data/applications/trainpilot.desktop"
   chmod 644 "$data/applications/trainpilot.desktop"
-  command -v update-desktop-database >/dev/null && update-desktop-database -q "$data/applications" || true
-  command -v gtk-update-icon-cache >/dev/null && gtk-update-icon-cache -q -t "$data/icons/hicolor" 2>/dev/null || true
+  # Menus and icon themes pick the files up without these; they only make it immediate.
+  if command -v update-desktop-database >/dev/null; then update-desktop-database -q "$data/applications" || true; fi
+  if command -v gtk-update-icon-cache >/dev/null; then gtk-update-icon-cache -q -t "$data/icons/hicolor" 2>/dev/null || true; fi
   mkdir -p "$bin"
   local name target
   for name in trainpilot trainpilot-cli; do
@@ -198,6 +205,9 @@ install_desktop() {
   echo "Menu entry: $data/applications/trainpilot.desktop; commands in $bin"
   case ":$PATH:" in *":$bin:"*) ;; *) echo "Note: $bin is not on your PATH; add it to run 'trainpilot' from a terminal." ;; esac
 }
+
+step "checking the TrainPilot folder" "Run installers/linux/install.sh from a complete TrainPilot checkout."
+[[ -f "$REPO/pyproject.toml" ]] || fail "$REPO does not hold the TrainPilot sources."
 
 step "finding Python 3.10 or newer" "Install Python 3.10+ with venv (Debian/Ubuntu: sudo apt install python3 python3-venv), or pass --python /path/to/python3."
 BASE_PY="$(find_python)" || fail "No Python 3.10+ with the venv module was found."
@@ -219,7 +229,7 @@ install_torch
 step "installing TrainPilot" "Check the network connection (or the wheelhouse in offline mode) and run the installer again."
 install_source
 NOBI=(); (( ${#REUSE[@]} || OFFLINE )) && NOBI=(--no-build-isolation)  # build with what is installed
-pip_install "${NOBI[@]}" -e "$SRC[gui,train]"
+pip_install "${NOBI[@]}" -e "${SRC}[gui,train]"
 
 step "trying DeepSpeed" ""
 install_deepspeed

@@ -144,16 +144,18 @@ function Install-Torch($Decision) {
         Write-Log "PyTorch build $($Decision.build) is already installed."
         return $Decision.build
     }
-    # A torch of another build satisfies the requirement, so pip would keep it: remove it first.
-    Invoke-Logged $VenvPy @('-m', 'pip', 'uninstall', '-y', 'torch') | Out-Null
     $builds = @($Decision.build) + @($Decision.fallbacks)
     foreach ($build in $builds) {
+        # A torch of another build satisfies the requirement, so pip would keep it: remove it first.
+        Invoke-Logged $VenvPy @('-m', 'pip', 'uninstall', '-y', 'torch') | Out-Null
         $req = (& $VenvPy (Join-Path $RepoRoot 'installers\torch_build.py') '--build' $build '--json' |
                 Out-String | ConvertFrom-Json).torch_requirement
         Write-Log "Installing PyTorch ($build, $req) from https://download.pytorch.org/whl/$build (CUDA builds are several GB)"
         # PyPI is left out on purpose: its Windows torch is the CPU build, and pip could prefer it.
         $rc = Invoke-Logged $VenvPy @('-m', 'pip', 'install', $req, '--index-url', "https://download.pytorch.org/whl/$build")
-        if ($rc -eq 0) { return $build }
+        # A pip.ini with extra indexes can hand over another build: check, never assume.
+        if ($rc -eq 0 -and (Test-TorchBuild $build)) { return $build }
+        if ($rc -eq 0) { Write-Log "pip installed another PyTorch build than $build (check pip.ini / PIP_* settings)." }
         Write-Log "PyTorch build $build did not install; trying the next one."
     }
     Stop-Install "PyTorch did not install from any of: $($builds -join ', ')"
@@ -182,6 +184,8 @@ function Copy-Source {
 function Install-DeepSpeed {
     if ($NoDeepSpeed) { return 'skipped (-NoDeepSpeed)' }
     $env:DS_BUILD_OPS = '0'
+    # Without build isolation its setup.py runs in this environment, which has no setuptools of its own.
+    Invoke-Logged $VenvPy @('-m', 'pip', 'install', 'setuptools', 'wheel', 'packaging') | Out-Null
     $out = Join-Path $Prefix 'deepspeed-pip.log'
     $err = Join-Path $Prefix 'deepspeed-pip.err.log'
     $p = Start-Process -FilePath $VenvPy -NoNewWindow -PassThru -RedirectStandardOutput $out -RedirectStandardError $err `
@@ -230,6 +234,9 @@ function Install-Launchers([string]$Src) {
 
 function Invoke-Main {
     Write-Log "=== TrainPilot install $((Get-Date).ToUniversalTime().ToString('s'))Z: prefix=$Prefix source=$RepoRoot"
+
+    Start-Step 'checking the TrainPilot folder' 'Unpack the whole TrainPilot ZIP into a folder, then double-click installers\windows\install.bat inside it.'
+    if (-not (Test-Path (Join-Path $RepoRoot 'pyproject.toml'))) { Stop-Install "$RepoRoot does not hold the TrainPilot sources." }
 
     Start-Step 'finding Python 3.10 or newer' 'Install Python 3.12 from python.org (tick "py launcher"), then double-click install.bat again.'
     $basePy = Find-Python
