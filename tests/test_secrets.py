@@ -1,0 +1,84 @@
+"""No secrets leak (issue 3, item 6): tokens planted in the environment never reach a file or a message.
+
+Two fake secrets are planted: a hub-token-shaped ``HF_TOKEN`` (caught by shape and by value) and a
+40-hex-digit ``WANDB_API_KEY`` (no recognisable shape: only exact-value redaction catches it). Then,
+through the real CLI: configs that would echo them in an error message, a real worker failure whose
+exception text carries one, a real 2-step training run with a checkpoint every step, ``status`` and
+``export``. Every byte of every file produced (run directories, export, the user's folder) and every
+line printed is searched for both values.
+"""
+from __future__ import annotations
+
+import random
+import string
+from pathlib import Path
+
+import pytest
+
+from trainer.secrets import REDACTED
+from helpers_cli import TRAIN_TIMEOUT, assert_refused, files_containing, run_cli, write_config, write_demo_data
+
+_rng = random.Random()  # fresh values each run: nothing can pass by matching a constant
+HF_TOKEN = "hf_" + "".join(_rng.choice(string.ascii_letters) for _ in range(30))
+WANDB_KEY = "".join(_rng.choice("0123456789abcdef") for _ in range(30)) + "deadbeef00"  # 40 hex, letters included
+SECRETS = {"HF_TOKEN": HF_TOKEN, "WANDB_API_KEY": WANDB_KEY}
+NEEDLES = [HF_TOKEN.encode(), WANDB_KEY.encode()]
+
+
+def _clean(text: str) -> list[str]:
+    return [name for name, v in SECRETS.items() if v in text]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    write_demo_data(tmp_path / "train.jsonl", 120)
+    return tmp_path
+
+
+@pytest.mark.parametrize("changes, sets, field", [
+    ({"model.tokenizer": "tok/" + HF_TOKEN}, [], "model.tokenizer"),  # a path that contains the hub token
+    ({}, [f"data.path=data/{WANDB_KEY}.jsonl"], "data.path"),  # an unshaped secret in a path
+    ({}, [f"training.max_steps={HF_TOKEN}"], "training.max_steps"),  # wrong type: the value would be echoed
+    ({"output.run_name": f"run-{WANDB_KEY}"}, [], "output.run_name"),  # would become a folder name
+], ids=["tokenizer_path", "data_path_unshaped", "wrong_type_echo", "run_name"])
+def test_config_with_a_secret_is_refused_without_echoing_it(ws, changes, sets, field):
+    cfg = write_config(ws, changes)
+    args = ["run", str(cfg), "--run-dir", str(ws / "run")] + [a for s in sets for a in ("--set", s)]
+    proc = run_cli(args, cwd=ws, env=SECRETS)
+    assert_refused(proc, 2, (field, "secret token", "HF_TOKEN"))
+    assert not _clean(proc.stdout + proc.stderr), proc.stderr
+    assert not (ws / "run").exists()
+
+
+@pytest.mark.slow
+def test_no_file_or_message_of_a_run_and_export_holds_a_secret(ws):
+    printed: list[str] = []
+
+    def cli(*args: str, extra_env: dict | None = None, timeout: float = TRAIN_TIMEOUT):
+        proc = run_cli(list(args), cwd=ws, env={**SECRETS, **(extra_env or {})}, timeout=timeout)
+        printed.extend([proc.stdout, proc.stderr])
+        return proc
+
+    # A worker that fails with the secret in its exception text ("invalid literal for int(): '<key>'"):
+    # the message reaches the failed event, train.log (with the traceback) and the terminal, redacted.
+    cfg = write_config(ws, {"output.tensorboard": True})
+    failed = cli("run", str(cfg), "--run-dir", str(ws / "failed-run"),
+                 extra_env={"TRAINPILOT_INJECT_OOM": WANDB_KEY})
+    assert failed.returncode == 1, failed.stderr
+    log = (ws / "failed-run" / "train.log").read_text()
+    assert "Traceback" in log and REDACTED in log, "the detail, redacted, is in train.log"
+
+    run = ws / "run"
+    ok = cli("run", str(cfg), "--run-dir", str(run))
+    assert ok.returncode == 0, ok.stderr
+    assert len(list((run / "checkpoints").glob("checkpoint-*"))) == 2
+    assert list((run / "tensorboard").rglob("*")), "TensorBoard files are part of what is searched"
+    for args in (("status", str(run), "--json"), ("export", str(run), "--to", str(ws / "export")),
+                 ("export", str(cfg), "--to", str(ws / "export-from-config"))):
+        assert cli(*args, timeout=60).returncode == 0, printed[-1]
+
+    searched = [p for p in ws.rglob("*") if p.is_file()]
+    assert len(searched) > 30, "the run, the failed run and both exports were searched"
+    assert not files_containing(ws, NEEDLES)
+    leaked = [(i, _clean(text)) for i, text in enumerate(printed) if _clean(text)]
+    assert not leaked, leaked
