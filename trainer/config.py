@@ -391,7 +391,9 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([("", f"the config must be a YAML mapping of sections, not {type(data).__name__}")], source)
-    secret_values = _secret_env_values()
+    model = data.get("model")
+    extra = model.get("hub_token_env") if isinstance(model, dict) else None
+    secret_values = _secret_env_values((extra,) if isinstance(extra, str) else ())
     tokens = _find_tokens(data, secret_values)
     problems = [(path, "looks like a secret token; never put tokens in a config: set the "
                  "HF_TOKEN environment variable (or model.hub_token_env) instead")
@@ -411,11 +413,13 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
     return cfg
 
 
-def _secret_env_values() -> list[str]:
-    """Secret values in the environment (tokens of any shape), longest first; no keyring lookup here."""
+def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
+    """Secret values in the environment (tokens of any shape), longest first; no keyring lookup here.
+
+    ``extra_names``: more variables holding secrets (the config's ``model.hub_token_env``)."""
     from trainer.secrets import SECRET_ENV_VARS
 
-    values = {os.environ.get(name) for name in SECRET_ENV_VARS}
+    values = {os.environ.get(name) for name in SECRET_ENV_VARS + extra_names}
     return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
 
 
