@@ -82,3 +82,19 @@ def test_no_file_or_message_of_a_run_and_export_holds_a_secret(ws):
     assert not files_containing(ws, NEEDLES)
     leaked = [(i, _clean(text)) for i, text in enumerate(printed) if _clean(text)]
     assert not leaked, leaked
+
+
+def test_token_in_the_variable_named_by_hub_token_env_is_kept_out(ws):
+    """``model.hub_token_env`` names where the hub token lives: that variable's value is a secret too."""
+    key = "".join(_rng.choice("0123456789abcdef") for _ in range(32)) + "cafebabe"
+    env = {"MY_HUB_TOKEN": key}
+    cfg = write_config(ws, {"model.hub_token_env": "MY_HUB_TOKEN"})
+    refused = run_cli(["run", str(cfg), "--set", f"output.run_name={key}"], cwd=ws, env=env)
+    assert_refused(refused, 2, ("output.run_name", "secret token"))
+    assert key not in refused.stdout + refused.stderr
+    # A worker failure whose exception text carries the value (see the test above).
+    failed = run_cli(["run", str(cfg), "--run-dir", str(ws / "run")], cwd=ws, timeout=TRAIN_TIMEOUT,
+                     env={**env, "TRAINPILOT_INJECT_OOM": key})
+    assert failed.returncode == 1, failed.stderr
+    assert key not in failed.stdout + failed.stderr
+    assert not files_containing(ws, [key.encode()])
