@@ -116,23 +116,39 @@ SMALL = [
     ("mistral-7b", {"num_hidden_layers": 1, "hidden_size": 512, "intermediate_size": 1792,
                     "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 4096}),
 ]
+# (b, s, checkpointing, attention, precision); "amp" = fp32 weights under bf16 autocast (HF Trainer's
+# mixed precision over fp32 weights), "lora" = PEFT LoRA r=16 on all linear layers over bf16 weights.
 CASES = [(1, 128, False, "sdpa", "bf16"), (2, 256, False, "sdpa", "bf16"), (4, 64, False, "sdpa", "bf16"),
          (2, 256, True, "sdpa", "bf16"), (1, 256, True, "sdpa", "bf16"), (1, 256, False, "eager", "bf16"),
-         (2, 128, False, "sdpa", "fp32"), (2, 128, True, "sdpa", "fp32")]
+         (2, 128, False, "sdpa", "fp32"), (2, 128, True, "sdpa", "fp32"), (2, 128, False, "sdpa", "amp"),
+         (1, 256, True, "sdpa", "amp"), (2, 128, False, "sdpa", "lora"), (1, 256, True, "sdpa", "lora")]
+
+
+def _measure_case(name, over, b, s, ckpt, attn, prec):
+    from trainer.measure import build_model, saved_activation_bytes
+
+    model = build_model(name, "fp32" if prec in ("fp32", "amp") else "bf16", attn, over)
+    if prec == "lora":
+        peft = pytest.importorskip("peft")
+        model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
+                                                           target_modules="all-linear"))
+    return saved_activation_bytes(model, b, s, ckpt, autocast="bf16" if prec == "amp" else None)
+
+
+def _setup_case(b, s, ckpt, attn, prec):
+    return TrainSetup(micro_batch=b, seq_len=s, checkpointing=ckpt, attn=attn,
+                      precision="fp32" if prec == "fp32" else "bf16", weights_16bit=prec not in ("fp32", "amp"),
+                      method="lora" if prec == "lora" else "full", lora_r=16, device="cpu")
 
 
 @pytest.mark.parametrize("name,over", SMALL, ids=[n for n, _ in SMALL])
 def test_activations_within_10pct_of_autograd(name, over):
     pytest.importorskip("torch")
-    from trainer.measure import build_model, saved_activation_bytes
-
     d = {k: v for k, v in json.loads(find_config(name).read_text()).items() if not k.startswith("_")}
     spec = spec_from_config({**d, **over})
     for b, s, ckpt, attn, prec in CASES:
-        model = build_model(name, prec, attn, over)
-        got = saved_activation_bytes(model, b, s, ckpt)
-        acts = activation_bytes(spec, TrainSetup(micro_batch=b, seq_len=s, checkpointing=ckpt, attn=attn,
-                                                 precision=prec))
+        got = _measure_case(name, over, b, s, ckpt, attn, prec)
+        acts = activation_bytes(spec, _setup_case(b, s, ckpt, attn, prec))
         pred = acts["layers"] + acts["head"]
         assert abs(pred / got - 1) <= 0.10, (name, b, s, ckpt, attn, prec, got, pred)
 

@@ -38,9 +38,13 @@ def build_model(source: str, dtype: str = "bf16", attn: str = "sdpa", overrides:
     return AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TORCH_DTYPES[dtype]), attn_implementation=attn)
 
 
-def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = False, device: str = "cpu") -> int:
+def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = False, device: str = "cpu",
+                           autocast: str | None = None) -> int:
     """Bytes of the unique non-parameter storages autograd saves for backward in one forward with
-    the loss (the tensors a training step holds at its peak, before backward frees them)."""
+    the loss (the tensors a training step holds at its peak, before backward frees them).
+    ``autocast`` ("bf16"/"fp16") runs the forward under torch.autocast, as HF's Trainer does."""
+    import contextlib
+
     import torch
 
     model.train()
@@ -56,7 +60,9 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
         return t
 
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    amp = (torch.autocast(device, dtype=getattr(torch, TORCH_DTYPES[autocast])) if autocast
+           else contextlib.nullcontext())
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
         out = model(input_ids=ids, labels=ids, use_cache=False)
     out.loss.backward()
     model.zero_grad(set_to_none=True)

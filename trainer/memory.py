@@ -130,26 +130,54 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Bytes autograd saves in one decoder layer for the whole micro-batch (no checkpointing).
 
     16-bit: s·b·(20h + 4h_kv + 8I + 4a) with SDPA (the 4a is its fp32 log-sum-exp); eager
-    attention adds the fp32 and 16-bit softmax (6·a·s² per sample) and the repeated K/V."""
+    attention adds the fp32 and 16-bit softmax (6·a·s² per sample) and the repeated K/V.
+    Every coefficient was checked with saved-tensor hooks (tests/test_memory.py)."""
     h, hkv, inter, a = spec.hidden, spec.kv_width, spec.intermediate, spec.heads
     tokens = s.micro_batch * s.seq_len
-    if s.precision == "fp32":
+    if s.method in ("lora", "qlora"):
+        # frozen Linears and norm weights save no inputs: only the fp32 norm inputs, RoPE'd q/k, v,
+        # the gated-MLP products and the adapters' own (fp32) inputs remain
+        per = 14 * h + 4 * hkv + 6 * inter + 4 * a + _lora_activation_per_token(spec, s)
+    elif s.precision == "fp32":
         per = 32 * h + 8 * hkv + 16 * inter + 4 * a  # norms keep 3 fp32 copies, the rest doubles
+    elif not s.weights_16bit:
+        per = 32 * h + 4 * hkv + 8 * inter  # autocast: fp32 residual stream, 16-bit copies per Linear
     else:
         per = 20 * h + 4 * hkv + 8 * inter + 4 * a
     if s.attn == "eager":
         width = 4 if s.precision == "fp32" else 2
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
-    if s.method in ("lora", "qlora"):
-        per += _lora_activation_per_token(spec, s)
     return tokens * per
 
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
-    """Each adapter saves its dropout output and mask (when dropout > 0) and its r-wide middle."""
-    width = 4 if s.precision == "fp32" else 2
-    drop = (width + 1) if s.lora_dropout > 0 else 0
-    return sum(drop * i + width * s.lora_r for i, _ in _lora_shapes(spec, s))
+    """PEFT runs adapters in fp32 (autocast_adapter_dtype): each saves its fp32 dropout output
+    and mask (bool on CUDA, fp32 on the CPU) or, without dropout, its fp32 input; plus the r-wide middle."""
+    mask = (1 if s.device == "cuda" else 4) if s.lora_dropout > 0 else 0
+    return sum((4 + mask) * i + 4 * s.lora_r for i, _ in _lora_shapes(spec, s))
+
+
+def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Autocast over fp32 weights keeps a 16-bit copy of every Linear's weight for backward
+    (inside checkpointed layers they are rebuilt, so then only the lm_head's copy stays)."""
+    if s.precision == "fp32" or s.weights_16bit or s.method != "full":
+        return 0
+    layers = 0 if s.checkpointing else spec.layers * sum(i * o for i, o in spec.linear_shapes)
+    return 2 * (layers + spec.vocab * spec.hidden)
+
+
+def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
+    """Final norm (+ lm_head input when lm_head trains) and the fp32 log-softmax, per token."""
+    h = spec.hidden
+    if s.method in ("lora", "qlora"):
+        norm = 4 * h  # frozen norm weight and lm_head: only the fp32 norm input is kept
+    elif s.precision == "fp32":
+        norm = 12 * h
+    elif not s.weights_16bit:
+        norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
+    else:
+        norm = 8 * h
+    return norm + 4 * spec.vocab
 
 
 def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
@@ -157,13 +185,17 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     ``head`` (final norm, lm_head input, fp32 log-softmax), ``recompute`` (one layer rebuilt
     during backward when checkpointing)."""
     tokens = s.micro_batch * s.seq_len
-    width = 4 if s.precision == "fp32" else 2
+    wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
     layer = layer_activation_bytes(spec, s)
-    norm = 3 * width * spec.hidden if s.precision == "fp32" else 8 * spec.hidden
-    head = tokens * (norm + 4 * spec.vocab)
+    head = tokens * _head_per_token(spec, s) + autocast_weight_bytes(spec, s)
     if s.checkpointing:
-        return {"layers": spec.layers * tokens * width * spec.hidden, "head": head, "recompute": layer}
-    return {"layers": spec.layers * layer, "head": head, "recompute": 0}
+        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head, "recompute": layer}
+    layers = spec.layers * layer
+    if s.method in ("lora", "qlora"):
+        # the frozen embedding's output needs no gradient, so the first layer keeps ≈17.5·h bytes
+        # per token less (measured; checkpointing turns input gradients on, so not there)
+        layers -= tokens * (35 * spec.hidden // 2)
+    return {"layers": layers, "head": head, "recompute": 0}
 
 
 def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
