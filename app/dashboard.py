@@ -90,6 +90,8 @@ class Dashboard(QtWidgets.QWidget):
         self._regions.clear()
         for c in self.curves.values():
             c.setData([], [])
+        for plot in self.plots.values():
+            plot.enableAutoRange()  # a new run must not inherit the previous run's time window
         self.refresh()
 
     @property

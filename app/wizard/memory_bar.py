@@ -15,7 +15,7 @@ class MemoryBar(QtWidgets.QWidget):
         super().__init__(parent)
         self.segments: list[tuple[str, float]] = []
         self.budget: float | None = None
-        self.setMinimumHeight(64)
+        self.setMinimumHeight(84)
         self.setSizePolicy(QtWidgets.QSizePolicy.Expanding, QtWidgets.QSizePolicy.Fixed)
 
     def set_breakdown(self, breakdown: dict[str, float], budget: float | None) -> None:
@@ -32,7 +32,7 @@ class MemoryBar(QtWidgets.QWidget):
 
     def paintEvent(self, _event) -> None:
         p = QtGui.QPainter(self)
-        rect = self.rect().adjusted(1, 1, -1, -26)
+        rect = self.rect().adjusted(1, 1, -1, -46)
         scale_max = max(self.total(), self.budget or 0) * 1.05 or 1.0
         x = float(rect.left())
         for i, (name, v) in enumerate(self.segments):
@@ -51,11 +51,14 @@ class MemoryBar(QtWidgets.QWidget):
     def _legend(self, p: QtGui.QPainter, rect: QtCore.QRect) -> None:
         x, y = rect.left(), rect.bottom() + 18
         fm = p.fontMetrics()
-        for i, (name, v) in enumerate(self.segments):
-            p.fillRect(QtCore.QRect(x, y - 9, 10, 10), QtGui.QColor(PALETTE[i % len(PALETTE)]))
-            text = f"{name} {gib(v)}"
+        items = [(PALETTE[i % len(PALETTE)], f"{name} {gib(v)}") for i, (name, v) in enumerate(self.segments)]
+        if self.budget:
+            items.append(("#000000", f"budget {gib(self.budget)}"))
+        for color, text in items:
+            width = 13 + fm.horizontalAdvance(text) + 12
+            if x + width > rect.right() and x > rect.left():  # wrap onto a second legend line
+                x, y = rect.left(), y + fm.height() + 2
+            p.fillRect(QtCore.QRect(x, y - 9, 10, 10), QtGui.QColor(color))
             p.setPen(QtGui.QColor("#222"))
             p.drawText(x + 13, y, text)
-            x += 13 + fm.horizontalAdvance(text) + 12
-        if self.budget:
-            p.drawText(x, y, f"| budget {gib(self.budget)}")
+            x += width

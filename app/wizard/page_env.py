@@ -19,7 +19,7 @@ def check_row(c: dict) -> tuple[str, str, str, str]:
     """(icon, name, detail, fix) of one check, tolerant of field names."""
     status = c.get("status") or c.get("level")
     if status is None and "ok" in c:
-        status = "ok" if c["ok"] else "fail"
+        status = "ok" if c["ok"] else ("fail" if c.get("required", True) else "warn")
     status = str(status or "info").lower()
     name = str(c.get("name") or c.get("title") or c.get("check") or "")
     detail = str(c.get("detail") or c.get("message") or c.get("value") or "")
@@ -57,9 +57,18 @@ class EnvironmentPage(QtWidgets.QWizardPage):
             return
         self.table.clear()
         for c in checks:
-            self.table.addTopLevelItem(QtWidgets.QTreeWidgetItem(list(check_row(c))))
+            item = QtWidgets.QTreeWidgetItem(list(check_row(c)))
+            for col in (2, 3):
+                item.setToolTip(col, item.text(col))
+            self.table.addTopLevelItem(item)
         for col in range(3):
             self.table.resizeColumnToContents(col)
-        bad = sum(1 for c in checks if check_row(c)[0] == "✖")
-        self.status.setText("All checks passed." if code == 0 and not bad else
-                            f"{bad} problem(s): each says how to fix it. CPU-only machines can still run the demo.")
+        rows = [check_row(c) for c in checks]
+        bad, warn = sum(r[0] == "✖" for r in rows), sum(r[0] == "⚠" for r in rows)
+        if bad:
+            self.status.setText(f"{bad} required check(s) failed: each says how to fix it.")
+        elif warn:
+            self.status.setText(f"Ready. {warn} optional item(s) missing (see the fixes); CPU-only machines still "
+                                "run the demo.")
+        else:
+            self.status.setText("All checks passed.")

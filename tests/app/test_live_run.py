@@ -24,24 +24,34 @@ def _state(run_dir) -> str | None:
     return (ev.read_status(run_dir) or {}).get("state")
 
 
+def _window(qtbot) -> MainWindow:
+    w = MainWindow(NO_GPU)
+    w.ask_close_choice = lambda runs: KEEP  # never a modal question during teardown
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
 @pytest.mark.slow
 def test_start_stop_resume_demo(qtbot):
-    w1 = MainWindow(NO_GPU)
-    qtbot.addWidget(w1)
-    w1.show()
+    w1 = _window(qtbot)
     run_dir = w1.start_demo((f"training.max_steps={STEPS}", "checkpoints.every_steps=8", "training.warmup_steps=2"))
+    try:
+        _flow(qtbot, w1, run_dir)
+    finally:
+        w1.runs.kill_tree(run_dir)  # only does something when the test failed midway
+
+
+def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     qtbot.waitUntil(lambda: w1.monitor.current is not None and len(w1.monitor.current.loss) >= 2, timeout=150_000)
     loss_x = w1.run_view.dashboard.curves["loss"].xData
     assert loss_x is not None and len(loss_x) >= 2  # step events reached the plot
     assert w1.act_stop.isEnabled()
     # Closing during training asks; "keep training in the background" leaves the run alive.
-    w1.ask_close_choice = lambda runs: KEEP
     w1.close()
     assert pid_alive((ev.read_status(run_dir) or {}).get("pid"))
     # Reopening re-attaches to the live run (status.json pid alive) and can stop it.
-    w2 = MainWindow(NO_GPU)
-    qtbot.addWidget(w2)
-    w2.show()
+    w2 = _window(qtbot)
     assert str(w2.monitor.current.run_dir) == str(Path(run_dir).resolve())
     qtbot.waitUntil(lambda: w2.act_stop.isEnabled(), timeout=5000)
     w2.stop_selected()
@@ -56,5 +66,6 @@ def test_start_stop_resume_demo(qtbot):
     qtbot.waitUntil(lambda: (w2.monitor.current.last_step or {}).get("step") == STEPS, timeout=5000)
     x = w2.run_view.dashboard.curves["loss"].xData
     assert x[-1] == STEPS
-    assert "finished" in w2.run_view.dashboard.headline.text()
+    qtbot.waitUntil(lambda: "finished" in w2.run_view.dashboard.headline.text(), timeout=5000)
+    assert not w2.act_stop.isEnabled()
     w2.hardware.stop()
