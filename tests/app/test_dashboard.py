@@ -46,3 +46,19 @@ def test_half_written_last_line_breaks_nothing(qtbot, fixture_run):
     assert data.poll()
     dash.refresh()
     assert data.last_step["step"] == 121 and dash.curves["loss"].xData[-1] == 121
+
+
+def test_dashboard_shows_real_cpu_demo_recording(qtbot, fixture_run):
+    """tests/fixtures/run_dirs/cpu_demo was recorded from `python -m trainer demo --set training.max_steps=24
+    --set checkpoints.every_steps=8` on this CPU-only machine (checkpoints and weights left out)."""
+    run = fixture_run("cpu_demo")
+    data = RunData(run)
+    data.poll()
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.set_data(data)
+    assert list(dash.curves["loss"].xData) == list(range(1, 25))
+    assert len(dash.curves["tps"].xData) == 24 and min(dash.curves["tps"].yData) > 0
+    assert len(dash.curves["vram"].xData) == 0  # no GPU: nothing to draw, nothing breaks
+    assert len(data.host_ram_available) > 10  # the supervisor's 1 Hz telemetry still arrived
+    assert "step 24 of 24" in dash.headline.text() and "finished" in dash.headline.text()
