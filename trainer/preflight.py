@@ -35,6 +35,31 @@ def check(cfg, hardware=None) -> None:
 
 def _model(cfg, hardware) -> None:
     modeling.check_model_source(cfg)
+    m = cfg.model
+    if not m.architecture and m.source != modeling.DEMO_MODEL and modeling.is_local(m.source):
+        for f in sorted(Path(m.source).expanduser().glob("*.safetensors")):
+            _check_safetensors_header(f)
+
+
+def _check_safetensors_header(path: Path) -> None:
+    """A truncated or corrupt download fails here in milliseconds, not after the worker imported torch.
+
+    The format starts with an 8-byte little-endian header length, then that many bytes of JSON."""
+    fix = "download the model again (the file is truncated or corrupt)"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else -1
+            ok = 1 < size <= min(100 * 2**20, path.stat().st_size - 8)
+            header = json.loads(fh.read(size)) if ok else None
+    except OSError as exc:
+        raise UserError(f"model.source: cannot read {path} ({exc.strerror}); check its permissions",
+                        field="model.source", path=str(path)) from None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise UserError(f"model.source: {path} is not a valid safetensors file; {fix}", field="model.source",
+                        path=str(path))
 
 
 def _tokenizer(cfg, hardware) -> None:
