@@ -102,8 +102,15 @@ def model_folder(config: bool = True, weights: bool = True, config_text: str | N
     if config:
         files["model/config.json"] = config_text if config_text is not None else TINY_ARCH.read_text()
     if weights:
-        files["model/model.safetensors"] = b"\0" * 256
+        files["model/model.safetensors"] = _safetensors_bytes()
     return files
+
+
+def _safetensors_bytes() -> bytes:
+    """A well-formed one-tensor safetensors file (8-byte header length, JSON header, data)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    return len(header).to_bytes(8, "little") + header + b"\0\0\0\0"
 
 
 GOOD_DATA = {"train.jsonl": '{"text": "a cat"}\n{"text": "a dog"}\n'}
@@ -159,6 +166,9 @@ CASES = [
     Case("set_without_equals", run_with({}, "--set", "training.max_steps"), ("--set", "key.path=value")),
     Case("set_misspelled_key", run_with({}, "--set", "training.max_step=3"), ("did you mean", "max_steps")),
     Case("set_wrong_type", run_with({}, "--set", "training.learning_rate=fast"), ("training.learning_rate", "number")),
+    Case("demo_misspelled_set", argv("demo", "--run-dir", "{ws}/run", "--set", "training.max_step=3"),
+         ("did you mean", "max_steps")),
+    Case("stop_wait_not_a_number", argv("stop", "{ws}/run", "--wait", "soon"), ("--wait", "invalid float value")),
     Case("hardware_file_missing", run_with({}, "--hardware", "nope.jsonl"),
          ("nope.jsonl", "not found", "probe --record")),
     # --- the machine ------------------------------------------------------------------------------
@@ -188,6 +198,8 @@ CASES = [
          ("model.source", "no weights", "model.architecture")),
     Case("model_config_corrupt", with_files({**GOOD_DATA, **model_folder(config_text="{not json")}, MODEL_AT),
          ("model.source", "config.json")),
+    Case("model_weights_corrupt", with_files({**GOOD_DATA, **model_folder(), "model/model.safetensors": b"\0" * 256},
+                                             MODEL_AT), ("model.source", "model.safetensors", "download the model again")),
     Case("model_source_is_file", with_files({**GOOD_DATA, "model": "weights?"}, MODEL_AT), ("model.source", "folder")),
     Case("unknown_architecture", with_files(GOOD_DATA, lambda ws: {"model.architecture": "llama-99b"}),
          ("model.architecture", "llama-99b", "tiny-llama")),
