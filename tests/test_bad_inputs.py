@@ -312,6 +312,8 @@ CASES += [
                                            prepare=user_folder), ("todo.txt", "--record")),
     Case("export_folder_without_config", argv("export", "{ws}/notes", "--to", "{ws}/out", prepare=user_folder),
          ("notes", "config.yaml")),
+    Case("export_to_under_a_file", argv("export", "{ws}/config.yaml", "--to", "{ws}/notes/todo.txt/out",
+                                        prepare=lambda ws: (user_folder(ws), write_config(ws))), ("--to", "todo.txt")),
     Case("export_over_earlier_export", _export_clash, ("--to", "launch.sh", "--overwrite")),
 ]
 
