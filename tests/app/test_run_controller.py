@@ -1,0 +1,40 @@
+"""The last resort: a run that ignores a graceful stop is offered for killing after the timeout,
+and killing takes its whole process tree (a real supervisor-like parent with a child)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psutil
+
+from app.run_controller import RunController
+
+# A stand-in supervisor that ignores STOP and has a child of its own (both sleep).
+IGNORES_STOP = ("import subprocess, sys, time; "
+                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
+
+
+def test_stop_timeout_offers_kill_and_kill_takes_the_tree(qtbot, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: stand-in\n")  # what makes it a run folder for the CLI
+    parent = subprocess.Popen([sys.executable, "-c", IGNORES_STOP], start_new_session=True)
+    try:
+        qtbot.waitUntil(lambda: len(psutil.Process(parent.pid).children()) == 1, timeout=10000)
+        child = psutil.Process(parent.pid).children()[0]
+        (run / "status.json").write_text(json.dumps({"state": "running", "pid": parent.pid, "step": 3}))
+        ctl = RunController(stop_timeout_s=1.0)
+        assert ctl.supervisor_pid(str(run)) == parent.pid
+        assert set(ctl.tree_pids(str(run))) == {parent.pid, child.pid}
+        with qtbot.waitSignal(ctl.stop_overdue, timeout=20000) as sig:
+            ctl.stop(str(run))  # the real `trainpilot-cli stop` writes STOP; nobody obeys it
+            assert ctl.is_stopping(str(run))
+        assert sig.args == [str(run)] and (run / "STOP").exists()
+        assert ctl.kill_tree(str(run)) == 2
+        assert parent.wait(timeout=10) is not None
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert not ctl.is_stopping(str(run))
+    finally:
+        if parent.poll() is None:
+            parent.kill()
