@@ -18,6 +18,10 @@ HOT_C = 80.0
 LOW_RAM_FRACTION, LOW_RAM_BYTES = 0.10, 2 << 30
 LOW_UTIL_PCT, UTIL_WINDOW = 50.0, 30  # samples (seconds at 1 Hz)
 COLLAPSE_RATIO = 0.5
+# The desktop session itself: never suggest closing it; it is summarised in one line instead.
+DESKTOP = {"xorg", "xwayland", "gnome-shell", "kwin_x11", "kwin_wayland", "plasmashell", "mutter", "sway",
+           "weston", "dwm.exe", "explorer.exe", "csrss.exe", "winlogon.exe", "searchhost.exe",
+           "shellexperiencehost.exe", "startmenuexperiencehost.exe", "textinputhost.exe"}
 
 
 @dataclass(frozen=True)
@@ -60,19 +64,26 @@ def failure_advice(data: RunData) -> Advice:
 def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
     """'Close brave to free 0.4 GB' for each other process holding VRAM."""
     me = _user()
-    out = []
+    out, desktop = [], []
     for p in gpu.get("processes") or ():
         pid = p.get("pid")
         if pid in run_pids:
             continue
         mem = p.get("used_memory_bytes")
         name = p.get("name") or f"pid {pid}"
+        if name.lower() in DESKTOP:
+            desktop.append((name, mem or 0))
+            continue
         if mem is not None and mem < 64 << 20:
             continue  # tiny compositor contexts are not worth a warning
         free = f" to free {gib(mem)}" if mem else " (Windows does not report how much VRAM it holds)"
         own = bool(me) and (p.get("user") or "") == me
         out.append(Advice(f"app:{pid}", "warning", f"Close {name}{free}: it is using this GPU.",
                           pid=pid if own else None, process_name=name))
+    if desktop:
+        names = ", ".join(sorted({n for n, _ in desktop}))
+        out.append(Advice("desktop", "info", f"The desktop itself ({names}) holds {gib(sum(m for _, m in desktop))} "
+                          "of VRAM; that is normal and the planner counts it."))
     return out
 
 

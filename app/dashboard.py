@@ -118,6 +118,7 @@ class Dashboard(QtWidgets.QWidget):
         if peak is not None:
             self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
+        self.plots["vram"].setTitle("VRAM" if len(d.vram_used) or d.run_dir is None else "VRAM (no GPU samples in this run)")
         self.headline.setText(headline_text(d))
 
     def _bind(self, name: str, series, scale: float = 1.0) -> None:

@@ -145,7 +145,9 @@ class RunData:
         return self.state in ("starting", "running", "stopping") and pid_alive((self.status or {}).get("pid"))
 
     def predicted_peak_bytes(self) -> float | None:
-        """The planner's predicted peak VRAM (bytes), when plan.json has one."""
+        """The planner's predicted peak VRAM (bytes), when plan.json has one for a GPU run."""
+        if (self.plan or {}).get("device") == "cpu":
+            return None  # a CPU plan's peak is host RAM, not VRAM
         return _num((self.plan or {}).get("predicted_peak_bytes"))
 
     def effective_batch(self) -> int | None:

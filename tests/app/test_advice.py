@@ -27,16 +27,19 @@ def test_recorded_run_warns_about_browser_and_heat(fixture_run):
     snap["gpus"] = [dict(snap["gpus"][0], throttle_reasons=["thermal"], temperature_c=87.0)]
     texts = [a.text for a in advice.collect(data, snap)]
     assert any(t.startswith("Close brave to free 0.4 GB") for t in texts)
+    assert not any(t.startswith("Close Xorg") for t in texts)
     assert any("87.0 °C" in t and "thermal" in t and "cooling pad" in t for t in texts)
 
 
 def test_own_process_gets_end_button_others_do_not(qtbot):
     me = getpass.getuser()
     gpu = _gpu(processes=[{"pid": 11, "name": "brave", "user": me, "used_memory_bytes": GIB},
-                          {"pid": 12, "name": "Xorg", "user": "someone-else", "used_memory_bytes": 200 << 20},
-                          {"pid": 13, "name": "python", "user": me, "used_memory_bytes": 8 * GIB}])
+                          {"pid": 12, "name": "steam", "user": "someone-else", "used_memory_bytes": 200 << 20},
+                          {"pid": 13, "name": "python", "user": me, "used_memory_bytes": 8 * GIB},
+                          {"pid": 14, "name": "Xorg", "user": "root", "used_memory_bytes": 300 << 20}])
     items = advice.collect(None, {"gpus": [gpu]}, run_pids={13})
     by_pid = {a.key: a for a in items}
+    assert "app:14" not in by_pid and "Xorg" in by_pid["desktop"].text  # never "close your desktop"
     assert by_pid["app:11"].pid == 11 and by_pid["app:12"].pid is None and "app:13" not in by_pid
     view = WarningsView()
     qtbot.addWidget(view)
