@@ -1,7 +1,7 @@
 """Plain-language reasons for a plan: what the budget is, what each choice costs, what was judged."""
 from __future__ import annotations
 
-from trainer.memory import Estimate, TrainSetup, estimate
+from trainer.memory import Estimate, estimate
 from trainer.plan_search import Context, DsOption, gb, make_setup, micro_options, per_rank_batch
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")

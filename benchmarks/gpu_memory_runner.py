@@ -1,0 +1,171 @@
+"""GPU half of benchmarks/memory_accuracy.py: plan each configuration for an emulated tier, run it
+in a child process capped to that tier, and compare measured with predicted peak memory."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from memory_accuracy import GIB, build, setup_of, spec_of, write
+
+from trainer import config as config_mod
+from trainer.gpu import GpuSnapshot, MachineSnapshot, host_snapshot
+from trainer.memory import estimate
+from trainer.plan import plan_run
+
+# Total memory NVML reports for the tier's reference cards (see tests/fixtures/hardware/).
+TIER_BYTES = {16: 16376 * 2**20, 24: 24576 * 2**20, 32: 32607 * 2**20}
+
+
+def tier_snapshot(tier: int) -> MachineSnapshot:
+    """An empty GPU of the tier's size (nothing else running), on this machine's real host."""
+    g = GpuSnapshot(index=0, name=f"emulated {tier} GB tier", memory_total_bytes=TIER_BYTES[tier],
+                    memory_used_bytes=0, memory_free_bytes=TIER_BYTES[tier], memory_reserved_bytes=0,
+                    compute_capability="9.0")
+    return MachineSnapshot(time.time(), (g,), host_snapshot(), None, "emulated")
+
+
+def run_config(c: dict):
+    """The RunConfig the planner judges for this row (effective batch 8 × micro-batch)."""
+    mb = "auto" if c["auto"] else c["mb"]
+    data = {"model": {"architecture": c["arch"]}, "data": {"seq_len": c["seq"]},
+            "method": {"type": c["method"], "lora_r": 16},
+            "training": {"effective_batch_size": 8 * (c["mb"] or 1), "micro_batch_size": mb,
+                         "gradient_accumulation_steps": "auto"},
+            "speed": {"precision": "bf16", "gradient_checkpointing": "auto" if c["auto"] else c["ckpt"]},
+            "deepspeed": {"enabled": c["ds"] > 0, "zero_stage": c["ds"] or 2, "offload_optimizer": c["off_opt"],
+                          "offload_params": c["off_par"]}}
+    return config_mod.validate(data)
+
+
+def context_bytes(torch) -> int:
+    """CUDA context of this process through NVML (its used memory before torch allocates)."""
+    import pynvml
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
+    pynvml.nvmlShutdown()
+    return int((mine[0] or 0) - torch.cuda.memory_reserved()) if mine else 0
+
+
+def _deepspeed_engine(c, model, torch):
+    import deepspeed
+
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": os.environ.get("MASTER_PORT", "29511")})
+    deepspeed.init_distributed(dist_backend="nccl")
+    h = model.config.hidden_size
+    zero = {"stage": c["ds"], "overlap_comm": False, "reduce_bucket_size": h * h,
+            "stage3_prefetch_bucket_size": int(0.9 * h * h), "stage3_param_persistence_threshold": 10 * h}
+    if c["off_opt"]:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if c["off_par"]:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    cfg = {"train_micro_batch_size_per_gpu": c["mb"], "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": zero, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+                                      config=cfg)
+    return engine
+
+
+def gpu_one(c: dict, out: str) -> int:
+    """Child process: three steps of one configuration under the tier's memory cap."""
+    import torch
+
+    ctx = context_bytes(torch)
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (TIER_BYTES[c["tier"]] - ctx) / total))
+    res = {"context_bytes": ctx, "ran": False, "oom": False}
+    try:
+        model = build(c, torch)
+        engine = _deepspeed_engine(c, model, torch) if c["ds"] else None
+        if engine is None:
+            model.cuda()
+            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
+        vocab = model.config.vocab_size
+        for _ in range(3):
+            ids = torch.randint(0, vocab, (c["mb"], c["seq"]), device="cuda")
+            if engine is not None:
+                loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
+                engine.backward(loss)
+                engine.step()
+            else:
+                (model(input_ids=ids, labels=ids, use_cache=False).loss).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        res["ran"] = True
+    except torch.cuda.OutOfMemoryError:
+        res["oom"] = True
+    res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+    res["measured_bytes"] = res["peak_reserved_bytes"] + ctx
+    res["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open(out, "w") as fh:
+        json.dump(res, fh)
+    return 0
+
+
+def plan_row(c: dict) -> dict:
+    """Planner verdict, budget and (for auto rows) its chosen micro-batch and checkpointing."""
+    plan = plan_run(run_config(c), tier_snapshot(c["tier"]))
+    r = plan.resolved
+    if c["auto"]:
+        c = dict(c, mb=r.training.micro_batch_size, ckpt=bool(r.speed.gradient_checkpointing))
+    est = estimate(spec_of(c), setup_of(c, "cuda"))
+    return {"config": c, "verdict": plan.verdict, "budget_bytes": plan.budget_bytes, "predicted_bytes": est.peak_bytes,
+            "predicted_host_bytes": est.host_ram_bytes}
+
+
+def gpu_main(matrix: list[dict], out: str, script: str, only: list[int] | None = None) -> int:
+    rows = []
+    for i, c in enumerate(matrix):
+        if only and i not in only:
+            continue
+        r = plan_row(c)
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+            child = tmp.name
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, script, "--one", json.dumps(r["config"]), "--out", child],
+                              capture_output=True, text=True, timeout=900)
+        m = json.load(open(child)) if os.path.getsize(child) else {"ran": False, "oom": False,
+                                                                   "error": proc.stderr[-2000:]}
+        r.update(m, seconds=time.perf_counter() - t0)
+        if m.get("ran"):
+            r["error_pct"] = 100.0 * (r["predicted_bytes"] - m["measured_bytes"]) / m["measured_bytes"]
+        rows.append(r)
+        print_row(i, r)
+    write(out, "gpu", rows)
+    return summarize(rows)
+
+
+def print_row(i: int, r: dict) -> None:
+    c = r["config"]
+    label = (f"{c['arch']} s={c['seq']} b={c['mb']} {c['method']}{' ckpt' if c['ckpt'] else ''}"
+             f"{' z' + str(c['ds']) if c['ds'] else ''}{' offopt' if c['off_opt'] else ''}"
+             f"{' offpar' if c['off_par'] else ''} @{c['tier']}GB{' (auto)' if c['auto'] else ''}")
+    meas = r.get("measured_bytes")
+    err = r.get("error_pct")
+    state = "ran" if r.get("ran") else ("OOM" if r.get("oom") else "failed")
+    print(f"{i:>2} {label:<62} {r['verdict']:<12} pred {r['predicted_bytes'] / GIB:6.2f} GiB  meas "
+          f"{'-' if meas is None else f'{meas / GIB:6.2f}'} GiB  err {'-' if err is None else f'{err:+.1f}%'}  {state}",
+          flush=True)
+
+
+def summarize(rows: list[dict]) -> int:
+    """Print the targets; exit status 1 when one is missed (the table is still written)."""
+    errs = [abs(r["error_pct"]) for r in rows if "error_pct" in r]
+    fits_oom = [r for r in rows if r["verdict"] == "fits" and r.get("oom")]
+    auto = [r for r in rows if r["config"]["auto"] and r.get("ran")]
+    used = [r["measured_bytes"] / r["budget_bytes"] for r in auto]
+    print(f"max |error| {max(errs) if errs else float('nan'):.1f}% (target 10%); fits-but-OOM: {len(fits_oom)} "
+          f"(target 0); auto rows use {', '.join(f'{u:.0%}' for u in used) or '-'} of budget (target >= 80%)")
+    ok = errs and max(errs) <= 10 and not fits_oom and all(u >= 0.8 for u in used)
+    return 0 if ok else 1

@@ -1,0 +1,62 @@
+"""The benchmark scripts run in their CPU modes so they cannot rot (figures are not checked here:
+they are measurements of whatever machine runs them)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+
+def run(script, *args, timeout=240):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                         cwd=ROOT, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_probe_cost_prints_both_paths(tmp_path):
+    text = run("probe_cost.py", "--repeat", "5", "--json", str(tmp_path / "p.json"))
+    assert "snapshot (full)" in text and "sample (light)" in text
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert {r["path"] for r in rows} == {"live", "replay"} and all(r["median_ms"] >= 0 for r in rows)
+
+
+def test_memory_accuracy_cpu_smoke(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "m.json"
+    text = run("memory_accuracy.py", "--cpu-smoke", "--out", str(out))
+    assert "states pred" in text
+    data = json.loads(out.read_text())
+    assert data["meta"]["mode"] == "cpu-smoke" and len(data["results"]) >= 3
+    for r in data["results"]:
+        assert r["ran"] and r["measured_states_bytes"] > 0 and r["measured_activation_bytes"] > 0
+        # the CPU smoke is also a real check of the estimator's components
+        assert abs(r["predicted_states_bytes"] / r["measured_states_bytes"] - 1) <= 0.10
+        assert abs(r["predicted_activation_bytes"] / r["measured_activation_bytes"] - 1) <= 0.10
+
+
+def test_speed_stack_cpu_smoke(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "s.json"
+    text = run("speed_stack.py", "--cpu-smoke", "--out", str(out))
+    assert "baseline" in text and "seed claims" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0]["stage"] == "baseline" and rows[0]["tokens_per_second"] > 0
+    skipped = {r["stage"] for r in rows if r["settings"].get("skip")}
+    assert "+ TF32" in skipped  # needs CUDA: reported as skipped, never estimated
+    assert all("tokens_per_second" in r for r in rows if r["stage"] not in skipped)
+
+
+def test_gpu_modes_refuse_cleanly_without_cuda(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for script in ("speed_stack.py", "memory_accuracy.py"):
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--out", str(tmp_path / "x")],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
