@@ -91,7 +91,8 @@ def _read_jsonl(p: Path, text: str, skip: bool, limit: int | None) -> Records:
             if skip:
                 skipped.append(no)
                 continue
-            raise UserError(f"data.path: {p} line {no} is not a JSON object ({str(exc).split(':')[0]}); fix that line, "
+            why = f"{exc.msg} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise UserError(f"data.path: {p} line {no} is not a JSON object ({why}); fix that line, "
                             f"or set data.skip_bad_lines: true to skip bad lines (they are counted)",
                             field="data.path", path=str(p)) from None
         rows.append(obj)
