@@ -14,6 +14,7 @@ from memory_accuracy import GIB, build, setup_of, spec_of, write
 
 from trainer import config as config_mod
 from trainer.gpu import GpuSnapshot, MachineSnapshot, host_snapshot
+from trainer.measure import deepspeed_engine
 from trainer.memory import estimate
 from trainer.plan import plan_run
 
@@ -56,26 +57,6 @@ def context_bytes(torch) -> int:
     return int((mine[0] or 0) - torch.cuda.memory_reserved()) if mine else 0
 
 
-def _deepspeed_engine(c, model, torch):
-    import deepspeed
-
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": os.environ.get("MASTER_PORT", "29511")})
-    deepspeed.init_distributed(dist_backend="nccl")
-    h = model.config.hidden_size
-    zero = {"stage": c["ds"], "overlap_comm": False, "reduce_bucket_size": h * h,
-            "stage3_prefetch_bucket_size": int(0.9 * h * h), "stage3_param_persistence_threshold": 10 * h}
-    if c["off_opt"]:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if c["off_par"]:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    cfg = {"train_micro_batch_size_per_gpu": c["mb"], "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
-           "zero_optimization": zero, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-                                      config=cfg)
-    return engine
-
-
 def gpu_one(c: dict, out: str) -> int:
     """Child process: three steps of one configuration under the tier's memory cap."""
     import torch
@@ -86,7 +67,7 @@ def gpu_one(c: dict, out: str) -> int:
     res = {"context_bytes": ctx, "ran": False, "oom": False}
     try:
         model = build(c, torch)
-        engine = _deepspeed_engine(c, model, torch) if c["ds"] else None
+        engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"]) if c["ds"] else None
         if engine is None:
             model.cuda()
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)

@@ -124,3 +124,20 @@ def test_measure_plan_needs_gpu():
     plan = plan_run(C.validate({"model": {"architecture": "demo-tiny-llama"}}), hw)
     with pytest.raises(UserError, match="needs an NVIDIA GPU"):
         measure_plan(plan, hw)
+
+
+@pytest.mark.deepspeed
+@pytest.mark.parametrize("stage", [2, 3])
+def test_measuring_deepspeed_engine_runs_real_steps(stage):
+    """The engine plan --measure (and the GPU benchmark) builds, on DeepSpeed's CPU accelerator."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
+    torch = pytest.importorskip("torch")
+    from trainer.measure import build_model, deepspeed_engine
+
+    engine = deepspeed_engine(build_model("tiny-llama", "bf16", "sdpa"), 2, stage, False, False)
+    for _ in range(2):
+        ids = torch.randint(0, 1024, (2, 32), device=engine.device)
+        loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
+        engine.backward(loss)
+        engine.step()
+    assert torch.isfinite(loss)

@@ -69,6 +69,32 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
     return int(sum(seen.values()))
 
 
+def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: bool, offload_params: bool):
+    """A single-process DeepSpeed engine (bf16, AdamW) around ``model``, as the worker would build.
+    Without offload it uses torch's AdamW (no CUDA op build needed); with offload DeepSpeed's CPU Adam."""
+    import os
+
+    import deepspeed
+
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29511"}.items():
+        os.environ.setdefault(k, v)
+    deepspeed.init_distributed()
+    h = model.config.hidden_size
+    zero = {"stage": stage, "overlap_comm": False, "reduce_bucket_size": h * h,
+            "stage3_prefetch_bucket_size": int(0.9 * h * h), "stage3_param_persistence_threshold": 10 * h}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    cfg = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": zero,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "torch_adam": not offload_optimizer}}}
+    engine, *_ = deepspeed.initialize(model=model, config=cfg,
+                                      model_parameters=[p for p in model.parameters() if p.requires_grad])
+    return engine
+
+
 def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
     """Run ``steps`` real optimizer steps of ``cfg`` at ``micro_batch`` on CUDA; peak bytes."""
     import torch
@@ -76,26 +102,37 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
     source = cfg.model.architecture or cfg.model.source
     precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"
     model = build_model(source, "fp32" if precision == "fp16" else precision, cfg.model.attn_implementation)
-    model.to("cuda")
     if cfg.speed.gradient_checkpointing is True:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method.type != "full":
         from peft import LoraConfig, get_peft_model
 
+        if cfg.speed.gradient_checkpointing is True:
+            model.enable_input_require_grads()
         model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
                                                  lora_dropout=cfg.method.lora_dropout,
                                                  target_modules=cfg.method.target_modules))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5,
-                            fused=bool(cfg.speed.fused_adamw))
+    ds = cfg.deepspeed
     torch.cuda.reset_peak_memory_stats()
+    if ds.enabled is True:
+        engine = deepspeed_engine(model, micro_batch, ds.zero_stage, ds.offload_optimizer, ds.offload_params)
+        forward, backward, update = engine, engine.backward, engine.step
+    else:
+        model.to("cuda")
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5,
+                                fused=bool(cfg.speed.fused_adamw))
+        forward, backward = model, (lambda loss: loss.backward())
+
+        def update():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     seq, vocab = cfg.data.seq_len, model.config.vocab_size
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         ids = torch.randint(0, vocab, (micro_batch, seq), device="cuda")
-        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        backward(forward(input_ids=ids, labels=ids, use_cache=False).loss)
+        update()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return {"micro_batch": micro_batch, "steps": steps, "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),

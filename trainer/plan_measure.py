@@ -45,6 +45,9 @@ def measure_plan(plan: Plan, hardware, probe: Callable[[object, int], dict] = ru
         raise UserError("measuring needs an NVIDIA GPU (plan --measure runs real training steps on it); "
                         "this machine has none, so only the prediction is available")
     cfg = plan.resolved
+    if cfg.method.type == "qlora":
+        raise UserError("plan --measure cannot measure QLoRA: 4-bit weights need the real pretrained checkpoint; "
+                        "measure the LoRA plan instead, or start the run (the out-of-memory ladder protects it)")
     ctx = Context.build(cfg, hardware, hardware.gpus[0], "cuda", plan.goal)
     if ctx.spec is None:
         raise UserError(ctx.spec_error)
