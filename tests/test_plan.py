@@ -59,6 +59,14 @@ def test_no_gpu_gives_cpu_plan_with_clear_note():
     assert any("no NVIDIA GPU" in n and "CPU" in n for n in plan.notes)
 
 
+def test_cuda_only_requests_without_gpu_do_not_fit():
+    hw_none = hw("no_gpu")
+    cuda = plan_run(C.validate({"device": "cuda", "model": {"architecture": "demo-tiny-llama"}}), hw_none)
+    assert cuda.verdict == "does_not_fit" and cuda.resolved.device == "cuda"  # explicit: kept, judged
+    qlora = plan_run(C.validate({"method": {"type": "qlora"}, "model": {"architecture": "demo-tiny-llama"}}), hw_none)
+    assert qlora.verdict == "does_not_fit" and any("bitsandbytes" in r for r in qlora.reasons)
+
+
 def test_browser_is_listed_to_close_with_its_memory():
     plan = plan_run(cfg("llama-3.2-1b"), hw("rtx4090_laptop_16gb"))
     fox = [a for a in plan.close_apps if a["name"] == "firefox"]

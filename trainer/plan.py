@@ -129,12 +129,20 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
     goal = goal or cfg.plan_goal
     gpu = hardware.gpus[0] if hardware.gpus else None
     device = _device(cfg, gpu)
+    if device == "cuda" and gpu is None:
+        device = "cpu"  # device: cuda without a GPU: estimate for the CPU, the verdict says it cannot run
     tier, form, preset = classify(gpu if device == "cuda" else None)
     ctx = ps.Context.build(cfg, hardware, gpu, device, goal)
     notes = _hardware_notes(hardware, gpu, device, cfg)
     if ctx.spec is None:
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
+    if cfg.device == "cuda" and gpu is None:
+        choice.verdict = "does_not_fit"
+        choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")
+    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer == "adamw_8bit"):
+        choice.verdict = "does_not_fit"
+        choice.reasons.append("QLoRA and 8-bit AdamW run only on an NVIDIA GPU (bitsandbytes)")
     plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
                 choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
                 close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
@@ -194,6 +202,9 @@ def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str
             notes.append("laptop GPU: keep the machine plugged in and ventilated; it slows down when hot")
         if len(hw.gpus) > 1 and cfg.world_size == 1:
             notes.append(f"{len(hw.gpus)} GPUs found; the plan uses GPU 0 (set distributed.num_gpus to use more)")
+        if cfg.distributed.num_gpus > len(hw.gpus):
+            notes.append(f"distributed.num_gpus is {cfg.distributed.num_gpus} but this machine has {len(hw.gpus)}; "
+                         "the plan assumes every GPU is like GPU 0")
     return notes
 
 
