@@ -280,7 +280,8 @@ class NvmlProbe(Probe):
                 if pid in merged:
                     old = merged[pid]
                     both = old.used_memory_bytes if mem is None else max(mem, old.used_memory_bytes or 0)
-                    merged[pid] = replace(old, used_memory_bytes=both, type="compute+graphics")
+                    merged[pid] = replace(old, used_memory_bytes=both,
+                                          type=old.type if old.type == kind else "compute+graphics")
                     continue
                 name, user = _process_identity(pid)
                 merged[pid] = GpuProcess(pid, name, user, None if mem is None else int(mem), kind)
