@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from app.facts import first_gpu, is_throttled
 from app.fmt import gib
-from app.run_data import RunData, first_gpu, is_throttled
+
+if TYPE_CHECKING:  # numpy-backed; imported after the window shows
+    from app.run_data import RunData
 
 VRAM_FULL = 0.95
 HOT_C = 80.0
@@ -124,6 +126,8 @@ def host_ram(data: RunData, snap: dict | None) -> list[Advice]:
 
 def spill(data: RunData) -> list[Advice]:
     """Throughput collapsing while VRAM is full: Windows spilling VRAM into shared system memory."""
+    import numpy as np
+
     tps = data.tokens_per_s.y
     tps = tps[~np.isnan(tps)]
     used, total = data.vram_used.last(), data.vram_total.last()
@@ -139,6 +143,8 @@ def spill(data: RunData) -> list[Advice]:
 
 def low_util(data: RunData) -> list[Advice]:
     """GPU mostly idle while a run is training: the data pipeline cannot keep up."""
+    import numpy as np
+
     if data.state != "running" or len(data.utilization) < UTIL_WINDOW:
         return []
     recent = data.utilization.y[-UTIL_WINDOW:]

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     QtWidgets.QApplication.setApplicationName("TrainPilot")
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    window = MainWindow(settings.hardware_file(args.hardware))
+    window = MainWindow(settings.hardware_file(args.hardware), lazy=True)
     if args.run:
         window.open_run(args.run)
     window.show()
@@ -46,14 +46,24 @@ def main(argv: list[str] | None = None) -> int:
 def _exit_after_first_paint(window, app) -> None:
     from PySide6 import QtCore
 
+    # Exit once the window has painted AND the deferred startup (plots, probe) has run, so a
+    # broken install fails this check instead of passing on an empty window.
+    state = {"painted": False}
+
+    def maybe_exit():
+        if state["painted"] and window.started:
+            QtCore.QTimer.singleShot(0, lambda: app.exit(0))
+
     class _PaintWatch(QtCore.QObject):
         def eventFilter(self, obj, event):
-            if event.type() == QtCore.QEvent.Paint:
-                QtCore.QTimer.singleShot(0, lambda: app.exit(0))
+            if event.type() == QtCore.QEvent.Paint and not state["painted"]:
+                state["painted"] = True
+                maybe_exit()
             return False
 
     watch = _PaintWatch(window)
     window.installEventFilter(watch)
+    window.startup_done.connect(maybe_exit)
     QtCore.QTimer.singleShot(10000, lambda: app.exit(0))  # offscreen platforms may never paint
 
 

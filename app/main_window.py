@@ -22,9 +22,15 @@ ICON = Path(__file__).parent / "resources" / "icons" / "trainpilot.svg"
 
 
 class MainWindow(QtWidgets.QMainWindow):
-    """TrainPilot's window. ``open_wizard()`` starts the setup wizard."""
+    """TrainPilot's window. ``open_wizard()`` starts the setup wizard.
 
-    def __init__(self, hardware_file: str | None = None, parent=None):
+    With ``lazy=True`` (the app) the plots, the run watcher and the probe start right after the
+    window is first shown (pyqtgraph and numpy take most of a cold start); ``startup_done`` fires
+    then. Tests construct it eagerly."""
+
+    startup_done = QtCore.Signal()
+
+    def __init__(self, hardware_file: str | None = None, parent=None, lazy: bool = False):
         super().__init__(parent)
         self.setWindowTitle("TrainPilot")
         if ICON.exists():
@@ -40,7 +46,15 @@ class MainWindow(QtWidgets.QMainWindow):
         self._layout()
         self._connect()
         self.wizard = None
-        self._restore()
+        self.started = False
+        geometry = settings.settings().value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        if lazy:  # after the first paint (or 0.5 s, should the window never be exposed)
+            self._painted_once = False
+            QtCore.QTimer.singleShot(500, self.finish_startup)
+        else:
+            self.finish_startup()
 
     # -- construction ---------------------------------------------------------------------------
     def _build_actions(self) -> None:
@@ -85,19 +99,21 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.stop_overdue.connect(self._ask_kill)
         self.run_view.warnings.end_process.connect(self._ask_end_process)
 
-    def _restore(self) -> None:
-        s = settings.settings()
-        geometry = s.value("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
+    def finish_startup(self) -> None:
+        """Build the plots, start watching runs and probing, reopen the last run (idempotent)."""
+        if self.started:
+            return
+        self.started = True
+        self.run_view.build_dashboard()
         self.monitor.start()
         self.hardware.start()
-        last = s.value("last_run")
+        last = settings.settings().value("last_run")
         if last and Path(last).is_dir():
             self.run_list.select_path(str(Path(last).resolve()))
             self.monitor.select(str(Path(last).resolve()))
         else:
             self.monitor.select(None)
+        self.startup_done.emit()
 
     # -- ticks ----------------------------------------------------------------------------------
     def _on_snapshot(self, snap) -> None:
@@ -107,6 +123,8 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _on_tick(self) -> None:
         data = self.monitor.shown()
+        if data is None:
+            return
         run_dir = str(data.run_dir) if data.run_dir else None
         own = set(self.runs.tree_pids(run_dir)) if run_dir else set()
         full = self.hardware.processes_snapshot()
@@ -201,6 +219,12 @@ class MainWindow(QtWidgets.QMainWindow):
             self, f"End {name}?", f"End {name} (pid {pid})? Unsaved work in it will be lost.")
         if answer == QtWidgets.QMessageBox.Yes and not end_process(pid):
             self.statusBar().showMessage(f"Could not end {name} (pid {pid}).", 10000)
+
+    def paintEvent(self, event: QtGui.QPaintEvent) -> None:
+        super().paintEvent(event)
+        if not self.started and not getattr(self, "_painted_once", True):
+            self._painted_once = True
+            QtCore.QTimer.singleShot(0, self.finish_startup)
 
     # -- closing --------------------------------------------------------------------------------
     def alive_runs(self) -> list[str]:

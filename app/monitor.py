@@ -7,7 +7,6 @@ from pathlib import Path
 from PySide6 import QtCore
 
 from app import run_list, settings
-from app.run_data import RunData
 
 TICK_MS = 250        # 4 Hz redraw (DESIGN.md: not per sample)
 SCAN_MS = 2000
@@ -22,13 +21,16 @@ class Monitor(QtCore.QObject):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.machine = RunData(None)
-        self.current: RunData | None = None
+        self.machine = None  # RunData(None), made in start(): RunData needs numpy
+        self.current = None
         self._tick = QtCore.QTimer(self, interval=TICK_MS, timeout=self._on_tick)
         self._scan = QtCore.QTimer(self, interval=SCAN_MS, timeout=self.rescan)
 
     def start(self) -> None:
         """Start the timers and scan once now."""
+        from app.run_data import RunData
+
+        self.machine = self.machine or RunData(None)
         self.rescan()
         self._tick.start()
         self._scan.start()
@@ -37,6 +39,8 @@ class Monitor(QtCore.QObject):
         """Watch ``run_dir`` (None: the machine)."""
         if run_dir is not None and self.current is not None and str(self.current.run_dir) == str(Path(run_dir)):
             return
+        from app.run_data import RunData
+
         self.current = RunData(run_dir) if run_dir else None
         if self.current is not None:
             self.current.poll()
@@ -44,12 +48,14 @@ class Monitor(QtCore.QObject):
         self.selected.emit(self.current or self.machine)
         self.tick.emit()
 
-    def shown(self) -> RunData:
+    def shown(self):
         """The RunData on screen."""
         return self.current or self.machine
 
     def add_machine_snapshot(self, snap) -> None:
         """Append a probe sample (a MachineSnapshot) to the machine series."""
+        if self.machine is None:
+            return
         self.machine.add_snapshot(snap.to_dict())
         self.machine.version += 1
 

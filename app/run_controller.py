@@ -16,7 +16,7 @@ from trainer import events as ev
 
 from app import settings
 from app.commands import Job, cli_args
-from app.run_data import pid_alive
+from app.facts import pid_alive
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
 

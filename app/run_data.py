@@ -11,23 +11,10 @@ from pathlib import Path
 
 from trainer import events as ev
 
+from app.facts import first_gpu, is_throttled, pid_alive  # noqa: F401 (pid_alive re-exported)
 from app.series import Series
 
-# Throttle reasons that mean the GPU is slowed down by heat or power, not merely idle.
-SLOWDOWN_WORDS = ("thermal", "power", "slowdown")
 LOG_TAIL_BYTES = 64 * 1024
-
-
-def first_gpu(snapshot: dict | None) -> dict | None:
-    """The first GPU of a snapshot dict, or None (CPU machines, bad lines)."""
-    gpus = (snapshot or {}).get("gpus") or []
-    return gpus[0] if gpus and isinstance(gpus[0], dict) else None
-
-
-def is_throttled(gpu: dict | None) -> bool:
-    """True when the GPU reports a thermal, power-cap or hardware slowdown."""
-    reasons = (gpu or {}).get("throttle_reasons") or ()
-    return any(w in str(r).lower() for r in reasons for w in SLOWDOWN_WORDS)
 
 
 class RunData:
@@ -176,14 +163,3 @@ class RunData:
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-
-def pid_alive(pid) -> bool:
-    """True when ``pid`` is a running (non-zombie) process."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False

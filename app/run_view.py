@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.advice import Advice
-from app.dashboard import Dashboard
-from app.run_data import RunData
+from typing import TYPE_CHECKING
+
 from app.warnings_view import WarningsView
+
+if TYPE_CHECKING:  # numpy/pyqtgraph-backed: imported after the window shows
+    from app.advice import Advice
+    from app.run_data import RunData
 
 LOG_LINES = 200
 
@@ -22,12 +25,12 @@ class RunView(QtWidgets.QWidget):
         self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
         self.failure.hide()
-        self.dashboard = Dashboard()
+        self.dashboard = None  # built by build_dashboard(): pyqtgraph takes ~0.3 s to import
         self.warnings = WarningsView()
         self.log = _text_view()
         self.config = _text_view()
         self.tabs = QtWidgets.QTabWidget()
-        self.tabs.addTab(self.dashboard, "Dashboard")
+        self.tabs.addTab(QtWidgets.QLabel("Loading the dashboard…"), "Dashboard")
         self.tabs.addTab(self.warnings, "Warnings")
         self.tabs.addTab(self.log, "Log")
         self.tabs.addTab(self.config, "Config")
@@ -37,11 +40,26 @@ class RunView(QtWidgets.QWidget):
         lay.addWidget(self.tabs, 1)
         self._log_size = -1
 
+    def build_dashboard(self) -> None:
+        """Create the plots (imports pyqtgraph); idempotent."""
+        if self.dashboard is not None:
+            return
+        from app.dashboard import Dashboard
+
+        self.dashboard = Dashboard()
+        placeholder = self.tabs.widget(0)
+        self.tabs.removeTab(0)
+        self.tabs.insertTab(0, self.dashboard, "Dashboard")
+        self.tabs.setCurrentIndex(0)
+        placeholder.deleteLater()
+        self.dashboard.set_data(self.data)
+
     def bind(self, data: RunData | None) -> None:
         """Show ``data`` (None: the machine only)."""
         self.data = data
         self._log_size = -1
-        self.dashboard.set_data(data)
+        if self.dashboard is not None:
+            self.dashboard.set_data(data)
         text = ""
         if data is not None and data.run_dir is not None:
             cfg = data.run_dir / "config.yaml"
@@ -51,7 +69,8 @@ class RunView(QtWidgets.QWidget):
 
     def refresh(self, advice: list[Advice]) -> None:
         """Redraw plots, warnings, the failure banner and the log tail."""
-        self.dashboard.refresh()
+        if self.dashboard is not None:
+            self.dashboard.refresh()
         self.warnings.show_advice(advice)
         n = len(advice)
         self.tabs.setTabText(1, f"Warnings ({n})" if n else "Warnings")

@@ -16,6 +16,7 @@ class Series:
         self._y = np.empty(capacity, dtype=np.float64)
         self.n = 0
         self.version = 0  # bumped on every change, so views redraw only what moved
+        self.has_nan = False  # lets plots skip pyqtgraph's full-array finite checks while False
 
     def _grow(self, need: int) -> None:
         cap = len(self._x)
@@ -28,10 +29,12 @@ class Series:
             setattr(self, name, new)
 
     def append(self, x: float, y: float | None) -> None:
-        """Add one point; ``y`` None becomes NaN (a gap in the line)."""
+        """Add one point (``x`` finite); ``y`` None becomes NaN (a gap in the line)."""
         if self.n == len(self._x):
             self._grow(self.n + 1)
         self._x[self.n] = x
+        if y is None or y != y:
+            self.has_nan = True
         self._y[self.n] = np.nan if y is None else y
         self.n += 1
         self.version += 1
@@ -45,6 +48,7 @@ class Series:
             self._grow(need)
         self._x[self.n:need] = xs
         self._y[self.n:need] = ys
+        self.has_nan = self.has_nan or bool(np.isnan(ys).any()) or bool(np.isnan(xs).any())
         self.n = need
         self.version += 1
 

@@ -20,8 +20,8 @@ def test_dashboard_shows_recorded_run(qtbot, fixture_run):
     assert len(dash.curves["temp"].xData) == 122
     assert max(dash.curves["vram"].yData) > 14  # GiB
     assert dash.peak_line.isVisible() and abs(dash.peak_line.value() - 14.2) < 0.01
-    assert len(dash._regions) == 1  # the thermal throttle episode is shaded
-    start, end = dash._regions[0].getRegion()
+    assert len(dash.throttle_spans) == 1  # the thermal throttle episode is shaded
+    start, end = dash.throttle_spans[0]
     assert end - start == 30
     text = dash.headline.text()
     assert "step 120 of 120" in text and "effective batch 16" in text and "finished" in text
