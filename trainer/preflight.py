@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 from trainer import modeling
@@ -69,6 +70,10 @@ def _tokenizer(cfg, hardware) -> None:
 def _data(cfg, hardware) -> None:
     records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
     check_fields(records, cfg.data)
+    split, n = cfg.data.validation_split, len(records.rows)
+    if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
+        raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
+                        f"lower it, add records, or set data.validation_path", field="data.validation_split")
 
 
 def _validation_data(cfg, hardware) -> None:
