@@ -235,6 +235,9 @@ CASES = [
                                              lambda ws: {"data.prompt_template": "Q: {question}\n",
                                                          "data.response_template": "{answer}"}),
          ("'answer'", "fields present: question")),
+    Case("validation_split_leaves_nothing", with_files({"train.jsonl": '{"text": "a cat"}\n'},
+                                                       lambda ws: {"data.validation_split": 0.5}),
+         ("data.validation_split", "1 record", "none to train on")),
     Case("validation_file_missing", with_files(GOOD_DATA, lambda ws: {"data.validation_path": str(ws / "val.jsonl")}),
          ("data.validation_path", "val.jsonl", "not found")),
 ]
