@@ -171,3 +171,7 @@ def check_fields(records: Records, data_cfg) -> None:
             fix = f"set {where} to one of them" if where == "data.text_field" else f"use only those fields in {where}"
             raise UserError(f"{where}: field '{name}' is absent from record {missing + 1} of {records.path} "
                             f"(fields present: {fields}); {fix}", field=where, path=str(records.path))
+    if data_cfg.prompt_template is None and not any(str(r[data_cfg.text_field]).strip() for r in rows):
+        raise UserError(f"data.text_field: '{data_cfg.text_field}' is empty in every record of {records.path}; "
+                        f"put the text there or set data.text_field to the field that holds it",
+                        field="data.text_field", path=str(records.path))
