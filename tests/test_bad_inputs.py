@@ -231,6 +231,8 @@ CASES = [
          ("data.format", "train.xyz", "extension")),
     Case("text_field_absent", with_files({"train.jsonl": '{"body": "a", "title": "t"}\n'}, lambda ws: {}),
          ("data.text_field", "'text'", "fields present: body, title")),
+    Case("text_field_empty", with_files({"train.jsonl": '{"text": "", "body": "a"}\n{"text": "  ", "body": "b"}\n'},
+                                        lambda ws: {}), ("data.text_field", "empty in every record")),
     Case("template_field_absent", with_files({"train.jsonl": '{"question": "q"}\n'},
                                              lambda ws: {"data.prompt_template": "Q: {question}\n",
                                                          "data.response_template": "{answer}"}),
