@@ -141,6 +141,30 @@ def _setup_case(b, s, ckpt, attn, prec):
                       method="lora" if prec == "lora" else "full", lora_r=16, device="cpu")
 
 
+# Other families, shrunk: (name, overrides, attention). Gemma 2 supports only eager attention in HF.
+FAMILIES = [
+    ("qwen2.5-0.5b", {"hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8,
+                      "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 2048}, "sdpa"),
+    ("gemma-2-2b", {"hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 2048}, "eager"),
+    ("stablelm-2-1.6b", {"hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8,
+                         "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 2048}, "sdpa"),
+    ("phi-2", {"hidden_size": 640, "intermediate_size": 1280, "num_attention_heads": 8, "num_key_value_heads": 8,
+               "num_hidden_layers": 2, "vocab_size": 2048}, "sdpa"),
+]
+
+
+@pytest.mark.parametrize("name,over,attn", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_other_families_activations_within_10pct(name, over, attn):
+    pytest.importorskip("torch")
+    d = {k: v for k, v in json.loads(find_config(name).read_text()).items() if not k.startswith("_")}
+    spec = spec_from_config({**d, **over})
+    for b, s, ckpt in ((2, 128, False), (1, 256, True)):
+        got = _measure_case(name, over, b, s, ckpt, attn, "bf16")
+        acts = activation_bytes(spec, _setup_case(b, s, ckpt, attn, "bf16"))
+        assert abs((acts["layers"] + acts["head"]) / got - 1) <= 0.10, (name, b, s, ckpt, got, acts)
+
+
 @pytest.mark.parametrize("name,over", SMALL, ids=[n for n, _ in SMALL])
 def test_activations_within_10pct_of_autograd(name, over):
     pytest.importorskip("torch")

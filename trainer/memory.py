@@ -147,7 +147,21 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     if s.attn == "eager":
         width = 4 if s.precision == "fp32" else 2
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
-    return tokens * per
+    return tokens * (per + _family_layer_delta(spec, s))
+
+
+def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
+    """Per-token, per-layer difference of a family from the Llama layout (fitted on saved-tensor
+    measurements of shrunk models, bf16): Gemma 2 has four fp32 norms and tanh soft-capped scores
+    (eager only); StableLM's and Phi's LayerNorms keep less than Llama's fp32 RMSNorm copies, and
+    Phi's non-gated MLP keeps its gelu input and output. GPT-2 is not fitted (Llama layout used)."""
+    if spec.family == "gemma2":
+        return 21 * spec.hidden + (2 * spec.heads * s.seq_len if s.attn == "eager" else 0)
+    if spec.family == "stablelm":
+        return -6 * spec.hidden
+    if spec.family == "phi":  # one LayerNorm, non-gated gelu MLP
+        return 2 * spec.intermediate - 6 * spec.hidden
+    return 0
 
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
@@ -177,7 +191,8 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
     else:
         norm = 8 * h
-    return norm + 4 * spec.vocab
+    family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
+    return norm + 4 * spec.vocab + family
 
 
 def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:

@@ -137,6 +137,9 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
     if ctx.spec is None:
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
+    if ps.attention(ctx) != cfg.model.attn_implementation:
+        notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
+                     "eager (the memory above is for eager attention)")
     if cfg.device == "cuda" and gpu is None:
         choice.verdict = "does_not_fit"
         choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")

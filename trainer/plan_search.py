@@ -79,10 +79,18 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption) -> TrainSetup
     return TrainSetup(
         micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=c.training.optimizer, checkpointing=ckpt,
-        attn=c.model.attn_implementation, deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
+        attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device)
+
+
+def attention(ctx: Context) -> str:
+    """The attention kernel memory is estimated for: transformers runs Gemma 2 only with eager
+    attention (its soft-capped scores), whatever the config asks."""
+    if ctx.spec is not None and ctx.spec.family == "gemma2" and ctx.cfg.model.attn_implementation == "sdpa":
+        return "eager"
+    return ctx.cfg.model.attn_implementation
 
 
 def need(ctx: Context, est: Estimate) -> int:
