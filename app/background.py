@@ -24,7 +24,10 @@ class _Task(QtCore.QRunnable):
             result, error = self.fn(), None
         except Exception as exc:  # delivered to the GUI, which shows it
             result, error = None, exc
-        self.bridge.done.emit(self.token, result, error)
+        try:
+            self.bridge.done.emit(self.token, result, error)
+        except RuntimeError:
+            pass  # the page that asked was closed meanwhile: nobody wants the result
 
 
 class Latest(QtCore.QObject):

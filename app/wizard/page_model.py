@@ -18,6 +18,8 @@ def fits_table(source: str, base_cfg, snapshot) -> dict:
     from trainer.modelspec import load_model_spec
 
     spec = load_model_spec(source)
+    if spec.max_positions and base_cfg.data.seq_len > spec.max_positions:
+        base_cfg = tc.replace(base_cfg, **{"data.seq_len": spec.max_positions})  # as the page will set it
     verdicts = {}
     for method in METHODS:
         try:
@@ -105,9 +107,14 @@ class ModelPage(QtWidgets.QWizardPage):
     def _show_facts(self, result: dict) -> None:
         spec = result["spec"]
         verdicts = ", ".join(f"{m}: {VERDICT_WORDS.get(v, v)}" for m, v in result["verdicts"].items())
+        capped = ""
+        seq = self.state.values.get("data.seq_len")
+        if spec.max_positions and isinstance(seq, int) and seq > spec.max_positions:
+            self.state.set("data.seq_len", spec.max_positions)  # the model cannot see further back
+            capped = f"<br>Sequence length set to this model's maximum, {spec.max_positions} tokens."
         self.facts.setText(f"<b>{spec.name or self.source.text()}</b> — {spec.family}, "
                            f"{spec.params / 1e6:,.1f} M parameters, {spec.layers} layers, hidden {spec.hidden}, "
-                           f"vocabulary {spec.vocab:,}.<br>Here: {verdicts}.")
+                           f"vocabulary {spec.vocab:,}.<br>Here: {verdicts}.{capped}")
 
     def _show_error(self, exc: Exception) -> None:
         self.facts.setText(f"<span style='color:#b00'>{exc}</span>")

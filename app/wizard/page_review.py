@@ -5,6 +5,19 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from trainer import config as tc
 
+from app.background import Latest
+
+
+def preflight(cfg, snapshot) -> list[tuple[str, str]]:
+    """The trainer's checks of files and machine (light: no torch); [] when Start will work."""
+    from trainer import preflight as pf
+
+    try:
+        pf.check(cfg, snapshot)
+    except tc.ConfigError as exc:
+        return exc.problems
+    return []
+
 
 class ReviewPage(QtWidgets.QWizardPage):
     """Shows the final config; emits ``start(config_path, run_dir)`` and ``export(config_path)``."""
@@ -37,17 +50,33 @@ class ReviewPage(QtWidgets.QWizardPage):
         lay.addLayout(row)
         lay.addWidget(self.message)
         lay.addLayout(buttons)
+        self._checks = Latest(self._checked, lambda exc: self._checked([("", str(exc))]), self)
 
     def initializePage(self) -> None:
         self.run_dir.setText(self.state.default_run_dir())
         try:
-            self.yaml.setPlainText(tc.dump_yaml(self.state.final_config()))
-            self.message.setText("")
-            ok = True
+            cfg = self.state.final_config()
         except tc.ConfigError as exc:
             self.yaml.setPlainText("")
             self.message.setText(exc.render())
-            ok = False
+            self._enable(False)
+            return
+        self.yaml.setPlainText(tc.dump_yaml(cfg))
+        self.message.setText("Checking the model, data and machine…")
+        self._enable(False)
+        snap = self.state.snapshot()
+        self._checks.submit(lambda: preflight(cfg, snap))
+
+    def _checked(self, problems: list) -> None:
+        if problems:
+            self.message.setText("<span style='color:#b00'>Fix before starting (Back to change it):</span><br>"
+                                 + "<br>".join(f"<b>{k}</b>: {m}" if k else m for k, m in problems))
+        else:
+            self.message.setText("Ready: the model, data and machine checks passed.")
+        self._enable(not problems)
+        self.export_button.setEnabled(True)  # exporting a config to fix elsewhere is fine
+
+    def _enable(self, ok: bool) -> None:
         self.start_button.setEnabled(ok)
         self.export_button.setEnabled(ok)
 

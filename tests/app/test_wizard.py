@@ -58,9 +58,33 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     data = yaml.safe_load(text)
     assert data["preset"] == "laptop_16gb" and data["method"]["type"] == "lora"
     assert data["model"]["source"] == "llama-3.2-1b" and data["data"]["path"] == path
+    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=15000)  # preflight passed
+    assert "checks passed" in wiz.review.message.text()
     with qtbot.waitSignal(wiz.start_requested) as sig:
         wiz.review.start_button.click()
     config_path, run_dir = sig.args
     assert tc.load(config_path).preset == "laptop_16gb"
     assert run_dir.startswith(str(trainpilot_home / "runs"))
+    hw.stop()
+
+
+def test_review_blocks_start_until_inputs_are_fixed(qtbot):
+    """The demo model sees 512 positions: the wizard caps seq_len, and preflight problems block Start."""
+    hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    wiz.next()
+    qtbot.waitUntil(lambda: "maximum, 512 tokens" in wiz.model.facts.text(), timeout=15000)
+    assert wiz.state.values["data.seq_len"] == 512
+    wiz.next()
+    wiz.data.path.setText("no-such-file.jsonl")
+    wiz.data.path.editingFinished.emit()
+    qtbot.waitUntil(lambda: "not found" in wiz.data.stats.text(), timeout=10000)
+    wiz.next()
+    wiz.next()
+    qtbot.waitUntil(lambda: "Fix before starting" in wiz.review.message.text(), timeout=15000)
+    assert "data.path" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     hw.stop()
