@@ -69,3 +69,34 @@ def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     qtbot.waitUntil(lambda: "finished" in w2.run_view.dashboard.headline.text(), timeout=5000)
     assert not w2.act_stop.isEnabled()
     w2.hardware.stop()
+
+
+@pytest.mark.slow
+def test_wizard_start_runs_and_shows_the_run(qtbot):
+    """The wizard's Start on this CPU machine: the main window launches `run CONFIG --run-dir DIR`,
+    opens the new run folder, and the run finishes."""
+    w = _window(qtbot)
+    w.open_wizard()
+    wiz = w.wizard
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=5000)
+    wiz.next()
+    qtbot.waitUntil(lambda: "maximum, 512 tokens" in wiz.model.facts.text(), timeout=15000)
+    wiz.next()
+    wiz.next()
+    form = wiz.plan.advanced
+    for key, text in (("training.max_steps", "2"), ("data.seq_len", "64"), ("checkpoints.every_steps", "1")):
+        form.editors[key].setText(text)
+        form.editors[key].textEdited.emit(text)
+    wiz.next()
+    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=20000)
+    run_dir = wiz.review.run_dir.text()
+    wiz.review.start_button.click()
+    try:
+        qtbot.waitUntil(lambda: w.monitor.current is not None
+                        and str(w.monitor.current.run_dir) == str(Path(run_dir).resolve()), timeout=60_000)
+        qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
+        qtbot.waitUntil(lambda: "finished" in w.run_view.dashboard.headline.text(), timeout=5000)
+        assert "step 2 of 2" in w.run_view.dashboard.headline.text()
+    finally:
+        w.runs.kill_tree(run_dir)
+        w.hardware.stop()
