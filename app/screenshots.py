@@ -81,6 +81,9 @@ def wizard_shots(app, window, out: Path) -> None:
     wiz.plan.advanced_toggle.setChecked(True)
     wiz.plan.advanced.setCurrentIndex(4)  # training section
     _spin(app, 200)
+    bar = wiz.plan.scroll.verticalScrollBar()
+    bar.setValue(wiz.plan.advanced.y() - 8)
+    _spin(app, 200)
     wiz.grab().save(str(out / "wizard-4-advanced.png"))
     wiz.plan.advanced_toggle.setChecked(False)
     wiz.next()

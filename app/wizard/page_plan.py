@@ -54,11 +54,11 @@ class PlanPage(QtWidgets.QWizardPage):
         for w in (self.verdict, self.bar, self.details, self.advanced_toggle, self.advanced):
             lay.addWidget(w)
         lay.addStretch(1)
-        scroll = QtWidgets.QScrollArea(widgetResizable=True)
-        scroll.setWidget(body)
+        self.scroll = QtWidgets.QScrollArea(widgetResizable=True)
+        self.scroll.setWidget(body)
         outer = QtWidgets.QVBoxLayout(self)
         outer.addLayout(form)
-        outer.addWidget(scroll, 1)
+        outer.addWidget(self.scroll, 1)
         self._connect()
 
     def _connect(self) -> None:

@@ -21,6 +21,7 @@ class SetupWizard(QtWidgets.QWizard):
         self.setWindowTitle("New training run")
         self.setWizardStyle(QtWidgets.QWizard.ClassicStyle)
         self.setOption(QtWidgets.QWizard.NoCancelButtonOnLastPage, False)
+        self.setButtonText(QtWidgets.QWizard.FinishButton, "Close")  # Start is the button that starts
         self.resize(900, 680)
         self.state = WizardState(hardware, self)
         self.env = EnvironmentPage()
