@@ -128,7 +128,7 @@ def spill(data: RunData) -> list[Advice]:
     """Throughput collapsing while VRAM is full: Windows spilling VRAM into shared system memory."""
     import numpy as np
 
-    tps = data.tokens_per_s.y
+    tps = data.tokens_per_s.y[-600:]  # the last ~10 minutes of steps are what matters
     tps = tps[~np.isnan(tps)]
     used, total = data.vram_used.last(), data.vram_total.last()
     if len(tps) < 20 or not used or not total or used / total <= VRAM_FULL:

@@ -19,6 +19,7 @@ from app.commands import Job, cli_args
 from app.facts import pid_alive
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
+TREE_CACHE_S = 3.0  # walking the process table costs milliseconds: not on every 4 Hz tick
 
 
 def _popen_detached(argv: list[str], log_stem: Path) -> subprocess.Popen:
@@ -51,6 +52,7 @@ class RunController(QtCore.QObject):
         self.children: dict[str, tuple[subprocess.Popen, Path]] = {}
         self._stopping: dict[str, QtCore.QElapsedTimer] = {}
         self._jobs: set[Job] = set()
+        self._trees: dict[str, tuple[float, list[int]]] = {}
         self._timer = QtCore.QTimer(self, interval=500, timeout=self._poll)
         self._timer.start()
 
@@ -81,7 +83,7 @@ class RunController(QtCore.QObject):
 
     def kill_tree(self, run_dir: str) -> int:
         """Kill the supervisor and every descendant (the last resort). Returns processes signalled."""
-        pids = set(self.tree_pids(run_dir))
+        pids = set(self.tree_pids(run_dir, max_age_s=0))
         procs = []
         for pid in pids:
             try:
@@ -108,8 +110,19 @@ class RunController(QtCore.QObject):
         pid = (ev.read_status(run_dir) or {}).get("pid")
         return pid if pid_alive(pid) else None
 
-    def tree_pids(self, run_dir: str) -> list[int]:
-        """The supervisor's pid and all its descendants' (for 'is this GPU process ours')."""
+    def tree_pids(self, run_dir: str, max_age_s: float = TREE_CACHE_S) -> list[int]:
+        """The supervisor's pid and all its descendants' (for 'is this GPU process ours'),
+        at most ``max_age_s`` seconds old."""
+        import time
+
+        cached = self._trees.get(run_dir)
+        if cached and time.monotonic() - cached[0] < max_age_s:
+            return cached[1]
+        pids = self._walk_tree(run_dir)
+        self._trees[run_dir] = (time.monotonic(), pids)
+        return pids
+
+    def _walk_tree(self, run_dir: str) -> list[int]:
         pid = self.supervisor_pid(run_dir)
         if pid is None:
             return []
