@@ -93,6 +93,10 @@ class ModelPage(QtWidgets.QWizardPage):
             self.source.setText(folder)
 
     def initializePage(self) -> None:
+        if self.state.snapshot() is None:  # the probe answers within a second of startup
+            self.facts.setText("Waiting for the hardware probe…")
+            QtCore.QTimer.singleShot(300, self.initializePage)
+            return
         self._look_up()
         snap, cfg = self.state.snapshot(), self.state.config()
         self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
