@@ -111,12 +111,13 @@ class DataPage(QtWidgets.QWizardPage):
         kind = "tokens" if s["tokens_exact"] else "tokens (estimated at 4 characters each)"
         skipped = f", {s['skipped']} unreadable lines skipped" if s["skipped"] else ""
         self.stats.setText(
-            f"<b>{s['records']:,} records</b>{skipped}. Characters per record: median {s['chars_median']:,.0f}, "
-            f"max {s['chars_max']:,}. {kind}: median {s['tokens_median']:,.0f}, max {s['tokens_max']:,}, "
-            f"total {s['tokens_total']:,}; {s['over_seq_len']} record(s) longer than seq_len "
-            f"{self.state.values['data.seq_len']} (cut or packed).")
+            f"<b>{s['records']:,} records</b>{skipped}.<br>Characters per record: median {s['chars_median']:,.0f}, "
+            f"max {s['chars_max']:,}.<br>{kind.capitalize()}: median {s['tokens_median']:,.0f}, "
+            f"max {s['tokens_max']:,}, total {s['tokens_total']:,}; {s['over_seq_len']} record(s) longer than "
+            f"seq_len {self.state.values['data.seq_len']} (cut or packed).")
         rows = s["preview"]
-        cols = sorted({k for r in rows for k in r})
+        field = self.state.values["data.text_field"]
+        cols = sorted({k for r in rows for k in r}, key=lambda k: (k != field, k))  # the trained field first
         self.preview.clear()
         self.preview.setColumnCount(len(cols))
         self.preview.setRowCount(len(rows))
