@@ -98,7 +98,10 @@ class Supervisor:
                               resume_from=str(last) if last else None)
             failed = {"message": message}
         write_status(self.run_dir, state="failed", last_checkpoint=str(last) if last else None)
-        hint = f"\n  resume with: trainpilot-cli resume {self.run_dir}" if last and outcome != "bad_input" else ""
+        hint = ""
+        if outcome != "bad_input":
+            where = f"from {last.name}" if last else "from step 0 (no complete checkpoint yet)"
+            hint = f"\n  resume with: trainpilot-cli resume {self.run_dir}   ({where})"
         print(f"trainpilot-cli: {failed['message']}{hint}", file=sys.stderr)
         if outcome == "crash" and tail:
             print("  last log lines:\n    " + "\n    ".join(tail[-8:]), file=sys.stderr)
