@@ -114,3 +114,19 @@ def test_export_refuses_to_overwrite(tmp_path):
     proc = cli("export", cfg, "--to", out)
     assert proc.returncode == 2 and "already has launch.sh" in proc.stderr
     assert (out / "launch.sh").read_text() == "mine"
+
+
+def test_two_process_data_parallel_through_the_launcher_keeps_ranks_identical(tmp_path):
+    # distributed.num_gpus=2 on the CPU: torchrun starts two gloo ranks; effective batch 8 = 2 × 2 × 2.
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(
+        distributed={"num_gpus": 2, "master_port": 29611},
+        training={"max_steps": 4, "micro_batch_size": 2, "gradient_accumulation_steps": 2, "effective_batch_size": 8}))
+    run = tmp_path / "run"
+    proc = cli("run", cfg, "--run-dir", run, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch.distributed.run --nproc_per_node 2" in (run / "train.log").read_text()
+    started = events(run, "run_started")[-1]
+    assert started["world_size"] == 2
+    finished = events(run, "finished")[-1]
+    assert len(finished["ranks_weights_sha256"]) == 2 and finished["ranks_in_sync"] is True
+    assert len(events(run, "step")) == 4
