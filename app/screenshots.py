@@ -68,10 +68,12 @@ def wizard_shots(app, window, out: Path) -> None:
     wiz.next()
     wiz.model.source.setText("llama-3.2-1b")
     _wait(app, lambda: "16 layers" in wiz.model.facts.text() and wiz.model.shipped.count() > 0)
+    _spin(app, 300)
     wiz.grab().save(str(out / "wizard-2-model.png"))
     wiz.next()
     wiz.data.create_sample()
     _wait(app, lambda: "records" in wiz.data.stats.text())
+    _spin(app, 300)  # let the layout take the new text's height before grabbing
     wiz.grab().save(str(out / "wizard-3-data.png"))
     wiz.next()
     next(b for b in wiz.plan.methods.buttons() if b.property("method") == "lora").click()

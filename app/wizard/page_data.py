@@ -64,7 +64,7 @@ class DataPage(QtWidgets.QWizardPage):
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
         sample = QtWidgets.QPushButton("Create a sample dataset", clicked=self.create_sample)
         self.stats = QtWidgets.QLabel("…")
-        self.stats.setWordWrap(True)
+        self.stats.setWordWrap(False)  # explicit <br> lines; wrapped labels get one line of height in QWizard
         self.preview = QtWidgets.QTableWidget()
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.path, 1)
