@@ -102,6 +102,7 @@ class Dashboard(QtWidgets.QWidget):
             c.setData([], [])
         for plot in self.plots.values():
             plot.enableAutoRange()  # a new run must not inherit the previous run's time window
+        self.plots["util"].setYRange(0, 100)  # a percentage: a fixed scale reads at a glance
         self.refresh()
 
     @property
