@@ -34,6 +34,15 @@ def check(cfg, hardware=None) -> None:
         raise ConfigError(problems)
 
 
+def check_machine(cfg, hardware=None) -> None:
+    """Raise ConfigError when this machine cannot run ``cfg`` (QLoRA without CUDA, DeepSpeed not installed,
+    cuda without a GPU, missing hostfile). Cheap: for the resolved config, after ``check`` and the planner."""
+    try:
+        _machine(cfg, hardware)
+    except UserError as exc:
+        raise ConfigError([(exc.field or "", str(exc).partition(": ")[2] if exc.field else str(exc))]) from None
+
+
 def _model(cfg, hardware) -> None:
     modeling.check_model_source(cfg)
     m = cfg.model
