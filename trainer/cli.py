@@ -11,6 +11,7 @@ import sys
 
 from trainer.config import ConfigError
 from trainer.errors import EXIT_BAD_INPUT, EXIT_FAULT, TrainPilotError
+from trainer.secrets import redact
 
 # Modules exposing ``register(subparsers)``; each subcommand sets ``func(args) -> int``.
 COMMAND_MODULES = ("trainer.cli_run", "trainer.cli_hw", "trainer.export")
@@ -51,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"trainpilot-cli: {exc.render()}", file=sys.stderr)
+        print(f"trainpilot-cli: {redact(exc.render())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainPilotError as exc:
-        print(f"trainpilot-cli: {exc}", file=sys.stderr)
+        print(f"trainpilot-cli: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("trainpilot-cli: interrupted", file=sys.stderr)

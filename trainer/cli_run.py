@@ -62,11 +62,13 @@ def _hardware(path: str | None):
 def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | None, quiet: bool) -> int:
     """Plan, check, create the run directory, supervise. Returns the exit code."""
     hardware = _hardware(hardware_file)
+    preflight.check(cfg, hardware)  # every input, before the planner reads any of it
     resolved, plan = rundir.resolve(cfg, hardware)
     rundir.check_resolved(resolved)
-    preflight.check(resolved, hardware)
+    preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
     target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
     rundir.write_config_files(target, resolved, plan)
+    _warn_if_plan_does_not_fit(target, plan, quiet)
     write_status(target, state="starting", max_steps=resolved.training.max_steps)
     if not quiet:
         t = resolved.training
@@ -74,6 +76,23 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
               f"{t.micro_batch_size} × accumulation {t.gradient_accumulation_steps} × {resolved.world_size} GPU(s) = "
               f"{t.effective_batch_size}", flush=True)
     return _supervise(target, None, quiet, attempt=1)
+
+
+def _warn_if_plan_does_not_fit(run_dir: Path, plan: dict | None, quiet: bool) -> None:
+    """The planner can be wrong both ways: warn, start anyway, and let the OOM ladder recover."""
+    if not plan or plan.get("verdict") != "does_not_fit":
+        return
+    from trainer import secrets
+    from trainer.events import EventWriter
+
+    alts = "; ".join(a.get("description", "") for a in plan.get("alternatives", [])[:3])
+    message = ("the planner predicts this does not fit (" + "; ".join(plan.get("reasons", [])[:2]) + ")"
+               + (f"; what would: {alts}" if alts else "") + ". Starting anyway: out-of-memory is recovered by "
+               "the ladder if recovery.oom_ladder is on")
+    EventWriter(run_dir / "events.jsonl", redact=secrets.redact).write("warning", code="plan_does_not_fit",
+                                                                      message=message)
+    if not quiet:
+        print(f"warning: {message}", flush=True)
 
 
 def _supervise(run_dir: Path, resume_from, quiet: bool, attempt: int) -> int:
@@ -115,7 +134,8 @@ def cmd_resume(args) -> int:
                         f"'trainpilot-cli stop {run}'", path=str(run))
     if status.get("state") == "finished":
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
-    config_mod.load(run / "config.yaml")  # bad config → exit 2 before touching anything
+    cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
+    preflight.check(cfg, _hardware(None))
     (run / STOP_FILE).unlink(missing_ok=True)
     clean_staging(run / "checkpoints")
     ckpt = latest_checkpoint(run / "checkpoints")

@@ -92,7 +92,11 @@ def export(src: str, to: str, overwrite: bool = False) -> list[Path]:
     if clash and not overwrite:
         raise UserError(f"--to: {out} already has {', '.join(clash)}; choose an empty folder or pass --overwrite",
                         path=str(out))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--to: cannot create {out} ({exc.strerror}); choose a folder you can write to",
+                        path=str(out)) from None
     files = [out / "config.yaml"]
     files[0].write_text(secrets.redact(config_mod.dump_yaml(cfg)), encoding="utf-8")
     precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"

@@ -72,7 +72,12 @@ def record(probe: Probe, path: str | Path, seconds: float, interval: float = 1.0
     seconds (the first and every fifth are full snapshots, the rest light samples). Returns the
     number of snapshots written. Each line is flushed so a killed recording stays readable."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch()
+    except OSError as exc:
+        raise UserError(f"--record: cannot write {p} ({exc.strerror}); choose a file in a folder you can write to",
+                        path=str(p)) from None
     head = {"kind": "real", "recorded_at": time.time(), "interval_seconds": interval}
     head.update(meta or {})
     count = 0

@@ -162,6 +162,7 @@ def _apply_method(cfg, model):
         return model
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
+    _check_target_modules(method.target_modules, model)
     if method.type == "qlora":
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
     lora = LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
@@ -170,3 +171,23 @@ def _apply_method(cfg, model):
     if cfg.speed.gradient_checkpointing is True:
         model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
     return model
+
+
+def _check_target_modules(targets, model) -> None:
+    """UserError (exit 2) when a LoRA target names no Linear layer of the model; PEFT would raise for
+    all-unknown names and silently skip a single misspelled one."""
+    if targets == "all-linear":
+        return
+    import difflib
+
+    import torch
+
+    linear = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+                     if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D"})
+    unknown = [t for t in targets if t not in linear]
+    if unknown:
+        hints = [f"{t} → {m[0]}" for t in unknown if (m := difflib.get_close_matches(t, linear, n=1))]
+        raise UserError(f"method.target_modules: {', '.join(unknown)} not in this model"
+                        + (f" (did you mean {'; '.join(hints)}?)" if hints else "")
+                        + f"; its linear layers are: {', '.join(linear)} (or use all-linear)",
+                        field="method.target_modules")

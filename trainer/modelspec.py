@@ -142,10 +142,13 @@ def _hf_cache_dirs() -> list[Path]:
 def find_config(source: str) -> Optional[Path]:
     """Path of the config.json describing ``source``, or None. Never touches the network."""
     p = Path(source).expanduser()
-    if p.is_file():
-        return p
-    if p.is_dir() and (p / "config.json").is_file():
-        return p / "config.json"
+    try:
+        if p.is_file():
+            return p
+        if p.is_dir() and (p / "config.json").is_file():
+            return p / "config.json"
+    except OSError:  # unreadable folder: preflight reports it with the fix
+        return None
     key = source.strip().lower()
     for name in (ALIASES.get(key), key, key.rsplit("/", 1)[-1]):
         if name and (MODELS_DIR / f"{name}.json").is_file():

@@ -33,9 +33,14 @@ def hub_token(cfg=None) -> str | None:
     return os.environ.get(name) or _keyring_token(name)
 
 
+_SECRET_NAME = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
+
+
 def secret_values(extra_env: tuple[str, ...] = ()) -> list[str]:
-    """Secret values currently known (environment and keyring), longest first."""
-    values = {os.environ.get(n) for n in SECRET_ENV_VARS + tuple(extra_env)}
+    """Secret values currently known (environment and keyring), longest first. Any variable named
+    like a secret counts, so the one named by ``model.hub_token_env`` is covered too."""
+    names = set(SECRET_ENV_VARS + tuple(extra_env)) | {n for n in os.environ if _SECRET_NAME.search(n.upper())}
+    values = {os.environ.get(n) for n in names}
     values.add(_keyring_token("HF_TOKEN"))
     return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
 

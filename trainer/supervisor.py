@@ -90,8 +90,8 @@ class Supervisor:
             return EXIT_OK
         failed = seen.get("failed")
         tail = list(self.log_lines)[-20:]
-        if not failed or outcome == "crash":
-            message = failed["message"] if failed else f"the worker exited with code {rc}"
+        if not failed:  # the worker died without a word (killed, segfault): the supervisor reports it
+            message = f"the worker exited with code {rc}"
             if rc is not None and rc < 0:
                 message = f"the worker was killed by signal {-rc} ({_signame(-rc)})"
             self.events.write("failed", message=message, exit_code=rc, kind=outcome, log_tail=tail,
