@@ -81,3 +81,10 @@ def test_field_docs_cover_every_leaf():
     keys = {row[0] for row in c.field_docs()}
     assert "training.micro_batch_size" in keys and "deepspeed.offload_params" in keys
     assert all(row[3] for row in c.field_docs()), "every field needs a description"
+
+
+def test_readme_config_reference_is_generated_from_the_schema():
+    from trainer.docgen import main
+
+    readme = c.Path(__file__).parent.parent / "README.md"
+    assert main([str(readme), "--check"]) == 0, "run: python -m trainer.docgen --write README.md"

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from conftest import cli, events, final_weights, losses, tiny_config, write_config
+from helpers_train import cli, events, final_weights, losses, tiny_config, write_config
 from trainer.events import STEP_FIELDS
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,7 @@
-"""Shared helpers: tiny configs and the real CLI in a child process."""
+"""Helpers for the training tests: tiny configs and the real CLI in a child process.
+
+(Not conftest.py: tests/app has its own conftest, and `from conftest import` would be ambiguous.)
+"""
 from __future__ import annotations
 
 import json
@@ -79,15 +82,6 @@ def deepspeed_available() -> bool:
 
 
 needs_deepspeed = pytest.mark.skipif(not deepspeed_available(), reason="DeepSpeed is not installed")
-
-
-@pytest.fixture
-def run_config(tmp_path):
-    """Factory: write a tiny config (with section overrides) and return its path."""
-    def make(name: str = "config.yaml", **sections) -> Path:
-        return write_config(tmp_path / name, tiny_config(**sections))
-
-    return make
 
 
 def dump(obj) -> str:
