@@ -130,3 +130,20 @@ def test_two_process_data_parallel_through_the_launcher_keeps_ranks_identical(tm
     finished = events(run, "finished")[-1]
     assert len(finished["ranks_weights_sha256"]) == 2 and finished["ranks_in_sync"] is True
     assert len(events(run, "step")) == 4
+
+
+def test_architectures_that_refuse_sdpa_fall_back_to_eager(tmp_path, capsys):
+    # transformers refuses sdpa for Gemma 2; the worker must not die on the default attention setting.
+    import json
+
+    from trainer import config as config_mod
+    from trainer.modeling import load_model
+
+    arch = tmp_path / "gemma2.json"
+    arch.write_text(json.dumps({"model_type": "gemma2", "hidden_size": 32, "intermediate_size": 64,
+                                "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                                "head_dim": 16, "vocab_size": 100}))
+    cfg = config_mod.validate({"model": {"architecture": str(arch)}, "speed": {"precision": "fp32"}})
+    model = load_model(cfg, "fp32", use_cuda=False)
+    assert model.config._attn_implementation == "eager"
+    assert "using eager attention" in capsys.readouterr().err

@@ -92,15 +92,16 @@ def torch_checks() -> list[dict]:
 
 def _cuda_checks(torch) -> list[dict]:
     if not torch.cuda.is_available():
-        fix = ("install a CUDA build of torch: pip install torch --index-url https://download.pytorch.org/whl/cu128"
-               if torch.version.cuda is None else "check the NVIDIA driver: nvidia-smi must list the GPU")
+        fix = ("install the CUDA build of torch for this GPU and driver: 'python installers/torch_build.py' prints "
+               "the pip command (or re-run the installer with --upgrade)" if torch.version.cuda is None else "check the NVIDIA driver: nvidia-smi must list the GPU")
         return [check("torch sees the gpu", False, "torch.cuda.is_available() is False", fix, required=False)]
     major, minor = torch.cuda.get_device_capability(0)
     arch = f"sm_{major}{minor}"
     archs = torch.cuda.get_arch_list()
     supported = arch in archs or any(a.startswith("compute_") and int(a[8:]) <= major * 10 + minor for a in archs)
-    fix = ("RTX 50-series (sm_120) needs a CUDA 12.8+ build: pip install torch --index-url "
-           "https://download.pytorch.org/whl/cu128" if major >= 12 else "install a torch build for your GPU")
+    fix = ("RTX 50-series (sm_120) needs a CUDA 12.8+ build (cu128 up to PyTorch 2.11, cu130 after): "
+           "'python installers/torch_build.py' prints the pip command for this driver" if major >= 12
+           else "'python installers/torch_build.py' prints the pip command for a build with kernels for this GPU")
     return [check("torch sees the gpu", True, f"{torch.cuda.get_device_name(0)} ({arch})"),
             check("gpu architecture supported", supported, f"{arch} in this build: {' '.join(archs)}", fix)]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from trainer import secrets
@@ -132,19 +133,32 @@ def load_model(cfg, precision: str, use_cuda: bool):
         arch = architecture_file(m.architecture or "tiny-llama")
         conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
         torch.manual_seed(cfg.training.seed)
-        model = AutoModelForCausalLM.from_config(conf, dtype=dtype, **common)
+        model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_config(conf, dtype=dtype, **kw), common)
     else:
-        kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg), **common)
+        kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
             kwargs["quantization_config"] = _bnb_config(precision)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
-            model = AutoModelForCausalLM.from_pretrained(m.source, **kwargs)
+            model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_pretrained(m.source, **{**kwargs, **kw}),
+                                             common)
         except OSError as exc:
             raise UserError(f"model.source: cannot load '{m.source}' ({secrets.redact(str(exc)).splitlines()[0]}); "
                             f"check the hub id, your access to it ({m.hub_token_env}) or the folder", field="model.source") from None
     model.config.use_cache = False
     return _apply_method(cfg, model)
+
+
+def _with_attention_fallback(build, common: dict):
+    """Build with the configured attention; some architectures (Gemma 2) refuse sdpa: use eager then."""
+    try:
+        return build(common)
+    except ValueError as exc:
+        if "does not support an attention implementation" not in str(exc) or common["attn_implementation"] == "eager":
+            raise
+        print(f"trainpilot: {str(exc).split('.')[0]}; using eager attention (the planner estimates it so)",
+              file=sys.stderr)
+        return build(dict(common, attn_implementation="eager"))
 
 
 def _bnb_config(precision: str):

@@ -129,11 +129,18 @@ def ckpt_options(ctx: Context) -> list[bool]:
     return [False] if ctx.device == "cpu" else [False, True]
 
 
+def deepspeed_installed() -> bool:
+    """Whether DeepSpeed can be imported here (found without importing it: no torch in the planner)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
 def ds_options(ctx: Context) -> list[DsOption]:
     d = ctx.cfg.deepspeed
     if d.enabled is True:
         return [(True, d.zero_stage, d.offload_optimizer, d.offload_params)]
-    if d.enabled is False or ctx.device == "cpu" or ctx.cfg.method.type == "qlora":
+    if d.enabled is False or ctx.device == "cpu" or ctx.cfg.method.type == "qlora" or not deepspeed_installed():
         return [(False, d.zero_stage, False, False)]
     opts: list[DsOption] = [(False, d.zero_stage, False, False)]
     if ctx.cfg.world_size > 1:  # sharding only saves memory across several GPUs
