@@ -15,15 +15,18 @@ Three variants, same model (random init, same seed), same tokenized data, same c
   (telemetry sampled at 1 Hz into ``telemetry.jsonl``, ``status.json`` rewritten per step event,
   ``train.log`` pumped) starting the worker. Timed from the worker's own ``step_seconds`` events.
 
-bare and ours run in this process, interleaved (bare, ours, supervised, then the next repeat with the
-in-process order swapped), because the machine is shared and its speed drifts. Both in-process
-variants get the same timing callback (one ``perf_counter`` per optimizer step, at ``on_step_end``,
-after every other callback). A step's time is the interval between consecutive ``on_step_end``s
-(the definition ``StepEvents`` uses for ``step_seconds``), so it includes the previous step's
-logging and event write. The first ``--warmup`` steps of every run are dropped; the figure is the
-median steady-state step time over all repeats. Real tokens are counted by the same collator wrapper
-for both (packed data: every token is real). The supervised variant's startup (imports, planning,
-model build) is not in its figure: only steady-state steps are compared.
+bare and ours run in this process, side by side, one optimizer step each in turn (greenlets on one
+OS thread; who goes first alternates per repeat), because the machine is shared and its speed drifts:
+drift then hits both alike. Both get the same timing callback, added last. A step's time runs from
+one ``on_step_begin`` to the next, so it holds the step and all that follows it (our callbacks,
+logging, the event write, the STOP check, fetching the next batch). The first ``--warmup`` steps of
+every run are dropped; the figure is the median steady-state step time over all repeats. Real
+tokens are counted by the same collator wrapper for both (packed data: every token is real).
+StepEvents' hooks are also timed in place: their cost directly, not as a difference of two noisy figures.
+The supervised child runs after each pair, alone (not step-interleaved: noisier), and is compared
+with the in-process bare figure; its startup (imports, planning, model build) is not in its figure:
+only steady-state steps are compared (its ``step_seconds`` run from one ``on_step_end`` to the next:
+also one full step period).
 """
 from __future__ import annotations
 
@@ -35,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -65,37 +67,45 @@ def make_config(args, runs_dir: Path):
 
 
 class Turns:
-    """Step-level interleaving: trainers take turns, one optimizer step each, so the machine's drift
-    hits every variant alike. Only the trainer holding the turn runs; the others wait."""
+    """Step-level interleaving: trainers take turns, one optimizer step each, so the machine's drift hits
+    every variant alike. The turns are greenlets on ONE OS thread: torch's OpenMP team belongs to the
+    calling thread, and two teams (two threads) spin against each other and double the step time.
+    Without greenlet installed the trainers run one after the other (run-level alternation)."""
 
-    def __init__(self, names: list[str], cuda: bool):
-        self.cond = threading.Condition()
-        self.order, self.turn, self.done, self.cuda = list(names), names[0], set(), cuda
+    def __init__(self, cuda: bool):
+        try:
+            import greenlet
+        except ImportError:
+            greenlet = None
+        self.greenlet, self.cuda = greenlet, cuda
+        self.mode = "steps (greenlets)" if greenlet else "runs (pip install greenlet for step-level)"
 
-    def wait(self, name: str) -> None:
-        """Block until it is ``name``'s turn."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.turn == name)
+    def run(self, jobs: dict) -> None:
+        """Run every ``name -> callable`` to the end, one step of each in turn (in the dict's order)."""
+        if self.greenlet is None:
+            for job in jobs.values():
+                job()
+            return
+        self._main = self.greenlet.getcurrent()
+        lets = {name: self.greenlet.greenlet(job) for name, job in jobs.items()}
+        while lets:
+            for name, g in list(lets.items()):
+                g.switch()  # runs until that trainer's next step begins (or it ends; errors surface here)
+                if g.dead:
+                    del lets[name]
 
-    def pass_on(self, name: str, finished: bool = False) -> None:
-        """Give the turn to the next trainer still training (``name`` keeps it if it is the last)."""
+    def pause(self) -> None:
+        """Give the turn back (called at a step boundary)."""
         if self.cuda:
             import torch
 
             torch.cuda.synchronize()  # the step's kernels belong to this turn, not the next
-        with self.cond:
-            if finished:
-                self.done.add(name)
-            live = [n for n in self.order if n not in self.done]
-            if live:
-                i = self.order.index(name)
-                nxt = [n for n in self.order[i + 1:] + self.order[:i + 1] if n in live]
-                self.turn = nxt[0]
-            self.cond.notify_all()
+        if self.greenlet is not None:
+            self._main.switch()
 
-    def callback(self, name: str, counter: "CountingCollator", samples: list):
-        """A TrainerCallback timing ``name``'s steps: each interval runs from one ``on_step_begin`` to the
-        next, so it holds the step and everything after it (callbacks, logging, event write, next batch)."""
+    def callback(self, counter: "CountingCollator", samples: list):
+        """A TrainerCallback timing steps: each interval runs from one ``on_step_begin`` to the next, so it
+        holds the step and everything after it (callbacks, logging, the event write, the next batch)."""
         from transformers import TrainerCallback
 
         turns, start = self, [None]
@@ -104,13 +114,9 @@ class Turns:
             def on_step_begin(self, args, state, control, **kw):
                 if start[0] is not None:
                     samples.append((time.perf_counter() - start[0], counter.take()))
-                turns.pass_on(name)
-                turns.wait(name)
-                counter.take()  # tokens of batches collated before this step's clock started: not this step's
+                turns.pause()
+                counter.take()  # tokens collated before this step's clock started are not this step's
                 start[0] = time.perf_counter()
-
-            def on_train_begin(self, args, state, control, **kw):
-                turns.wait(name)
 
         return _CB()
 
@@ -136,6 +142,7 @@ class CountingCollator:
         return n
 
 
+SUPERVISOR_CPU: list[tuple[float, float]] = []  # (supervisor, worker) CPU seconds of each supervised run
 CALLBACK_COST: list[float] = []  # seconds spent inside StepEvents' hooks, per optimizer step of "ours"
 
 
@@ -195,32 +202,15 @@ def build_bare(cfg, run_dir: Path):
     return trainer, counter
 
 
-def run_pair(cfg, work: Path, r: int, warmup: int) -> dict[str, list[tuple[float, int]]]:
+def run_pair(cfg, work: Path, r: int, warmup: int, turns: Turns) -> dict[str, list[tuple[float, int]]]:
     """Train bare and ours side by side, one step each in turn (who goes first alternates with ``r``);
     returns each one's steady-state (seconds, tokens) per step."""
     order = ["bare", "ours"] if r % 2 == 0 else ["ours", "bare"]
-    built = {"bare": build_bare(cfg, work / f"bare-{r}"), "ours": build_ours(cfg, work / f"ours-{r}")}
-    turns = Turns(order, cfg.device == "cuda")
+    built = {name: (build_bare if name == "bare" else build_ours)(cfg, work / f"{name}-{r}") for name in order}
     samples = {name: [] for name in order}
-    errors = []
     for name, (trainer, counter) in built.items():
-        trainer.add_callback(turns.callback(name, counter, samples[name]))  # last: after StepEvents
-
-    def train(name):
-        try:
-            built[name][0].train()
-        except BaseException as exc:  # re-raised in the main thread below
-            errors.append(exc)
-        finally:
-            turns.pass_on(name, finished=True)
-
-    threads = [threading.Thread(target=train, args=(n,), daemon=True) for n in order]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+        trainer.add_callback(turns.callback(counter, samples[name]))  # last: after StepEvents
+    turns.run({name: built[name][0].train for name in order})
     return {name: s[max(0, warmup - 1):] for name, s in samples.items()}
 
 
@@ -231,14 +221,39 @@ def run_supervised(cfg, run_dir: Path, warmup: int) -> list[tuple[float, int]]:
 
     cfg_path = run_dir.parent / f"{run_dir.name}.yaml"
     cfg_path.write_text(config_mod.dump_yaml(cfg))
+    err_file = run_dir.parent / f"{run_dir.name}.stderr.txt"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(cfg_path), "--run-dir", str(run_dir),
-                           "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"supervised run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "run", str(cfg_path), "--run-dir", str(run_dir),
+                             "--quiet"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err_file.open("w"))
+    cpu = _watch_cpu(proc)
+    if proc.wait() != 0:
+        raise RuntimeError(f"supervised run failed (exit {proc.returncode}): {err_file.read_text()[-2000:]}")
+    if cpu:
+        SUPERVISOR_CPU.append(cpu)
     steps = [e for e in read_events(run_dir / EVENTS_FILE) if e.get("type") == "step"]
     # step 1's interval starts at on_train_begin (not comparable): drop it like the in-process first mark
     return [(e["step_seconds"], round(e["tokens_per_second"] * e["step_seconds"])) for e in steps[1:]][max(0, warmup - 1):]
+
+
+def _watch_cpu(proc) -> tuple[float, float] | None:
+    """CPU seconds (user + system) of the supervisor itself and of its worker, last seen before they exit."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    sup, worker = None, None
+    try:
+        p = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            t = p.cpu_times()
+            sup = t.user + t.system
+            for child in p.children():
+                c = child.cpu_times()
+                worker = c.user + c.system
+            time.sleep(0.25)
+    except psutil.Error:  # it exited between two looks: keep the last figures
+        pass
+    return (sup, worker) if sup is not None and worker else None
 
 
 def summarise(samples: list[tuple[float, int]]) -> dict:
@@ -257,8 +272,9 @@ def measure(args) -> dict:
     variants = ["bare", "ours"] + ([] if args.no_supervised else ["supervised"])
     pooled = {name: [] for name in variants}
     repeats = []
+    turns = Turns(args.device == "cuda")
     for r in range(args.repeats):
-        got = run_pair(cfg, work, r, args.warmup)
+        got = run_pair(cfg, work, r, args.warmup, turns)
         if "supervised" in variants:
             got["supervised"] = run_supervised(cfg, work / f"supervised-{r}", args.warmup)
         row = {}
@@ -275,7 +291,10 @@ def measure(args) -> dict:
                   for name in ratios}
     cost = sorted(CALLBACK_COST)
     pooled_sum["ours"]["callback_seconds_per_step"] = statistics.median(cost) if cost else None
-    return {"meta": _meta(args), "pooled": pooled_sum, "ratio_vs_bare": ratios, "ratio_per_repeat": per_repeat,
+    if SUPERVISOR_CPU:
+        sup, wk = (statistics.median(x[i] for x in SUPERVISOR_CPU) for i in (0, 1))
+        pooled_sum["supervised"].update(supervisor_cpu_seconds=sup, worker_cpu_seconds=wk)
+    return {"meta": dict(_meta(args), interleaving=turns.mode), "pooled": pooled_sum, "ratio_vs_bare": ratios, "ratio_per_repeat": per_repeat,
             "repeats": repeats, "target": TARGET, "work_dir": str(work)}
 
 
@@ -299,7 +318,7 @@ def report(res: dict) -> None:
     s = m["settings"]
     print(f"model {s['model']}  seq {s['seq_len']}  micro-batch {s['micro_batch']}  steps {s['steps']} "
           f"(first {s['warmup']} dropped) x {s['repeats']} repeats  tensorboard {'on' if s['tensorboard'] else 'off'} "
-          f"(both)  logging_steps=1 (both)")
+          f"(both)  logging_steps=1 (both)  interleaved by {m['interleaving']}")
     print(f"{'variant':>11} {'steps':>6} {'median ms/step':>15} {'tok/s':>10} {'vs bare':>8}  per repeat")
     for name, p in res["pooled"].items():
         ratio = res["ratio_vs_bare"].get(name, 1.0)
@@ -316,6 +335,10 @@ def report(res: dict) -> None:
     if cost is not None:
         print(f"StepEvents hooks (on_step_end + on_log) take {cost * 1e6:.0f} us per step (median, timed in place) "
               f"= {cost / res['pooled']['bare']['median_step_seconds']:.2%} of a bare step")
+    sv = res["pooled"].get("supervised", {})
+    if "supervisor_cpu_seconds" in sv:
+        print(f"supervisor process CPU {sv['supervisor_cpu_seconds']:.2f} s per run (imports and planning included) vs "
+              f"its worker's {sv['worker_cpu_seconds']:.1f} s ({sv['supervisor_cpu_seconds'] / sv['worker_cpu_seconds']:.1%})")
     print(f"ours/bare tokens/s ratio: {ours:.3f} (target >= {res['target']})")
 
 

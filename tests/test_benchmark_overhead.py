@@ -30,6 +30,8 @@ def test_overhead_tiny_cpu(tmp_path):
         assert p["steps"] == 4, name
         assert p["median_step_seconds"] > 0 and p["tokens_per_second"] > 0
         assert p["tokens_per_step"] == 2 * 32  # packed: micro-batch x sequence, all real tokens, same for all
+    assert res["meta"]["interleaving"].startswith(("steps", "runs"))
+    assert res["pooled"]["ours"]["callback_seconds_per_step"] > 0
     assert set(res["ratio_vs_bare"]) == {"ours", "supervised"}
     assert all(r > 0 for r in res["ratio_vs_bare"].values())
     # the in-process "ours" run really went through StepEvents: one step event per optimizer step
