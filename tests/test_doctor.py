@@ -131,13 +131,21 @@ def test_measure_plan_needs_gpu():
 def test_measuring_deepspeed_engine_runs_real_steps(stage):
     """The engine plan --measure (and the GPU benchmark) builds, on DeepSpeed's CPU accelerator."""
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
-    torch = pytest.importorskip("torch")
-    from trainer.measure import build_model, deepspeed_engine
-
-    engine = deepspeed_engine(build_model("tiny-llama", "bf16", "sdpa"), 2, stage, False, False)
-    for _ in range(2):
-        ids = torch.randint(0, 1024, (2, 32), device=engine.device)
-        loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
-        engine.backward(loss)
-        engine.step()
-    assert torch.isfinite(loss)
+    pytest.importorskip("torch")
+    # In a child process: DeepSpeed patches torch process-wide (process group, ZeRO-3 linear), which
+    # would leak into every later test of this session.
+    code = f"""
+import torch
+from trainer.measure import build_model, deepspeed_engine
+engine = deepspeed_engine(build_model("tiny-llama", "bf16", "sdpa"), 2, {stage}, False, False)
+for _ in range(2):
+    ids = torch.randint(0, 1024, (2, 32), device=engine.device)
+    loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
+    engine.backward(loss)
+    engine.step()
+assert torch.isfinite(loss), loss
+print("LOSS", float(loss))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0 and "LOSS" in out.stdout, out.stderr[-3000:]

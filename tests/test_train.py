@@ -42,6 +42,23 @@ def test_tokens_per_second_counts_real_tokens_not_padding(tmp_path):
         assert abs(tokens - round(tokens)) < 1e-3 * tokens
 
 
+def test_single_worker_ignores_rank_variables_it_inherits(tmp_path):
+    # A shell inside a torchrun job, or a process that already joined a group, leaves RANK and
+    # MASTER_PORT behind; a lone worker must not try to join that group on a port someone holds.
+    import socket
+
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 2}))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = cli("run", cfg, "--run-dir", tmp_path / "run",
+                   env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(events(tmp_path / "run", "step")) == 2
+
+
 def test_lora_trains_and_saves_an_adapter_that_peft_loads(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tiny_config(method={"type": "lora", "lora_r": 4, "lora_alpha": 8},
                                                         training={"max_steps": 3}))

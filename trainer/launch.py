@@ -18,6 +18,34 @@ def launcher_for(cfg) -> str:
     return "torchrun"
 
 
+# Set by launchers for their children; a lone worker inheriting them (say, from a shell inside a
+# torchrun job, or a process that initialised torch.distributed) would join a group that is not its own.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CROSS_RANK", "CROSS_SIZE")
+
+
+def worker_env(base: dict) -> dict:
+    """The environment for the worker(s): ``base`` plus unbuffered output, without inherited rank variables."""
+    env = {k: v for k, v in base.items() if k not in RANK_VARIABLES}
+    env.update(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def single_process_env() -> None:
+    """Make this lone process rank 0 of 1 on a free local port (DeepSpeed otherwise tries MPI discovery).
+    Left alone when a launcher already set the ranks."""
+    import os
+    import socket
+
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
 def worker_command(cfg, run_dir: Path, resume_from: Path | None = None, python: str | None = None) -> list[str]:
     """argv that starts the worker(s) of ``run_dir`` (resuming from a checkpoint when given)."""
     py = python or sys.executable

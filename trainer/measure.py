@@ -72,13 +72,11 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
 def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: bool, offload_params: bool):
     """A single-process DeepSpeed engine (bf16, AdamW) around ``model``, as the worker would build.
     Without offload it uses torch's AdamW (no CUDA op build needed); with offload DeepSpeed's CPU Adam."""
-    import os
-
     import deepspeed
 
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": "29511"}.items():
-        os.environ.setdefault(k, v)
+    from trainer.launch import single_process_env
+
+    single_process_env()
     deepspeed.init_distributed()
     h = model.config.hidden_size
     zero = {"stage": stage, "overlap_comm": False, "reduce_bucket_size": h * h,

@@ -19,7 +19,7 @@ from trainer import ladder, secrets
 from trainer.checkpoints import checkpoint_step, clean_staging, latest_checkpoint
 from trainer.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.events import EVENTS_FILE, STOP_FILE, TELEMETRY_FILE, EventWriter, JsonlTail, write_status
-from trainer.launch import worker_command
+from trainer.launch import worker_command, worker_env
 
 LOG_FILE = "train.log"
 
@@ -143,7 +143,7 @@ class Supervisor:
         cmd = worker_command(cfg, self.run_dir, resume_from)
         kwargs = {"start_new_session": True} if os.name != "nt" else {
             "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "CREATE_NO_WINDOW", 0)}
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        env = worker_env(dict(os.environ))
         log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}\n")
         log.flush()

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -17,6 +18,7 @@ from trainer import config as config_mod
 from trainer import secrets
 from trainer.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OOM, TrainPilotError, UserError
 from trainer.events import EVENTS_FILE, EventWriter
+from trainer.launch import single_process_env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,9 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-from", default=None)
     args = ap.parse_args(argv)
     run_dir = Path(args.run_dir)
-    _single_process_env()
+    single_process_env()
     rank = int(os.environ.get("RANK", "0"))
-    writer = EventWriter(run_dir / EVENTS_FILE, redact=secrets.redact)
+    known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
+    writer = EventWriter(run_dir / EVENTS_FILE, redact=functools.partial(secrets.redact, values=known))
     try:
         cfg = config_mod.load(run_dir / "config.yaml")
         return train(cfg, run_dir, writer, args.resume_from, rank)
@@ -38,19 +41,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(writer, rank, str(exc), exc.exit_code, kind="bad_input" if exc.exit_code == 2 else "fault")
     except BaseException as exc:  # classify: out-of-memory, failed save, anything else
         return _classify(exc, writer, rank)
-
-
-def _single_process_env() -> None:
-    """A lone worker is rank 0 of 1: say so, or DeepSpeed falls back to MPI discovery."""
-    if "RANK" in os.environ:
-        return
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
 def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
