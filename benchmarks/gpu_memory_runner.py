@@ -43,28 +43,40 @@ def run_config(c: dict):
     return config_mod.validate(data)
 
 
-def context_bytes(torch) -> int:
-    """CUDA context of this process through NVML (its used memory before torch allocates)."""
+def _nvml_used(pynvml, h) -> int:
+    try:  # v2 excludes driver-reserved memory (DESIGN.md: NVML)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used)
+    except Exception:  # noqa: BLE001 - older drivers: v1
+        return int(pynvml.nvmlDeviceGetMemoryInfo(h).used)
+
+
+def context_bytes(torch) -> dict:
+    """CUDA context of this process through NVML: the device's used memory after torch's first
+    allocation minus before it, minus what torch itself reserved (children run one at a time on an
+    otherwise idle GPU). The per-process figure is kept beside it where the driver reports one."""
     import pynvml
 
-    torch.cuda.init()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    before = _nvml_used(pynvml, h)
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    after = _nvml_used(pynvml, h)
     mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
     pynvml.nvmlShutdown()
-    return int((mine[0] or 0) - torch.cuda.memory_reserved()) if mine else 0
+    reserved = torch.cuda.memory_reserved()
+    return {"context_bytes": int(after - before - reserved),
+            "context_bytes_per_process": int(mine[0] - reserved) if mine and mine[0] else None}
 
 
 def gpu_one(c: dict, out: str) -> int:
     """Child process: three steps of one configuration under the tier's memory cap."""
     import torch
 
-    ctx = context_bytes(torch)
+    res = {**context_bytes(torch), "ran": False, "oom": False}
+    ctx = res["context_bytes"]
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (TIER_BYTES[c["tier"]] - ctx) / total))
-    res = {"context_bytes": ctx, "ran": False, "oom": False}
     try:
         model = build(c, torch)
         engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"]) if c["ds"] else None
@@ -115,15 +127,16 @@ def gpu_main(matrix: list[dict], out: str, script: str, only: list[int] | None =
             child = tmp.name
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, script, "--one", json.dumps(r["config"]), "--out", child],
-                              capture_output=True, text=True, timeout=900)
+                              capture_output=True, text=True, timeout=420)
         m = json.load(open(child)) if os.path.getsize(child) else {"ran": False, "oom": False,
                                                                    "error": proc.stderr[-2000:]}
         r.update(m, seconds=time.perf_counter() - t0)
         if m.get("ran"):
             r["error_pct"] = 100.0 * (r["predicted_bytes"] - m["measured_bytes"]) / m["measured_bytes"]
+        r["row"] = i
         rows.append(r)
         print_row(i, r)
-    write(out, "gpu", rows)
+        write(out, "gpu", rows)  # after every row: a run cut short still leaves its table
     return summarize(rows)
 
 
@@ -138,6 +151,8 @@ def print_row(i: int, r: dict) -> None:
     print(f"{i:>2} {label:<62} {r['verdict']:<12} pred {r['predicted_bytes'] / GIB:6.2f} GiB  meas "
           f"{'-' if meas is None else f'{meas / GIB:6.2f}'} GiB  err {'-' if err is None else f'{err:+.1f}%'}  {state}",
           flush=True)
+    if r.get("error"):
+        print("   " + r["error"][-800:].replace("\n", "\n   "), flush=True)
 
 
 def summarize(rows: list[dict]) -> int:

@@ -157,7 +157,8 @@ def write(out: str, mode: str, results: list[dict]) -> None:
         pass
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"wrote {out}")
+    if mode != "gpu":
+        print(f"wrote {out}")
 
 
 def main(argv=None) -> int:
