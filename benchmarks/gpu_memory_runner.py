@@ -70,7 +70,7 @@ def context_bytes(torch) -> dict:
 
 
 def gpu_one(c: dict, out: str) -> int:
-    """Child process: three steps of one configuration under the tier's memory cap."""
+    """Child process: two optimizer steps (two micro-batches each) of one configuration under the tier's cap."""
     import torch
 
     res = {**context_bytes(torch), "ran": False, "oom": False}
@@ -78,27 +78,61 @@ def gpu_one(c: dict, out: str) -> int:
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (TIER_BYTES[c["tier"]] - ctx) / total))
     try:
-        model = build(c, torch)
-        engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"]) if c["ds"] else None
+        # Built on the GPU (random init on the CPU takes a minute per billion parameters); DeepSpeed
+        # rows move it back first, so the engine starts from host memory as the worker's does.
+        with torch.device("cuda"):
+            model = build(c, torch)
+        if c["ds"]:
+            model.cpu()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        # As planned: accumulation (grads are held while the next micro-batch runs forward), so
+        # two optimizer steps of two micro-batches each; the phase peaks are kept for diagnosis.
+        accum = 2
+        engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"], accum) if c["ds"] else None
         if engine is None:
-            model.cuda()
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
         vocab = model.config.vocab_size
-        for _ in range(3):
-            ids = torch.randint(0, vocab, (c["mb"], c["seq"]), device="cuda")
-            if engine is not None:
-                loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
-                engine.backward(loss)
-                engine.step()
-            else:
-                (model(input_ids=ids, labels=ids, use_cache=False).loss).backward()
+        phases = {}
+
+        def mark(name):
+            torch.cuda.synchronize()
+            phases[name] = max(phases.get(name, 0), int(torch.cuda.max_memory_allocated()))
+            torch.cuda.reset_peak_memory_stats()  # max_memory_reserved is tracked separately below
+
+        peak_reserved = 0
+        for _ in range(2):
+            for _ in range(accum):
+                ids = torch.randint(0, vocab, (c["mb"], c["seq"]), device="cuda")
+                if engine is not None:
+                    loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
+                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+                    mark("forward")
+                    engine.backward(loss)
+                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+                    mark("backward")
+                    engine.step()
+                else:
+                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+                    mark("forward")
+                    (loss / accum).backward()
+                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+                    mark("backward")
+                del loss
+            if engine is None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+            mark("optimizer")
         torch.cuda.synchronize()
         res["ran"] = True
+        res["phase_peak_allocated_bytes"] = phases
     except torch.cuda.OutOfMemoryError:
         res["oom"] = True
-    res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        peak_reserved = 0
+    peak_reserved = max(peak_reserved, int(torch.cuda.max_memory_reserved()))
+    res["peak_reserved_bytes"] = int(peak_reserved)
     res["measured_bytes"] = res["peak_reserved_bytes"] + ctx
     res["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with open(out, "w") as fh:

@@ -84,7 +84,8 @@ def run_stage(arch: str, over: dict, st: dict, seq: int, eff: int, steps: int, d
     torch.backends.cuda.matmul.allow_tf32 = st["tf32"]
     torch.backends.cudnn.allow_tf32 = st["tf32"]
     impl = attn_impl(st["attn"])
-    model = build_model(arch, st["dtype"], impl, over).to(device)
+    with torch.device(device):  # random init on the GPU: seconds, not a minute per billion parameters
+        model = build_model(arch, st["dtype"], impl, over)
     if st["ckpt"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=st["fused"], foreach=False if not st["fused"] else None)
@@ -109,7 +110,14 @@ def run_stage(arch: str, over: dict, st: dict, seq: int, eff: int, steps: int, d
     if device == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    return {"tokens_per_second": steps * eff * seq / dt, "seconds": dt, "attn_impl": impl}
+    peak = torch.cuda.max_memory_reserved() if device == "cuda" else None
+    del fwd, model, opt
+    if st["compile"]:
+        torch._dynamo.reset()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return {"tokens_per_second": steps * eff * seq / dt, "seconds": dt, "attn_impl": impl, "peak_reserved_bytes": peak}
 
 
 def planned_micro_batch(arch: str, seq: int, eff: int, cuda: bool) -> tuple[int, tuple[int, bool]]:

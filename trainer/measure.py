@@ -69,7 +69,8 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
     return int(sum(seen.values()))
 
 
-def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: bool, offload_params: bool):
+def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: bool, offload_params: bool,
+                     accumulation: int = 1):
     """A single-process DeepSpeed engine (bf16, AdamW) around ``model``, as the worker would build.
     Without offload it uses torch's AdamW (no CUDA op build needed); with offload DeepSpeed's CPU Adam."""
     import deepspeed
@@ -85,7 +86,7 @@ def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: boo
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    cfg = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+    cfg = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": accumulation, "bf16": {"enabled": True},
            "zero_optimization": zero,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "torch_adam": not offload_optimizer}}}
     engine, *_ = deepspeed.initialize(model=model, config=cfg,
