@@ -50,7 +50,7 @@ EOF
       echo "memory_accuracy exit $?"
       ;;
     speed)
-      timeout 560 "$PY" benchmarks/speed_stack.py --out "$out/speed_stack.json"
+      timeout "${SPEED_TIMEOUT:-560}" "$PY" benchmarks/speed_stack.py --out "$out/speed_stack.json" ${SPEED_STEPS:+--steps "$SPEED_STEPS"}
       echo "speed_stack exit $?"
       ;;
     overhead)

@@ -141,6 +141,12 @@ def peak_flops(device_name: str):
     return next((v for k, v in PEAK_BF16 if k in low), None)
 
 
+def save(out: str, rows: list[dict], meta: dict) -> None:
+    """Write the table so far (after every stage: a run cut short still leaves its rows)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="cumulative speed-up stack")
     ap.add_argument("--cpu-smoke", action="store_true")
@@ -168,6 +174,9 @@ def main(argv=None) -> int:
             if peak:
                 r["mfu"] = r["tokens_per_second"] * flops_per_token(spec, seq) / peak
         rows.append(r)
+        save(args.out, rows, dict(device=name, arch=arch, seq=seq, effective_batch=eff, steps=steps,
+                                  torch=torch.__version__, time=time.time(), mode="gpu" if cuda else "cpu-smoke"))
+        print(f"  {label}: {r.get('tokens_per_second', 'skipped')}", flush=True)
     base = rows[0]["tokens_per_second"]
     print(f"speed stack: {arch} s={seq} effective batch {eff} on {name}")
     print(f"{'stage':<22} {'tokens/s':>10} {'x base':>7} {'MFU':>6}  seed claims")
@@ -178,10 +187,6 @@ def main(argv=None) -> int:
         mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "-"
         print(f"{r['stage']:<22} {r['tokens_per_second']:>10.1f} {r['tokens_per_second'] / base:>6.2f}x {mfu:>6}  "
               f"{r['seed_claim']}")
-    meta = {"device": name, "arch": arch, "seq": seq, "effective_batch": eff, "steps": steps,
-            "torch": torch.__version__, "time": time.time(), "mode": "gpu" if cuda else "cpu-smoke"}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {args.out}")
     return 0
 
