@@ -22,12 +22,12 @@ from trainer.plan import plan_run
 TIER_BYTES = {16: 16376 * 2**20, 24: 24576 * 2**20, 32: 32607 * 2**20}
 
 
-def tier_snapshot(tier: int) -> MachineSnapshot:
-    """An empty GPU of the tier's size (nothing else running), on this machine's real host."""
+def tier_snapshot(tier: int, host=None) -> MachineSnapshot:
+    """An empty GPU of the tier's size (nothing else running), on this machine's real host (or ``host``)."""
     g = GpuSnapshot(index=0, name=f"emulated {tier} GB tier", memory_total_bytes=TIER_BYTES[tier],
                     memory_used_bytes=0, memory_free_bytes=TIER_BYTES[tier], memory_reserved_bytes=0,
                     compute_capability="9.0")
-    return MachineSnapshot(time.time(), (g,), host_snapshot(), None, "emulated")
+    return MachineSnapshot(time.time(), (g,), host or host_snapshot(), None, "emulated")
 
 
 def run_config(c: dict):
@@ -140,9 +140,9 @@ def gpu_one(c: dict, out: str) -> int:
     return 0
 
 
-def plan_row(c: dict) -> dict:
+def plan_row(c: dict, host=None) -> dict:
     """Planner verdict, budget and (for auto rows) its chosen micro-batch and checkpointing."""
-    plan = plan_run(run_config(c), tier_snapshot(c["tier"]))
+    plan = plan_run(run_config(c), tier_snapshot(c["tier"], host))
     r = plan.resolved
     if c["auto"]:
         c = dict(c, mb=r.training.micro_batch_size, ckpt=bool(r.speed.gradient_checkpointing))

@@ -180,7 +180,7 @@ def test_activations_within_10pct_of_autograd(name, over):
 def test_checkpointing_and_loss_terms_scale():
     spec = load_model_spec("llama-3.1-8b")
     base = estimate(spec, TrainSetup(seq_len=4096))
-    assert base.breakdown["logits_loss"] + 4 * 4096 * spec.vocab == 14 * 4096 * spec.vocab  # ≈7 GB peak at V=128k
+    assert base.breakdown["logits_loss"] + 4 * 4096 * spec.vocab == 12 * 4096 * spec.vocab  # ≈6 GB peak at V=128k
     ck = estimate(spec, TrainSetup(seq_len=4096, checkpointing=True))
     assert ck.breakdown["activations"] < base.breakdown["activations"] / 4 and ck.breakdown["recompute"] > 0
     cpu = estimate(spec, TrainSetup(device="cpu", precision="fp32", weights_16bit=False))

@@ -95,12 +95,20 @@ def deepspeed_engine(model, micro_batch: int, stage: int, offload_optimizer: boo
 
 
 def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
-    """Run ``steps`` real optimizer steps of ``cfg`` at ``micro_batch`` on CUDA; peak bytes."""
+    """Run ``steps`` real optimizer steps of ``cfg`` at ``micro_batch`` on CUDA (two micro-batches
+    each when the plan accumulates); peak bytes."""
     import torch
 
     source = cfg.model.architecture or cfg.model.source
     precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"
-    model = build_model(source, "fp32" if precision == "fp16" else precision, cfg.model.attn_implementation)
+    ds = cfg.deepspeed
+    # Random init on the GPU takes seconds (a minute per billion parameters on the CPU); DeepSpeed
+    # starts from host memory as the worker does, so its model is built there.
+    with torch.device("cpu" if ds.enabled is True else "cuda"):
+        model = build_model(source, "fp32" if precision == "fp16" else precision, cfg.model.attn_implementation)
+    # With accumulation the gradients are held while the next micro-batch runs forward: measure so.
+    eff = cfg.training.effective_batch_size
+    accum = 1 if isinstance(eff, int) and micro_batch * cfg.world_size >= eff else 2
     if cfg.speed.gradient_checkpointing is True:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method.type != "full":
@@ -111,30 +119,34 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
                                                  lora_dropout=cfg.method.lora_dropout,
                                                  target_modules=cfg.method.target_modules))
-    ds = cfg.deepspeed
     torch.cuda.reset_peak_memory_stats()
     if ds.enabled is True:
-        engine = deepspeed_engine(model, micro_batch, ds.zero_stage, ds.offload_optimizer, ds.offload_params)
+        engine = deepspeed_engine(model, micro_batch, ds.zero_stage, ds.offload_optimizer, ds.offload_params, accum)
         forward, backward, update = engine, engine.backward, engine.step
     else:
         model.to("cuda")
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5,
                                 fused=bool(cfg.speed.fused_adamw))
-        forward, backward = model, (lambda loss: loss.backward())
+        forward, backward = model, (lambda loss: (loss / accum).backward())
+        pending = [0]
 
-        def update():
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        def update():  # the optimizer steps once per ``accum`` micro-batches, as the Trainer's does
+            pending[0] += 1
+            if pending[0] == accum:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                pending[0] = 0
     seq, vocab = cfg.data.seq_len, model.config.vocab_size
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        ids = torch.randint(0, vocab, (micro_batch, seq), device="cuda")
-        backward(forward(input_ids=ids, labels=ids, use_cache=False).loss)
-        update()
+        for _ in range(accum):
+            ids = torch.randint(0, vocab, (micro_batch, seq), device="cuda")
+            backward(forward(input_ids=ids, labels=ids, use_cache=False).loss)
+            update()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return {"micro_batch": micro_batch, "steps": steps, "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+    return {"micro_batch": micro_batch, "steps": steps, "accumulation": accum, "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
             "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()), "step_seconds": times,
             "device": torch.cuda.get_device_name(0)}
 

@@ -14,7 +14,14 @@ from trainer.modelspec import ModelSpec
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
-FRAGMENTATION = 0.10  # caching allocator slack on the churning tensors (DESIGN.md: +10-20%)
+# Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
+# every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%
+# with it (recomputation frees and reallocates every layer). Under ZeRO-3 (each layer's parameters
+# gathered and released around its forward and backward) it was 55-59% while the allocated terms
+# below run 13-15% high there: 35% nets the two (fitted on the same runs; see docs/benchmarks.md).
+FRAGMENTATION = 0.10
+FRAGMENTATION_CHECKPOINTING = 0.25
+FRAGMENTATION_ZERO3 = 0.35
 DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
 QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
@@ -214,9 +221,22 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
 
 
 def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
-    """Loss transient beyond the saved log-softmax: the kept logits (2 bytes), their fp32 upcast
-    and two fp32 gradients of b·s·V — the peak is ≈14·b·s·V in all (DESIGN.md)."""
-    return 10 * s.micro_batch * s.seq_len * spec.vocab
+    """Loss transient beyond the saved fp32 log-softmax (4·b·s·V, counted in the head's activations).
+    The peak is in the loss's backward: the gradient arriving from the NLL and the one log-softmax's
+    backward produces (4 bytes each) beside the saved output — 12·b·s·V in all. (The forward's
+    16-bit logits + fp32 upcast + log-softmax are 10·b·s·V, and the logits are freed once the loss
+    is taken.) DESIGN.md said ≈14; peak allocations measured on an H100 fit 12 within 4% across
+    Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
+    return 8 * s.micro_batch * s.seq_len * spec.vocab
+
+
+def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """ZeRO-1/2 copy the 16-bit weights into one flat buffer while the per-parameter tensors still
+    exist (the engine's start peaks at two copies, 4·P bytes, measured); the freed per-parameter
+    blocks stay in PyTorch's cache and are only partly reused by activations: one copy, 2·P."""
+    if s.deepspeed and s.device == "cuda" and s.zero_stage in (1, 2) and s.method == "full":
+        return 2 * spec.params
+    return 0
 
 
 def bucket_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -232,6 +252,13 @@ def bucket_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     return 2 * buckets * (2 if s.overlap_comm else 1)
 
 
+def fragmentation_share(s: TrainSetup) -> float:
+    """The allocator slack's share of the churning bytes for this setup (see FRAGMENTATION)."""
+    if s.deepspeed and s.device == "cuda" and s.zero_stage == 3:
+        return FRAGMENTATION_ZERO3
+    return FRAGMENTATION_CHECKPOINTING if s.checkpointing else FRAGMENTATION
+
+
 def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     """Predicted peak device memory and host RAM for one GPU (or the CPU when device is cpu)."""
     states, host_states = model_states(spec, s)
@@ -241,9 +268,10 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     breakdown["recompute"] = acts["recompute"]
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
+    breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + \
         breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0)
-    breakdown["fragmentation"] = int(FRAGMENTATION * churn)
+    breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
     breakdown = {k: int(v) for k, v in breakdown.items() if v}
     host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
