@@ -98,3 +98,32 @@ def test_token_in_the_variable_named_by_hub_token_env_is_kept_out(ws):
     assert failed.returncode == 1, failed.stderr
     assert key not in failed.stdout + failed.stderr
     assert not files_containing(ws, [key.encode()])
+
+
+@pytest.mark.slow
+def test_a_token_held_only_in_the_os_keyring_is_found_and_never_written(ws, tmp_path_factory):
+    # The keyring route: HF_TOKEN unset, the token under 'trainpilot/HF_TOKEN' in the keyring
+    # (a real keyring backend, loaded by keyring itself in every child process). A worker failure
+    # whose exception text carries that token must reach the event, train.log and the terminal redacted.
+    import os
+
+    token = "".join(_rng.choice(string.ascii_letters + string.digits) for _ in range(37))  # no hf_ shape
+    store = tmp_path_factory.mktemp("keyring") / "keyring.json"  # outside the searched folder
+    env = {"PYTHON_KEYRING_BACKEND": "keyring_file_backend.FileKeyring", "TRAINPILOT_TEST_KEYRING": str(store),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    set_it = run_cli([token], cwd=ws, env={**env, "HF_TOKEN": ""}, timeout=60, python_code=(
+        "import keyring, sys; keyring.set_password('trainpilot', 'HF_TOKEN', sys.argv[1]);"
+        "from trainer import secrets; assert secrets.hub_token() == sys.argv[1]; print('stored')"))
+    assert set_it.returncode == 0 and "stored" in set_it.stdout, set_it.stderr
+
+    env_no_token = {**env, "HF_TOKEN": ""}
+    cfg = write_config(ws, {})
+    run = ws / "kr-run"
+    proc = run_cli(["run", str(cfg), "--run-dir", str(run)], cwd=ws,
+                   env={**env_no_token, "TRAINPILOT_INJECT_OOM": token}, timeout=TRAIN_TIMEOUT)
+    assert proc.returncode == 1, proc.stderr
+    assert token not in proc.stdout + proc.stderr
+    log = (run / "train.log").read_text()
+    assert "Traceback" in log and REDACTED in log and token not in log
+    assert not files_containing(ws, [token.encode()]), "the token reached a file"
+    assert token in store.read_text()  # it was there to be found

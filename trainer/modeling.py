@@ -133,7 +133,13 @@ def load_model(cfg, precision: str, use_cuda: bool):
         arch = architecture_file(m.architecture or "tiny-llama")
         conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
         torch.manual_seed(cfg.training.seed)
-        model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_config(conf, dtype=dtype, **kw), common)
+        # Random init straight on the GPU: on the CPU it takes about a minute per billion parameters
+        # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
+        # from host memory, so its models are still built there.
+        where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
+        with torch.device(where):
+            model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_config(conf, dtype=dtype, **kw),
+                                             common)
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
