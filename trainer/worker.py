@@ -91,7 +91,20 @@ def train(cfg, run_dir: Path, writer: EventWriter, resume_from: str | None, rank
                          message=f"skipped {setup['info']['skipped_lines']} unreadable line(s) of {cfg.data.path} "
                                  f"(first: {setup['info']['skipped_line_numbers'][:5]})")
     trainer.train(resume_from_checkpoint=resume_from)
-    return _finish(cfg, run_dir, writer, trainer, steps, rank)
+    code = _finish(cfg, run_dir, writer, trainer, steps, rank)
+    _close_process_group()
+    return code
+
+
+def _close_process_group() -> None:
+    """Tear the process group down before the interpreter exits: gloo's threads still running at
+    exit abort the process ("terminate called without an active exception", SIGABRT) now and then,
+    which turned a finished two-rank run into a failed one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _finish(cfg, run_dir: Path, writer: EventWriter, trainer, steps, rank: int) -> int:

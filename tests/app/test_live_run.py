@@ -11,7 +11,7 @@ import pytest
 
 from trainer import events as ev
 
-from app.main_window import KEEP, MainWindow
+from app.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
 from app.run_data import pid_alive
 
 from conftest import FIXTURES
@@ -97,6 +97,32 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
         qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
         qtbot.waitUntil(lambda: "finished" in w.run_view.dashboard.headline.text(), timeout=5000)
         assert "step 2 of 2" in w.run_view.dashboard.headline.text()
+    finally:
+        w.runs.kill_tree(run_dir)
+        w.hardware.stop()
+
+
+@pytest.mark.slow
+def test_closing_during_training_cancel_then_stop_and_save(qtbot):
+    """The close question's other two answers: Cancel keeps the window open and the run going;
+    "Stop and save" closes the window, and the run saves a checkpoint at its current step and stops."""
+    w = _window(qtbot)
+    run_dir = w.start_demo((f"training.max_steps={STEPS * 10}", "checkpoints.every_steps=1000",
+                            "training.warmup_steps=2"))
+    try:
+        qtbot.waitUntil(lambda: w.monitor.current is not None and len(w.monitor.current.loss) >= 2, timeout=150_000)
+        asked = []
+        w.ask_close_choice = lambda runs: asked.append(list(runs)) or CANCEL
+        assert not w.close()
+        assert w.isVisible() and asked and str(Path(asked[0][0]).resolve()) == str(Path(run_dir).resolve())
+        assert _state(run_dir) == "running"
+        w.ask_close_choice = lambda runs: STOP_AND_SAVE
+        assert w.close()
+        qtbot.waitUntil(lambda: _state(run_dir) == "stopped", timeout=90_000)
+        status = ev.read_status(run_dir)
+        ckpts = sorted(Path(run_dir, "checkpoints").glob("checkpoint-*"))
+        assert ckpts and ckpts[-1].name == f"checkpoint-{status['step']}", "no checkpoint at the stop step"
+        assert 0 < status["step"] < STEPS * 10
     finally:
         w.runs.kill_tree(run_dir)
         w.hardware.stop()
