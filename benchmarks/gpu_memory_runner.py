@@ -77,6 +77,7 @@ def gpu_one(c: dict, out: str) -> int:
     ctx = res["context_bytes"]
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (TIER_BYTES[c["tier"]] - ctx) / total))
+    peak_reserved = 0
     try:
         # Built on the GPU (random init on the CPU takes a minute per billion parameters); DeepSpeed
         # rows move it back first, so the engine starts from host memory as the worker's does.
@@ -89,48 +90,41 @@ def gpu_one(c: dict, out: str) -> int:
         # As planned: accumulation (grads are held while the next micro-batch runs forward), so
         # two optimizer steps of two micro-batches each; the phase peaks are kept for diagnosis.
         accum = 2
-        engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"], accum) if c["ds"] else None
-        if engine is None:
+        if c["ds"]:
+            engine = deepspeed_engine(model, c["mb"], c["ds"], c["off_opt"], c["off_par"], accum)
+            forward, backward, micro_step, update = engine, engine.backward, engine.step, (lambda: None)
+        else:
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
+
+            def update():
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            forward, backward, micro_step = model, (lambda loss: (loss / accum).backward()), (lambda: None)
         vocab = model.config.vocab_size
         phases = {}
 
         def mark(name):
+            nonlocal peak_reserved
             torch.cuda.synchronize()
+            peak_reserved = max(peak_reserved, int(torch.cuda.max_memory_reserved()))
             phases[name] = max(phases.get(name, 0), int(torch.cuda.max_memory_allocated()))
-            torch.cuda.reset_peak_memory_stats()  # max_memory_reserved is tracked separately below
+            torch.cuda.reset_peak_memory_stats()
 
-        peak_reserved = 0
         for _ in range(2):
             for _ in range(accum):
                 ids = torch.randint(0, vocab, (c["mb"], c["seq"]), device="cuda")
-                if engine is not None:
-                    loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
-                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
-                    mark("forward")
-                    engine.backward(loss)
-                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
-                    mark("backward")
-                    engine.step()
-                else:
-                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
-                    mark("forward")
-                    (loss / accum).backward()
-                    peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
-                    mark("backward")
+                loss = forward(input_ids=ids, labels=ids, use_cache=False).loss
+                mark("forward")
+                backward(loss)
+                mark("backward")
+                micro_step()  # DeepSpeed's step: it updates at the accumulation boundary
                 del loss
-            if engine is None:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            peak_reserved = max(peak_reserved, torch.cuda.max_memory_reserved())
+            update()
             mark("optimizer")
-        torch.cuda.synchronize()
         res["ran"] = True
         res["phase_peak_allocated_bytes"] = phases
     except torch.cuda.OutOfMemoryError:
         res["oom"] = True
-        peak_reserved = 0
     peak_reserved = max(peak_reserved, int(torch.cuda.max_memory_reserved()))
     res["peak_reserved_bytes"] = int(peak_reserved)
     res["measured_bytes"] = res["peak_reserved_bytes"] + ctx
