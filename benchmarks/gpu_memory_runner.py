@@ -43,30 +43,25 @@ def run_config(c: dict):
     return config_mod.validate(data)
 
 
-def _nvml_used(pynvml, h) -> int:
-    try:  # v2 excludes driver-reserved memory (DESIGN.md: NVML)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2).used)
-    except Exception:  # noqa: BLE001 - older drivers: v1
-        return int(pynvml.nvmlDeviceGetMemoryInfo(h).used)
-
-
 def context_bytes(torch) -> dict:
-    """CUDA context of this process through NVML: the device's used memory after torch's first
-    allocation minus before it, minus what torch itself reserved (children run one at a time on an
-    otherwise idle GPU). The per-process figure is kept beside it where the driver reports one."""
-    import pynvml
+    """CUDA context of this process through NVML (TrainPilot's own probe: memory info v2, v1
+    fallback): the device's used memory after torch's first allocation minus before it, minus what
+    torch itself reserved (children run one at a time on an otherwise idle GPU). The per-process
+    figure is kept beside it where the driver reports one."""
+    from trainer.gpu import open_probe
 
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    before = _nvml_used(pynvml, h)
-    torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
-    after = _nvml_used(pynvml, h)
-    mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == os.getpid()]
-    pynvml.nvmlShutdown()
+    probe = open_probe()
+    try:
+        before = probe.sample().gpus[0].memory_used_bytes
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        after = probe.snapshot().gpus[0]
+    finally:
+        probe.close()
     reserved = torch.cuda.memory_reserved()
-    return {"context_bytes": int(after - before - reserved),
-            "context_bytes_per_process": int(mine[0] - reserved) if mine and mine[0] else None}
+    mine = [p.used_memory_bytes for p in after.processes if p.pid == os.getpid() and p.used_memory_bytes]
+    return {"context_bytes": int(after.memory_used_bytes - before - reserved),
+            "context_bytes_per_process": int(mine[0] - reserved) if mine else None}
 
 
 def gpu_one(c: dict, out: str) -> int:
