@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from app.facts import first_gpu, is_throttled
 from app.fmt import gib
+from trainer.hardware.processes import is_desktop_process
 
 if TYPE_CHECKING:  # numpy-backed; imported after the window shows
     from app.run_data import RunData
@@ -20,10 +21,6 @@ HOT_C = 80.0
 LOW_RAM_FRACTION, LOW_RAM_BYTES = 0.10, 2 << 30
 LOW_UTIL_PCT, UTIL_WINDOW = 50.0, 30  # samples (seconds at 1 Hz)
 COLLAPSE_RATIO = 0.5
-# The desktop session itself: never suggest closing it; it is summarised in one line instead.
-DESKTOP = {"xorg", "xwayland", "gnome-shell", "kwin_x11", "kwin_wayland", "plasmashell", "mutter", "sway",
-           "weston", "dwm.exe", "explorer.exe", "csrss.exe", "winlogon.exe", "searchhost.exe",
-           "shellexperiencehost.exe", "startmenuexperiencehost.exe", "textinputhost.exe"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,7 @@ def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
             continue
         mem = p.get("used_memory_bytes")
         name = p.get("name") or f"pid {pid}"
-        if name.lower() in DESKTOP:
+        if is_desktop_process(name):
             desktop.append((name, mem or 0))
             continue
         if mem is not None and mem < 64 << 20:

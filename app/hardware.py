@@ -9,12 +9,14 @@ import threading
 
 from PySide6 import QtCore
 
+from app.fmt import gib
+from trainer.hardware.source import open_probe
+
 FULL_EVERY = 5  # samples between full snapshots (process lists are the expensive call)
 
 
 class HardwareMonitor(QtCore.QObject):
     """Emits ``snapshot(object)`` with a ``MachineSnapshot``; ``latest`` holds the newest one."""
-
     snapshot = QtCore.Signal(object)
     failed = QtCore.Signal(str)
 
@@ -49,7 +51,6 @@ class HardwareMonitor(QtCore.QObject):
 
     def _loop(self) -> None:
         try:
-            from trainer.gpu import open_probe
 
             probe = open_probe(self.hardware_file)
         except Exception as exc:  # a broken driver must not take the GUI down
@@ -78,7 +79,6 @@ def describe(snap) -> dict:
         return {"name": "no NVIDIA GPU — CPU mode", "badge": "CPU", "vram": "", "driver": "",
                 "temperature": "", "cpu_mode": True}
     g = gpus[0]
-    from app.fmt import gib
 
     extra = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
     return {

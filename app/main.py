@@ -9,6 +9,8 @@ import argparse
 import os
 import sys
 
+from app import settings
+
 
 def _args(argv):
     p = argparse.ArgumentParser(prog="trainpilot", description="TrainPilot desktop app")
@@ -25,7 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     smoke = args.smoke_exit or os.environ.get("TRAINPILOT_SMOKE_EXIT") == "1"
     from PySide6 import QtCore, QtWidgets
 
-    from app import settings
     from app.main_window import MainWindow
 
     QtWidgets.QApplication.setApplicationName("TrainPilot")

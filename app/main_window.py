@@ -10,12 +10,14 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app import advice, settings
-from app.header import HardwareHeader
+from app.export_dialog import ExportDialog
 from app.hardware import HardwareMonitor
+from app.header import HardwareHeader
 from app.monitor import Monitor
 from app.run_controller import RunController, end_process
 from app.run_list import RunList
 from app.run_view import RunView
+from app.wizard.wizard import SetupWizard
 
 KEEP, STOP_AND_SAVE, CANCEL = "keep", "stop", "cancel"
 ICON = Path(__file__).parent / "resources" / "icons" / "trainpilot.svg"
@@ -181,14 +183,12 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def export_selected(self) -> None:
         """Export the selected run's config and launch scripts."""
-        from app.export_dialog import ExportDialog
 
         if self._selected_dir():
             ExportDialog(self._selected_dir(), parent=self).open()
 
     def open_wizard(self) -> None:
         """Open the setup wizard (non-modal)."""
-        from app.wizard.wizard import SetupWizard
 
         self.wizard = SetupWizard(self.hardware, parent=self)
         self.wizard.start_requested.connect(self.start_config)

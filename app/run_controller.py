@@ -12,11 +12,10 @@ from pathlib import Path
 import psutil
 from PySide6 import QtCore
 
-from trainer import events as ev
-
 from app import settings
 from app.commands import Job, cli_args
 from app.facts import pid_alive
+from trainer.rundir import events as ev
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
 TREE_CACHE_S = 3.0  # walking the process table costs milliseconds: not on every 4 Hz tick

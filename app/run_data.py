@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainer import events as ev
-
 from app.facts import first_gpu, is_throttled, pid_alive  # noqa: F401 (pid_alive re-exported)
 from app.series import Series
+from trainer.rundir import events as ev
 
 LOG_TAIL_BYTES = 64 * 1024
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from trainer import events as ev
-
 from app.fmt import clock
+from trainer.rundir import events as ev
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Everything about the selected run: dashboard, warnings, log and config tabs (a view)."""
 from __future__ import annotations
 
-from PySide6 import QtCore, QtGui, QtWidgets
-
 from typing import TYPE_CHECKING
+
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.warnings_view import WarningsView
 

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from app.export_dialog import ExportDialog
+
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
 LAPTOP = FIX / "hardware" / "rtx4090_laptop_16gb.jsonl"
@@ -96,8 +98,6 @@ def wizard_shots(app, window, out: Path) -> None:
 
 def main_window_shots(app, window, out: Path, tmp: Path, run_dir: str | None) -> None:
     """The dashboard mid-run, its warnings, a crashed run, the export dialog, an optional real run."""
-    from app.export_dialog import ExportDialog
-
     live = running_copy(tmp / "laptop-run-in-progress")
     window.open_run(str(live))
     _spin(app, 1200)

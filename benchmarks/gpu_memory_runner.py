@@ -13,10 +13,10 @@ import time
 from memory_accuracy import GIB, build, setup_of, spec_of, write
 
 from trainer import config as config_mod
-from trainer.gpu import GpuSnapshot, MachineSnapshot, host_snapshot
-from trainer.measure import deepspeed_engine
-from trainer.memory import estimate
-from trainer.plan import plan_run
+from trainer.hardware.probe import GpuSnapshot, MachineSnapshot, host_snapshot
+from trainer.planning.memory import estimate
+from trainer.planning.plan import plan_run
+from trainer.worker.measure import deepspeed_engine
 
 # Total memory NVML reports for the tier's reference cards (see tests/fixtures/hardware/).
 TIER_BYTES = {16: 16376 * 2**20, 24: 24576 * 2**20, 32: 32607 * 2**20}
@@ -48,7 +48,7 @@ def context_bytes(torch) -> dict:
     fallback): the device's used memory after torch's first allocation minus before it, minus what
     torch itself reserved (children run one at a time on an otherwise idle GPU). The per-process
     figure is kept beside it where the driver reports one."""
-    from trainer.gpu import open_probe
+    from trainer.hardware.source import open_probe
 
     probe = open_probe()
     try:

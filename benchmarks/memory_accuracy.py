@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trainer.memory import TrainSetup, estimate  # noqa: E402
-from trainer.modelspec import find_config, spec_from_config  # noqa: E402
+from trainer.models.spec import find_config, spec_from_config  # noqa: E402
+from trainer.planning.memory import TrainSetup, estimate  # noqa: E402
 
 GIB = 2**30
 
@@ -69,7 +69,7 @@ def setup_of(c, device: str) -> TrainSetup:
 
 
 def build(c, torch):
-    from trainer.measure import build_model
+    from trainer.worker.measure import build_model
 
     model = build_model(c["arch"], "bf16", "sdpa", c["over"])
     if c["ckpt"]:
@@ -97,7 +97,7 @@ def cpu_one(c) -> dict:
     """Real steps on the CPU; measured model-state bytes and saved activation bytes."""
     import torch
 
-    from trainer.measure import saved_activation_bytes
+    from trainer.worker.measure import saved_activation_bytes
 
     model = build(c, torch)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
@@ -124,7 +124,7 @@ def cpu_smoke(out: str) -> list[dict]:
         est = estimate(spec, s)
         b = est.breakdown
         pred_states = sum(v for k, v in b.items() if k in ("weights", "gradients", "optimizer_states", "adapter_states"))
-        from trainer.memory import activation_bytes
+        from trainer.planning.memory import activation_bytes
 
         a = activation_bytes(spec, s)
         t0 = time.perf_counter()

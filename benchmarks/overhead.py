@@ -125,7 +125,7 @@ class CountingCollator:
     """Wraps ``trainer.sequences.Collator``: counts real tokens; drops our key for the bare Trainer."""
 
     def __init__(self, inner, drop_key: bool):
-        from trainer.sequences import REAL_TOKENS_KEY
+        from trainer.worker.sequences import REAL_TOKENS_KEY
 
         self.inner, self.drop_key, self.key, self.tokens = inner, drop_key, REAL_TOKENS_KEY, 0
 
@@ -170,9 +170,9 @@ def _clock_hooks(steps) -> None:
 
 def build_ours(cfg, run_dir: Path):
     """The worker's own trainer (``trainer.worker._setup``: TrainPilotTrainer + StepEvents) and its token counter."""
-    from trainer import secrets
-    from trainer.events import EVENTS_FILE, EventWriter
-    from trainer.worker import _setup
+    from trainer.core import secrets
+    from trainer.rundir.events import EVENTS_FILE, EventWriter
+    from trainer.worker.main import _setup
 
     # the writer exactly as trainer.worker.main makes it (every line redacted of secrets)
     setup = _setup(cfg, run_dir, EventWriter(run_dir / EVENTS_FILE, redact=secrets.redact), rank=0)
@@ -187,8 +187,8 @@ def build_bare(cfg, run_dir: Path):
     """A bare ``transformers.Trainer`` from the same pieces (model, data, collator, arguments) and its counter."""
     from transformers import Trainer
 
-    from trainer import modeling, sequences
-    from trainer.worker import _training_arguments
+    from trainer.worker import modeling, sequences
+    from trainer.worker.main import _training_arguments
 
     use_cuda = cfg.device == "cuda"
     precision = cfg.speed.precision if cfg.speed.precision != "auto" else ("bf16" if use_cuda else "fp32")
@@ -217,7 +217,7 @@ def run_pair(cfg, work: Path, r: int, warmup: int, turns: Turns) -> dict[str, li
 def run_supervised(cfg, run_dir: Path, warmup: int) -> list[tuple[float, int]]:
     """``python -m trainer run`` in a child process; steady-state (step_seconds, tokens) from its step events."""
     from trainer import config as config_mod
-    from trainer.events import EVENTS_FILE, read_events
+    from trainer.rundir.events import EVENTS_FILE, read_events
 
     cfg_path = run_dir.parent / f"{run_dir.name}.yaml"
     cfg_path.write_text(config_mod.dump_yaml(cfg))
@@ -345,7 +345,7 @@ def report(res: dict) -> None:
 def main(argv=None) -> int:
     """Parse options, measure, print, optionally write JSON. Returns the exit code (0 unless it failed to run)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny-llama", help="architecture name in configs/models (random init)")
+    ap.add_argument("--model", default="tiny-llama", help="architecture name in trainer/resources/models (random init)")
     ap.add_argument("--steps", type=int, default=40, help="optimizer steps per run")
     ap.add_argument("--warmup", type=int, default=5, help="first steps of each run not counted")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every variant")

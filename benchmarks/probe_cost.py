@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.gpu import open_probe  # noqa: E402
+from trainer.hardware.source import open_probe  # noqa: E402
 
 DEFAULT_RECORDING = ROOT / "tests" / "fixtures" / "hardware" / "rtx4090_laptop_16gb.jsonl"
 

@@ -34,7 +34,7 @@ H100_RECORDING = ROOT / "tests" / "fixtures" / "hardware" / "h100_training.jsonl
 
 
 def h100_snapshot():
-    from trainer.gpu import open_probe
+    from trainer.hardware.source import open_probe
 
     return open_probe(str(H100_RECORDING)).snapshot()
 
@@ -138,8 +138,8 @@ def training_run(bench: Path = BENCH, context_bytes: int = 0) -> str:
     from speed_stack import PEAK_BF16, flops_per_token
 
     from trainer import config as config_mod
-    from trainer.modelspec import load_model_spec
-    from trainer.plan import plan_run
+    from trainer.models.spec import load_model_spec
+    from trainer.planning.plan import plan_run
 
     cfg = config_mod.load(RUN_CONFIG)
     events = [json.loads(line) for line in (bench / RUN_EVENTS).read_text().splitlines() if line.strip()]

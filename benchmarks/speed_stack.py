@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.modelspec import load_model_spec  # noqa: E402
+from trainer.models.spec import load_model_spec  # noqa: E402
 
 # What seed 001 claims for each step (its cumulative column where it gives one).
 SEED_CLAIMS = {"+ bf16": "+20-30% (1.25x cum.)", "+ TF32": "+10-20% (4.0-4.5x cum., last in seed)",
@@ -79,7 +79,7 @@ def run_stage(arch: str, over: dict, st: dict, seq: int, eff: int, steps: int, d
     """Train ``steps`` optimizer steps (after warm-up) with these settings; tokens/s."""
     import torch
 
-    from trainer.measure import build_model
+    from trainer.worker.measure import build_model
 
     torch.backends.cuda.matmul.allow_tf32 = st["tf32"]
     torch.backends.cudnn.allow_tf32 = st["tf32"]
@@ -124,8 +124,8 @@ def planned_micro_batch(arch: str, seq: int, eff: int, cuda: bool) -> tuple[int,
     """(planner's micro-batch with checkpointing on, planner's fastest (micro-batch, checkpointing))
     for this machine — what the presets' "auto" values resolve to."""
     from trainer import config as C
-    from trainer.gpu import open_probe
-    from trainer.plan import plan_run
+    from trainer.hardware.source import open_probe
+    from trainer.planning.plan import plan_run
 
     if not cuda:
         return eff, (eff, False)

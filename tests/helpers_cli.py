@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_DATA = REPO / "trainer" / "data" / "demo.jsonl"
-TINY_ARCH = REPO / "configs" / "models" / "tiny-llama.json"
+DEMO_DATA = REPO / "trainer" / "resources" / "demo.jsonl"
+TINY_ARCH = REPO / "trainer" / "resources" / "models" / "tiny-llama.json"
 CLI = [sys.executable, "-m", "trainer"]
 # Bad input is answered in preflight, before torch is imported: a generous bound per command (seconds).
 PREFLIGHT_TIMEOUT = 60

@@ -57,7 +57,7 @@ def cli(*args, env: dict | None = None, timeout: float = 600, cwd: Path | None =
 
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:
     """Events of a run directory (of one type when ``kind`` is given)."""
-    from trainer.events import read_events
+    from trainer.rundir.events import read_events
 
     evs = read_events(Path(run_dir) / "events.jsonl")
     return [e for e in evs if kind is None or e.get("type") == kind]

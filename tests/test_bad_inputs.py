@@ -16,14 +16,22 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from helpers_cli import (REPO, TINY_ARCH, TRAIN_TIMEOUT, assert_refused, permissions_enforced, run_cli, tree_digest,
-                         write_config, write_demo_data)
+from helpers_cli import (
+    REPO,
+    TINY_ARCH,
+    TRAIN_TIMEOUT,
+    assert_refused,
+    permissions_enforced,
+    run_cli,
+    tree_digest,
+    write_config,
+    write_demo_data,
+)
 
 # Stands in for "DeepSpeed is not installed": a None entry in sys.modules makes both
 # ``import deepspeed`` (ImportError) and ``importlib.util.find_spec("deepspeed")`` (None) say so.
 NO_DEEPSPEED = ("import sys; sys.modules['deepspeed'] = None; sys.argv[0] = 'trainpilot-cli'; "
-                "from trainer.cli import main; sys.exit(main(sys.argv[1:]))")
+                "from trainer.cli.main import main; sys.exit(main(sys.argv[1:]))")
 NO_GPU = REPO / "tests" / "fixtures" / "hardware" / "no_gpu.jsonl"  # a recorded machine without an NVIDIA GPU
 FAKE_TOKEN = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm1234"
 

@@ -35,7 +35,7 @@ def test_overhead_tiny_cpu(tmp_path):
     assert set(res["ratio_vs_bare"]) == {"ours", "supervised"}
     assert all(r > 0 for r in res["ratio_vs_bare"].values())
     # the in-process "ours" run really went through StepEvents: one step event per optimizer step
-    from trainer.events import read_events
+    from trainer.rundir.events import read_events
 
     steps = [e for e in read_events(Path(res["work_dir"]) / "ours-0" / "events.jsonl") if e["type"] == "step"]
     assert [e["step"] for e in steps] == list(range(1, 7))

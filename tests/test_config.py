@@ -1,6 +1,8 @@
 """The run-config schema: every problem at once, with field paths and fixes; exact round trips."""
-import yaml
+from pathlib import Path
+
 import pytest
+import yaml
 
 from trainer import config as c
 
@@ -18,7 +20,7 @@ def test_defaults_validate_and_round_trip_exactly():
     assert c.dump_yaml(again) == c.dump_yaml(cfg)
 
 
-@pytest.mark.parametrize("path", sorted((c.Path(__file__).parent.parent / "configs").rglob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "trainer" / "resources").rglob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate_and_round_trip(path):
     cfg = c.load(path)
     assert c.validate(yaml.safe_load(c.dump_yaml(cfg))) == cfg
@@ -84,7 +86,7 @@ def test_field_docs_cover_every_leaf():
 
 
 def test_readme_config_reference_is_generated_from_the_schema():
-    from trainer.docgen import main
+    from trainer.config.docgen import main
 
-    readme = c.Path(__file__).parent.parent / "README.md"
-    assert main([str(readme), "--check"]) == 0, "run: python -m trainer.docgen --write README.md"
+    readme = Path(__file__).parent.parent / "README.md"
+    assert main([str(readme), "--check"]) == 0, "run: python -m trainer.config.docgen --write README.md"

@@ -3,8 +3,15 @@ import json
 
 import pytest
 import torch
-
-from helpers_train import cli, events, final_weights, losses, needs_deepspeed, tiny_config, write_config
+from helpers_train import (
+    cli,
+    events,
+    final_weights,
+    losses,
+    needs_deepspeed,
+    tiny_config,
+    write_config,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.deepspeed, needs_deepspeed]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from trainer import config as C
-from trainer.cli import main
-from trainer.doctor import light_checks, run_torch_checks_in_child
-from trainer.errors import UserError
-from trainer.gpu import open_probe
-from trainer.plan import plan_run
-from trainer.plan_measure import measure_plan
+from trainer.cli.main import main
+from trainer.core.errors import UserError
+from trainer.hardware.source import open_probe
+from trainer.planning.measure import measure_plan
+from trainer.planning.plan import plan_run
+from trainer.supervisor.doctor import light_checks, run_torch_checks_in_child
 
 ROOT = Path(__file__).parents[1]
 FIX = ROOT / "tests" / "fixtures" / "hardware"
@@ -78,17 +78,17 @@ def test_measure_child_refuses_without_cuda(tmp_path):
         pytest.skip("this machine has CUDA: the refusal path is for machines without it")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model:\n  architecture: demo-tiny-llama\n")
-    out = subprocess.run([sys.executable, "-m", "trainer.measure", str(cfg), "--micro-batch", "1", "--out",
+    out = subprocess.run([sys.executable, "-m", "trainer.worker.measure", str(cfg), "--micro-batch", "1", "--out",
                           str(tmp_path / "m.json")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
 
 
 def _measured(scale):
     """What a GPU child would report: the prediction scaled by ``scale`` (context excluded)."""
-    from trainer.memory import CUDA_CONTEXT_BYTES, estimate
-    from trainer.modelspec import load_model_spec
-    from trainer.plan_measure import _setup
-    from trainer.plan_search import Context
+    from trainer.models.spec import load_model_spec
+    from trainer.planning.context import Context
+    from trainer.planning.measure import _setup
+    from trainer.planning.memory import CUDA_CONTEXT_BYTES, estimate
 
     def probe(cfg, mb):
         hw = open_probe(LAPTOP).snapshot()
@@ -136,7 +136,7 @@ def test_measuring_deepspeed_engine_runs_real_steps(stage):
     # would leak into every later test of this session.
     code = f"""
 import torch
-from trainer.measure import build_model, deepspeed_engine
+from trainer.worker.measure import build_model, deepspeed_engine
 engine = deepspeed_engine(build_model("tiny-llama", "bf16", "sdpa"), 2, {stage}, False, False)
 for _ in range(2):
     ids = torch.randint(0, 1024, (2, 32), device=engine.device)

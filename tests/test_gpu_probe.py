@@ -10,10 +10,16 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from trainer import gpu as gpumod
-from trainer.errors import UserError
-from trainer.gpu import MachineSnapshot, NvmlProbe, decode_throttle, looks_like_laptop, open_probe
-from trainer.hardware import ReplayProbe, read_recording, record
+from trainer.core.errors import UserError
+from trainer.hardware import source as gpumod
+from trainer.hardware.probe import (
+    MachineSnapshot,
+    NvmlProbe,
+    decode_throttle,
+    looks_like_laptop,
+)
+from trainer.hardware.recording import ReplayProbe, read_recording, record
+from trainer.hardware.source import open_probe
 
 FIX = Path(__file__).parent / "fixtures" / "hardware"
 

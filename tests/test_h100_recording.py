@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from trainer import config as C
-from trainer.gpu import open_probe
-from trainer.hardware import read_recording
-from trainer.plan import plan_run
+from trainer.hardware.recording import read_recording
+from trainer.hardware.source import open_probe
+from trainer.planning.plan import plan_run
 
 ROOT = Path(__file__).parents[1]
 REC = ROOT / "tests" / "fixtures" / "hardware" / "h100_training.jsonl"

@@ -31,7 +31,6 @@ sys.path.insert(0, str(INSTALLERS))
 import make_icons  # noqa: E402
 import torch_build as tb  # noqa: E402
 
-
 # ---------------------------------------------------------------- PyTorch build choice
 
 @pytest.mark.parametrize("name, driver, cc, build, ok", [
@@ -190,7 +189,7 @@ def test_installed_app_runs_from_the_copied_source(installed):
                          cwd=installed["home"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).is_relative_to(installed["prefix"] / "src")
-    assert (installed["prefix"] / "src" / "configs").is_dir()  # found next to the trainer package
+    assert (installed["prefix"] / "src" / "trainer" / "resources" / "models").is_dir()  # shipped as package data
 
 
 def _has_doctor(cli: Path) -> bool:

@@ -6,9 +6,14 @@ import json
 
 import pytest
 
-from trainer.errors import UserError
-from trainer.memory import TrainSetup, activation_bytes, estimate, model_states
-from trainer.modelspec import ModelSpecNotFound, find_config, load_model_spec, spec_from_config
+from trainer.core.errors import UserError
+from trainer.models.spec import (
+    ModelSpecNotFound,
+    find_config,
+    load_model_spec,
+    spec_from_config,
+)
+from trainer.planning.memory import TrainSetup, activation_bytes, estimate, model_states
 
 # Sizes the model cards / hub pages publish (parameters).
 PUBLISHED = {
@@ -125,7 +130,7 @@ CASES = [(1, 128, False, "sdpa", "bf16"), (2, 256, False, "sdpa", "bf16"), (4, 6
 
 
 def _measure_case(name, over, b, s, ckpt, attn, prec):
-    from trainer.measure import build_model, saved_activation_bytes
+    from trainer.worker.measure import build_model, saved_activation_bytes
 
     model = build_model(name, "fp32" if prec in ("fp32", "amp") else "bf16", attn, over)
     if prec == "lora":

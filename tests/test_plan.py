@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from trainer import config as C
-from trainer.errors import UserError
-from trainer.gpu import open_probe
-from trainer.memory import TrainSetup, estimate
-from trainer.modelspec import load_model_spec
-from trainer.plan import PRESETS_DIR, classify, load_preset, plan_run
+from trainer.config.presets import load_preset
+from trainer.core.errors import UserError
+from trainer.core.paths import PRESETS_DIR
+from trainer.hardware.source import open_probe
+from trainer.models.spec import load_model_spec
+from trainer.planning.budget import classify
+from trainer.planning.memory import TrainSetup, estimate
+from trainer.planning.plan import plan_run
 
 FIX = Path(__file__).parent / "fixtures" / "hardware"
 KEYS = {"preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
@@ -161,8 +164,8 @@ def test_presets():
 
 
 def test_plan_is_cheap_and_never_imports_torch():
-    code = ("import sys, time; from trainer import config as C; from trainer.gpu import open_probe; "
-            "from trainer.plan import plan_run; "
+    code = ("import sys, time; from trainer import config as C; from trainer.hardware.source import open_probe; "
+            "from trainer.planning.plan import plan_run; "
             f"hw = open_probe({str(FIX / 'rtx4090_laptop_16gb.jsonl')!r}).snapshot(); "
             "c = C.validate({'model': {'architecture': 'llama-3.1-8b'}}); t = time.perf_counter(); "
             "p = plan_run(c, hw); dt = time.perf_counter() - t; "

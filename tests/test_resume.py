@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers_train import (
+    REPO,
+    cli,
+    events,
+    final_weights,
+    losses,
+    tiny_config,
+    write_config,
+)
 
-from helpers_train import REPO, cli, events, final_weights, losses, tiny_config, write_config
-from trainer.checkpoints import checkpoint_step, complete_checkpoints
-from trainer.events import read_status
+from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
+from trainer.rundir.events import read_status
 
 pytestmark = pytest.mark.slow
 

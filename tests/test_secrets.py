@@ -14,9 +14,16 @@ import string
 from pathlib import Path
 
 import pytest
+from helpers_cli import (
+    TRAIN_TIMEOUT,
+    assert_refused,
+    files_containing,
+    run_cli,
+    write_config,
+    write_demo_data,
+)
 
-from trainer.secrets import REDACTED
-from helpers_cli import TRAIN_TIMEOUT, assert_refused, files_containing, run_cli, write_config, write_demo_data
+from trainer.core.secrets import REDACTED
 
 _rng = random.Random()  # fresh values each run: nothing can pass by matching a constant
 HF_TOKEN = "hf_" + "".join(_rng.choice(string.ascii_letters) for _ in range(30))
@@ -113,7 +120,7 @@ def test_a_token_held_only_in_the_os_keyring_is_found_and_never_written(ws, tmp_
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     set_it = run_cli([token], cwd=ws, env={**env, "HF_TOKEN": ""}, timeout=60, python_code=(
         "import keyring, sys; keyring.set_password('trainpilot', 'HF_TOKEN', sys.argv[1]);"
-        "from trainer import secrets; assert secrets.hub_token() == sys.argv[1]; print('stored')"))
+        "from trainer.core import secrets; assert secrets.hub_token() == sys.argv[1]; print('stored')"))
     assert set_it.returncode == 0 and "stored" in set_it.stdout, set_it.stderr
 
     env_no_token = {**env, "HF_TOKEN": ""}

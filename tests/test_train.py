@@ -3,9 +3,9 @@ import math
 
 import pytest
 import torch
-
 from helpers_train import cli, events, final_weights, losses, tiny_config, write_config
-from trainer.events import STEP_FIELDS
+
+from trainer.rundir.events import STEP_FIELDS
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_lora_trains_and_saves_an_adapter_that_peft_loads(tmp_path):
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.modeling import architecture_file
+    from trainer.models.sources import architecture_file
 
     conf = AutoConfig.for_model(**{k: v for k, v in json.loads(architecture_file("tiny-llama").read_text()).items()
                                    if not k.startswith("_")})
@@ -154,7 +154,7 @@ def test_architectures_that_refuse_sdpa_fall_back_to_eager(tmp_path, capsys):
     import json
 
     from trainer import config as config_mod
-    from trainer.modeling import load_model
+    from trainer.worker.modeling import load_model
 
     arch = tmp_path / "gemma2.json"
     arch.write_text(json.dumps({"model_type": "gemma2", "hidden_size": 32, "intermediate_size": 64,

@@ -1,4 +1,4 @@
 """``python -m trainer`` is ``trainpilot-cli``."""
-from trainer.cli import main
+from trainer.cli.main import main
 
 raise SystemExit(main())

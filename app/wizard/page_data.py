@@ -10,6 +10,8 @@ from PySide6 import QtWidgets
 
 from app import settings
 from app.background import Latest
+from trainer.data.demo import write_sample_dataset
+from trainer.data.records import read_records
 
 PREVIEW_ROWS = 5
 STATS_LIMIT = 20000          # records read for statistics (enough for a stable median)
@@ -19,7 +21,6 @@ CHARS_PER_TOKEN = 4.0        # rough English average, used only when no tokenize
 def data_stats(path: str, fmt: str, text_field: str, seq_len: int, tokenizer_file: str | None = None) -> dict:
     """Records, preview and length statistics (characters; tokens exact with a tokenizer.json,
     else estimated at 4 characters per token). Raises UserError for unreadable files."""
-    from trainer.datafile import read_records
 
     recs = read_records(path, fmt, skip_bad_lines=True, limit=STATS_LIMIT)
     texts = [_text(r, text_field) for r in recs.rows]
@@ -42,7 +43,9 @@ def _text(row: dict, field: str) -> str:
 def _token_counts(texts: list[str], tokenizer_file: str | None) -> tuple[list[int], bool]:
     if tokenizer_file and Path(tokenizer_file).is_file():
         try:
-            from tokenizers import Tokenizer  # Rust tokenizer only: no torch, no transformers
+            from tokenizers import (
+                Tokenizer,  # Rust tokenizer only: no torch, no transformers
+            )
 
             tok = Tokenizer.from_file(tokenizer_file)
             return [len(e.ids) for e in tok.encode_batch(texts)], True
@@ -53,7 +56,6 @@ def _token_counts(texts: list[str], tokenizer_file: str | None) -> tuple[list[in
 
 class DataPage(QtWidgets.QWizardPage):
     """Binds ``data.path``; shows the preview table and statistics."""
-
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
@@ -87,7 +89,6 @@ class DataPage(QtWidgets.QWizardPage):
 
     def create_sample(self) -> str:
         """Write the sample dataset under ``<home>/data/`` and select it. Returns its path."""
-        from trainer.demo import write_sample_dataset
 
         folder = settings.home() / "data"
         n = 1

@@ -7,6 +7,10 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 from app.background import Latest
+from trainer import config as tc
+from trainer.core.paths import MODELS_DIR
+from trainer.models.spec import load_model_spec
+from trainer.planning.plan import plan_run
 
 METHODS = ("full", "lora", "qlora")
 VERDICT_WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does not fit"}
@@ -14,16 +18,12 @@ VERDICT_WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does 
 
 def fits_table(source: str, base_cfg, snapshot) -> dict:
     """{'spec': ModelSpec, 'verdicts': {method: verdict}} for ``source`` on this machine."""
-    from trainer import config as tc
-    from trainer.modelspec import load_model_spec
-
     spec = load_model_spec(source)
     if spec.max_positions and base_cfg.data.seq_len > spec.max_positions:
         base_cfg = tc.replace(base_cfg, **{"data.seq_len": spec.max_positions})  # as the page will set it
     verdicts = {}
     for method in METHODS:
         try:
-            from trainer.plan import plan_run
 
             cfg = tc.replace(base_cfg, **{"model.source": source, "method.type": method})
             verdicts[method] = plan_run(cfg, snapshot).verdict
@@ -34,10 +34,6 @@ def fits_table(source: str, base_cfg, snapshot) -> dict:
 
 def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
     """(name, parameters, best method) for each configs/models architecture that fits."""
-    from trainer import config as tc
-    from trainer.modelspec import MODELS_DIR, load_model_spec
-    from trainer.plan import plan_run
-
     out = []
     for path in sorted(MODELS_DIR.glob("*.json")):
         try:
@@ -57,7 +53,6 @@ def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
 
 class ModelPage(QtWidgets.QWizardPage):
     """Model source entry; binds results of ``fits_table`` and ``shipped_that_fit``."""
-
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state

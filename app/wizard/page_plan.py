@@ -7,11 +7,10 @@ import typing
 
 from PySide6 import QtCore, QtWidgets
 
-from trainer import config as tc
-
 from app.fmt import gib
 from app.wizard.memory_bar import MemoryBar
 from app.wizard.schema_form import SchemaForm
+from trainer import config as tc
 
 VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
                  "does_not_fit": ("Does not fit", "#d62728")}

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from trainer import config as tc
-
 from app.background import Latest
+from trainer import config as tc
+from trainer.supervisor import preflight as pf
 
 
 def preflight(cfg, snapshot) -> list[tuple[str, str]]:
     """The trainer's checks of files and machine (light: no torch); [] when Start will work."""
-    from trainer import preflight as pf
-
     try:
         pf.check(cfg, snapshot)
     except tc.ConfigError as exc:
@@ -21,7 +19,6 @@ def preflight(cfg, snapshot) -> list[tuple[str, str]]:
 
 class ReviewPage(QtWidgets.QWizardPage):
     """Shows the final config; emits ``start(config_path, run_dir)`` and ``export(config_path)``."""
-
     start = QtCore.Signal(str, str)
     export = QtCore.Signal(str)
 

@@ -8,18 +8,17 @@ from typing import Any
 
 from PySide6 import QtCore
 
-from trainer import config as tc
-
 from app import settings
 from app.background import Latest
 from app.wizard.schema_form import nested
+from trainer import config as tc
+from trainer.planning.plan import plan_run
 
 PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
 
 
 class WizardState(QtCore.QObject):
     """``values`` is the whole config as {dotted key: value}; ``plan_ready(plan)`` after each re-plan."""
-
     values_changed = QtCore.Signal(str)       # dotted key ('' for many)
     plan_ready = QtCore.Signal(object)        # trainer.plan.Plan
     problems = QtCore.Signal(list)            # [(dotted key, message)] from the schema or planner
@@ -115,8 +114,6 @@ class WizardState(QtCore.QObject):
 
 def _plan(cfg: tc.RunConfig, snapshot):
     """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for."""
-    from trainer.plan import plan_run
-
     plan = plan_run(cfg, snapshot)
     plan.config_in = cfg
     return plan

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
+from app.export_dialog import ExportDialog
 from app.wizard.page_data import DataPage
 from app.wizard.page_env import EnvironmentPage
 from app.wizard.page_model import ModelPage
@@ -13,7 +14,6 @@ from app.wizard.state import WizardState
 
 class SetupWizard(QtWidgets.QWizard):
     """Emits ``start_requested(config_path, run_dir)`` when the user presses Start."""
-
     start_requested = QtCore.Signal(str, str)
 
     def __init__(self, hardware, parent=None):
@@ -39,7 +39,6 @@ class SetupWizard(QtWidgets.QWizard):
         self.accept()
 
     def _export(self, config_path: str) -> None:
-        from app.export_dialog import ExportDialog
 
         self.export_dialog = ExportDialog(config_path, parent=self)
         self.export_dialog.open()

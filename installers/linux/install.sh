@@ -109,9 +109,9 @@ install_source() {
   SRC="$PREFIX/src"
   if [[ "$(readlink -f "$REPO")" != "$(readlink -f "$SRC")" ]]; then
     rm -rf "$SRC.new"; mkdir -p "$SRC.new"
-    # configs/ is found next to the trainer package, so the whole tree is kept together.
+    # The shipped configs are package data inside trainer/resources.
     local item
-    for item in app trainer configs installers pyproject.toml README.md LICENSE; do
+    for item in app trainer installers pyproject.toml README.md LICENSE; do
       if [[ -e "$REPO/$item" ]]; then cp -a "$REPO/$item" "$SRC.new/"; fi
     done
     find "$SRC.new" -name __pycache__ -type d -prune -exec rm -rf {} +

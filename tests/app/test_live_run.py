@@ -8,13 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from trainer import events as ev
+from conftest import FIXTURES
 
 from app.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
 from app.run_data import pid_alive
-
-from conftest import FIXTURES
+from trainer.rundir import events as ev
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 STEPS = 24

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import FIXTURES
+
 from app import settings
 from app.main_window import MainWindow
-
-from conftest import FIXTURES
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")

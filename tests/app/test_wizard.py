@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import yaml
+from conftest import FIXTURES
 from PySide6 import QtWidgets
-
-from trainer import config as tc
 
 from app.hardware import HardwareMonitor
 from app.wizard.schema_form import SchemaForm
 from app.wizard.wizard import SetupWizard
-
-from conftest import FIXTURES
+from trainer import config as tc
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 

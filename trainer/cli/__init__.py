@@ -1,0 +1,1 @@
+"""``trainpilot-cli``: thin commands over the rooms below."""

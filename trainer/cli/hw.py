@@ -1,0 +1,155 @@
+"""``probe``, ``plan`` and ``doctor`` subcommands (registered by trainer.cli.main). No torch here."""
+from __future__ import annotations
+
+import json
+import sys
+
+from trainer import config as config_mod
+from trainer.core.errors import EXIT_BAD_INPUT, UserError
+from trainer.hardware.recording import record
+from trainer.hardware.source import open_probe
+from trainer.planning.measure import measure_plan
+from trainer.planning.plan import plan_run
+from trainer.supervisor.doctor import run_doctor
+
+GIB = 2**30
+
+
+def register(sub) -> None:
+    """Add the hardware commands to ``trainpilot-cli``."""
+    p = sub.add_parser("probe", help="show the GPUs, what uses them, and the host (or record them)")
+    p.add_argument("--json", action="store_true", help="print one JSON snapshot")
+    p.add_argument("--record", metavar="FILE", help="write snapshots to a JSONL recording")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long to record (seconds)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between recorded snapshots")
+    p.add_argument("--hardware", metavar="FILE", help="show a recording instead of this machine")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("plan", help="choose settings that fit this GPU and explain why")
+    p.add_argument("config", help="run config YAML")
+    p.add_argument("--hardware", metavar="FILE", help="plan for a recording (JSONL) instead of this machine")
+    p.add_argument("--json", action="store_true", help="print plan.json")
+    p.add_argument("--measure", action="store_true", help="run 2-3 real steps on the GPU and correct the micro-batch")
+    p.add_argument("--goal", choices=["fastest", "most_headroom"], help="override plan_goal")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("doctor", help="check Python, torch/CUDA, DeepSpeed, disk and RAM, with fixes")
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--output-dir", default="runs", help="where runs will be written (free disk is checked there)")
+    p.set_defaults(func=cmd_doctor)
+
+
+def _gb(n) -> str:
+    return "-" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def _val(v, unit="") -> str:
+    return "-" if v is None else f"{v:g}{unit}" if isinstance(v, (int, float)) else str(v)
+
+
+def format_snapshot(snap) -> str:
+    """A plain-text table of a MachineSnapshot."""
+    lines = []
+    if not snap.gpus:
+        lines.append(snap.note or "no NVIDIA GPU")
+    for g in snap.gpus:
+        kind = "laptop" if g.is_laptop else "desktop/server"
+        lines.append(f"GPU {g.index}: {g.name} ({kind}, compute capability {_val(g.compute_capability)}, "
+                     f"driver {_val(g.driver_version)}, CUDA {_val(g.cuda_driver_version)})")
+        lines.append(f"  memory   {_gb(g.memory_used_bytes)} used of {_gb(g.memory_total_bytes)}, "
+                     f"{_gb(g.memory_free_bytes)} free")
+        lines.append(f"  load     {_val(g.utilization_pct, '%')} · {_val(g.temperature_c, ' °C')} · "
+                     f"{_val(g.power_w, ' W')} of {_val(g.power_limit_w, ' W')} · SM {_val(g.sm_clock_mhz)}/"
+                     f"{_val(g.sm_clock_max_mhz)} MHz · fan {_val(g.fan_pct, '%')}")
+        if g.throttle_reasons:
+            lines.append(f"  clocks held down by: {', '.join(g.throttle_reasons)}")
+        for p in g.processes:
+            mem = "memory not reported" if p.used_memory_bytes is None else _gb(p.used_memory_bytes)
+            lines.append(f"  process  {p.pid:>7}  {p.name:<24} {p.type:<16} {mem}")
+    h = snap.host
+    lines.append(f"host: {_gb(h.ram_available_bytes)} of {_gb(h.ram_total_bytes)} RAM available, {h.cpu_count} CPUs")
+    return "\n".join(lines)
+
+
+def cmd_probe(args) -> int:
+
+    if args.seconds <= 0 or args.interval <= 0:
+        raise UserError("--seconds and --interval must be positive")
+    probe = open_probe(args.hardware)
+    try:
+        if args.record:
+            n = record(probe, args.record, args.seconds, args.interval)
+            print(f"wrote {n} snapshots to {args.record}")
+            return 0
+        snap = probe.snapshot()
+    finally:
+        probe.close()
+    print(json.dumps(snap.to_dict(), indent=2) if args.json else format_snapshot(snap))
+    return 0
+
+
+def format_plan(plan) -> str:
+    """The plan as text: verdict, chosen settings, breakdown, reasons, what to close, alternatives."""
+    d = plan.to_dict()
+    lines = [f"verdict: {d['verdict'].replace('_', ' ')}  (preset {d['preset']}, {d['form_factor']}"
+             f"{'' if d['tier'] is None else ', ' + str(d['tier']) + ' GB tier'})",
+             f"predicted peak {_gb(d['predicted_peak_bytes'])} of budget {_gb(d['budget_bytes'])}; "
+             f"host RAM needed {_gb(d['host_ram_needed_bytes'])}"]
+    if d["settings"]:
+        lines.append("settings:")
+        lines += [f"  {k} = {json.dumps(v)}" for k, v in d["settings"].items()]
+    if d["breakdown"]:
+        lines.append("memory by component:")
+        lines += [f"  {k:<18} {_gb(v)}" for k, v in sorted(d["breakdown"].items(), key=lambda kv: -kv[1])]
+    lines.append("why:")
+    lines += [f"  - {r}" for r in d["reasons"]]
+    if d["close_apps"]:
+        lines.append("using VRAM now: " + ", ".join(f"{a['name']} ({_gb(a['used_memory_bytes'])})" for a in d["close_apps"]))
+    for a in d["alternatives"]:
+        mark = "fits" if a["fits"] else "does not fit"
+        lines.append(f"alternative ({mark}, peak {_gb(a['predicted_peak_bytes'])}): {a['description']}")
+        lines.append("    --set " + " --set ".join(f"{k}={json.dumps(v)}" for k, v in a["settings"].items()))
+    lines += [f"note: {n}" for n in d["notes"]]
+    return "\n".join(lines)
+
+
+def cmd_plan(args) -> int:
+
+    cfg = config_mod.load(args.config, args.set)
+    probe = open_probe(args.hardware)
+    try:
+        snap = probe.snapshot()
+    finally:
+        probe.close()
+    plan = plan_run(cfg, snap, goal=args.goal)
+    report = None
+    if args.measure:
+
+        if plan.device != "cuda" or not snap.gpus:
+            print("trainpilot-cli: measuring needs an NVIDIA GPU (plan --measure runs real training steps on it); "
+                  "this machine has none, so only the prediction is available", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        report = measure_plan(plan, snap)
+    if args.json:
+        d = plan.to_dict()
+        if report is not None:
+            d["measured"] = report
+        print(json.dumps(d, indent=2))
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+
+    checks = run_doctor(args.output_dir)
+    if args.json:
+        print(json.dumps(checks, indent=2))
+    else:
+        for c in checks:
+            mark = "ok " if c["ok"] else ("FAIL" if c["required"] else "warn")
+            print(f"[{mark}] {c['name']}: {c['detail']}")
+            if c["fix"]:
+                print(f"       fix: {c['fix']}")
+    return 0 if all(c["ok"] for c in checks if c["required"]) else 1

@@ -1,0 +1,218 @@
+"""CLI commands that start and control runs: run, resume, stop, status, demo."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core import secrets
+from trainer.core.errors import UserError
+from trainer.core.paths import DEMO_CONFIG
+from trainer.hardware.source import open_probe
+from trainer.rundir.checkpoints import clean_staging, latest_checkpoint
+from trainer.rundir.events import (
+    STOP_FILE,
+    EventWriter,
+    read_events,
+    read_json,
+    read_status,
+    write_status,
+)
+from trainer.supervisor import create as rundir
+from trainer.supervisor import preflight
+from trainer.supervisor.supervise import Supervisor, request_stop
+
+
+def register(sub) -> None:
+    """Add run/resume/stop/status/demo."""
+    p = sub.add_parser("run", help="start a training run from a config file")
+    p.add_argument("config")
+    _run_args(p)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config value (repeatable), e.g. training.learning_rate=1e-4")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="train the bundled tiny model on the bundled data (CPU, ~1 minute)")
+    _run_args(p)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.set_defaults(func=cmd_demo, config=None)
+
+    p = sub.add_parser("resume", help="continue a stopped or crashed run from its newest complete checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("stop", help="ask a run to save a checkpoint and stop")
+    p.add_argument("run_dir")
+    p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait until it has stopped")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("status", help="show a run's state")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+
+def _run_args(p) -> None:
+    p.add_argument("--run-dir", help="run directory (default <output.runs_dir>/<name>-<time>)")
+    p.add_argument("--overwrite", action="store_true", help="move an existing run directory aside and start anew")
+    p.add_argument("--hardware", help="plan for a recorded hardware snapshot instead of probing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _hardware(path: str | None):
+
+    probe = open_probe(path)
+    try:
+        return probe.snapshot()
+    finally:
+        probe.close()
+
+
+def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | None, quiet: bool) -> int:
+    """Plan, check, create the run directory, supervise. Returns the exit code."""
+    hardware = _hardware(hardware_file)
+    preflight.check(cfg, hardware)  # every input, before the planner reads any of it
+    resolved, plan = rundir.resolve(cfg, hardware)
+    rundir.check_resolved(resolved)
+    preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
+    target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
+    rundir.write_config_files(target, resolved, plan)
+    _warn_if_plan_does_not_fit(target, plan, quiet)
+    write_status(target, state="starting", max_steps=resolved.training.max_steps)
+    if not quiet:
+        t = resolved.training
+        print(f"run directory: {target}\nplan: {plan.get('verdict', '?') if plan else '?'} — micro-batch "
+              f"{t.micro_batch_size} × accumulation {t.gradient_accumulation_steps} × {resolved.world_size} GPU(s) = "
+              f"{t.effective_batch_size}", flush=True)
+    return _supervise(target, None, quiet, attempt=1)
+
+
+def _warn_if_plan_does_not_fit(run_dir: Path, plan: dict | None, quiet: bool) -> None:
+    """The planner can be wrong both ways: warn, start anyway, and let the OOM ladder recover."""
+    if not plan or plan.get("verdict") != "does_not_fit":
+        return
+
+    alts = "; ".join(a.get("description", "") for a in plan.get("alternatives", [])[:3])
+    message = ("the planner predicts this does not fit (" + "; ".join(plan.get("reasons", [])[:2]) + ")"
+               + (f"; what would: {alts}" if alts else "") + ". Starting anyway: out-of-memory is recovered by "
+               "the ladder if recovery.oom_ladder is on")
+    EventWriter(run_dir / "events.jsonl", redact=secrets.redact).write("warning", code="plan_does_not_fit",
+                                                                      message=message)
+    if not quiet:
+        print(f"warning: {message}", flush=True)
+
+
+def _supervise(run_dir: Path, resume_from, quiet: bool, attempt: int) -> int:
+
+    probe = open_probe(None)
+    try:
+        return Supervisor(run_dir, quiet=quiet, telemetry_probe=probe).supervise(resume_from, attempt)
+    finally:
+        probe.close()
+
+
+def cmd_run(args) -> int:
+    cfg = config_mod.load(args.config, args.overrides)
+    return start_run(cfg, args.run_dir, args.overwrite, args.hardware, args.quiet)
+
+
+def cmd_demo(args) -> int:
+    path = DEMO_CONFIG
+    cfg = config_mod.load(path, args.overrides)
+    code = start_run(cfg, args.run_dir, args.overwrite, args.hardware, args.quiet)
+    return code
+
+
+def _existing_run(path: str) -> Path:
+    run = Path(path)
+    if not (run / "config.yaml").is_file():
+        raise UserError(f"{run} is not a run directory (no config.yaml); pass the folder 'trainpilot-cli run' created",
+                        path=str(run))
+    return run
+
+
+def cmd_resume(args) -> int:
+    run = _existing_run(args.run_dir)
+    status = read_status(run) or {}
+    if _alive(status):
+        raise UserError(f"{run} is still running (pid {status.get('pid')}); stop it first with "
+                        f"'trainpilot-cli stop {run}'", path=str(run))
+    if status.get("state") == "finished":
+        raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
+    cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
+    preflight.check(cfg, _hardware(None))
+    (run / STOP_FILE).unlink(missing_ok=True)
+    clean_staging(run / "checkpoints")
+    ckpt = latest_checkpoint(run / "checkpoints")
+    if not args.quiet:
+        print(f"resuming {run} from {ckpt}" if ckpt else f"{run} has no complete checkpoint: starting from step 0",
+              flush=True)
+    return _supervise(run, ckpt, args.quiet, attempt=int(status.get("attempt") or 1) + 1)
+
+
+def cmd_stop(args) -> int:
+
+    run = _existing_run(args.run_dir)
+    status = read_status(run) or {}
+    if status.get("state") in ("finished", "stopped", "failed") and not _alive(status):
+        print(f"{run} is not running ({status.get('state')})")
+        return 0
+    request_stop(run)
+    print(f"stop requested: {run} saves a checkpoint at the end of the current step, then exits")
+    deadline = time.monotonic() + args.wait
+    while args.wait and time.monotonic() < deadline:
+        if not _alive(read_status(run) or {}):
+            print(f"stopped: {(read_status(run) or {}).get('state')}")
+            return 0
+        time.sleep(0.5)
+    return 0
+
+
+def _alive(status: dict) -> bool:
+    import psutil
+
+    if status.get("state") not in ("starting", "running", "stopping"):
+        return False
+    pid = status.get("pid")
+    try:
+        return bool(pid) and psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def run_summary(run: Path) -> dict:
+    """status.json plus what the events say (last step, loss, checkpoint), and whether it is alive."""
+    status = read_status(run) or {"state": "unknown"}
+    events = read_events(run / "events.jsonl")
+    steps = [e for e in events if e.get("type") == "step"]
+    last_fail = next((e for e in reversed(events) if e.get("type") == "failed"), None)
+    summary = dict(status, alive=_alive(status), last_step=steps[-1] if steps else None,
+                   first_loss=steps[0].get("loss") if steps else None,
+                   latest_checkpoint=str(latest_checkpoint(run / "checkpoints") or "") or None,
+                   plan_verdict=(read_json(run / "plan.json") or {}).get("verdict"))
+    if status.get("state") in ("starting", "running", "stopping") and not summary["alive"]:
+        summary["state"] = "failed"
+        summary["note"] = "the supervisor is gone (killed or crashed); resume with trainpilot-cli resume"
+    if last_fail:
+        summary["error"] = last_fail.get("message")
+    return summary
+
+
+def cmd_status(args) -> int:
+    run = _existing_run(args.run_dir)
+    s = run_summary(run)
+    if args.json:
+        print(json.dumps(s, indent=2, default=str))
+        return 0
+    last = s.get("last_step") or {}
+    print(f"{run}: {s['state']}  step {s.get('step') or 0}/{s.get('max_steps') or '?'}")
+    if last:
+        print(f"  loss {last.get('loss')}  {last.get('tokens_per_second') or 0:,.0f} tok/s")
+    if s.get("latest_checkpoint"):
+        print(f"  newest checkpoint: {s['latest_checkpoint']}")
+    for key in ("note", "error"):
+        if s.get(key):
+            print(f"  {key}: {s[key]}")
+    return 0

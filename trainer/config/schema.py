@@ -1,0 +1,554 @@
+"""The run config: one typed schema for everything a run needs.
+
+The YAML presets, the CLI's ``--set`` overrides, the GUI's advanced form and the README's config
+reference are all derived from the models below; nothing restates a default elsewhere.
+Light module: pydantic and PyYAML only (the GUI imports it).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from trainer.core.secrets import SECRET_ENV_VARS
+
+SCHEMA_VERSION = 1
+Auto = Literal["auto"]
+
+
+class ConfigError(Exception):
+    """Bad user input. ``problems`` lists ``(field path, message with the fix)`` pairs."""
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        head = f"{self.source}: " if self.source else ""
+        if len(self.problems) == 1:
+            loc, msg = self.problems[0]
+            return f"{head}{loc}: {msg}" if loc else f"{head}{msg}"
+        lines = [f"{head}{len(self.problems)} problems in the config:"]
+        lines += [f"  - {loc}: {msg}" if loc else f"  - {msg}" for loc, msg in self.problems]
+        return "\n".join(lines)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    """Which model to train and how to load it."""
+    source: str = Field(
+        "demo-tiny-llama",
+        description="Hugging Face hub id (e.g. meta-llama/Llama-3.2-1B) or a local folder with config.json "
+        "and weights. 'demo-tiny-llama' is the bundled demo model.",
+    )
+    architecture: Optional[str] = Field(
+        None,
+        description="Build the model with random weights from this architecture: a config.json path or a name "
+        "in trainer/resources/models/ (e.g. tiny-llama, llama-3.2-1b). Overrides loading weights from 'source'.",
+    )
+    tokenizer: Optional[str] = Field(
+        None, description="Tokenizer hub id or folder; defaults to 'source'. 'demo' trains the bundled one."
+    )
+    revision: Optional[str] = Field(None, description="Hub revision (branch, tag or commit).")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Dtype the weights are loaded in; 'auto' follows speed.precision."
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="Attention kernel. sdpa is fast and needs no extra install; eager stores s^2 scores."
+    )
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub (only for models you trust).")
+    hub_token_env: str = Field(
+        "HF_TOKEN",
+        description="Name of the environment variable holding a hub token (the token itself is never stored; "
+        "the OS keyring entry 'trainpilot/<this name>' is used when the variable is unset).",
+    )
+
+
+class DataConfig(_Section):
+    """Training data and how it becomes token sequences."""
+    path: str = Field("demo", description="Dataset file (.jsonl .json .txt .csv .parquet); 'demo' is the bundled sample.")
+    format: Literal["auto", "jsonl", "json", "txt", "csv", "parquet"] = Field(
+        "auto", description="File format; 'auto' uses the file extension."
+    )
+    text_field: str = Field("text", description="Record field holding the text (when no template is set).")
+    prompt_template: Optional[str] = Field(
+        None,
+        description="Prompt built from record fields, e.g. '### Question:\\n{question}\\n### Answer:\\n'. "
+        "With response_template, prompt tokens are masked from the loss unless train_on_prompt.",
+    )
+    response_template: Optional[str] = Field(None, description="Response built from record fields, e.g. '{answer}'.")
+    train_on_prompt: bool = Field(False, description="Also compute the loss on prompt tokens.")
+    seq_len: int = Field(2048, gt=0, description="Maximum tokens per sequence (samples are cut or packed to this).")
+    packing: bool = Field(
+        True, description="Concatenate samples into full seq_len blocks (fastest); false pads each batch to its longest."
+    )
+    validation_split: float = Field(0.0, ge=0.0, lt=1.0, description="Fraction of records held out for evaluation.")
+    validation_path: Optional[str] = Field(None, description="Separate validation file (instead of a split).")
+    skip_bad_lines: bool = Field(False, description="Skip unparseable JSONL lines (counted and reported) instead of stopping.")
+    shuffle: bool = Field(True, description="Shuffle samples each epoch (seeded, so resume is exact).")
+    num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
+
+
+class MethodConfig(_Section):
+    """Full fine-tune or adapters."""
+    type: Literal["full", "lora", "qlora"] = Field(
+        "full", description="full trains every weight; lora trains low-rank adapters; qlora adds 4-bit base weights (CUDA)."
+    )
+    lora_r: int = Field(16, gt=0, description="Adapter rank.")
+    lora_alpha: int = Field(32, gt=0, description="Adapter scaling (alpha / r multiplies the update).")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on adapter inputs.")
+    target_modules: Union[list[str], Literal["all-linear"]] = Field(
+        "all-linear", description="Modules that get adapters: 'all-linear' or names like [q_proj, v_proj]."
+    )
+
+
+class TrainingConfig(_Section):
+    """Optimisation and batch geometry. effective_batch = micro_batch × accumulation × GPUs, exactly."""
+    max_steps: Optional[int] = Field(100, gt=0, description="Optimizer steps to train; null trains for 'epochs'.")
+    epochs: float = Field(1.0, gt=0, description="Passes over the data when max_steps is null.")
+    effective_batch_size: int = Field(16, gt=0, description="Samples per optimizer step across all GPUs (kept exact).")
+    micro_batch_size: Union[int, Auto] = Field(
+        "auto", description="Samples per forward pass per GPU; 'auto' lets the planner choose the largest that fits."
+    )
+    gradient_accumulation_steps: Union[int, Auto] = Field(
+        "auto", description="Micro-batches per optimizer step; 'auto' derives it from the effective batch."
+    )
+    learning_rate: float = Field(2e-4, gt=0, description="Peak learning rate.")
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
+        "cosine", description="Learning-rate schedule after warmup."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
+    optimizer: Literal["adamw", "adamw_8bit"] = Field(
+        "adamw", description="adamw (fused when speed.fused_adamw) or adamw_8bit (bitsandbytes, CUDA)."
+    )
+    seed: int = Field(42, description="Seed for weights init, data order and dropout.")
+    eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")
+
+    @field_validator("micro_batch_size", "gradient_accumulation_steps")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, int) and v <= 0:
+            raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+
+class SpeedConfig(_Section):
+    """Precision and kernels."""
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="Mixed precision; 'auto' is bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."
+    )
+    tf32: bool = Field(True, description="TensorFloat-32 matmuls on Ampere and newer (ignored elsewhere).")
+    fused_adamw: bool = Field(True, description="Fused AdamW kernel on CUDA (one kernel per step, not per tensor).")
+    torch_compile: bool = Field(False, description="torch.compile the model (slow first steps, faster after).")
+    gradient_checkpointing: Union[bool, Auto] = Field(
+        "auto", description="Recompute activations in backward to save memory; 'auto' lets the planner decide."
+    )
+
+
+class DeepSpeedConfig(_Section):
+    """DeepSpeed ZeRO (through the HF Trainer integration)."""
+    enabled: Union[bool, Auto] = Field(
+        False, description="Use DeepSpeed; 'auto' lets the planner decide (needs DeepSpeed installed)."
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        2, description="ZeRO stage. On one GPU only offload saves memory: stage 2 moves optimizer states to CPU, "
+        "stage 3 can also move the weights."
+    )
+    offload_optimizer: bool = Field(False, description="Keep optimizer states (and the update) on the CPU.")
+    offload_params: bool = Field(False, description="Keep weights on the CPU between uses (ZeRO-3 only).")
+    overlap_comm: bool = Field(False, description="Overlap gradient communication (faster, costs bucket memory).")
+
+
+class DistributedConfig(_Section):
+    """More than one GPU or machine: the same config through the DeepSpeed launcher or torchrun."""
+    num_gpus: int = Field(1, gt=0, description="GPUs per machine (data-parallel ranks per node).")
+    num_nodes: int = Field(1, gt=0, description="Machines; more than one needs a hostfile.")
+    hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile ('host slots=N' lines) for several machines.")
+    launcher: Literal["auto", "deepspeed", "torchrun"] = Field(
+        "auto", description="'auto': the deepspeed launcher when DeepSpeed is on, torchrun otherwise."
+    )
+    master_port: int = Field(29500, gt=0, lt=65536, description="Rendezvous port.")
+    backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="Process-group backend (gloo on CPU).")
+
+
+class CheckpointConfig(_Section):
+    """When to save, and how many to keep."""
+    every_steps: int = Field(50, gt=0, description="Save a checkpoint every N optimizer steps.")
+    keep_last: int = Field(3, gt=0, description="Keep the newest K checkpoints (older complete ones are deleted).")
+    save_final_model: bool = Field(True, description="Write the trained model or adapter to final/.")
+
+
+class RecoveryConfig(_Section):
+    """What the supervisor does when the worker dies."""
+    auto_resume: int = Field(0, ge=0, description="Restart a crashed worker from its last checkpoint up to N times.")
+    oom_ladder: bool = Field(
+        True, description="On out-of-memory: halve micro-batch (doubling accumulation), then checkpointing, "
+        "then offload, resuming each time."
+    )
+
+
+class OutputConfig(_Section):
+    """Where runs go."""
+    runs_dir: str = Field("runs", description="Folder that holds run directories.")
+    run_name: Optional[str] = Field(None, description="Run directory name; default '<name>-<date>-<time>'.")
+    tensorboard: bool = Field(True, description="Write TensorBoard logs to <run>/tensorboard.")
+
+
+class RunConfig(_Section):
+    """A whole TrainPilot run."""
+    schema_version: int = Field(SCHEMA_VERSION, description="Config format version.")
+    name: str = Field("run", min_length=1, description="Short name for the run (used in the run folder name).")
+    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="Where to train; 'auto' uses CUDA when present.")
+    preset: Optional[str] = Field(None, description="Preset the config was derived from (informational).")
+    plan_goal: Literal["fastest", "most_headroom"] = Field(
+        "fastest", description="What the planner optimises when values are 'auto'."
+    )
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    speed: SpeedConfig = Field(default_factory=SpeedConfig)
+    deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _version(cls, v):
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"this TrainPilot reads schema_version {SCHEMA_VERSION}; set schema_version: {SCHEMA_VERSION}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError("use letters, digits, '.', '_' and '-' only (it becomes a folder name)")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        problems = cross_check(self)
+        if problems:
+            raise _CrossCheckError(problems)
+        return self
+
+    # -- derived values -------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks (GPUs × machines)."""
+        return self.distributed.num_gpus * self.distributed.num_nodes
+
+
+class _CrossCheckError(ValueError):
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{a}: {b}" for a, b in problems))
+
+
+def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Checks that span fields. Returns ``(field path, message with the fix)`` pairs."""
+    p: list[tuple[str, str]] = []
+    t, ds = cfg.training, cfg.deepspeed
+    ranks = cfg.world_size
+    mb, ga = t.micro_batch_size, t.gradient_accumulation_steps
+    if isinstance(mb, int):
+        if t.effective_batch_size % (mb * ranks):
+            p.append(("training.effective_batch_size",
+                      f"{t.effective_batch_size} is not divisible by micro_batch_size {mb} × {ranks} GPU(s) = {mb * ranks}; "
+                      f"use a multiple of {mb * ranks} or micro_batch_size: auto"))
+        elif isinstance(ga, int) and mb * ga * ranks != t.effective_batch_size:
+            p.append(("training.gradient_accumulation_steps",
+                      f"{mb} × {ga} × {ranks} GPU(s) = {mb * ga * ranks}, not effective_batch_size "
+                      f"{t.effective_batch_size}; set it to {t.effective_batch_size // (mb * ranks)} or 'auto'"))
+    elif isinstance(ga, int) and t.effective_batch_size % (ga * ranks):
+        p.append(("training.gradient_accumulation_steps",
+                  f"effective_batch_size {t.effective_batch_size} is not divisible by {ga} × {ranks} GPU(s); use 'auto'"))
+    if ds.offload_params and ds.zero_stage != 3:
+        p.append(("deepspeed.offload_params", "parameter offload needs zero_stage: 3; set zero_stage: 3 or offload_params: false"))
+    if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
+        p.append(("deepspeed.enabled", "offload needs DeepSpeed; set deepspeed.enabled: true (or auto) or turn offload off"))
+    if cfg.method.type == "qlora" and ds.enabled is True and ds.zero_stage == 3:
+        p.append(("method.type", "QLoRA 4-bit weights cannot be sharded by ZeRO-3; use zero_stage 2 or no DeepSpeed"))
+    if (cfg.data.prompt_template is None) != (cfg.data.response_template is None):
+        which = "response_template" if cfg.data.prompt_template else "prompt_template"
+        p.append((f"data.{which}", "prompt_template and response_template go together; set both, or neither to use text_field"))
+    if cfg.distributed.num_nodes > 1 and not cfg.distributed.hostfile:
+        p.append(("distributed.hostfile", "several machines need a hostfile ('hostname slots=N' per line)"))
+    if cfg.training.eval_every_steps and not (cfg.data.validation_split or cfg.data.validation_path):
+        p.append(("training.eval_every_steps", "evaluation needs data.validation_split > 0 or data.validation_path"))
+    if cfg.device == "cpu" and cfg.speed.precision == "fp16":
+        p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading, overrides, errors
+# ---------------------------------------------------------------------------------------------
+_SECTIONS = {name: f.annotation for name, f in RunConfig.model_fields.items()
+             if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
+_TOKEN_RE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})\b")
+
+
+def known_keys(path: tuple[str, ...] = ()) -> list[str]:
+    """Field names valid at a dotted location (``()`` is the top level)."""
+    model: type[BaseModel] = RunConfig
+    for part in path:
+        model = _SECTIONS.get(part) if model is RunConfig else None  # type: ignore[assignment]
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _suggest(key: str, path: tuple[str, ...]) -> str:
+    options = known_keys(path)
+    close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key '{key}'; did you mean '{close[0]}'?"
+    # A key put in the wrong section is a common slip: look in the others.
+    for sec, model in _SECTIONS.items():
+        if key in model.model_fields:
+            return f"unknown key '{key}' here; it belongs in '{sec}' ({sec}.{key})"
+    return f"unknown key '{key}'; valid keys: {', '.join(options)}"
+
+
+def _fix_for(err: dict) -> str:
+    kind, msg = err["type"], err["msg"]
+    inp = err.get("input")
+    if kind == "extra_forbidden":
+        loc = tuple(str(x) for x in err["loc"])
+        return _suggest(loc[-1], loc[:-1])
+    if kind in ("greater_than", "greater_than_equal"):
+        return f"{msg.lower()} (got {inp!r}); use a positive value"
+    if kind in ("int_parsing", "int_type", "float_parsing", "float_type", "bool_parsing", "bool_type"):
+        want = {"int": "a whole number", "flo": "a number", "boo": "true or false"}[kind[:3]]
+        return f"expected {want}, got {inp!r}"
+    if kind in ("literal_error", "union_tag_invalid"):
+        return f"got {inp!r}; {msg[0].lower() + msg[1:]}"
+    if kind == "model_type":
+        return f"expected a mapping of keys (a YAML section), got {inp!r}"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    return msg
+
+
+_BRANCH_WORDS = {"int": "a positive whole number", "bool": "true or false", "list[str]": "a list of names"}
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and (part in _BRANCH_WORDS or part.startswith("literal["))
+
+
+def _dedupe_union(errors: list[dict]) -> list[dict]:
+    """Union fields (``int | 'auto'``) report one error per branch: merge them into one per field."""
+    by_loc: dict[tuple, list[dict]] = {}
+    for e in errors:
+        loc = tuple(str(x) for x in e["loc"] if not _is_branch(x))
+        by_loc.setdefault(loc, []).append(e)
+    out = []
+    for loc, errs in by_loc.items():
+        if len(errs) == 1:
+            out.append(dict(errs[0], loc=loc))
+            continue
+        own = [e for e in errs if e["type"] == "value_error"]  # our validator's message is the precise one
+        if own:
+            out.append(dict(own[0], loc=loc))
+            continue
+        wanted = []
+        for e in errs:
+            branch = next((x for x in e["loc"] if _is_branch(x)), "")
+            wanted.append(_BRANCH_WORDS.get(branch) or branch.removeprefix("literal[").removesuffix("]"))
+        out.append(dict(errs[0], loc=loc, type="custom",
+                        msg=f"expected {' or '.join(wanted)}, got {errs[0].get('input')!r}"))
+    return out
+
+
+def validate(data: Any, source: str | None = None) -> RunConfig:
+    """Build a RunConfig from plain data; raise ConfigError listing every problem at once."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([("", f"the config must be a YAML mapping of sections, not {type(data).__name__}")], source)
+    model = data.get("model")
+    extra = model.get("hub_token_env") if isinstance(model, dict) else None
+    secret_values = _secret_env_values((extra,) if isinstance(extra, str) else ())
+    tokens = _find_tokens(data, secret_values)
+    problems = [(path, "looks like a secret token; never put tokens in a config: set the "
+                 "HF_TOKEN environment variable (or model.hub_token_env) instead")
+                for path, _ in tokens]
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        for e in _dedupe_union(exc.errors(include_url=False)):
+            ctx_err = (e.get("ctx") or {}).get("error")
+            if isinstance(ctx_err, _CrossCheckError):
+                problems += ctx_err.problems
+                continue
+            problems.append((".".join(e["loc"]), _fix_for(e)))
+        raise ConfigError(_scrub(problems, [v for _, v in tokens] + secret_values), source) from None
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
+    """Secret values in the environment (tokens of any shape), longest first; no keyring lookup here.
+
+    ``extra_names``: more variables holding secrets (the config's ``model.hub_token_env``)."""
+
+    values = {os.environ.get(name) for name in SECRET_ENV_VARS + extra_names}
+    return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
+
+
+def _scrub(problems: list[tuple[str, str]], values: list[str]) -> list[tuple[str, str]]:
+    # Messages echo the offending input ("got '...'"): a token put in the wrong field must not be echoed.
+    out = []
+    for loc, msg in problems:
+        for v in sorted(set(values), key=len, reverse=True):
+            msg = msg.replace(v, "***")
+        out.append((loc, _TOKEN_RE.sub("***", msg)))
+    return out
+
+
+def _find_tokens(data: Any, secret_values: list[str] = (), path: str = "") -> list[tuple[str, str]]:
+    """``(field path, value)`` of strings that are token-shaped or contain a secret from the environment."""
+    found = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found += _find_tokens(v, secret_values, f"{path}.{k}" if path else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found += _find_tokens(v, secret_values, f"{path}[{i}]")
+    elif isinstance(data, str) and (_TOKEN_RE.search(data) or any(v in data for v in secret_values)):
+        found.append((path, data))
+    return found
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping from a file; ConfigError (naming the file and line) when it cannot be read."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError([("", f"config file not found: {p}; check the path")])
+    if p.is_dir():
+        raise ConfigError([("", f"{p} is a folder; pass the config .yaml file (a run folder holds config.yaml)")])
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([("", f"{p} is not UTF-8 text; save the config as UTF-8")]) from None
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read {p}: {exc.strerror}; check its permissions")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ConfigError([("", f"{p}: YAML syntax error{where}: {problem}; fix the indentation or quoting there")]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([("", f"{p} must hold a YAML mapping of sections (model:, data:, training: ...)")])
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``key.path=value`` (value is YAML: numbers, true/false, null, lists)."""
+    if "=" not in item:
+        raise ConfigError([("--set", f"'{item}' is not key.path=value (e.g. training.learning_rate=1e-4)")])
+    key, raw = item.split("=", 1)
+    keys = [k for k in key.strip().split(".") if k]
+    if not keys:
+        raise ConfigError([("--set", f"'{item}' has no key before '='")])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return keys, value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``data`` with dotted overrides applied (unknown keys caught by validate)."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for item in overrides or []:
+        keys, value = parse_override(item)
+        node = out
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[keys[-1]] = value
+    return out
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Load a config file, apply ``--set`` overrides, validate. Raises ConfigError."""
+    data = apply_overrides(read_yaml(path), overrides or [])
+    return validate(data, source=str(path))
+
+
+def to_dict(cfg: RunConfig) -> dict:
+    """Plain data, every field present (so the dump is complete and round-trips exactly)."""
+    return cfg.model_dump(mode="json")
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    """The resolved config as YAML text (sections in schema order)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def replace(cfg: RunConfig, **dotted: Any) -> RunConfig:
+    """A validated copy with dotted changes, e.g. ``replace(cfg, **{"training.micro_batch_size": 2})``."""
+    data = to_dict(cfg)
+    for key, value in dotted.items():
+        node = data
+        *head, last = key.split(".")
+        for k in head:
+            node = node[k]
+        node[last] = value
+    return validate(data)
+
+
+def field_docs() -> list[tuple[str, str, str, str]]:
+    """``(dotted key, type, default, description)`` for every field: the config reference."""
+    rows = []
+
+    def walk(model: type[BaseModel], prefix: str):
+        for name, f in model.model_fields.items():
+            ann = f.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                walk(ann, f"{prefix}{name}.")
+                continue
+            default = f.get_default(call_default_factory=True)
+            rows.append((f"{prefix}{name}", _type_name(ann), yaml.safe_dump(default).strip().removesuffix("...").strip(),
+                         f.description or ""))
+
+    walk(RunConfig, "")
+    return rows
+
+
+def _type_name(ann: Any) -> str:
+    text = str(ann).replace("typing.", "").replace("NoneType", "null")
+    text = re.sub(r"<class '(\w+)'>", r"\1", text)
+    text = re.sub(r"Optional\[(.*)\]", r"\1 | null", text)
+    return text

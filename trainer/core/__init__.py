@@ -1,0 +1,2 @@
+"""The floor every room stands on: exit codes and user errors, secrets, units, paths, dotted keys.
+Standard library (and keyring, lazily) only."""

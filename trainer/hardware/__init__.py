@@ -1,0 +1,1 @@
+"""The machine, measured: NVML snapshots (immutable), recordings and their replay. No torch."""

@@ -1,0 +1,1 @@
+"""How workers are started: command lines, the DeepSpeed config, exported scripts. Light."""

@@ -1,0 +1,70 @@
+"""The command lines that start workers: one process, torchrun, or the DeepSpeed launcher (light)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from trainer.core.errors import UserError
+
+
+def launcher_for(cfg) -> str:
+    """'single', 'torchrun' or 'deepspeed' for this config."""
+    d = cfg.distributed
+    if cfg.world_size == 1:
+        return "single"
+    if d.launcher != "auto":
+        return d.launcher
+    if d.num_nodes > 1 or (cfg.deepspeed.enabled is True and cfg.device == "cuda"):
+        return "deepspeed"
+    return "torchrun"
+
+
+# Set by launchers for their children; a lone worker inheriting them (say, from a shell inside a
+# torchrun job, or a process that initialised torch.distributed) would join a group that is not its own.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "CROSS_RANK", "CROSS_SIZE")
+
+
+def worker_env(base: dict) -> dict:
+    """The environment for the worker(s): ``base`` plus unbuffered output, without inherited rank variables."""
+    env = {k: v for k, v in base.items() if k not in RANK_VARIABLES}
+    env.update(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def single_process_env() -> None:
+    """Make this lone process rank 0 of 1 on a free local port (DeepSpeed otherwise tries MPI discovery).
+    Left alone when a launcher already set the ranks."""
+    import os
+    import socket
+
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def worker_command(cfg, run_dir: Path, resume_from: Path | None = None, python: str | None = None) -> list[str]:
+    """argv that starts the worker(s) of ``run_dir`` (resuming from a checkpoint when given)."""
+    py = python or sys.executable
+    tail = ["--run-dir", str(run_dir)] + (["--resume-from", str(resume_from)] if resume_from else [])
+    d = cfg.distributed
+    kind = launcher_for(cfg)
+    if kind == "single":
+        return [py, "-m", "trainer.worker", *tail]
+    if kind == "torchrun":
+        if d.num_nodes > 1:
+
+            raise UserError("distributed.launcher: several machines run through the DeepSpeed launcher; set "
+                            "distributed.launcher: deepspeed (or auto)", field="distributed.launcher")
+        return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(d.num_gpus),
+                "--master_port", str(d.master_port), "-m", "trainer.worker", *tail]
+    ds = shutil.which("deepspeed") or "deepspeed"
+    cmd = [ds, "--num_gpus", str(d.num_gpus), "--master_port", str(d.master_port)]
+    if d.num_nodes > 1:
+        cmd += ["--num_nodes", str(d.num_nodes), "--hostfile", str(d.hostfile)]
+    return cmd + ["--module", "trainer.worker", *tail]

@@ -1,0 +1,124 @@
+"""Export: a config plus the scripts that rerun it from a terminal (one GPU, several, several machines).
+
+``trainpilot-cli export SRC --to DIR`` where SRC is a config file or a run directory. No secret is
+ever written: tokens are read from the environment (or the OS keyring) when the run starts.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core import secrets
+from trainer.core.errors import UserError
+from trainer.launch.dsconfig import deepspeed_config
+
+EXPORT_FILES = ("config.yaml", "ds_config.json", "launch.sh", "launch.bat", "launch_multi_gpu.sh",
+                "launch_multi_gpu.bat", "launch_multi_node.sh", "hostfile.example", "README.txt")
+
+
+def _cli_prelude() -> str:
+    py = shlex.quote(sys.executable)
+    return ('if command -v trainpilot-cli >/dev/null 2>&1; then CLI=(trainpilot-cli); '
+            f'else CLI=({py} -m trainer); fi\n')
+
+
+def _sh(comment: str, args: str) -> str:
+    return ("#!/usr/bin/env bash\n"
+            f"# {comment}\n"
+            "# Tokens are read from the environment (HF_TOKEN) or the OS keyring; none is stored here.\n"
+            "set -euo pipefail\n"
+            'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            + _cli_prelude()
+            + f'exec "${{CLI[@]}}" run "$HERE/config.yaml" {args}"$@"\n')
+
+
+def _bat(comment: str, args: str) -> str:
+    py = sys.executable
+    lines = ["@echo off", f"rem {comment}", "rem Tokens are read from the environment (HF_TOKEN) or the keyring.",
+             "setlocal", 'set "HERE=%~dp0"', "where trainpilot-cli >nul 2>nul",
+             f'if errorlevel 1 (set CLI="{py}" -m trainer) else (set CLI=trainpilot-cli)',
+             f'%CLI% run "%HERE%config.yaml" {args}%*', "exit /b %ERRORLEVEL%", ""]
+    return "\r\n".join(lines)
+
+
+def launch_texts(cfg) -> dict[str, str]:
+    """Script name → text, for the variants that fit this config."""
+    gpus = max(2, cfg.distributed.num_gpus)
+    multi = f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} "
+    nodes = ("--set distributed.num_nodes=${NUM_NODES:-2} --set distributed.hostfile=\"$HERE/hostfile\" "
+             "--set distributed.launcher=deepspeed ")
+    return {
+        "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", ""),
+        "launch.bat": _bat("Run this training on this machine (Windows).", ""),
+        "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
+                                   f"effective batch stays {cfg.training.effective_batch_size}.", multi),
+        "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
+                                     f"--set distributed.num_gpus={gpus} "),
+        "launch_multi_node.sh": _sh("Several machines through the DeepSpeed launcher: edit hostfile "
+                                    "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes),
+    }
+
+
+def write_launch_scripts(folder: Path, cfg, run_dir: Path | None = None) -> list[Path]:
+    """Write the launch scripts into ``folder`` (executable). Returns their paths."""
+    written = []
+    for name, text in launch_texts(cfg).items():
+        if run_dir is not None and name not in ("launch.sh", "launch.bat"):
+            continue
+        path = Path(folder) / name
+        path.write_text(secrets.redact(text), encoding="utf-8", newline="")
+        if name.endswith(".sh"):
+            path.chmod(0o755)
+        written.append(path)
+    return written
+
+
+def _load_source(src: Path):
+    if src.is_dir():
+        if not (src / "config.yaml").is_file():
+            raise UserError(f"{src} is a folder without config.yaml; pass a run directory or a config file", path=str(src))
+        return config_mod.load(src / "config.yaml")
+    return config_mod.load(src)
+
+
+def export(src: str, to: str, overwrite: bool = False) -> list[Path]:
+    """Write config, DeepSpeed config and launch scripts to ``to``. Returns the files written."""
+    cfg = _load_source(Path(src))
+    out = Path(to)
+    clash = [n for n in EXPORT_FILES if (out / n).exists()]
+    if clash and not overwrite:
+        raise UserError(f"--to: {out} already has {', '.join(clash)}; choose an empty folder or pass --overwrite",
+                        path=str(out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--to: cannot create {out} ({exc.strerror}); choose a folder you can write to",
+                        path=str(out)) from None
+    files = [out / "config.yaml"]
+    files[0].write_text(secrets.redact(config_mod.dump_yaml(cfg)), encoding="utf-8")
+    precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"
+    ds = deepspeed_config(cfg, precision) if cfg.training.micro_batch_size != "auto" else None
+    if ds is not None:
+        import json
+
+        (out / "ds_config.json").write_text(json.dumps(ds, indent=2))
+        files.append(out / "ds_config.json")
+    files += write_launch_scripts(out, cfg)
+    (out / "hostfile.example").write_text("# one line per machine: hostname slots=<GPUs>\nworker-1 slots=1\nworker-2 slots=1\n")
+    (out / "README.txt").write_text(readme_text(out, cfg))
+    return files + [out / "hostfile.example", out / "README.txt"]
+
+
+def readme_text(out: Path, cfg) -> str:
+    """The exact commands, for humans."""
+    return (f"TrainPilot export of '{cfg.name}'\n\n"
+            f"One GPU (or as configured):     {out / 'launch.sh'}      (Windows: {out / 'launch.bat'})\n"
+            f"Several GPUs on this machine:   NUM_GPUS=2 {out / 'launch_multi_gpu.sh'}\n"
+            f"Several machines:               cp hostfile.example hostfile; edit it; NUM_NODES=2 "
+            f"{out / 'launch_multi_node.sh'}\n"
+            f"Same thing by hand:             trainpilot-cli run {out / 'config.yaml'}\n"
+            f"Resume a stopped run:           trainpilot-cli resume runs/<run>\n\n"
+            f"Effective batch {cfg.training.effective_batch_size} is kept exact on any number of GPUs when it is "
+            f"divisible by micro-batch × GPUs.\nTokens: set HF_TOKEN in the environment (never in config.yaml).\n")

@@ -1,0 +1,72 @@
+"""How much memory a plan may use: the GPU's tier and form factor, usable VRAM, the budget kept
+free per goal, host RAM, and which other programs are worth closing. Bytes throughout."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from trainer.core.units import GIB
+from trainer.hardware.probe import GpuSnapshot
+from trainer.hardware.processes import is_desktop_process
+
+TIER_PRESETS = {16: "laptop_16gb", 24: "desktop_24gb", 32: "desktop_32gb", 80: "datacenter_80gb"}
+
+
+DATACENTER_WORDS = ("a100", "h100", "h200", "h800", "a800", "l40", "a40", "b200", "gh200", "a6000", "rtx 6000")
+
+
+HEADROOM = {"fastest": 0.05, "most_headroom": 0.15}  # share of the usable VRAM kept free
+
+
+MIN_HEADROOM_BYTES = 256 * 2**20
+
+
+HOST_RAM_USABLE = 0.9  # of the RAM available when probed
+
+
+def classify(gpu: Optional[GpuSnapshot]) -> tuple[Optional[int], str, str]:
+    """(tier in GB, form factor, preset name) of a GPU (None: the CPU).
+
+    Tiers are the nearest of 16/24/32/80 GB by total VRAM; smaller GPUs fall back to the 16 GB
+    preset (the most careful one), 40 GB and up to the datacenter one."""
+    if gpu is None:
+        return None, "cpu", "cpu"
+    gib = (gpu.memory_total_bytes or 0) / GIB
+    tier = min(TIER_PRESETS, key=lambda t: abs(t - gib)) if gib < 40 else 80
+    low = gpu.name.lower()
+    if gpu.is_laptop:
+        form = "laptop"
+    elif tier == 80 or any(w in low for w in DATACENTER_WORDS):
+        form = "datacenter"
+    else:
+        form = "desktop"
+    return tier, form, TIER_PRESETS[tier]
+
+
+def usable_vram(gpu: GpuSnapshot) -> tuple[int, int]:
+    """(usable bytes, bytes held by other processes): total − driver-reserved − what others hold.
+
+    "Held" is the larger of NVML's used memory and the per-process sum (Windows reports no
+    per-process memory, but the device total still counts it)."""
+    total = gpu.memory_total_bytes or 0
+    procs = gpu.other_process_bytes(exclude_pids=(os.getpid(),)) or 0
+    held = max(gpu.memory_used_bytes or 0, procs)
+    return max(0, total - (gpu.memory_reserved_bytes or 0) - held), held
+
+
+def budget_for(gpu: GpuSnapshot, goal: str) -> tuple[int, int, int]:
+    """(budget, usable, held) in bytes; budget keeps ``HEADROOM[goal]`` of the usable VRAM free."""
+    usable, held = usable_vram(gpu)
+    keep = max(MIN_HEADROOM_BYTES, int(HEADROOM.get(goal, 0.05) * usable))
+    return max(0, usable - keep), usable, held
+
+
+def close_apps(gpu: GpuSnapshot, min_bytes: int = 64 * 2**20) -> list[dict]:
+    """Processes worth closing to free VRAM (not ours, not the desktop itself), largest first."""
+    out = []
+    for p in gpu.processes:
+        if p.pid == os.getpid() or is_desktop_process(p.name):
+            continue
+        if p.used_memory_bytes is None or p.used_memory_bytes >= min_bytes:
+            out.append({"pid": p.pid, "name": p.name, "used_memory_bytes": p.used_memory_bytes})
+    return sorted(out, key=lambda d: -(d["used_memory_bytes"] or 0))

@@ -1,0 +1,114 @@
+"""What the planner's search and its reasons share: the context of one plan, and how a candidate
+setting becomes a memory-model setup. Bytes throughout."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from trainer.core.errors import UserError
+from trainer.models.spec import ModelSpec, spec_for_run
+from trainer.planning.budget import HOST_RAM_USABLE, budget_for
+from trainer.planning.memory import Estimate, TrainSetup
+
+SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
+
+
+DsOption = tuple[bool, int, bool, bool]  # (enabled, zero_stage, offload_optimizer, offload_params)
+
+
+@dataclass
+class Context:
+    """Everything the search needs, computed once per plan."""
+    cfg: Any
+    hardware: Any
+    gpu: Any
+    device: str
+    goal: str
+    spec: Optional[ModelSpec]
+    spec_error: str
+    precision: str
+    budget: int
+    usable: int
+    held: int
+    host_budget: int
+
+    @classmethod
+    def build(cls, cfg, hardware, gpu, device: str, goal: str) -> "Context":
+
+        try:
+            spec, err = spec_for_run(cfg), ""
+        except UserError as exc:
+            spec, err = None, str(exc)
+        host = int(hardware.host.ram_available_bytes * HOST_RAM_USABLE)
+        if device == "cuda" and gpu is not None:
+            budget, usable, held = budget_for(gpu, goal)
+        else:
+            usable, held = host, 0
+            budget = int(host * (0.85 if goal == "most_headroom" else 1.0))
+        return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
+                   held, host)
+
+
+def _precision(cfg, gpu, device: str) -> str:
+    if cfg.speed.precision != "auto":
+        return cfg.speed.precision
+    if device != "cuda" or gpu is None:
+        return "fp32"
+    major = int(str(gpu.compute_capability or "0").split(".")[0] or 0)
+    return "bf16" if major >= 8 else "fp16"
+
+
+def weights_16bit(cfg, precision: str) -> bool:
+    """Parameters held in 16 bits: an explicit 16-bit model.dtype, or 'auto' under bf16."""
+    if cfg.model.dtype in ("bfloat16", "float16"):
+        return True
+    return cfg.model.dtype == "auto" and precision == "bf16"
+
+
+def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption) -> TrainSetup:
+    c = ctx.cfg
+    targets = c.method.target_modules
+    return TrainSetup(
+        micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
+        weights_16bit=weights_16bit(c, ctx.precision), optimizer=c.training.optimizer, checkpointing=ckpt,
+        attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
+        offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
+        num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
+        lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device)
+
+
+def attention(ctx: Context) -> str:
+    """The attention kernel memory is estimated for: transformers runs Gemma 2 only with eager
+    attention (its soft-capped scores), whatever the config asks."""
+    if ctx.spec is not None and ctx.spec.family == "gemma2" and ctx.cfg.model.attn_implementation == "sdpa":
+        return "eager"
+    return ctx.cfg.model.attn_implementation
+
+
+def need(ctx: Context, est: Estimate) -> int:
+    """The bytes that must fit the budget: GPU peak, or host RAM on the CPU."""
+    return est.peak_bytes if ctx.device == "cuda" else est.host_ram_bytes
+
+
+def fits(ctx: Context, est: Estimate, budget: Optional[int] = None) -> bool:
+    budget = ctx.budget if budget is None else budget
+    host_ok = ctx.device == "cpu" or est.host_ram_bytes <= ctx.host_budget
+    return need(ctx, est) <= budget and host_ok
+
+
+def per_rank_batch(cfg) -> int:
+    t, ranks = cfg.training, cfg.world_size
+    if t.effective_batch_size % ranks:
+        raise UserError(f"training.effective_batch_size {t.effective_batch_size} is not divisible by {ranks} GPU(s); "
+                        f"use a multiple of {ranks}", field="training.effective_batch_size")
+    return t.effective_batch_size // ranks
+
+
+def micro_options(cfg) -> list[int]:
+    per = per_rank_batch(cfg)
+    mb, ga = cfg.training.micro_batch_size, cfg.training.gradient_accumulation_steps
+    if isinstance(mb, int):
+        return [mb]
+    if isinstance(ga, int):
+        return [max(1, per // ga)]
+    return [d for d in range(per, 0, -1) if per % d == 0]

@@ -1,0 +1,300 @@
+"""Peak GPU memory and host RAM of a training setup, per component (bytes). No torch.
+
+Formulas (DESIGN.md "Memory, per component"), checked against measurement in tests/test_memory.py:
+model states follow DeepSpeed's own estimators exactly; activations are what autograd saves in HF
+Llama-family layers (saved-tensor hooks); logits/loss, CUDA context, fragmentation and DeepSpeed
+buckets are what those estimators ignore.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from trainer.models.spec import ModelSpec
+
+GIB = 2**30
+CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
+# Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
+# every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%
+# with it (recomputation frees and reallocates every layer). Under ZeRO-3 (each layer's parameters
+# gathered and released around its forward and backward) it was 55-59% while the allocated terms
+# below run 13-15% high there: 35% nets the two (fitted on the same runs; see docs/benchmarks.md).
+FRAGMENTATION = 0.10
+FRAGMENTATION_CHECKPOINTING = 0.25
+FRAGMENTATION_ZERO3 = 0.35
+DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
+RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
+QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
+LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """What memory depends on. Sizes are counts; dtypes are names."""
+
+    micro_batch: int = 1
+    seq_len: int = 2048
+    method: str = "full"  # full | lora | qlora
+    precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
+    weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
+    optimizer: str = "adamw"  # adamw | adamw_8bit
+    checkpointing: bool = False
+    attn: str = "sdpa"  # sdpa | eager | flash_attention_2
+    deepspeed: bool = False
+    zero_stage: int = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    overlap_comm: bool = False
+    gpus_per_node: int = 1
+    num_nodes: int = 1
+    lora_r: int = 16
+    lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    device: str = "cuda"  # cuda | cpu
+
+    @property
+    def world(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted memory: ``breakdown`` (device bytes per component) sums to ``peak_bytes``;
+    ``host_breakdown`` sums to ``host_ram_bytes``."""
+
+    breakdown: dict
+    peak_bytes: int
+    host_breakdown: dict
+    host_ram_bytes: int
+    trainable_params: int
+    notes: tuple[str, ...] = field(default=())
+
+
+def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
+    """Trainable adapter parameters: r × (in + out) for each targeted Linear of every layer."""
+    shapes = _lora_shapes(spec, setup)
+    return spec.layers * sum(setup.lora_r * (i + o) for i, o in shapes)
+
+
+def _lora_shapes(spec: ModelSpec, setup: TrainSetup) -> list[tuple[int, int]]:
+    if "all-linear" in setup.lora_targets:
+        return list(spec.linear_shapes)
+    names = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+             "phi": ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"],
+             "gpt2": ["c_attn", "c_proj", "c_fc", "mlp.c_proj"]}
+    order = names.get(spec.family, names["llama"])
+    return [s for n, s in zip(order, spec.linear_shapes) if n in setup.lora_targets]
+
+
+def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
+    """(device bytes, host bytes) of weights, gradients and optimizer states.
+
+    With DeepSpeed these equal ``estimate_zero2/3_model_states_mem_needs`` (zero_init=True);
+    without it, torch AdamW keeps its two states in the parameters' dtype."""
+    P = spec.params
+    if s.method in ("lora", "qlora"):
+        return _adapter_states(spec, s)
+    if s.deepspeed and s.device == "cuda":
+        return _zero_states(spec, s)
+    wb = 2 if s.weights_16bit else 4
+    opt = 2 if s.optimizer == "adamw_8bit" else 2 * wb
+    return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt * P}, {}
+
+
+def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
+    P, N, g = spec.params, s.world, s.gpus_per_node
+    f = DS_BUFFER_FACTOR
+    if s.zero_stage == 3:
+        gather = 4 * spec.largest_layer_params
+        if s.offload_params:
+            return {"zero3_gather": gather}, {"offloaded_states": int(P * 18 / s.num_nodes * f)}
+        if s.offload_optimizer:
+            return {"zero3_gather": gather, "weights": int(2 * P / N)}, {"offloaded_states": int(P * 16 / s.num_nodes * f)}
+        return ({"zero3_gather": gather, "weights": int(2 * P / N), "gradients": int(6 * P / N),
+                 "optimizer_states": int(18 * P / N) - int(2 * P / N) - int(6 * P / N)},
+                {"zero3_init_buffer": int(spec.largest_layer_params * 4 * g * f)})
+    if s.offload_optimizer:
+        return {"weights": 2 * P}, {"offloaded_states": int(P * max(4 * N, 16) * f)}
+    # stage 0/1 keep full 16-bit gradients on every GPU; stage 2 partitions them (DeepSpeed's 18P/N)
+    grads = 2 * P + int(4 * P / N) if s.zero_stage < 2 else int(6 * P / N)
+    opt = int(12 * P / N) if s.zero_stage >= 1 else 12 * P
+    return {"weights": 2 * P, "gradients": grads, "optimizer_states": opt}, {"fp32_copy": int(P * 4 * g * f)}
+
+
+def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
+    """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states."""
+    P, T = spec.params, lora_params(spec, s)
+    if s.method == "qlora":
+        linear = spec.layers * sum(i * o for i, o in spec.linear_shapes)
+        base = int(QLORA_BYTES_PER_PARAM * linear) + 2 * (P - linear)  # embeddings and lm_head stay 16-bit
+        dequant = 2 * max(i * o for i, o in spec.linear_shapes)  # one layer dequantised at a time
+        return {"weights": base + dequant, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
+    wb = 2 if s.weights_16bit else 4
+    return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
+
+
+def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Bytes autograd saves in one decoder layer for the whole micro-batch (no checkpointing).
+
+    16-bit: s·b·(20h + 4h_kv + 8I + 4a) with SDPA (the 4a is its fp32 log-sum-exp); eager
+    attention adds the fp32 and 16-bit softmax (6·a·s² per sample) and the repeated K/V.
+    Every coefficient was checked with saved-tensor hooks (tests/test_memory.py)."""
+    h, hkv, inter, a = spec.hidden, spec.kv_width, spec.intermediate, spec.heads
+    tokens = s.micro_batch * s.seq_len
+    if s.method in ("lora", "qlora"):
+        # frozen Linears and norm weights save no inputs: only the fp32 norm inputs, RoPE'd q/k, v,
+        # the gated-MLP products and the adapters' own (fp32) inputs remain
+        per = 14 * h + 4 * hkv + 6 * inter + 4 * a + _lora_activation_per_token(spec, s)
+    elif s.precision == "fp32":
+        per = 32 * h + 8 * hkv + 16 * inter + 4 * a  # norms keep 3 fp32 copies, the rest doubles
+    elif not s.weights_16bit:
+        per = 32 * h + 4 * hkv + 8 * inter  # autocast: fp32 residual stream, 16-bit copies per Linear
+    else:
+        per = 20 * h + 4 * hkv + 8 * inter + 4 * a
+    if s.attn == "eager":
+        width = 4 if s.precision == "fp32" else 2
+        per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
+    return tokens * (per + _family_layer_delta(spec, s))
+
+
+def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
+    """Per-token, per-layer difference of a family from the Llama layout (fitted on saved-tensor
+    measurements of shrunk models, bf16): Gemma 2 has four fp32 norms and tanh soft-capped scores
+    (eager only); StableLM's and Phi's LayerNorms keep less than Llama's fp32 RMSNorm copies, and
+    Phi's non-gated MLP keeps its gelu input and output. GPT-2 is not fitted (Llama layout used)."""
+    if spec.family == "gemma2":
+        return 21 * spec.hidden + (2 * spec.heads * s.seq_len if s.attn == "eager" else 0)
+    if spec.family == "stablelm":
+        return -6 * spec.hidden
+    if spec.family == "phi":  # one LayerNorm, non-gated gelu MLP
+        return 2 * spec.intermediate - 6 * spec.hidden
+    return 0
+
+
+def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
+    """PEFT runs adapters in fp32 (autocast_adapter_dtype): each saves its fp32 dropout output
+    and mask (bool on CUDA, fp32 on the CPU) or, without dropout, its fp32 input; plus the r-wide middle."""
+    mask = (1 if s.device == "cuda" else 4) if s.lora_dropout > 0 else 0
+    return sum((4 + mask) * i + 4 * s.lora_r for i, _ in _lora_shapes(spec, s))
+
+
+def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Autocast over fp32 weights keeps a 16-bit copy of every Linear's weight for backward
+    (inside checkpointed layers they are rebuilt, so then only the lm_head's copy stays)."""
+    if s.precision == "fp32" or s.weights_16bit or s.method != "full":
+        return 0
+    layers = 0 if s.checkpointing else spec.layers * sum(i * o for i, o in spec.linear_shapes)
+    return 2 * (layers + spec.vocab * spec.hidden)
+
+
+def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
+    """Final norm (+ lm_head input when lm_head trains) and the fp32 log-softmax, per token."""
+    h = spec.hidden
+    if s.method in ("lora", "qlora"):
+        norm = 4 * h  # frozen norm weight and lm_head: only the fp32 norm input is kept
+    elif s.precision == "fp32":
+        norm = 12 * h
+    elif not s.weights_16bit:
+        norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
+    else:
+        norm = 8 * h
+    family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
+    return norm + 4 * spec.vocab + family
+
+
+def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
+    """Saved activations: ``layers`` (all decoder layers, or their checkpointed inputs),
+    ``head`` (final norm, lm_head input, fp32 log-softmax), ``recompute`` (one layer rebuilt
+    during backward when checkpointing)."""
+    tokens = s.micro_batch * s.seq_len
+    wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
+    layer = layer_activation_bytes(spec, s)
+    head = tokens * _head_per_token(spec, s) + autocast_weight_bytes(spec, s)
+    if s.checkpointing:
+        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head, "recompute": layer}
+    layers = spec.layers * layer
+    if s.method in ("lora", "qlora"):
+        # the frozen embedding's output needs no gradient, so the first layer keeps ≈17.5·h bytes
+        # per token less (measured; checkpointing turns input gradients on, so not there)
+        layers -= tokens * (35 * spec.hidden // 2)
+    return {"layers": layers, "head": head, "recompute": 0}
+
+
+def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Loss transient beyond the saved fp32 log-softmax (4·b·s·V, counted in the head's activations).
+    The peak is in the loss's backward: the gradient arriving from the NLL and the one log-softmax's
+    backward produces (4 bytes each) beside the saved output — 12·b·s·V in all. (The forward's
+    16-bit logits + fp32 upcast + log-softmax are 10·b·s·V, and the logits are freed once the loss
+    is taken.) DESIGN.md said ≈14; peak allocations measured on an H100 fit 12 within 4% across
+    Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
+    return 8 * s.micro_batch * s.seq_len * spec.vocab
+
+
+def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """ZeRO-1/2 copy the 16-bit weights into one flat buffer while the per-parameter tensors still
+    exist (the engine's start peaks at two copies, 4·P bytes, measured); the freed per-parameter
+    blocks stay in PyTorch's cache and are only partly reused by activations: one copy, 2·P."""
+    if s.deepspeed and s.device == "cuda" and s.zero_stage in (1, 2) and s.method == "full":
+        return 2 * spec.params
+    return 0
+
+
+def bucket_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """DeepSpeed communication buckets on the GPU (16-bit elements). HF's 'auto' sizes them
+    from hidden²; overlap_comm double-buffers them."""
+    if not (s.deepspeed and s.device == "cuda"):
+        return 0
+    h2 = spec.hidden * spec.hidden
+    if s.zero_stage == 3:
+        buckets = h2 + int(0.9 * h2)  # reduce bucket + prefetch bucket
+    else:
+        buckets = 2 * min(h2, spec.params)  # reduce + allgather
+    return 2 * buckets * (2 if s.overlap_comm else 1)
+
+
+def fragmentation_share(s: TrainSetup) -> float:
+    """The allocator slack's share of the churning bytes for this setup (see FRAGMENTATION)."""
+    if s.deepspeed and s.device == "cuda" and s.zero_stage == 3:
+        return FRAGMENTATION_ZERO3
+    return FRAGMENTATION_CHECKPOINTING if s.checkpointing else FRAGMENTATION
+
+
+def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
+    """Predicted peak device memory and host RAM for one GPU (or the CPU when device is cpu)."""
+    states, host_states = model_states(spec, s)
+    acts = activation_bytes(spec, s)
+    breakdown = dict(states)
+    breakdown["activations"] = acts["layers"] + acts["head"]
+    breakdown["recompute"] = acts["recompute"]
+    breakdown["logits_loss"] = logits_bytes(spec, s)
+    breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
+    breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
+    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + \
+        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0)
+    breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
+    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
+    breakdown = {k: int(v) for k, v in breakdown.items() if v}
+    host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
+    # weights pass through host memory once while loading (16-bit checkpoint shards)
+    host["loading"] = 2 * spec.params if s.method != "qlora" else int(QLORA_BYTES_PER_PARAM * spec.params)
+    if s.device == "cpu":
+        host["training"] = sum(breakdown.values())
+    trainable = spec.params if s.method == "full" else lora_params(spec, s)
+    notes = []
+    if s.deepspeed and s.optimizer == "adamw_8bit":
+        notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
+    return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
+                    int(sum(host.values())), trainable, tuple(notes))
+
+
+def peak_for(estimate_: Estimate, device: str) -> int:
+    """The number that must fit: GPU peak on cuda, host RAM on cpu (bytes)."""
+    return estimate_.peak_bytes if device == "cuda" else estimate_.host_ram_bytes
+
+
+def largest_fitting(values: list[int], fits) -> Optional[int]:
+    """Largest value in ``values`` for which ``fits(v)`` holds (memory is monotonic in it)."""
+    for v in sorted(values, reverse=True):
+        if fits(v):
+            return v
+    return None

@@ -1,0 +1,157 @@
+"""The planner: hardware snapshot + run config → preset, concrete settings, verdict, reasons. No torch.
+
+Only values the config leaves ``"auto"`` are chosen (micro-batch, accumulation, checkpointing,
+DeepSpeed on/off, device, precision); with ``deepspeed.enabled: auto`` the planner also owns the
+ZeRO stage and offload. Explicit values are never changed, only judged. The search itself lives in
+``trainer.plan_search``; see docs/planner.md for the rules in words.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from trainer import config as config_mod
+from trainer.core.units import GIB
+from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
+from trainer.planning import search as ps
+from trainer.planning.budget import classify, close_apps
+from trainer.planning.context import Context, attention
+
+
+@dataclass
+class Plan:
+    """The planner's decision (``to_dict()`` is ``plan.json``). Bytes throughout."""
+    preset: str
+    tier: Optional[int]
+    form_factor: str  # laptop | desktop | datacenter | cpu
+    verdict: str  # fits | tight | does_not_fit | unknown
+    budget_bytes: int
+    predicted_peak_bytes: Optional[int]
+    breakdown: dict
+    host_ram_needed_bytes: Optional[int]
+    settings: dict
+    reasons: list
+    close_apps: list
+    alternatives: list
+    notes: list
+    resolved: Any = field(repr=False, default=None)  # the RunConfig with every "auto" resolved
+    goal: str = "fastest"
+    device: str = "cuda"
+    gpu: Optional[str] = None
+    host_ram_available_bytes: Optional[int] = None
+    host_breakdown: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready ``plan.json`` content."""
+        keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
+                "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
+                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model")
+        return {k: getattr(self, k) for k in keys}
+
+
+def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan:
+    """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch)."""
+    goal = goal or cfg.plan_goal
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    device = _device(cfg, gpu)
+    if device == "cuda" and gpu is None:
+        device = "cpu"  # device: cuda without a GPU: estimate for the CPU, the verdict says it cannot run
+    tier, form, preset = classify(gpu if device == "cuda" else None)
+    ctx = Context.build(cfg, hardware, gpu, device, goal)
+    notes = _hardware_notes(hardware, gpu, device, cfg)
+    if ctx.spec is None:
+        return _unknown_plan(cfg, ctx, tier, form, preset, notes)
+    choice = ps.search(ctx)
+    if attention(ctx) != cfg.model.attn_implementation:
+        notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
+                     "eager (the memory above is for eager attention)")
+    if cfg.device == "cuda" and gpu is None:
+        choice.verdict = "does_not_fit"
+        choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")
+    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer == "adamw_8bit"):
+        choice.verdict = "does_not_fit"
+        choice.reasons.append("QLoRA and 8-bit AdamW run only on an NVIDIA GPU (bitsandbytes)")
+    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
+                choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
+                close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
+                goal=goal, device=device, gpu=gpu.name if gpu else None,
+                host_ram_available_bytes=hardware.host.ram_available_bytes,
+                host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec))
+    if choice.verdict != "fits":
+        plan.alternatives = ps.alternatives(ctx)
+    if plan.close_apps and choice.verdict != "fits":
+        plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
+    plan.resolved = _resolve(cfg, device, ctx, choice.settings)
+    plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
+    return plan
+
+
+def _close_apps_reason(ctx, apps: list[dict]) -> str:
+    """Say what the listed programs hold, and whether closing them makes the plan fit."""
+    import dataclasses
+
+
+    names = ", ".join(f"{a['name']} (pid {a['pid']}, {_gb_or_unknown(a['used_memory_bytes'])})" for a in apps)
+    freed = sum(a["used_memory_bytes"] or 0 for a in apps)
+    if not freed:
+        return f"other programs hold VRAM: {names}; closing them gives that memory to training"
+    after = ps.search(dataclasses.replace(ctx, budget=ctx.budget + freed, usable=ctx.usable + freed))
+    if after.verdict == "fits":
+        return (f"closing {names} frees {freed / GIB:.1f} GiB of VRAM; then it fits "
+                f"(micro-batch {after.micro}, checkpointing {'on' if after.ckpt else 'off'})")
+    return f"closing {names} would free {freed / GIB:.1f} GiB of VRAM, not enough on its own"
+
+
+def _gb_or_unknown(n: Optional[int]) -> str:
+    return "unknown amount" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def _device(cfg, gpu: Optional[GpuSnapshot]) -> str:
+    if cfg.device == "auto":
+        return "cuda" if gpu is not None else "cpu"
+    return cfg.device
+
+
+def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str, cfg) -> list[str]:
+    notes = []
+    if gpu is None:
+        notes.append(f"{hw.note or 'no NVIDIA GPU found'}; planning for the CPU (fp32, no DeepSpeed, no "
+                     "checkpointing): training works but is slow, fine for the demo and small models")
+        if cfg.device == "cuda":
+            notes.append("device is set to cuda but no NVIDIA GPU is usable: the run cannot start; set device: auto")
+    elif device == "cpu":
+        notes.append(f"device is set to cpu: the {gpu.name} is not used")
+    if gpu is not None and device == "cuda":
+        if gpu.is_throttled:
+            notes.append(f"the GPU was throttling when probed ({', '.join(gpu.throttle_reasons)}); "
+                         "expect lower speed until it cools")
+        if gpu.is_laptop:
+            notes.append("laptop GPU: keep the machine plugged in and ventilated; it slows down when hot")
+        if len(hw.gpus) > 1 and cfg.world_size == 1:
+            notes.append(f"{len(hw.gpus)} GPUs found; the plan uses GPU 0 (set distributed.num_gpus to use more)")
+        if cfg.distributed.num_gpus > len(hw.gpus):
+            notes.append(f"distributed.num_gpus is {cfg.distributed.num_gpus} but this machine has {len(hw.gpus)}; "
+                         "the plan assumes every GPU is like GPU 0")
+    return notes
+
+
+def _resolve(cfg, device: str, ctx, settings: dict):
+
+    changes = dict(settings)
+    changes.update(ps.device_settings(cfg, ctx))
+    return config_mod.replace(cfg, **changes)
+
+
+def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
+    """No config.json for the model: safe concrete values and a "fits unknown" verdict."""
+    settings = ps.fallback_settings(cfg, ctx)
+    notes = notes + [ctx.spec_error + "; the memory cannot be predicted, so the plan uses safe values "
+                     "(micro-batch 1, checkpointing on a GPU) and the verdict is unknown"]
+    plan = Plan(preset, tier, form, "unknown", ctx.budget, None, {}, None, settings,
+                ["the model's architecture is unknown, so no memory prediction was made"], [], [], notes,
+                goal=ctx.goal, device=ctx.device, gpu=ctx.gpu.name if ctx.gpu else None,
+                host_ram_available_bytes=ctx.hardware.host.ram_available_bytes)
+    plan.resolved = _resolve(cfg, ctx.device, ctx, settings)
+    plan.settings = dict(settings, **ps.device_settings(cfg, ctx))
+    return plan

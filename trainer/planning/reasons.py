@@ -1,0 +1,122 @@
+"""Plain-language reasons for a plan: what the budget is, what each choice costs, what was judged."""
+from __future__ import annotations
+
+from trainer.core.units import gib as gb
+from trainer.planning.context import (
+    Context,
+    DsOption,
+    make_setup,
+    micro_options,
+    per_rank_batch,
+)
+from trainer.planning.memory import Estimate, estimate
+
+STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")
+
+
+def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verdict: str, found: dict) -> list[str]:
+    """Sentences for plan.json and the CLI, in the order a person would ask."""
+    out = [_budget(ctx), _model(ctx, est)]
+    out.append(_batch(ctx, mb, ckpt, ds))
+    out.append(_checkpointing(ctx, mb, ckpt, ds, found))
+    out += _deepspeed(ctx, ds, est)
+    out += _explicit(ctx, est, verdict)
+    if verdict != "fits":
+        out.append(_verdict(ctx, est, verdict))
+    return [r for r in out if r]
+
+
+def _budget(ctx: Context) -> str:
+    if ctx.device == "cpu":
+        return (f"training on the CPU: budget {gb(ctx.budget)} of host RAM "
+                f"({gb(ctx.hardware.host.ram_available_bytes)} available when probed)")
+    g = ctx.gpu
+    return (f"{g.name}: {gb(g.memory_total_bytes)} total, {gb(ctx.held)} held by other programs, budget "
+            f"{gb(ctx.budget)} after keeping {gb(ctx.usable - ctx.budget)} free ({ctx.goal.replace('_', ' ')})")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else (f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} K")
+
+
+def _model(ctx: Context, est: Estimate) -> str:
+    spec, c = ctx.spec, ctx.cfg
+    states = sum(v for k, v in est.breakdown.items() if k in STATE_PARTS)
+    what = {"full": "full fine-tune", "lora": f"LoRA r={c.method.lora_r}", "qlora": f"QLoRA r={c.method.lora_r}"}
+    return (f"{spec.name}: {_count(spec.params)} parameters; {what[c.method.type]} in {ctx.precision} keeps "
+            f"{gb(states)} of weights, gradients and optimizer states on the "
+            f"{'GPU' if ctx.device == 'cuda' else 'CPU'}")
+
+
+def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
+    c = ctx.cfg
+    per = per_rank_batch(c)
+    accum = max(1, per // mb)
+    tail = (f"accumulation {accum} × {c.world_size} GPU(s) keeps the effective batch at "
+            f"{c.training.effective_batch_size} exactly")
+    if c.training.micro_batch_size != "auto":
+        return f"micro-batch {mb} is set in the config; {tail}"
+    bigger = [m for m in micro_options(c) if m > mb]
+    if not bigger:
+        return f"micro-batch {mb} is the whole per-GPU batch; {tail}"
+    nxt = min(bigger)
+    e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds))
+    what = e.peak_bytes if ctx.device == "cuda" else e.host_ram_bytes
+    return f"micro-batch {mb} is the largest that fits ({nxt} would need {gb(what)}); {tail}"
+
+
+def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict) -> str:
+    if ctx.cfg.speed.gradient_checkpointing != "auto":
+        return f"gradient checkpointing {'on' if ckpt else 'off'} as set in the config"
+    if not ckpt:
+        return "gradient checkpointing off: not needed, so no recomputation slows the steps"
+    if False in found:
+        return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
+                f"({found[False][0] * ctx.cfg.data.seq_len} tokens), with it {mb}; the bigger batch uses the GPU better")
+    e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds))
+    return f"gradient checkpointing on: without it even the smallest micro-batch needs {gb(e.peak_bytes)}"
+
+
+def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
+    c = ctx.cfg
+    if not ds[0]:
+        if c.deepspeed.enabled == "auto" and ctx.device == "cuda":
+            return ["DeepSpeed off: the model states fit on the GPU without it (it would only add overhead)"]
+        return []
+    head = "as set in the config" if c.deepspeed.enabled is True else "chosen because plainer setups do not fit"
+    parts = [f"ZeRO-{ds[1]}"] + (["optimizer offload"] if ds[2] else []) + (["parameter offload"] if ds[3] else [])
+    out = [f"DeepSpeed {' + '.join(parts)} ({head})"]
+    if c.world_size == 1 and not ds[2]:
+        out.append(f"on one GPU ZeRO-{ds[1]} shards nothing: only offload moves memory off the GPU "
+                   "(ZeRO-2 keeps all 16-bit weights on the GPU)")
+    if ds[2] or ds[3]:
+        out.append(f"offload needs {gb(est.host_ram_bytes)} of host RAM in all; "
+                   f"{gb(ctx.hardware.host.ram_available_bytes)} was available when probed")
+    return out
+
+
+def _explicit(ctx: Context, est: Estimate, verdict: str) -> list[str]:
+    """Judge values the user set explicitly: they are kept even when they do not fit."""
+    if verdict == "fits":
+        return []
+    c, out = ctx.cfg, []
+    fixed = [k for k, v in (("training.micro_batch_size", c.training.micro_batch_size),
+                            ("speed.gradient_checkpointing", c.speed.gradient_checkpointing),
+                            ("deepspeed.enabled", c.deepspeed.enabled)) if v != "auto"]
+    if fixed:
+        out.append(f"values set in the config were kept, not changed: {', '.join(fixed)}")
+    return out
+
+
+def _verdict(ctx: Context, est: Estimate, verdict: str) -> str:
+    need = est.peak_bytes if ctx.device == "cuda" else est.host_ram_bytes
+    if verdict == "tight":
+        return (f"tight: the predicted peak {gb(need)} eats into the headroom (budget {gb(ctx.budget)}, "
+                f"usable {gb(ctx.usable)}); it may run, but other programs could push it out of memory")
+    problems = []
+    if need > ctx.budget:
+        where = "VRAM" if ctx.device == "cuda" else "host RAM"
+        problems.append(f"the predicted peak {gb(need)} is over the {where} budget {gb(ctx.budget)}")
+    if ctx.device == "cuda" and est.host_ram_bytes > ctx.host_budget:
+        problems.append(f"it needs {gb(est.host_ram_bytes)} of host RAM, only {gb(ctx.host_budget)} usable")
+    return f"does not fit: {' and '.join(problems)}; see the alternatives"

@@ -1,0 +1,240 @@
+"""The planner's search: the fastest settings that fit, and the nearest thing that fits when
+nothing does. Preference (goal "fastest"): no DeepSpeed, then ZeRO sharding (several GPUs), then
+optimizer offload, then parameter offload; within each, checkpointing off before on; within
+that, the largest micro-batch that divides the per-GPU batch (so the effective batch is exact).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from trainer import config as config_mod
+from trainer.core.paths import MODELS_DIR
+from trainer.core.units import GIB
+from trainer.models.spec import ModelSpec, load_model_spec
+from trainer.planning.context import (
+    SMALL_TOKENS,
+    Context,
+    DsOption,
+    fits,
+    make_setup,
+    micro_options,
+    need,
+    per_rank_batch,
+)
+from trainer.planning.memory import Estimate, estimate
+from trainer.planning.reasons import reasons
+
+
+def gb(n: Optional[float]) -> str:
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def ckpt_options(ctx: Context) -> list[bool]:
+    v = ctx.cfg.speed.gradient_checkpointing
+    if isinstance(v, bool):
+        return [v]
+    return [False] if ctx.device == "cpu" else [False, True]
+
+
+def deepspeed_installed() -> bool:
+    """Whether DeepSpeed can be imported here (found without importing it: no torch in the planner)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def ds_options(ctx: Context) -> list[DsOption]:
+    d = ctx.cfg.deepspeed
+    if d.enabled is True:
+        return [(True, d.zero_stage, d.offload_optimizer, d.offload_params)]
+    if d.enabled is False or ctx.device == "cpu" or ctx.cfg.method.type == "qlora" or not deepspeed_installed():
+        return [(False, d.zero_stage, False, False)]
+    opts: list[DsOption] = [(False, d.zero_stage, False, False)]
+    if ctx.cfg.world_size > 1:  # sharding only saves memory across several GPUs
+        opts += [(True, 2, False, False), (True, 3, False, False)]
+    return opts + [(True, 2, True, False), (True, 3, True, False), (True, 3, True, True)]
+
+
+@dataclass
+class Choice:
+    micro: int
+    ckpt: bool
+    ds: DsOption
+    estimate: Estimate
+    peak: int
+    verdict: str
+    settings: dict
+    reasons: list
+
+
+def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None) -> Optional[tuple[int, Estimate]]:
+    """The largest micro-batch (of the allowed ones) that fits with these settings."""
+    for mb in micro_options(ctx.cfg):
+        est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds))
+        if fits(ctx, est, budget):
+            return mb, est
+    return None
+
+
+def search(ctx: Context) -> Choice:
+    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit."""
+    for ds in ds_options(ctx):
+        found = {ck: best_micro(ctx, ck, ds) for ck in ckpt_options(ctx)}
+        found = {ck: v for ck, v in found.items() if v}
+        if not found:
+            continue
+        ckpt = _pick_ckpt(ctx, found)
+        mb, est = found[ckpt]
+        return _choice(ctx, mb, ckpt, ds, est, found)
+    # nothing fits: report the least memory we could try, with the reasons
+    options = [(ds, ck, min(micro_options(ctx.cfg))) for ds in ds_options(ctx) for ck in ckpt_options(ctx)]
+    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, ds)), ds, ck, mb) for ds, ck, mb in options]
+    host_ok = [s for s in scored if s[0].host_ram_bytes <= ctx.host_budget] or scored
+    est, ds, ck, mb = min(host_ok, key=lambda s: need(ctx, s[0]))
+    return _choice(ctx, mb, ck, ds, est, {})
+
+
+def _pick_ckpt(ctx: Context, found: dict) -> bool:
+    """Checkpointing off unless its micro-batch is tiny and checkpointing allows 4× more."""
+    if False not in found:
+        return True
+    if True in found and found[False][0] * ctx.cfg.data.seq_len < SMALL_TOKENS and found[True][0] >= 4 * found[False][0]:
+        return True
+    return False
+
+
+def verdict_of(ctx: Context, est: Estimate) -> str:
+    if fits(ctx, est):
+        return "fits"
+    host_ok = ctx.device == "cpu" or est.host_ram_bytes <= ctx.host_budget
+    return "tight" if host_ok and need(ctx, est) <= ctx.usable else "does_not_fit"
+
+
+def _choice(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, found: dict) -> Choice:
+
+    cfg = ctx.cfg
+    per = per_rank_batch(cfg)
+    settings: dict = {}
+    if cfg.training.micro_batch_size == "auto":
+        settings["training.micro_batch_size"] = mb
+    if cfg.training.gradient_accumulation_steps == "auto":
+        settings["training.gradient_accumulation_steps"] = max(1, per // mb)
+    if cfg.speed.gradient_checkpointing == "auto":
+        settings["speed.gradient_checkpointing"] = ckpt
+    if cfg.deepspeed.enabled == "auto":
+        settings.update({"deepspeed.enabled": ds[0], "deepspeed.zero_stage": ds[1],
+                         "deepspeed.offload_optimizer": ds[2], "deepspeed.offload_params": ds[3]})
+    verdict = verdict_of(ctx, est)
+    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings,
+                  reasons(ctx, mb, ckpt, ds, est, verdict, found))
+
+
+def device_settings(cfg, ctx: Context) -> dict:
+    out = {}
+    if cfg.device == "auto":
+        out["device"] = ctx.device
+    if cfg.speed.precision == "auto":
+        out["speed.precision"] = ctx.precision
+    return out
+
+
+def fallback_settings(cfg, ctx: Context) -> dict:
+    """Safe values when the memory cannot be predicted."""
+    per = per_rank_batch(cfg)
+    mb = micro_options(cfg)[-1]
+    out: dict = {}
+    if cfg.training.micro_batch_size == "auto":
+        out["training.micro_batch_size"] = mb
+    if cfg.training.gradient_accumulation_steps == "auto":
+        out["training.gradient_accumulation_steps"] = max(1, per // mb)
+    if cfg.speed.gradient_checkpointing == "auto":
+        out["speed.gradient_checkpointing"] = ctx.device == "cuda"
+    if cfg.deepspeed.enabled == "auto":
+        out.update({"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False})
+    return out
+
+
+def model_summary(spec: ModelSpec) -> dict:
+    return {"name": spec.name, "family": spec.family, "params": spec.params, "layers": spec.layers,
+            "hidden": spec.hidden, "vocab": spec.vocab, "config": spec.source}
+
+
+# -- alternatives: the nearest things that fit ---------------------------------------------------
+def _variant(ctx: Context, changes: dict) -> Optional[Context]:
+    try:
+        cfg = config_mod.replace(ctx.cfg, **changes)
+    except config_mod.ConfigError:
+        return None
+    return Context.build(cfg, ctx.hardware, ctx.gpu, ctx.device, ctx.goal)
+
+
+def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:
+    v = _variant(ctx, changes)
+    if v is None or v.spec is None:
+        return None
+    choice = search(v)
+    settings = dict(changes, **choice.settings)
+    return {"description": description, "settings": settings, "predicted_peak_bytes": choice.peak,
+            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits"}
+
+
+AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": "auto",
+        "speed.gradient_checkpointing": "auto"}
+
+
+def alternatives(ctx: Context) -> list[dict]:
+    """What would fit instead (fitting ones first): auto settings, full DeepSpeed offload
+    (with the host RAM it needs), LoRA, QLoRA, a shorter sequence, a smaller model."""
+    c, out = ctx.cfg, []
+    no_ds = {"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
+    if any(getattr(c.training, k) != "auto" for k in ("micro_batch_size", "gradient_accumulation_steps")) or \
+            c.speed.gradient_checkpointing != "auto":
+        out.append(_alt(ctx, dict(AUTO), "let the planner choose micro-batch, accumulation and checkpointing"))
+    if c.method.type == "full" and ctx.device == "cuda":
+        out.append(_zero3_offload(ctx))
+    if c.method.type == "full":
+        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
+    if c.method.type != "qlora" and ctx.device == "cuda":
+        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "qlora"}, "QLoRA: 4-bit base weights with LoRA adapters"))
+    out.append(_shorter(ctx))
+    out.append(_smaller_model(ctx))
+    alts = [a for a in out if a]
+    return sorted(alts, key=lambda a: not a["fits"])
+
+
+def _zero3_offload(ctx: Context) -> Optional[dict]:
+    changes = {**AUTO, "deepspeed.enabled": True, "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": True,
+               "deepspeed.offload_params": True}
+    if ctx.cfg.deepspeed.enabled is True and ctx.cfg.deepspeed.offload_params:
+        return None
+    alt = _alt(ctx, changes, "DeepSpeed ZeRO-3 offloading parameters and optimizer states to host RAM")
+    if alt and not alt["fits"]:
+        have = ctx.hardware.host.ram_available_bytes
+        alt["description"] += (f": fits in VRAM only with {gb(alt['host_ram_needed_bytes'])} of host RAM "
+                               f"({gb(have)} available)")
+    return alt
+
+
+def _shorter(ctx: Context) -> Optional[dict]:
+    seq = ctx.cfg.data.seq_len // 2
+    while seq >= 256:
+        alt = _alt(ctx, {**AUTO, "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
+        if alt and alt["fits"]:
+            return alt
+        seq //= 2
+    return None
+
+
+def _smaller_model(ctx: Context) -> Optional[dict]:
+    """The largest shipped architecture smaller than this model that fits as configured."""
+    names = sorted((load_model_spec(p.stem) for p in Path(MODELS_DIR).glob("*.json")), key=lambda s: -s.params)
+    for spec in names:
+        if spec.params >= ctx.spec.params or spec.name == "tiny-llama":
+            continue
+        alt = _alt(ctx, {**AUTO, "model.architecture": spec.name},
+                   f"a smaller model: {spec.name} ({spec.params / 1e9:.2f} B parameters)")
+        if alt and alt["fits"]:
+            return alt
+    return None

@@ -1,0 +1,2 @@
+"""The run directory: the interface between trainer and GUI (events, status, checkpoints, layout).
+Standard library only: the GUI imports it."""

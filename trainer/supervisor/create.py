@@ -1,0 +1,96 @@
+"""Creating a run directory: resolve the config through the planner, check every input, write files.
+
+Nothing is created until every check passed, so bad input leaves no trace. Light module.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core.errors import UserError
+from trainer.launch.dsconfig import deepspeed_config
+from trainer.launch.export import write_launch_scripts
+from trainer.planning.plan import plan_run
+from trainer.rundir.events import write_json_atomic
+
+
+def resolve(cfg, hardware) -> tuple[object, dict | None]:
+    """``(resolved config, plan dict)``: the planner fills every 'auto' for this hardware."""
+    plan = plan_run(cfg, hardware)
+    resolved = _finish_resolution(plan.resolved, hardware)
+    return resolved, plan.to_dict()
+
+
+def _finish_resolution(cfg, hardware):
+    """Values the planner may leave open: device and precision follow the hardware."""
+    gpus = getattr(hardware, "gpus", ()) or ()
+    changes = {}
+    if cfg.device == "auto":
+        changes["device"] = "cuda" if gpus else "cpu"
+    device = changes.get("device", cfg.device)
+    if cfg.speed.precision == "auto":
+        cc = getattr(gpus[0], "compute_capability", None) if gpus else None
+        major = float(str(cc).split(".")[0]) if cc else 0
+        changes["speed.precision"] = "fp32" if device == "cpu" else ("bf16" if major >= 8 else "fp16")
+    return config_mod.replace(cfg, **changes) if changes else cfg
+
+
+def check_resolved(cfg) -> None:
+    """Every 'auto' must be gone before a worker starts (the planner's job)."""
+    left = [k for k, v in {"training.micro_batch_size": cfg.training.micro_batch_size,
+                           "training.gradient_accumulation_steps": cfg.training.gradient_accumulation_steps,
+                           "speed.gradient_checkpointing": cfg.speed.gradient_checkpointing,
+                           "deepspeed.enabled": cfg.deepspeed.enabled, "device": cfg.device}.items() if v == "auto"]
+    if left:
+        raise UserError(f"{left[0]}: could not be resolved for this machine; set it explicitly", field=left[0])
+
+
+def default_run_dir(cfg) -> Path:
+    """``<runs_dir>/<run_name or name-YYYYmmdd-HHMMSS>``."""
+    name = cfg.output.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.output.runs_dir).expanduser() / name
+
+
+def claim_run_dir(path: Path, overwrite: bool) -> Path:
+    """Create ``path`` for a new run. An existing run is never lost: refused, or moved aside with --overwrite."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if not overwrite:
+            raise UserError(f"run directory {path} already exists; continue it with 'trainpilot-cli resume {path}', "
+                            f"choose another --run-dir, or pass --overwrite (the old one is kept as "
+                            f"{path.name}.replaced-<time>)", path=str(path))
+        aside = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+    parent = path.parent
+    parent_existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
+    if parent_existing is not None and not os.access(parent_existing, os.W_OK):
+        raise UserError(f"output.runs_dir: cannot write in {parent_existing}; choose a folder you can write to "
+                        f"(--run-dir or output.runs_dir)", field="output.runs_dir", path=str(parent_existing))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"output.runs_dir: cannot create {path} ({exc.strerror}); choose a folder you can write to",
+                        field="output.runs_dir", path=str(path)) from None
+    return path
+
+
+def write_config_files(run_dir: Path, cfg, plan: dict | None = None) -> None:
+    """config.yaml, ds_config.json, launch.sh/.bat (and plan.json when given), each replaced atomically."""
+    _write_text_atomic(run_dir / "config.yaml", config_mod.dump_yaml(cfg))
+    ds = deepspeed_config(cfg, cfg.speed.precision)
+    if ds is not None:
+        write_json_atomic(run_dir / "ds_config.json", ds)
+    elif (run_dir / "ds_config.json").exists():
+        (run_dir / "ds_config.json").unlink()
+    if plan is not None:
+        write_json_atomic(run_dir / "plan.json", plan)
+    write_launch_scripts(run_dir, cfg, run_dir=run_dir)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+

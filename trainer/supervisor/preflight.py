@@ -1,0 +1,135 @@
+"""Checks of every input before anything is written (light: no torch).
+
+Config-level problems were already reported by the schema; here the files and the machine are
+checked: model folder, tokenizer, dataset (parsed in full), sequence length vs the model, QLoRA
+and DeepSpeed availability. All problems are reported at once.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+from trainer.config import ConfigError
+from trainer.core.errors import UserError
+from trainer.data.records import check_fields, read_records
+from trainer.models import sources
+
+
+def check(cfg, hardware=None) -> None:
+    """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
+    problems: list[tuple[str, str]] = []
+    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _machine):
+        if fn is _seq_len and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
+            continue  # the model's config.json is already reported unusable: don't report it twice
+        try:
+            fn(cfg, hardware)
+        except UserError as exc:
+            field, _, msg = str(exc).partition(": ")
+            problem = (exc.field or field, msg if exc.field or field else str(exc))
+            if problem not in problems:
+                problems.append(problem)
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_machine(cfg, hardware=None) -> None:
+    """Raise ConfigError when this machine cannot run ``cfg`` (QLoRA without CUDA, DeepSpeed not installed,
+    cuda without a GPU, missing hostfile). Cheap: for the resolved config, after ``check`` and the planner."""
+    try:
+        _machine(cfg, hardware)
+    except UserError as exc:
+        raise ConfigError([(exc.field or "", str(exc).partition(": ")[2] if exc.field else str(exc))]) from None
+
+
+def _model(cfg, hardware) -> None:
+    sources.check_model_source(cfg)
+    m = cfg.model
+    if not m.architecture and m.source != sources.DEMO_MODEL and sources.is_local(m.source):
+        for f in sorted(Path(m.source).expanduser().glob("*.safetensors")):
+            _check_safetensors_header(f)
+
+
+def _check_safetensors_header(path: Path) -> None:
+    """A truncated or corrupt download fails here in milliseconds, not after the worker imported torch.
+
+    The format starts with an 8-byte little-endian header length, then that many bytes of JSON."""
+    fix = "download the model again (the file is truncated or corrupt)"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else -1
+            ok = 1 < size <= min(100 * 2**20, path.stat().st_size - 8)
+            header = json.loads(fh.read(size)) if ok else None
+    except OSError as exc:
+        raise UserError(f"model.source: cannot read {path} ({exc.strerror}); check its permissions",
+                        field="model.source", path=str(path)) from None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise UserError(f"model.source: {path} is not a valid safetensors file; {fix}", field="model.source",
+                        path=str(path))
+
+
+def _tokenizer(cfg, hardware) -> None:
+    sources.check_tokenizer_source(cfg)
+
+
+def _data(cfg, hardware) -> None:
+    records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
+    check_fields(records, cfg.data)
+    split, n = cfg.data.validation_split, len(records.rows)
+    if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
+        raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
+                        f"lower it, add records, or set data.validation_path", field="data.validation_split")
+
+
+def _validation_data(cfg, hardware) -> None:
+    if cfg.data.validation_path:
+        try:
+            check_fields(read_records(cfg.data.validation_path, cfg.data.format, cfg.data.skip_bad_lines), cfg.data)
+        except UserError as exc:
+            raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
+
+
+def _model_config(cfg) -> dict | None:
+    m = cfg.model
+    if m.architecture or m.source == sources.DEMO_MODEL:
+        path = sources.architecture_file(m.architecture or "tiny-llama")
+    elif sources.is_local(m.source):
+        path = Path(m.source).expanduser() / "config.json"
+    else:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"model.source: {path} is not a readable JSON file; restore the model's config.json",
+                        field="model.source") from None
+
+
+def _seq_len(cfg, hardware) -> None:
+    conf = _model_config(cfg)
+    if not conf:
+        return
+    limit = conf.get("max_position_embeddings") or conf.get("n_positions")
+    if limit and cfg.data.seq_len > limit:
+        raise UserError(f"data.seq_len: {cfg.data.seq_len} is longer than the model's maximum of {limit} positions; "
+                        f"set data.seq_len to {limit} or less", field="data.seq_len")
+
+
+def _machine(cfg, hardware) -> None:
+    gpus = getattr(hardware, "gpus", None)
+    if cfg.method.type == "qlora" and (cfg.device == "cpu" or gpus == ()):
+        raise UserError("method.type: QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on CUDA only); use "
+                        "method.type: lora here", field="method.type")
+    if cfg.deepspeed.enabled is True and importlib.util.find_spec("deepspeed") is None:
+        raise UserError("deepspeed.enabled: DeepSpeed is not installed; install it (pip install --no-build-isolation "
+                        "deepspeed) or set deepspeed.enabled: false (offload then is not available)",
+                        field="deepspeed.enabled")
+    if cfg.device == "cuda" and gpus == ():
+        raise UserError("device: the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto",
+                        field="device")
+    if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
+        raise UserError(f"distributed.hostfile: {cfg.distributed.hostfile} not found; write one 'host slots=N' line "
+                        f"per machine", field="distributed.hostfile")

@@ -1,0 +1,298 @@
+"""The supervisor: starts the worker(s), watches them, samples telemetry, recovers, reports.
+
+It never imports torch. One ``Supervisor`` drives one run directory through attempts: the first
+start, OOM-ladder retries and crash auto-resumes each resume from the newest complete checkpoint.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core import secrets
+from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
+from trainer.launch.argv import worker_command, worker_env
+from trainer.planning import ladder
+from trainer.rundir.checkpoints import checkpoint_step, clean_staging, latest_checkpoint
+from trainer.rundir.events import (
+    EVENTS_FILE,
+    STOP_FILE,
+    TELEMETRY_FILE,
+    EventWriter,
+    JsonlTail,
+    read_events,
+    write_status,
+)
+from trainer.supervisor.create import write_config_files
+
+LOG_FILE = "train.log"
+
+
+class Supervisor:
+    """Runs and watches the worker of one run directory until it finishes, stops or gives up."""
+    def __init__(self, run_dir: Path, quiet: bool = False, telemetry_probe=None):
+        self.run_dir = Path(run_dir)
+        self.quiet = quiet
+        self.events = EventWriter(self.run_dir / EVENTS_FILE, redact=secrets.redact)
+        self.tail = JsonlTail(self.run_dir / EVENTS_FILE)
+        self.tail.poll()  # only events from now on drive this supervisor's decisions
+        self.log_lines: collections.deque[str] = collections.deque(maxlen=40)
+        self.probe = telemetry_probe
+        self.interrupts = 0
+        self.proc: subprocess.Popen | None = None
+        self._secrets = secrets.secret_values()
+
+    # -- the attempt loop ------------------------------------------------------------------------
+    def supervise(self, resume_from: Path | None, attempt: int = 1) -> int:
+        """Start the worker and handle its exits until done. Returns the exit code for the CLI."""
+        self._install_signal_handlers()
+        cfg = config_mod.load(self.run_dir / "config.yaml")
+        crashes_left = cfg.recovery.auto_resume
+        while True:
+            write_status(self.run_dir, state="starting", pid=os.getpid(), attempt=attempt,
+                         max_steps=cfg.training.max_steps, last_checkpoint=str(resume_from) if resume_from else None)
+            rc, seen = self._run_worker(cfg, resume_from)
+            outcome = self._decide(cfg, rc, seen)
+            if outcome == "oom" and cfg.recovery.oom_ladder:
+                step = ladder.next_step(cfg)
+                if step is None:
+                    return self._give_up_oom(cfg)
+                cfg = self._apply_ladder_step(cfg, step, attempt)
+            elif outcome == "crash" and crashes_left > 0 and self.interrupts == 0:
+                crashes_left -= 1
+                self._retry_event(attempt, "crash", f"the worker died (exit {rc}); auto_resume restarts it "
+                                  f"({crashes_left} restart(s) left)", {})
+            elif outcome == "oom":
+                return self._give_up_oom(cfg, ladder_off=True)
+            else:
+                return self._final(outcome, rc, seen)
+            attempt += 1
+            resume_from = self._resume_point()
+
+    def _resume_point(self) -> Path | None:
+        clean_staging(self.run_dir / "checkpoints")
+        return latest_checkpoint(self.run_dir / "checkpoints")
+
+    def _decide(self, cfg, rc: int, seen: dict) -> str:
+        if rc == EXIT_OK:
+            return "stopped" if "stopped" in seen else "finished"
+        if rc == EXIT_OOM or "oom" in seen:
+            return "oom"
+        if rc == EXIT_BAD_INPUT:
+            return "bad_input"
+        if seen.get("failed", {}).get("kind") == "checkpoint_write":
+            return "fault"
+        return "crash"
+
+    def _final(self, outcome: str, rc: int, seen: dict) -> int:
+        last = self._resume_point()
+        if outcome in ("finished", "stopped"):
+            write_status(self.run_dir, state=outcome, last_checkpoint=str(last) if last else None)
+            ev = seen.get(outcome, {})
+            self._say(f"{outcome} at step {ev.get('step')}" + (f"; checkpoint {last}" if last else ""))
+            return EXIT_OK
+        failed = seen.get("failed")
+        tail = list(self.log_lines)[-20:]
+        if not failed:  # the worker died without a word (killed, segfault): the supervisor reports it
+            message = f"the worker exited with code {rc}"
+            if rc is not None and rc < 0:
+                message = f"the worker was killed by signal {-rc} ({_signame(-rc)})"
+            self.events.write("failed", message=message, exit_code=rc, kind=outcome, log_tail=tail,
+                              resume_from=str(last) if last else None)
+            failed = {"message": message}
+        write_status(self.run_dir, state="failed", last_checkpoint=str(last) if last else None)
+        hint = ""
+        if outcome != "bad_input":
+            where = f"from {last.name}" if last else "from step 0 (no complete checkpoint yet)"
+            hint = f"\n  resume with: trainpilot-cli resume {self.run_dir}   ({where})"
+        print(f"trainpilot-cli: {failed['message']}{hint}", file=sys.stderr)
+        if outcome == "crash" and tail:
+            print("  last log lines:\n    " + "\n    ".join(tail[-8:]), file=sys.stderr)
+        return EXIT_BAD_INPUT if outcome == "bad_input" else EXIT_FAULT
+
+    # -- OOM ladder ------------------------------------------------------------------------------
+    def _apply_ladder_step(self, cfg, step: "ladder.LadderStep", attempt: int):
+        new_cfg = step.config
+
+        write_config_files(self.run_dir, new_cfg)
+        self._retry_event(attempt, "out of memory", step.why, step.changes)
+        self._say(f"out of memory: {step.why}; retrying from the last checkpoint")
+        return new_cfg
+
+    def _retry_event(self, attempt: int, reason: str, why: str, changes: dict) -> None:
+        resume = self._resume_point()
+        self.events.write("retry", attempt=attempt + 1, reason=reason, why=why, changes=changes,
+                          resume_from=str(resume) if resume else None,
+                          resume_step=checkpoint_step(resume) if resume else 0)
+
+    def _give_up_oom(self, cfg, ladder_off: bool = False) -> int:
+        tried = [e for e in self._all_events() if e.get("type") == "retry" and e.get("reason") == "out of memory"]
+        report = ladder.exhausted_report(cfg, tried, ladder_off)
+        self.events.write("failed", message=report["message"], exit_code=EXIT_OOM, kind="oom", report=report)
+        write_status(self.run_dir, state="failed")
+        print(f"trainpilot-cli: {report['message']}", file=sys.stderr)
+        for line in report["suggestions"]:
+            print(f"  - {line}", file=sys.stderr)
+        return EXIT_OOM
+
+    def _all_events(self) -> list[dict]:
+
+        return read_events(self.run_dir / EVENTS_FILE)
+
+    # -- one worker process ----------------------------------------------------------------------
+    def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
+        cmd = worker_command(cfg, self.run_dir, resume_from)
+        kwargs = {"start_new_session": True} if os.name != "nt" else {
+            "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "CREATE_NO_WINDOW", 0)}
+        env = worker_env(dict(os.environ))
+        log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}\n")
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=os.getcwd(), **kwargs)
+        write_status(self.run_dir, worker_pid=self.proc.pid)
+        lock = threading.Lock()
+        pumps = [threading.Thread(target=self._pump, args=(s, log, lock), daemon=True)
+                 for s in (self.proc.stdout, self.proc.stderr)]
+        for t in pumps:
+            t.start()
+        seen = self._watch(cfg)
+        for t in pumps:
+            t.join(timeout=5)
+        log.close()
+        seen.update(self._consume_events())
+        return self.proc.returncode, seen
+
+    def _pump(self, stream, log, lock) -> None:
+        # Keep stdout and stderr apart until each line is whole; tqdm's '\r' lines become separate lines.
+        for raw in iter(stream.readline, b""):
+            text = secrets.redact(raw.decode("utf-8", errors="replace"), self._secrets)
+            for line in text.replace("\r", "\n").splitlines():
+                if line.strip():
+                    with lock:
+                        log.write(line + "\n")
+                        log.flush()
+                    self.log_lines.append(line)
+        stream.close()
+
+    def _watch(self, cfg) -> dict:
+        seen: dict = {}
+        next_sample = 0.0
+        while self.proc.poll() is None:
+            if self.interrupts == 1 and not (self.run_dir / STOP_FILE).exists():
+                request_stop(self.run_dir, source="Ctrl+C")
+            if self.interrupts >= 2:
+                self._kill_tree()
+            now = time.monotonic()
+            if now >= next_sample:
+                self._sample_telemetry()
+                next_sample = now + 1.0
+            seen.update(self._consume_events())
+            time.sleep(0.2)
+        return seen
+
+    def _consume_events(self) -> dict:
+        seen = {}
+        for ev in self.tail.poll():
+            kind = ev.get("type")
+            seen[kind] = ev
+            if kind == "run_started":
+                write_status(self.run_dir, state="running")
+            elif kind == "step":
+                write_status(self.run_dir, step=ev.get("step"), max_steps=ev.get("max_steps"))
+                self._progress(ev)
+            elif kind == "checkpoint_saved":
+                write_status(self.run_dir, last_checkpoint=ev.get("path"))
+            elif kind == "stop_requested":
+                write_status(self.run_dir, state="stopping")
+                self._say(f"stop requested: saving a checkpoint at step {ev.get('step')}…")
+            elif kind == "warning":
+                self._say(f"warning: {ev.get('message')}")
+        return seen
+
+    def _sample_telemetry(self) -> None:
+        if self.probe is None:
+            return
+        try:
+            snap = self.probe.sample()
+        except Exception as exc:  # telemetry must never take a run down
+            self.log_lines.append(f"telemetry: {exc}")
+            return
+        with open(self.run_dir / TELEMETRY_FILE, "a", encoding="utf-8") as fh:
+            fh.write(_json_line(snap.to_dict()))
+
+    def _progress(self, ev: dict) -> None:
+        step, total = ev.get("step"), ev.get("max_steps")
+        if self.quiet or not step or (total and step not in (1, total) and step % max(1, total // 20)):
+            return
+        tps = ev.get("tokens_per_second") or 0
+        eta = ev.get("eta_seconds")
+        self._say(f"step {step}/{total}  loss {ev.get('loss'):.4f}  {tps:,.0f} tok/s"
+                  + (f"  ETA {_fmt_seconds(eta)}" if eta is not None else ""))
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    # -- signals and killing ---------------------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        def on_interrupt(signum, frame):
+            self.interrupts += 1
+            if self.interrupts == 1:
+                self._say("\nstopping gracefully (saving a checkpoint); press Ctrl+C again to kill")
+
+        for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGBREAK", None)):
+            if sig is not None:
+                try:
+                    signal.signal(sig, on_interrupt)
+                except (ValueError, OSError):
+                    pass
+
+    def _kill_tree(self) -> None:
+        kill_tree(self.proc.pid)
+        self.interrupts = 1  # killing once is enough
+
+
+def request_stop(run_dir: Path, source: str = "trainpilot-cli stop") -> None:
+    """Ask the worker of ``run_dir`` to save a checkpoint and exit 0 (the STOP file)."""
+    (Path(run_dir) / STOP_FILE).write_text(f"{source} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process and all its children (psutil), the last resort after a graceful stop."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        procs = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _json_line(obj: dict) -> str:
+    import json
+
+    return json.dumps(obj, default=str) + "\n"
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "unknown"
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

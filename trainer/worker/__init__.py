@@ -1,0 +1,1 @@
+"""The worker room: the only place that imports torch, transformers, peft, deepspeed, datasets."""
