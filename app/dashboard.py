@@ -211,10 +211,3 @@ def headline_text(d: RunData) -> str:
         parts.append("waiting for the first step")
     parts.append(d.state)
     return " · ".join(parts)
-
-
-def latest_vram_fraction(d: RunData) -> float | None:
-    """Last VRAM used / total (0..1), or None."""
-    used, total = d.vram_used.last(), d.vram_total.last()
-    return used / total if used is not None and total else None
-

@@ -157,10 +157,6 @@ def test_classify_tiers():
 def test_presets():
     with pytest.raises(UserError, match="unknown preset"):
         load_preset("no_such_preset")
-    for name in ("laptop_16gb", "desktop_24gb", "desktop_32gb", "datacenter_80gb", "cpu"):
-        if not (PRESETS_DIR / f"{name}.yaml").exists():
-            pytest.skip(f"preset {name}.yaml not written yet")
-        C.validate(load_preset(name))
 
 
 def test_plan_is_cheap_and_never_imports_torch():

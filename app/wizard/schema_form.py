@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from PySide6 import QtCore, QtWidgets
 
 from trainer import config as tc
+from trainer.core.dotted import nested as dotted_nested
 
 
 def _literal_choices(ann) -> list | None:
@@ -153,11 +154,4 @@ def _yaml_text(value) -> str:
 
 def nested(dotted: dict[str, typing.Any]) -> dict:
     """{'a.b': 1} → {'a': {'b': 1}} (the shape ``trainer.config.validate`` takes)."""
-    out: dict = {}
-    for key, value in dotted.items():
-        node = out
-        *head, last = key.split(".")
-        for k in head:
-            node = node.setdefault(k, {})
-        node[last] = value
-    return out
+    return dotted_nested(dotted)

@@ -12,6 +12,7 @@ from app import settings
 from app.background import Latest
 from app.wizard.schema_form import nested
 from trainer import config as tc
+from trainer.core.dotted import flatten
 from trainer.planning.plan import plan_run
 
 PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
@@ -26,7 +27,7 @@ class WizardState(QtCore.QObject):
     def __init__(self, hardware, parent=None):
         super().__init__(parent)
         self.hardware = hardware
-        self.values: dict[str, Any] = _flatten(tc.to_dict(tc.RunConfig()))
+        self.values: dict[str, Any] = flatten(tc.to_dict(tc.RunConfig()))
         self.plan = None
         self.error: str | None = None
         self._planner = Latest(self._plan_done, self._plan_failed, self)
@@ -118,12 +119,3 @@ def _plan(cfg: tc.RunConfig, snapshot):
     plan.config_in = cfg
     return plan
 
-
-def _flatten(data: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out

@@ -6,13 +6,12 @@ import sys
 
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
+from trainer.core.units import GIB
 from trainer.hardware.recording import record
 from trainer.hardware.source import open_probe
 from trainer.planning.measure import measure_plan
 from trainer.planning.plan import plan_run
 from trainer.supervisor.doctor import run_doctor
-
-GIB = 2**30
 
 
 def register(sub) -> None:
@@ -99,6 +98,13 @@ def format_plan(plan) -> str:
     if d["settings"]:
         lines.append("settings:")
         lines += [f"  {k} = {json.dumps(v)}" for k, v in d["settings"].items()]
+    if d.get("preset_values"):
+        lines.append(f"preset {d['preset']} (machine settings under your config):")
+        for v in d["preset_values"]:
+            shown = {"changed": f"{json.dumps(v['preset'])} -> {json.dumps(v['planned'])}",
+                     "yours": f"{json.dumps(v['planned'])} (preset: {json.dumps(v['preset'])})"}.get(
+                v["status"], json.dumps(v["preset"]))
+            lines.append(f"  {v['status']:<8} {v['key']} = {shown}" + (f"  ({v['why']})" if v["why"] else ""))
     if d["breakdown"]:
         lines.append("memory by component:")
         lines += [f"  {k:<18} {_gb(v)}" for k, v in sorted(d["breakdown"].items(), key=lambda kv: -kv[1])]

@@ -75,7 +75,6 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
     hardware = _hardware(hardware_file)
     preflight.check(cfg, hardware)  # every input, before the planner reads any of it
     resolved, plan = rundir.resolve(cfg, hardware)
-    rundir.check_resolved(resolved)
     preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
     target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
     rundir.write_config_files(target, resolved, plan)

@@ -1,6 +1,7 @@
 """The run config: one typed schema (``schema``), presets (``presets``), and the README reference
 (``docgen``). ``trainer.config`` itself re-exports the schema's public names."""
 from trainer.config.schema import (  # noqa: F401
+    LEGACY_KEYS,
     SCHEMA_VERSION,
     Auto,
     CheckpointConfig,
@@ -19,6 +20,7 @@ from trainer.config.schema import (  # noqa: F401
     apply_overrides,
     cross_check,
     dump_yaml,
+    explicit_keys,
     field_docs,
     known_keys,
     load,

@@ -1,8 +1,12 @@
 """Presets: the partial configs shipped per hardware tier (``trainer/resources/presets``)."""
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
+from trainer.config.schema import RunConfig, explicit_keys, replace, to_dict
+from trainer.core.dotted import flatten, get_in
 from trainer.core.errors import UserError
 from trainer.core.paths import PRESETS_DIR
 
@@ -17,3 +21,38 @@ def load_preset(name: str) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of config sections", path=str(path))
     return data
+
+
+# A preset is a hardware tier's *machine* settings. The training recipe (model, data, sequence
+# length, effective batch, learning rate, steps) is the user's and is never changed by the machine a
+# config runs on, so a config reruns the same training anywhere; a preset file's recipe values are
+# used only when that file itself is run as a config.
+MACHINE_SECTIONS = ("speed", "deepspeed", "checkpoints")
+MACHINE_KEYS = ("device", "training.micro_batch_size", "training.gradient_accumulation_steps")
+
+
+def is_machine_key(key: str) -> bool:
+    """Whether a dotted key is a machine setting a preset may supply."""
+    return key in MACHINE_KEYS or key.split(".")[0] in MACHINE_SECTIONS
+
+
+def machine_values(name: str) -> dict[str, Any]:
+    """The preset's machine settings as dotted keys (``{"speed.gradient_checkpointing": True, ...}``)."""
+    return {k: v for k, v in flatten(load_preset(name)).items() if is_machine_key(k)}
+
+
+# The preset's values for these are where the planner starts; it chooses them (they are "auto" to it).
+PLANNER_CHOICES = ("training.micro_batch_size", "training.gradient_accumulation_steps",
+                   "speed.gradient_checkpointing", "deepspeed.enabled")
+
+
+def layer(cfg: RunConfig, name: str) -> tuple[RunConfig, dict[str, Any]]:
+    """The preset as the base layer under ``cfg``: every machine setting the user did not set comes
+    from the preset (the user's values win). ``PLANNER_CHOICES`` the user left unset are layered as
+    "auto": the preset's value is where the planner starts and what its report compares with.
+    Returns the layered config and the preset values that were not the user's."""
+    mine, current = explicit_keys(cfg), to_dict(cfg)
+    applied = {k: v for k, v in machine_values(name).items() if k not in mine}
+    changes = {k: ("auto" if k in PLANNER_CHOICES else v) for k, v in applied.items()}
+    changes = {k: v for k, v in changes.items() if get_in(current, k) != v}
+    return (replace(cfg, **changes) if changes else cfg), applied

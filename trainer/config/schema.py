@@ -17,12 +17,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from trainer.core.secrets import SECRET_ENV_VARS
+from trainer.core.dotted import flatten, set_in
+from trainer.core.secrets import SECRET_ENV_VARS, TOKEN_PATTERN
 
 SCHEMA_VERSION = 1
 Auto = Literal["auto"]
@@ -181,11 +183,11 @@ class DistributedConfig(_Section):
     num_gpus: int = Field(1, gt=0, description="GPUs per machine (data-parallel ranks per node).")
     num_nodes: int = Field(1, gt=0, description="Machines; more than one needs a hostfile.")
     hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile ('host slots=N' lines) for several machines.")
-    launcher: Literal["auto", "deepspeed", "torchrun"] = Field(
-        "auto", description="'auto': the deepspeed launcher when DeepSpeed is on, torchrun otherwise."
+    launcher: Literal["auto", "single", "deepspeed", "torchrun"] = Field(
+        "auto", description="'auto': one process for one GPU; for several, the deepspeed launcher when DeepSpeed is on, "
+        "torchrun otherwise. 'single' is one process (one GPU only)."
     )
     master_port: int = Field(29500, gt=0, lt=65536, description="Rendezvous port.")
-    backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="Process-group backend (gloo on CPU).")
 
 
 class CheckpointConfig(_Section):
@@ -230,6 +232,13 @@ class RunConfig(_Section):
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    _explicit: frozenset = PrivateAttr(default_factory=frozenset)  # dotted keys the user set (see validate)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal values are equal configs (which keys were typed by the user does not matter here)."""
+        return isinstance(other, RunConfig) and self.model_dump() == other.model_dump()
+
+    __hash__ = None
 
     @field_validator("schema_version")
     @classmethod
@@ -283,6 +292,9 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     elif isinstance(ga, int) and t.effective_batch_size % (ga * ranks):
         p.append(("training.gradient_accumulation_steps",
                   f"effective_batch_size {t.effective_batch_size} is not divisible by {ga} × {ranks} GPU(s); use 'auto'"))
+    if cfg.distributed.launcher == "single" and ranks > 1:
+        p.append(("distributed.launcher", f"'single' runs one process but {ranks} GPUs are configured; "
+                  "set distributed.launcher: auto (or deepspeed / torchrun)"))
     if ds.offload_params and ds.zero_stage != 3:
         p.append(("deepspeed.offload_params", "parameter offload needs zero_stage: 3; set zero_stage: 3 or offload_params: false"))
     if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
@@ -306,7 +318,6 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------
 _SECTIONS = {name: f.annotation for name, f in RunConfig.model_fields.items()
              if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
-_TOKEN_RE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})\b")
 
 
 def known_keys(path: tuple[str, ...] = ()) -> list[str]:
@@ -388,6 +399,7 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([("", f"the config must be a YAML mapping of sections, not {type(data).__name__}")], source)
+    data = _drop_legacy_keys(data)
     model = data.get("model")
     extra = model.get("hub_token_env") if isinstance(model, dict) else None
     secret_values = _secret_env_values((extra,) if isinstance(extra, str) else ())
@@ -407,7 +419,19 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
         raise ConfigError(_scrub(problems, [v for _, v in tokens] + secret_values), source) from None
     if problems:
         raise ConfigError(problems, source)
+    cfg._explicit = frozenset(flatten(data))
     return cfg
+
+
+LEGACY_KEYS = (("distributed", "backend"),)  # read by no code; accepted (and dropped) so old run folders resume
+
+
+def _drop_legacy_keys(data: dict) -> dict:
+    out = dict(data)
+    for section, key in LEGACY_KEYS:
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
 
 
 def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
@@ -425,7 +449,7 @@ def _scrub(problems: list[tuple[str, str]], values: list[str]) -> list[tuple[str
     for loc, msg in problems:
         for v in sorted(set(values), key=len, reverse=True):
             msg = msg.replace(v, "***")
-        out.append((loc, _TOKEN_RE.sub("***", msg)))
+        out.append((loc, TOKEN_PATTERN.sub("***", msg)))
     return out
 
 
@@ -438,7 +462,7 @@ def _find_tokens(data: Any, secret_values: list[str] = (), path: str = "") -> li
     elif isinstance(data, list):
         for i, v in enumerate(data):
             found += _find_tokens(v, secret_values, f"{path}[{i}]")
-    elif isinstance(data, str) and (_TOKEN_RE.search(data) or any(v in data for v in secret_values)):
+    elif isinstance(data, str) and (TOKEN_PATTERN.search(data) or any(v in data for v in secret_values)):
         found.append((path, data))
     return found
 
@@ -492,12 +516,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     out = copy.deepcopy(data)
     for item in overrides or []:
         keys, value = parse_override(item)
-        node = out
-        for k in keys[:-1]:
-            if not isinstance(node.get(k), dict):
-                node[k] = {}
-            node = node[k]
-        node[keys[-1]] = value
+        set_in(out, ".".join(keys), value)
     return out
 
 
@@ -518,15 +537,19 @@ def dump_yaml(cfg: RunConfig) -> str:
 
 
 def replace(cfg: RunConfig, **dotted: Any) -> RunConfig:
-    """A validated copy with dotted changes, e.g. ``replace(cfg, **{"training.micro_batch_size": 2})``."""
+    """A validated copy with dotted changes, e.g. ``replace(cfg, **{"training.micro_batch_size": 2})``.
+    The copy remembers which keys the user set (``explicit_keys``); the changed keys are not added."""
     data = to_dict(cfg)
     for key, value in dotted.items():
-        node = data
-        *head, last = key.split(".")
-        for k in head:
-            node = node[k]
-        node[last] = value
-    return validate(data)
+        set_in(data, key, value)
+    out = validate(data)
+    out._explicit = cfg._explicit
+    return out
+
+
+def explicit_keys(cfg: RunConfig) -> frozenset[str]:
+    """Dotted keys the user's config (file, ``--set``, GUI) set itself; everything else is a default."""
+    return cfg._explicit
 
 
 def field_docs() -> list[tuple[str, str, str, str]]:

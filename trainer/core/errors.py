@@ -22,15 +22,3 @@ class UserError(TrainPilotError):
     """Bad input (config, data, files, usage): exit 2. The message names the field/file and the fix."""
 
     exit_code = EXIT_BAD_INPUT
-
-
-class FaultError(TrainPilotError):
-    """Something failed that is not the user's input (disk full, crash): exit 1."""
-
-    exit_code = EXIT_FAULT
-
-
-class OutOfMemory(TrainPilotError):
-    """Out of memory after every recovery step was tried: exit 3."""
-
-    exit_code = EXIT_OOM

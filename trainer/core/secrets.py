@@ -11,7 +11,8 @@ import re
 # Variables whose values are secrets wherever they appear.
 SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "WANDB_API_KEY",
                    "HF_HUB_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD")
-_TOKEN_SHAPES = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,}|"
+# The one token pattern: config validation and redaction both use it.
+TOKEN_PATTERN = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,}|"
                            r"github_pat_[A-Za-z0-9_]{20,})\b")
 REDACTED = "***"
 
@@ -49,4 +50,4 @@ def redact(text: str, values: list[str] | None = None) -> str:
     """``text`` with every secret value and token-shaped string replaced by ``***``."""
     for v in values if values is not None else secret_values():
         text = text.replace(v, REDACTED)
-    return _TOKEN_SHAPES.sub(REDACTED, text)
+    return TOKEN_PATTERN.sub(REDACTED, text)

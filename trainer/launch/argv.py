@@ -5,19 +5,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainer.config.resolved import resolve_launcher
 from trainer.core.errors import UserError
 
 
 def launcher_for(cfg) -> str:
-    """'single', 'torchrun' or 'deepspeed' for this config."""
-    d = cfg.distributed
-    if cfg.world_size == 1:
-        return "single"
-    if d.launcher != "auto":
-        return d.launcher
-    if d.num_nodes > 1 or (cfg.deepspeed.enabled is True and cfg.device == "cuda"):
-        return "deepspeed"
-    return "torchrun"
+    """'single', 'torchrun' or 'deepspeed' for this config (the rule: ``resolve_launcher``)."""
+    return resolve_launcher(cfg)
 
 
 # Set by launchers for their children; a lone worker inheriting them (say, from a shell inside a

@@ -5,9 +5,12 @@ ran; HF's integration checks they agree with the Trainer's arguments.
 """
 from __future__ import annotations
 
+from trainer.config.resolved import ResolvedRunConfig
 
-def deepspeed_config(cfg, precision: str) -> dict | None:
-    """The ZeRO config dict, or None when DeepSpeed is off. ``precision``: bf16, fp16 or fp32."""
+
+def deepspeed_config(cfg: ResolvedRunConfig) -> dict | None:
+    """The ZeRO config dict of a resolved config, or None when DeepSpeed is off."""
+    precision = cfg.speed.precision
     ds = cfg.deepspeed
     if ds.enabled is not True:
         return None
@@ -38,13 +41,3 @@ def deepspeed_config(cfg, precision: str) -> dict | None:
         out["optimizer"] = {"type": "AdamW", "params": {"lr": t.learning_rate, "betas": [0.9, 0.999], "eps": 1e-8,
                                                         "weight_decay": t.weight_decay}}
     return out
-
-
-def resolve_precision(cfg, cuda: bool, bf16_ok: bool) -> str:
-    """bf16/fp16/fp32 from ``speed.precision`` and what the device supports."""
-    p = cfg.speed.precision
-    if p != "auto":
-        return p
-    if not cuda:
-        return "fp32"
-    return "bf16" if bf16_ok else "fp16"

@@ -5,11 +5,13 @@ ever written: tokens are read from the environment (or the OS keyring) when the 
 """
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.resolved import as_resolved, unresolved
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.launch.dsconfig import deepspeed_config
@@ -46,7 +48,7 @@ def _bat(comment: str, args: str) -> str:
 def launch_texts(cfg) -> dict[str, str]:
     """Script name → text, for the variants that fit this config."""
     gpus = max(2, cfg.distributed.num_gpus)
-    multi = f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} "
+    multi = f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set distributed.launcher=auto "
     nodes = ("--set distributed.num_nodes=${NUM_NODES:-2} --set distributed.hostfile=\"$HERE/hostfile\" "
              "--set distributed.launcher=deepspeed ")
     return {
@@ -55,7 +57,7 @@ def launch_texts(cfg) -> dict[str, str]:
         "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
                                    f"effective batch stays {cfg.training.effective_batch_size}.", multi),
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
-                                     f"--set distributed.num_gpus={gpus} "),
+                                     f"--set distributed.num_gpus={gpus} --set distributed.launcher=auto "),
         "launch_multi_node.sh": _sh("Several machines through the DeepSpeed launcher: edit hostfile "
                                     "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes),
     }
@@ -98,11 +100,10 @@ def export(src: str, to: str, overwrite: bool = False) -> list[Path]:
                         path=str(out)) from None
     files = [out / "config.yaml"]
     files[0].write_text(secrets.redact(config_mod.dump_yaml(cfg)), encoding="utf-8")
-    precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"
-    ds = deepspeed_config(cfg, precision) if cfg.training.micro_batch_size != "auto" else None
+    # A config with "auto" left is planned on the machine that runs it; a resolved one (a run
+    # directory's) carries its exact DeepSpeed config.
+    ds = None if unresolved(cfg) else deepspeed_config(as_resolved(cfg))
     if ds is not None:
-        import json
-
         (out / "ds_config.json").write_text(json.dumps(ds, indent=2))
         files.append(out / "ds_config.json")
     files += write_launch_scripts(out, cfg)

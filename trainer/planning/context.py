@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.models.spec import ModelSpec, spec_for_run
 from trainer.planning.budget import HOST_RAM_USABLE, budget_for
@@ -50,12 +51,7 @@ class Context:
 
 
 def _precision(cfg, gpu, device: str) -> str:
-    if cfg.speed.precision != "auto":
-        return cfg.speed.precision
-    if device != "cuda" or gpu is None:
-        return "fp32"
-    major = int(str(gpu.compute_capability or "0").split(".")[0] or 0)
-    return "bf16" if major >= 8 else "fp16"
+    return resolve_precision(cfg.speed.precision, device, gpu.compute_capability if gpu is not None else None)
 
 
 def weights_16bit(cfg, precision: str) -> bool:

@@ -8,7 +8,6 @@ buckets are what those estimators ignore.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from trainer.models.spec import ModelSpec
 
@@ -285,16 +284,3 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
                     int(sum(host.values())), trainable, tuple(notes))
-
-
-def peak_for(estimate_: Estimate, device: str) -> int:
-    """The number that must fit: GPU peak on cuda, host RAM on cpu (bytes)."""
-    return estimate_.peak_bytes if device == "cuda" else estimate_.host_ram_bytes
-
-
-def largest_fitting(values: list[int], fits) -> Optional[int]:
-    """Largest value in ``values`` for which ``fits(v)`` holds (memory is monotonic in it)."""
-    for v in sorted(values, reverse=True):
-        if fits(v):
-            return v
-    return None

@@ -7,10 +7,16 @@ ZeRO stage and offload. Explicit values are never changed, only judged. The sear
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from trainer import config as config_mod
+from trainer.config import presets
+from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
+from trainer.config.schema import explicit_keys
+from trainer.core.dotted import get_in
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
 from trainer.planning import search as ps
@@ -41,23 +47,65 @@ class Plan:
     host_ram_available_bytes: Optional[int] = None
     host_breakdown: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    preset_values: list = field(default_factory=list)  # the preset's machine settings: kept, changed, yours
 
     def to_dict(self) -> dict:
         """JSON-ready ``plan.json`` content."""
         keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
                 "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
-                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model")
+                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values")
         return {k: getattr(self, k) for k in keys}
 
 
 def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan:
-    """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch)."""
+    """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch).
+
+    The tier's preset is the base layer under ``cfg`` (machine settings the user left unset); the
+    plan starts from it, keeps its values when they fit and says which it changed and why."""
     goal = goal or cfg.plan_goal
     gpu = hardware.gpus[0] if hardware.gpus else None
     device = _device(cfg, gpu)
     if device == "cuda" and gpu is None:
         device = "cpu"  # device: cuda without a GPU: estimate for the CPU, the verdict says it cannot run
     tier, form, preset = classify(gpu if device == "cuda" else None)
+    # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
+    # planner starts: it searches them as it does "auto" and reports where it kept or left them.
+    layered, _ = presets.layer(cfg, preset)
+    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset))
+    plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg))
+    return plan
+
+
+REASON_WORDS = {"training.micro_batch_size": "micro-batch", "training.gradient_accumulation_steps": "micro-batch",
+                "speed.gradient_checkpointing": "gradient checkpointing", "deepspeed": "DeepSpeed"}
+
+
+def _preset_report(preset: str, plan: Plan, mine: frozenset) -> list[dict]:
+    """One line per machine setting of the preset: kept, changed by the planner (with the plan's
+    reason), or yours (your config sets it; the preset's value is shown beside yours)."""
+    final = config_mod.to_dict(plan.resolved)
+    out = []
+    for key, value in presets.machine_values(preset).items():
+        planned = get_in(final, key)
+        if key in mine:
+            status, reason = "yours", ""
+        elif value == "auto":
+            status, reason = "kept", f"the planner chose {json.dumps(planned)}"
+        elif value == planned:
+            status, reason = "kept", ""
+        else:
+            status, reason = "changed", _reason_for(key, plan.reasons)
+        out.append({"key": key, "preset": value, "planned": planned, "status": status, "why": reason})
+    return out
+
+
+def _reason_for(key: str, reasons: list[str]) -> str:
+    word = REASON_WORDS.get(key) or REASON_WORDS.get(key.split(".")[0], "")
+    return next((r for r in reasons if word and r.startswith(word)), "the planner's choice for this machine")
+
+
+def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier_form_preset) -> Plan:
+    tier, form, preset = tier_form_preset
     ctx = Context.build(cfg, hardware, gpu, device, goal)
     notes = _hardware_notes(hardware, gpu, device, cfg)
     if ctx.spec is None:
@@ -89,9 +137,6 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
 
 def _close_apps_reason(ctx, apps: list[dict]) -> str:
     """Say what the listed programs hold, and whether closing them makes the plan fit."""
-    import dataclasses
-
-
     names = ", ".join(f"{a['name']} (pid {a['pid']}, {_gb_or_unknown(a['used_memory_bytes'])})" for a in apps)
     freed = sum(a["used_memory_bytes"] or 0 for a in apps)
     if not freed:
@@ -136,11 +181,14 @@ def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str
     return notes
 
 
-def _resolve(cfg, device: str, ctx, settings: dict):
-
+def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
+    """The config with every planner-owned "auto" replaced by this plan's value."""
     changes = dict(settings)
     changes.update(ps.device_settings(cfg, ctx))
-    return config_mod.replace(cfg, **changes)
+    out = config_mod.replace(cfg, **changes)
+    if out.distributed.launcher == "auto":
+        out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
+    return as_resolved(out)
 
 
 def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:

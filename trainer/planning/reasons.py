@@ -1,6 +1,7 @@
 """Plain-language reasons for a plan: what the budget is, what each choice costs, what was judged."""
 from __future__ import annotations
 
+from trainer.config.schema import explicit_keys
 from trainer.core.units import gib as gb
 from trainer.planning.context import (
     Context,
@@ -55,7 +56,7 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
     tail = (f"accumulation {accum} × {c.world_size} GPU(s) keeps the effective batch at "
             f"{c.training.effective_batch_size} exactly")
     if c.training.micro_batch_size != "auto":
-        return f"micro-batch {mb} is set in the config; {tail}"
+        return f"micro-batch {mb} is set {_source(ctx, 'training.micro_batch_size')}; {tail}"
     bigger = [m for m in micro_options(c) if m > mb]
     if not bigger:
         return f"micro-batch {mb} is the whole per-GPU batch; {tail}"
@@ -67,7 +68,7 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
 
 def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict) -> str:
     if ctx.cfg.speed.gradient_checkpointing != "auto":
-        return f"gradient checkpointing {'on' if ckpt else 'off'} as set in the config"
+        return f"gradient checkpointing {'on' if ckpt else 'off'} as set {_source(ctx, 'speed.gradient_checkpointing')}"
     if not ckpt:
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
@@ -83,7 +84,7 @@ def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
         if c.deepspeed.enabled == "auto" and ctx.device == "cuda":
             return ["DeepSpeed off: the model states fit on the GPU without it (it would only add overhead)"]
         return []
-    head = "as set in the config" if c.deepspeed.enabled is True else "chosen because plainer setups do not fit"
+    head = f"as set {_source(ctx, 'deepspeed.enabled')}" if c.deepspeed.enabled is True else "chosen because plainer setups do not fit"
     parts = [f"ZeRO-{ds[1]}"] + (["optimizer offload"] if ds[2] else []) + (["parameter offload"] if ds[3] else [])
     out = [f"DeepSpeed {' + '.join(parts)} ({head})"]
     if c.world_size == 1 and not ds[2]:
@@ -103,9 +104,17 @@ def _explicit(ctx: Context, est: Estimate, verdict: str) -> list[str]:
     fixed = [k for k, v in (("training.micro_batch_size", c.training.micro_batch_size),
                             ("speed.gradient_checkpointing", c.speed.gradient_checkpointing),
                             ("deepspeed.enabled", c.deepspeed.enabled)) if v != "auto"]
-    if fixed:
-        out.append(f"values set in the config were kept, not changed: {', '.join(fixed)}")
+    mine = [k for k in fixed if k in explicit_keys(c)]
+    if mine:
+        out.append(f"values set in your config were kept, not changed: {', '.join(mine)}")
+    if len(mine) < len(fixed):
+        out.append(f"the tier preset's values were kept: {', '.join(k for k in fixed if k not in mine)}")
     return out
+
+
+def _source(ctx: Context, key: str) -> str:
+    """Who set a value: the user's config, or the hardware tier's preset layered under it."""
+    return "in your config" if key in explicit_keys(ctx.cfg) else "by the tier preset"
 
 
 def _verdict(ctx: Context, est: Estimate, verdict: str) -> str:

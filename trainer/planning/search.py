@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from trainer import config as config_mod
+from trainer.config.resolved import resolve_dtype
 from trainer.core.paths import MODELS_DIR
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec, load_model_spec
@@ -132,11 +133,15 @@ def _choice(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, foun
 
 
 def device_settings(cfg, ctx: Context) -> dict:
+    """The auto values that follow the machine rather than the memory search: device, precision,
+    the weights' dtype, the launcher."""
     out = {}
     if cfg.device == "auto":
         out["device"] = ctx.device
     if cfg.speed.precision == "auto":
         out["speed.precision"] = ctx.precision
+    if cfg.model.dtype == "auto":
+        out["model.dtype"] = resolve_dtype("auto", ctx.precision)
     return out
 
 

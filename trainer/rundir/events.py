@@ -12,12 +12,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-EVENT_TYPES = (
-    "run_started", "plan", "step", "eval", "checkpoint_saved", "warning", "oom", "retry",
-    "stop_requested", "stopped", "finished", "failed",
-)
 STEP_FIELDS = (
     "step", "max_steps", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_second",
     "samples_per_second", "step_seconds", "gpu_memory_allocated_bytes", "gpu_memory_reserved_bytes",
@@ -172,8 +168,3 @@ def write_status(run_dir: str | Path, **fields: Any) -> dict:
 def read_status(run_dir: str | Path) -> dict | None:
     """The run's ``status.json`` or None."""
     return read_json(Path(run_dir) / STATUS_FILE)
-
-
-def iter_steps(events: list[dict]) -> Iterator[dict]:
-    """The ``step`` events of a list, in order."""
-    return (e for e in events if e.get("type") == "step")

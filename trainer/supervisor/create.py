@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.resolved import ResolvedRunConfig, as_resolved
 from trainer.core.errors import UserError
 from trainer.launch.dsconfig import deepspeed_config
 from trainer.launch.export import write_launch_scripts
@@ -16,35 +17,11 @@ from trainer.planning.plan import plan_run
 from trainer.rundir.events import write_json_atomic
 
 
-def resolve(cfg, hardware) -> tuple[object, dict | None]:
-    """``(resolved config, plan dict)``: the planner fills every 'auto' for this hardware."""
+def resolve(cfg, hardware) -> tuple[ResolvedRunConfig, dict]:
+    """``(resolved config, plan dict)``: the planner fills every 'auto' for this hardware (UserError
+    naming a field it could not resolve)."""
     plan = plan_run(cfg, hardware)
-    resolved = _finish_resolution(plan.resolved, hardware)
-    return resolved, plan.to_dict()
-
-
-def _finish_resolution(cfg, hardware):
-    """Values the planner may leave open: device and precision follow the hardware."""
-    gpus = getattr(hardware, "gpus", ()) or ()
-    changes = {}
-    if cfg.device == "auto":
-        changes["device"] = "cuda" if gpus else "cpu"
-    device = changes.get("device", cfg.device)
-    if cfg.speed.precision == "auto":
-        cc = getattr(gpus[0], "compute_capability", None) if gpus else None
-        major = float(str(cc).split(".")[0]) if cc else 0
-        changes["speed.precision"] = "fp32" if device == "cpu" else ("bf16" if major >= 8 else "fp16")
-    return config_mod.replace(cfg, **changes) if changes else cfg
-
-
-def check_resolved(cfg) -> None:
-    """Every 'auto' must be gone before a worker starts (the planner's job)."""
-    left = [k for k, v in {"training.micro_batch_size": cfg.training.micro_batch_size,
-                           "training.gradient_accumulation_steps": cfg.training.gradient_accumulation_steps,
-                           "speed.gradient_checkpointing": cfg.speed.gradient_checkpointing,
-                           "deepspeed.enabled": cfg.deepspeed.enabled, "device": cfg.device}.items() if v == "auto"]
-    if left:
-        raise UserError(f"{left[0]}: could not be resolved for this machine; set it explicitly", field=left[0])
+    return as_resolved(plan.resolved), plan.to_dict()
 
 
 def default_run_dir(cfg) -> Path:
@@ -79,7 +56,7 @@ def claim_run_dir(path: Path, overwrite: bool) -> Path:
 def write_config_files(run_dir: Path, cfg, plan: dict | None = None) -> None:
     """config.yaml, ds_config.json, launch.sh/.bat (and plan.json when given), each replaced atomically."""
     _write_text_atomic(run_dir / "config.yaml", config_mod.dump_yaml(cfg))
-    ds = deepspeed_config(cfg, cfg.speed.precision)
+    ds = deepspeed_config(as_resolved(cfg))
     if ds is not None:
         write_json_atomic(run_dir / "ds_config.json", ds)
     elif (run_dir / "ds_config.json").exists():

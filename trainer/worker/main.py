@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.resolved import load_resolved
 from trainer.core import secrets
 from trainer.core.errors import (
     EXIT_BAD_INPUT,
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
     writer = EventWriter(run_dir / EVENTS_FILE, redact=functools.partial(secrets.redact, values=known))
     try:
-        cfg = config_mod.load(run_dir / "config.yaml")
+        cfg = load_resolved(run_dir / "config.yaml")
         return train(cfg, run_dir, writer, args.resume_from, rank)
     except config_mod.ConfigError as exc:
         return _fail(writer, rank, exc.render(), EXIT_BAD_INPUT, kind="bad_input")
@@ -171,7 +172,7 @@ def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
     if cfg.method.type == "qlora" and not use_cuda:
         raise UserError("method.type: QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit is CUDA-only); use lora on "
                         "this machine", field="method.type")
-    precision = cfg.speed.precision if cfg.speed.precision != "auto" else ("bf16" if use_cuda else "fp32")
+    precision = cfg.speed.precision
     if use_cuda and cfg.speed.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

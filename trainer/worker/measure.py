@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.resolved import resolve_precision
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_OOM
 from trainer.launch.argv import single_process_env
 from trainer.models.spec import find_config
@@ -101,7 +102,7 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
     import torch
 
     source = cfg.model.architecture or cfg.model.source
-    precision = cfg.speed.precision if cfg.speed.precision != "auto" else "bf16"
+    precision = cfg.speed.precision
     ds = cfg.deepspeed
     # Random init on the GPU takes seconds (a minute per billion parameters on the CPU); DeepSpeed
     # starts from host memory as the worker does, so its model is built there.
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         print("measuring needs an NVIDIA GPU with a CUDA build of torch; this machine has none", file=sys.stderr)
         return EXIT_BAD_INPUT
     cfg = config_mod.load(args.config, args.set)
+    if cfg.speed.precision == "auto":  # a hand-written config: resolve as the planner would for this GPU
+        cc = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        cfg = config_mod.replace(cfg, **{"speed.precision": resolve_precision("auto", "cuda", cc)})
     try:
         result = measure_steps(cfg, args.micro_batch, args.steps)
     except torch.cuda.OutOfMemoryError:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from trainer.config.resolved import resolve_dtype
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data.records import bundled_demo_path
@@ -39,10 +40,7 @@ def torch_dtype(cfg, precision: str):
     """The dtype weights are loaded in."""
     import torch
 
-    name = cfg.model.dtype
-    if name == "auto":
-        name = {"bf16": "bfloat16", "fp16": "float32", "fp32": "float32"}[precision]  # fp16 AMP needs fp32 masters
-    return getattr(torch, name)
+    return getattr(torch, resolve_dtype(cfg.model.dtype, precision))
 
 
 def load_model(cfg, precision: str, use_cuda: bool):
