@@ -30,8 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer.models.spec import find_config, spec_from_config  # noqa: E402
 from trainer.planning.memory import TrainSetup, estimate  # noqa: E402
 
-GIB = 2**30
-
 
 def row(arch, seq, mb, method="full", ckpt=False, ds=0, off_opt=False, off_par=False, tier=24, auto=False, **over):
     return dict(arch=arch, seq=seq, mb=mb, method=method, ckpt=ckpt, ds=ds, off_opt=off_opt, off_par=off_par,

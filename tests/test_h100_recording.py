@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from trainer import config as C
+from trainer.core.units import GIB
 from trainer.hardware.recording import read_recording
 from trainer.hardware.source import open_probe
 from trainer.planning.plan import plan_run
@@ -20,7 +21,6 @@ from trainer.planning.plan import plan_run
 ROOT = Path(__file__).parents[1]
 REC = ROOT / "tests" / "fixtures" / "hardware" / "h100_training.jsonl"
 BENCH = ROOT / "docs" / "bench"
-GIB = 2**30
 
 
 def test_recording_is_real_and_goes_from_idle_to_training():

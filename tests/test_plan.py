@@ -12,7 +12,6 @@ import pytest
 from trainer import config as C
 from trainer.config.presets import load_preset
 from trainer.core.errors import UserError
-from trainer.core.paths import PRESETS_DIR
 from trainer.hardware.source import open_probe
 from trainer.models.spec import load_model_spec
 from trainer.planning.budget import classify

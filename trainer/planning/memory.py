@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
 
-GIB = 2**30
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
 # Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
 # every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%

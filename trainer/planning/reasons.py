@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from trainer.config.schema import explicit_keys
-from trainer.core.units import gib as gb
+from trainer.core.units import gib
 from trainer.planning.context import (
     Context,
     DsOption,
@@ -29,11 +29,11 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
 
 def _budget(ctx: Context) -> str:
     if ctx.device == "cpu":
-        return (f"training on the CPU: budget {gb(ctx.budget)} of host RAM "
-                f"({gb(ctx.hardware.host.ram_available_bytes)} available when probed)")
+        return (f"training on the CPU: budget {gib(ctx.budget)} of host RAM "
+                f"({gib(ctx.hardware.host.ram_available_bytes)} available when probed)")
     g = ctx.gpu
-    return (f"{g.name}: {gb(g.memory_total_bytes)} total, {gb(ctx.held)} held by other programs, budget "
-            f"{gb(ctx.budget)} after keeping {gb(ctx.usable - ctx.budget)} free ({ctx.goal.replace('_', ' ')})")
+    return (f"{g.name}: {gib(g.memory_total_bytes)} total, {gib(ctx.held)} held by other programs, budget "
+            f"{gib(ctx.budget)} after keeping {gib(ctx.usable - ctx.budget)} free ({ctx.goal.replace('_', ' ')})")
 
 
 def _count(n: int) -> str:
@@ -45,7 +45,7 @@ def _model(ctx: Context, est: Estimate) -> str:
     states = sum(v for k, v in est.breakdown.items() if k in STATE_PARTS)
     what = {"full": "full fine-tune", "lora": f"LoRA r={c.method.lora_r}", "qlora": f"QLoRA r={c.method.lora_r}"}
     return (f"{spec.name}: {_count(spec.params)} parameters; {what[c.method.type]} in {ctx.precision} keeps "
-            f"{gb(states)} of weights, gradients and optimizer states on the "
+            f"{gib(states)} of weights, gradients and optimizer states on the "
             f"{'GPU' if ctx.device == 'cuda' else 'CPU'}")
 
 
@@ -63,7 +63,7 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
     nxt = min(bigger)
     e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds))
     what = e.peak_bytes if ctx.device == "cuda" else e.host_ram_bytes
-    return f"micro-batch {mb} is the largest that fits ({nxt} would need {gb(what)}); {tail}"
+    return f"micro-batch {mb} is the largest that fits ({nxt} would need {gib(what)}); {tail}"
 
 
 def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict) -> str:
@@ -75,7 +75,7 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict)
         return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
                 f"({found[False][0] * ctx.cfg.data.seq_len} tokens), with it {mb}; the bigger batch uses the GPU better")
     e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds))
-    return f"gradient checkpointing on: without it even the smallest micro-batch needs {gb(e.peak_bytes)}"
+    return f"gradient checkpointing on: without it even the smallest micro-batch needs {gib(e.peak_bytes)}"
 
 
 def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
@@ -91,8 +91,8 @@ def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
         out.append(f"on one GPU ZeRO-{ds[1]} shards nothing: only offload moves memory off the GPU "
                    "(ZeRO-2 keeps all 16-bit weights on the GPU)")
     if ds[2] or ds[3]:
-        out.append(f"offload needs {gb(est.host_ram_bytes)} of host RAM in all; "
-                   f"{gb(ctx.hardware.host.ram_available_bytes)} was available when probed")
+        out.append(f"offload needs {gib(est.host_ram_bytes)} of host RAM in all; "
+                   f"{gib(ctx.hardware.host.ram_available_bytes)} was available when probed")
     return out
 
 
@@ -120,12 +120,12 @@ def _source(ctx: Context, key: str) -> str:
 def _verdict(ctx: Context, est: Estimate, verdict: str) -> str:
     need = est.peak_bytes if ctx.device == "cuda" else est.host_ram_bytes
     if verdict == "tight":
-        return (f"tight: the predicted peak {gb(need)} eats into the headroom (budget {gb(ctx.budget)}, "
-                f"usable {gb(ctx.usable)}); it may run, but other programs could push it out of memory")
+        return (f"tight: the predicted peak {gib(need)} eats into the headroom (budget {gib(ctx.budget)}, "
+                f"usable {gib(ctx.usable)}); it may run, but other programs could push it out of memory")
     problems = []
     if need > ctx.budget:
         where = "VRAM" if ctx.device == "cuda" else "host RAM"
-        problems.append(f"the predicted peak {gb(need)} is over the {where} budget {gb(ctx.budget)}")
+        problems.append(f"the predicted peak {gib(need)} is over the {where} budget {gib(ctx.budget)}")
     if ctx.device == "cuda" and est.host_ram_bytes > ctx.host_budget:
-        problems.append(f"it needs {gb(est.host_ram_bytes)} of host RAM, only {gb(ctx.host_budget)} usable")
+        problems.append(f"it needs {gib(est.host_ram_bytes)} of host RAM, only {gib(ctx.host_budget)} usable")
     return f"does not fit: {' and '.join(problems)}; see the alternatives"

@@ -12,7 +12,7 @@ from typing import Optional
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
 from trainer.core.paths import MODELS_DIR
-from trainer.core.units import GIB
+from trainer.core.units import gib
 from trainer.models.spec import ModelSpec, load_model_spec
 from trainer.planning.context import (
     SMALL_TOKENS,
@@ -26,10 +26,6 @@ from trainer.planning.context import (
 )
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
-
-
-def gb(n: Optional[float]) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def ckpt_options(ctx: Context) -> list[bool]:
@@ -217,8 +213,8 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     alt = _alt(ctx, changes, "DeepSpeed ZeRO-3 offloading parameters and optimizer states to host RAM")
     if alt and not alt["fits"]:
         have = ctx.hardware.host.ram_available_bytes
-        alt["description"] += (f": fits in VRAM only with {gb(alt['host_ram_needed_bytes'])} of host RAM "
-                               f"({gb(have)} available)")
+        alt["description"] += (f": fits in VRAM only with {gib(alt['host_ram_needed_bytes'])} of host RAM "
+                               f"({gib(have)} available)")
     return alt
 
 

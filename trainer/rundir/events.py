@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STEP_FIELDS = (
-    "step", "max_steps", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_second",
-    "samples_per_second", "step_seconds", "gpu_memory_allocated_bytes", "gpu_memory_reserved_bytes",
-    "gpu_memory_peak_bytes", "micro_batch_size", "gradient_accumulation_steps", "eta_seconds",
-)
+from trainer.rundir.records import STEP_FIELDS, EventRecord  # noqa: F401  (STEP_FIELDS re-exported)
+
 STATES = ("starting", "running", "stopping", "stopped", "finished", "failed")
 
 EVENTS_FILE = "events.jsonl"
@@ -48,6 +45,10 @@ class EventWriter:
         finally:
             os.close(fd)
         return event
+
+    def emit(self, record: EventRecord) -> dict:
+        """Append a typed record (``trainer.rundir.records``); returns the event as written."""
+        return self.write(record.TYPE, **record.fields())
 
 
 def _jsonable(obj: Any) -> Any:

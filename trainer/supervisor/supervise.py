@@ -29,6 +29,7 @@ from trainer.rundir.events import (
     read_events,
     write_status,
 )
+from trainer.rundir.records import Failed, RetryEvent
 from trainer.supervisor.create import write_config_files
 
 LOG_FILE = "train.log"
@@ -103,8 +104,8 @@ class Supervisor:
             message = f"the worker exited with code {rc}"
             if rc is not None and rc < 0:
                 message = f"the worker was killed by signal {-rc} ({_signame(-rc)})"
-            self.events.write("failed", message=message, exit_code=rc, kind=outcome, log_tail=tail,
-                              resume_from=str(last) if last else None)
+            self.events.emit(Failed(message=message, exit_code=rc, kind=outcome,
+                                    extra={"log_tail": tail, "resume_from": str(last) if last else None}))
             failed = {"message": message}
         write_status(self.run_dir, state="failed", last_checkpoint=str(last) if last else None)
         hint = ""
@@ -119,7 +120,6 @@ class Supervisor:
     # -- OOM ladder ------------------------------------------------------------------------------
     def _apply_ladder_step(self, cfg, step: "ladder.LadderStep", attempt: int):
         new_cfg = step.config
-
         write_config_files(self.run_dir, new_cfg)
         self._retry_event(attempt, "out of memory", step.why, step.changes)
         self._say(f"out of memory: {step.why}; retrying from the last checkpoint")
@@ -127,14 +127,14 @@ class Supervisor:
 
     def _retry_event(self, attempt: int, reason: str, why: str, changes: dict) -> None:
         resume = self._resume_point()
-        self.events.write("retry", attempt=attempt + 1, reason=reason, why=why, changes=changes,
-                          resume_from=str(resume) if resume else None,
-                          resume_step=checkpoint_step(resume) if resume else 0)
+        self.events.emit(RetryEvent(attempt=attempt + 1, reason=reason, why=why, changes=changes,
+                                    extra={"resume_from": str(resume) if resume else None,
+                                           "resume_step": checkpoint_step(resume) if resume else 0}))
 
     def _give_up_oom(self, cfg, ladder_off: bool = False) -> int:
         tried = [e for e in self._all_events() if e.get("type") == "retry" and e.get("reason") == "out of memory"]
         report = ladder.exhausted_report(cfg, tried, ladder_off)
-        self.events.write("failed", message=report["message"], exit_code=EXIT_OOM, kind="oom", report=report)
+        self.events.emit(Failed(message=report["message"], exit_code=EXIT_OOM, kind="oom", extra={"report": report}))
         write_status(self.run_dir, state="failed")
         print(f"trainpilot-cli: {report['message']}", file=sys.stderr)
         for line in report["suggestions"]:

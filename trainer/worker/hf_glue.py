@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -25,6 +26,7 @@ from trainer.rundir.checkpoints import (
     staging_dir,
 )
 from trainer.rundir.events import STOP_FILE
+from trainer.rundir.records import CheckpointSaved, StepEvent, StopRequested
 from trainer.worker.sequences import REAL_TOKENS_KEY
 
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"  # "STEP:MIN_MICRO": raise OOM at optimizer step >= STEP while micro > MIN_MICRO
@@ -175,35 +177,35 @@ class StepEvents(TrainerCallback):
         seconds, self._t0 = now - (self._t0 or now), now
         tokens = self._global_tokens(args)
         self._ema = seconds if self._ema is None else 0.7 * self._ema + 0.3 * seconds
-        self._pending = dict(step=state.global_step, max_steps=state.max_steps, epoch=state.epoch, step_seconds=seconds,
-                             tokens_per_second=tokens / seconds if seconds > 0 else None,
-                             samples_per_second=self.effective_batch / seconds if seconds > 0 else None,
-                             micro_batch_size=args.per_device_train_batch_size,
-                             gradient_accumulation_steps=args.gradient_accumulation_steps,
-                             eta_seconds=max(0, state.max_steps - state.global_step) * self._ema, **_cuda_memory())
+        self._pending = StepEvent(step=state.global_step, max_steps=state.max_steps, epoch=state.epoch,
+                                  step_seconds=seconds, tokens_per_second=tokens / seconds if seconds > 0 else None,
+                                  samples_per_second=self.effective_batch / seconds if seconds > 0 else None,
+                                  micro_batch_size=args.per_device_train_batch_size,
+                                  gradient_accumulation_steps=args.gradient_accumulation_steps,
+                                  eta_seconds=max(0, state.max_steps - state.global_step) * self._ema, **_cuda_memory())
         if self._should_stop(args):
             if not control.should_training_stop:
                 control.should_save = True
             control.should_training_stop = True
             if state.is_world_process_zero and self.stop_reason != "reported":
-                self.writer.write("stop_requested", step=state.global_step, source=self.stop_reason or "STOP file")
+                self.writer.emit(StopRequested(step=state.global_step, source=self.stop_reason or "STOP file"))
                 self.stop_reason = "reported"
         return control
 
     def on_log(self, args, state, control, logs=None, **kw):
         if not self._pending or logs is None or "loss" not in logs or not state.is_world_process_zero:
             return
-        event = dict(self._pending, loss=logs.get("loss"), learning_rate=logs.get("learning_rate"),
-                     grad_norm=logs.get("grad_norm"))
+        event = dataclasses.replace(self._pending, loss=logs.get("loss"), learning_rate=logs.get("learning_rate"),
+                                    grad_norm=logs.get("grad_norm"))
         self._pending = None
-        self.writer.write("step", **event)
+        self.writer.emit(event)
 
     def on_save(self, args, state, control, **kw):
         saved = getattr(self.trainer, "tp_last_checkpoint", None)
         if saved and state.is_world_process_zero:
             path, secs = saved
-            self.writer.write("checkpoint_saved", step=state.global_step, path=str(path), seconds=secs,
-                              bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file()))
+            self.writer.emit(CheckpointSaved(step=state.global_step, path=str(path), seconds=secs,
+                                             bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file())))
 
     def on_evaluate(self, args, state, control, metrics=None, **kw):
         if state.is_world_process_zero and metrics:

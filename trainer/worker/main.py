@@ -11,10 +11,12 @@ import functools
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainer import config as config_mod
-from trainer.config.resolved import load_resolved
+from trainer.config.resolved import ResolvedRunConfig, load_resolved
 from trainer.core import secrets
 from trainer.core.errors import (
     EXIT_BAD_INPUT,
@@ -26,6 +28,14 @@ from trainer.core.errors import (
 from trainer.launch.argv import single_process_env
 from trainer.rundir.checkpoints import latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
+from trainer.rundir.records import (
+    Failed,
+    Finished,
+    OomEvent,
+    RunStarted,
+    Stopped,
+    WarningEvent,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +66,7 @@ def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
     traceback.print_exc()  # full detail goes to train.log through the supervisor
     if is_oom(exc):
         if rank == 0:
-            writer.write("oom", message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory"))
+            writer.emit(OomEvent(message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory")))
         return EXIT_OOM
     if isinstance(exc, CheckpointWriteError):
         return _fail(writer, rank, f"{exc}; the previous checkpoint is kept. Free disk space there, then "
@@ -82,21 +92,21 @@ def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) ->
     message = secrets.redact(message)
     print(f"trainpilot worker: {message}", file=sys.stderr)
     if rank == 0:
-        writer.write("failed", message=message, exit_code=code, kind=kind)
+        writer.emit(Failed(message=message, exit_code=code, kind=kind))
     return code
 
 
-def train(cfg, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
+def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
     """Set up, train, clean up. Returns the exit code."""
     setup = _setup(cfg, run_dir, writer, rank)
-    trainer, steps = setup["trainer"], setup["steps"]
+    trainer, steps, info = setup.trainer, setup.steps, setup.data_info
     if rank == 0:
-        writer.write("run_started", pid=os.getpid(), resume_from=resume_from, device=setup["device"],
-                     precision=setup["precision"], world_size=int(os.environ.get("WORLD_SIZE", "1")), **setup["info"])
-        if setup["info"]["skipped_lines"]:
-            writer.write("warning", code="skipped_lines",
-                         message=f"skipped {setup['info']['skipped_lines']} unreadable line(s) of {cfg.data.path} "
-                                 f"(first: {setup['info']['skipped_line_numbers'][:5]})")
+        writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
+                               world_size=int(os.environ.get("WORLD_SIZE", "1")), extra=dict(info)))
+        if info["skipped_lines"]:
+            writer.emit(WarningEvent(code="skipped_lines",
+                                     message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
+                                             f"(first: {info['skipped_line_numbers'][:5]})"))
     trainer.train(resume_from_checkpoint=resume_from)
     code = _finish(cfg, run_dir, writer, trainer, steps, rank)
     _close_process_group()
@@ -120,7 +130,7 @@ def _finish(cfg, run_dir: Path, writer: EventWriter, trainer, steps, rank: int) 
     last = latest_checkpoint(run_dir / "checkpoints")
     if steps.stop_requested and state.global_step < state.max_steps:
         if rank == 0:
-            writer.write("stopped", step=state.global_step, checkpoint=str(last) if last else None)
+            writer.emit(Stopped(step=state.global_step, checkpoint=str(last) if last else None))
         return 0
     final = run_dir / "final"
     if cfg.checkpoints.save_final_model:
@@ -129,9 +139,9 @@ def _finish(cfg, run_dir: Path, writer: EventWriter, trainer, steps, rank: int) 
             trainer.processing_class.save_pretrained(str(final))
     fingerprint = _weights_fingerprint(trainer)
     if rank == 0:
-        writer.write("finished", step=state.global_step, final=str(final) if cfg.checkpoints.save_final_model else None,
-                     loss=next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None),
-                     **fingerprint)
+        writer.emit(Finished(step=state.global_step, final=str(final) if cfg.checkpoints.save_final_model else None,
+                             loss=next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None),
+                             extra=fingerprint))
     return 0
 
 
@@ -159,7 +169,18 @@ def _weights_fingerprint(trainer) -> dict:
     return {"weights_sha256": every[0], "ranks_weights_sha256": every, "ranks_in_sync": len(set(every)) == 1}
 
 
-def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
+@dataclass
+class WorkerSetup:
+    """What one worker trains with, built once by ``_setup`` (the recipe's set-up step)."""
+
+    trainer: Any  # TrainPilotTrainer (HF Trainer)
+    steps: Any  # StepEvents callback: step events and the graceful-stop check
+    data_info: dict  # what the data pipeline reports (sequences, tokens, skipped lines)
+    device: str  # cuda | cpu
+    precision: str  # bf16 | fp16 | fp32
+
+
+def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
     import torch
 
     from trainer.worker import modeling, sequences
@@ -187,8 +208,8 @@ def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
                                 shuffle=cfg.data.shuffle)
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
-    return {"trainer": trainer, "steps": steps, "info": info, "device": "cuda" if use_cuda else "cpu",
-            "precision": precision}
+    return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
+                       precision=precision)
 
 
 def _checkpoint_meta(cfg) -> dict:

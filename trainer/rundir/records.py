@@ -1,0 +1,164 @@
+"""Typed event records: one definition of each event's fields, shared by the writers (worker,
+supervisor, CLI) and the readers (supervisor, ``status``, GUI).
+
+A record is written with ``EventWriter.emit(record)`` and read back with ``parse_event(dict)``.
+Readers tolerate what DESIGN.md promises: unknown event types (``parse_event`` returns None),
+unknown fields (kept in ``extra``: objective metrics such as DPO rewards ride there), missing fields
+(None). Units are in the field names (``_bytes``, ``_seconds``, ``_per_second``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """Fields every event has: ``time`` (Unix seconds, set when written) and unknown ``extra`` fields."""
+
+    TYPE: ClassVar[str] = ""
+    time: Optional[float] = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        """The event's fields as written (no ``type``/``time``; ``extra`` merged in)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("time", "extra")}
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_event(cls, event: dict) -> "EventRecord":
+        """The record of a parsed event dict (unknown fields go to ``extra``)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in event.items() if k in known}
+        extra = {k: v for k, v in event.items() if k not in known and k != "type"}
+        return cls(**kwargs, extra=extra)
+
+
+@dataclass(frozen=True)
+class RunStarted(EventRecord):
+    TYPE: ClassVar[str] = "run_started"
+    pid: Optional[int] = None
+    resume_from: Optional[str] = None
+    device: Optional[str] = None
+    precision: Optional[str] = None
+    world_size: int = 1
+
+
+@dataclass(frozen=True)
+class StepEvent(EventRecord):
+    """One optimizer step (DESIGN.md); objective-specific metrics ride in ``extra``."""
+
+    TYPE: ClassVar[str] = "step"
+    step: Optional[int] = None
+    max_steps: Optional[int] = None
+    epoch: Optional[float] = None
+    loss: Optional[float] = None
+    learning_rate: Optional[float] = None
+    grad_norm: Optional[float] = None
+    tokens_per_second: Optional[float] = None
+    samples_per_second: Optional[float] = None
+    step_seconds: Optional[float] = None
+    gpu_memory_allocated_bytes: Optional[int] = None
+    gpu_memory_reserved_bytes: Optional[int] = None
+    gpu_memory_peak_bytes: Optional[int] = None
+    micro_batch_size: Optional[int] = None
+    gradient_accumulation_steps: Optional[int] = None
+    eta_seconds: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EvalEvent(EventRecord):
+    TYPE: ClassVar[str] = "eval"
+    step: Optional[int] = None
+    eval_loss: Optional[float] = None
+    perplexity: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SampleEvent(EventRecord):
+    TYPE: ClassVar[str] = "sample"
+    step: Optional[int] = None
+    prompt: Optional[str] = None
+    text: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(EventRecord):
+    TYPE: ClassVar[str] = "checkpoint_saved"
+    step: Optional[int] = None
+    path: Optional[str] = None
+    seconds: Optional[float] = None
+    bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class WarningEvent(EventRecord):
+    TYPE: ClassVar[str] = "warning"
+    code: Optional[str] = None
+    message: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class OomEvent(EventRecord):
+    TYPE: ClassVar[str] = "oom"
+    message: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RetryEvent(EventRecord):
+    TYPE: ClassVar[str] = "retry"
+    attempt: Optional[int] = None
+    reason: Optional[str] = None
+    why: Optional[str] = None
+    changes: Optional[dict] = None
+
+
+@dataclass(frozen=True)
+class StopRequested(EventRecord):
+    TYPE: ClassVar[str] = "stop_requested"
+    step: Optional[int] = None
+    source: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Stopped(EventRecord):
+    TYPE: ClassVar[str] = "stopped"
+    step: Optional[int] = None
+    checkpoint: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class EarlyStopped(EventRecord):
+    TYPE: ClassVar[str] = "early_stopped"
+    step: Optional[int] = None
+    best_step: Optional[int] = None
+    metric: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Finished(EventRecord):
+    TYPE: ClassVar[str] = "finished"
+    step: Optional[int] = None
+    final: Optional[str] = None
+    loss: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Failed(EventRecord):
+    TYPE: ClassVar[str] = "failed"
+    message: Optional[str] = None
+    exit_code: Optional[int] = None
+    kind: Optional[str] = None
+
+
+RECORDS: dict[str, type[EventRecord]] = {c.TYPE: c for c in (
+    RunStarted, StepEvent, EvalEvent, SampleEvent, CheckpointSaved, WarningEvent, OomEvent, RetryEvent,
+    StopRequested, Stopped, EarlyStopped, Finished, Failed)}
+STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepEvent) if f.name not in ("time", "extra"))
+
+
+def parse_event(event: dict) -> Optional[EventRecord]:
+    """The typed record of an event dict; None for a type this version does not know."""
+    cls = RECORDS.get(event.get("type"))
+    return cls.from_event(event) if cls else None
