@@ -6,6 +6,7 @@ Face cache (``$HF_HUB_CACHE`` or ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub`
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -172,10 +173,20 @@ def load_model_spec(source_or_arch: str) -> ModelSpec:
             f"no config.json for model '{source_or_arch}' (not a folder, not in trainer/resources/models/, not in the "
             f"Hugging Face cache); download it once or set model.architecture to one of: {shipped}")
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        stamp = path.stat().st_mtime_ns
+    except OSError as exc:
         raise UserError(f"cannot read {path}: {exc}; is it a valid config.json?", path=str(path)) from None
-    return spec_from_config(cfg, name=source_or_arch, source=str(path))
+    return _spec_of_file(str(path), stamp, source_or_arch)
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_of_file(path: str, mtime_ns: int, name: str) -> ModelSpec:
+    """Parsed once per file version: a plan's alternatives ask for the same model many times."""
+    try:
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}; is it a valid config.json?", path=path) from None
+    return spec_from_config(cfg, name=name, source=path)
 
 
 def spec_for_run(cfg) -> ModelSpec:
