@@ -10,9 +10,10 @@ import sys
 import tempfile
 import time
 
-from memory_accuracy import GIB, build, setup_of, spec_of, write
+from memory_accuracy import build, setup_of, spec_of, write
 
 from trainer import config as config_mod
+from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot, host_snapshot
 from trainer.planning.memory import estimate
 from trainer.planning.plan import plan_run
