@@ -110,27 +110,30 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
 
 
 def _choice(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, found: dict) -> Choice:
-
-    cfg = ctx.cfg
-    per = per_rank_batch(cfg)
-    settings: dict = {}
-    if cfg.training.micro_batch_size == "auto":
-        settings["training.micro_batch_size"] = mb
-    if cfg.training.gradient_accumulation_steps == "auto":
-        settings["training.gradient_accumulation_steps"] = max(1, per // mb)
-    if cfg.speed.gradient_checkpointing == "auto":
-        settings["speed.gradient_checkpointing"] = ckpt
-    if cfg.deepspeed.enabled == "auto":
-        settings.update({"deepspeed.enabled": ds[0], "deepspeed.zero_stage": ds[1],
-                         "deepspeed.offload_optimizer": ds[2], "deepspeed.offload_params": ds[3]})
+    settings = _auto_settings(ctx.cfg, mb, ckpt, ds)
     verdict = verdict_of(ctx, est)
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings,
                   reasons(ctx, mb, ckpt, ds, est, verdict, found))
 
 
+def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption) -> dict:
+    """The search's values for the fields the config leaves "auto" (the effective batch kept exact)."""
+    settings: dict = {}
+    if cfg.training.micro_batch_size == "auto":
+        settings["training.micro_batch_size"] = mb
+    if cfg.training.gradient_accumulation_steps == "auto":
+        settings["training.gradient_accumulation_steps"] = max(1, per_rank_batch(cfg) // mb)
+    if cfg.speed.gradient_checkpointing == "auto":
+        settings["speed.gradient_checkpointing"] = ckpt
+    if cfg.deepspeed.enabled == "auto":
+        settings.update({"deepspeed.enabled": ds[0], "deepspeed.zero_stage": ds[1],
+                         "deepspeed.offload_optimizer": ds[2], "deepspeed.offload_params": ds[3]})
+    return settings
+
+
 def device_settings(cfg, ctx: Context) -> dict:
-    """The auto values that follow the machine rather than the memory search: device, precision,
-    the weights' dtype, the launcher."""
+    """The auto values that follow the machine rather than the memory search: device, precision and
+    the weights' dtype."""
     out = {}
     if cfg.device == "auto":
         out["device"] = ctx.device
@@ -142,19 +145,9 @@ def device_settings(cfg, ctx: Context) -> dict:
 
 
 def fallback_settings(cfg, ctx: Context) -> dict:
-    """Safe values when the memory cannot be predicted."""
-    per = per_rank_batch(cfg)
-    mb = micro_options(cfg)[-1]
-    out: dict = {}
-    if cfg.training.micro_batch_size == "auto":
-        out["training.micro_batch_size"] = mb
-    if cfg.training.gradient_accumulation_steps == "auto":
-        out["training.gradient_accumulation_steps"] = max(1, per // mb)
-    if cfg.speed.gradient_checkpointing == "auto":
-        out["speed.gradient_checkpointing"] = ctx.device == "cuda"
-    if cfg.deepspeed.enabled == "auto":
-        out.update({"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False})
-    return out
+    """Safe values when the memory cannot be predicted: the smallest micro-batch, checkpointing on a
+    GPU, no DeepSpeed."""
+    return _auto_settings(cfg, micro_options(cfg)[-1], ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False))
 
 
 def model_summary(spec: ModelSpec) -> dict:
