@@ -55,7 +55,7 @@ EOF
       ;;
     overhead)
       timeout 560 "$PY" benchmarks/overhead.py --model llama-3.2-1b --device cuda --seq-len 2048 --micro-batch 4 \
-        --steps 30 --warmup 5 --repeats 2 --json "$out/overhead_gpu.json"
+        --accumulation 1 --steps 30 --warmup 5 --pairs 2 --json "$out/overhead_gpu.json"
       echo "overhead exit $?"
       ;;
     *) echo "unknown part $part"; exit 2 ;;

@@ -28,6 +28,8 @@ def test_zero2_with_cpu_optimizer_offload_trains(tmp_path):
     run, proc = _run(tmp_path, "z2", {"zero_stage": 2, "offload_optimizer": True})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(events(run, "step")) == 5
+    # one process, yet DeepSpeed has its process group (rank 0 of 1; without it DeepSpeed tries MPI discovery)
+    assert events(run, "finished")[-1]["wrapped_model"] == "DeepSpeedEngine"
     ds = json.loads((run / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] == 2 and ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert ds["train_batch_size"] == 8 and ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] == 8

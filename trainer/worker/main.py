@@ -25,7 +25,7 @@ from trainer.core.errors import (
     TrainPilotError,
     UserError,
 )
-from trainer.launch.argv import single_process_env
+from trainer.launch.argv import rank_environment
 from trainer.rundir.checkpoints import latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
@@ -45,12 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-from", default=None)
     args = ap.parse_args(argv)
     run_dir = Path(args.run_dir)
-    single_process_env()
     rank = int(os.environ.get("RANK", "0"))
     known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
     writer = EventWriter(run_dir / EVENTS_FILE, redact=functools.partial(secrets.redact, values=known))
     try:
         cfg = load_resolved(run_dir / "config.yaml")
+        rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
+        rank = int(os.environ.get("RANK", "0"))
         return train(cfg, run_dir, writer, args.resume_from, rank)
     except config_mod.ConfigError as exc:
         return _fail(writer, rank, exc.render(), EXIT_BAD_INPUT, kind="bad_input")
@@ -141,7 +142,7 @@ def _finish(cfg, run_dir: Path, writer: EventWriter, trainer, steps, rank: int) 
     if rank == 0:
         writer.emit(Finished(step=state.global_step, final=str(final) if cfg.checkpoints.save_final_model else None,
                              loss=next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None),
-                             extra=fingerprint))
+                             extra={"wrapped_model": type(trainer.model_wrapped).__name__, **fingerprint}))
     return 0
 
 
