@@ -13,7 +13,8 @@ from pathlib import Path
 
 from trainer.config import ConfigError
 from trainer.core.errors import UserError
-from trainer.data.records import check_fields, read_records
+from trainer.data.formats import check_trainable
+from trainer.data.scan import scan
 from trainer.models import sources
 
 
@@ -77,9 +78,11 @@ def _tokenizer(cfg, hardware) -> None:
 
 
 def _data(cfg, hardware) -> None:
-    records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
-    check_fields(records, cfg.data)
-    split, n = cfg.data.validation_split, len(records.rows)
+    if cfg.data.hub_dataset:
+        return  # hub datasets are checked where 'datasets' may be imported: the worker and the data command
+    result = scan(cfg.data.path, cfg.data)
+    check_trainable(result.record_format, result.path)
+    split, n = cfg.data.validation_split, result.records
     if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
         raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
                         f"lower it, add records, or set data.validation_path", field="data.validation_split")
@@ -88,7 +91,7 @@ def _data(cfg, hardware) -> None:
 def _validation_data(cfg, hardware) -> None:
     if cfg.data.validation_path:
         try:
-            check_fields(read_records(cfg.data.validation_path, cfg.data.format, cfg.data.skip_bad_lines), cfg.data)
+            scan(cfg.data.validation_path, cfg.data, role="data.validation_path")
         except UserError as exc:
             raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
 
