@@ -35,6 +35,19 @@ def check(cfg, hardware=None) -> None:
         raise ConfigError(problems)
 
 
+def check_data(cfg) -> None:
+    """Raise ConfigError listing every problem with the data files alone (the ``data`` command)."""
+    problems: list[tuple[str, str]] = []
+    for fn in (_tokenizer, _data_any_format, _validation_data):
+        try:
+            fn(cfg, None)
+        except UserError as exc:
+            field, _, msg = str(exc).partition(": ")
+            problems.append((exc.field or field, msg if exc.field or field else str(exc)))
+    if problems:
+        raise ConfigError(problems)
+
+
 def check_machine(cfg, hardware=None) -> None:
     """Raise ConfigError when this machine cannot run ``cfg`` (QLoRA without CUDA, DeepSpeed not installed,
     cuda without a GPU, missing hostfile). Cheap: for the resolved config, after ``check`` and the planner."""
@@ -78,14 +91,20 @@ def _tokenizer(cfg, hardware) -> None:
 
 
 def _data(cfg, hardware) -> None:
-    if cfg.data.hub_dataset:
-        return  # hub datasets are checked where 'datasets' may be imported: the worker and the data command
-    result = scan(cfg.data.path, cfg.data)
+    result = _data_any_format(cfg, hardware)
+    if result is None:
+        return
     check_trainable(result.record_format, result.path)
     split, n = cfg.data.validation_split, result.records
     if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
         raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
                         f"lower it, add records, or set data.validation_path", field="data.validation_split")
+
+
+def _data_any_format(cfg, hardware):
+    """The streaming check of data.path (cached); None for hub datasets, which are checked where
+    'datasets' may be imported (the worker and the data command)."""
+    return None if cfg.data.hub_dataset else scan(cfg.data.path, cfg.data)
 
 
 def _validation_data(cfg, hardware) -> None:

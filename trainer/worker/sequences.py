@@ -79,7 +79,8 @@ class Collator:
     """Micro-batches. Packed blocks of one length go without an attention mask and with ``position_ids``
     that restart at every document: transformers then builds a block-diagonal causal mask (sdpa/eager)
     or uses variable-length kernels (flash_attention_2), so one document never attends into another.
-    Anything else is padded to the longest sequence with an attention mask."""
+    Anything else is padded to the longest sequence with an attention mask. The real-token count rides
+    as a 1-element tensor (a stream's batches are broadcast by accelerate, which takes tensors only)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -92,7 +93,7 @@ class Collator:
             ids = torch.as_tensor([list(f["input_ids"]) for f in features], dtype=torch.long)
             return {"input_ids": ids, "labels": torch.as_tensor([list(f["labels"]) for f in features], dtype=torch.long),
                     "position_ids": torch.as_tensor([list(f["position_ids"]) for f in features], dtype=torch.long),
-                    REAL_TOKENS_KEY: int(ids.numel())}
+                    REAL_TOKENS_KEY: torch.tensor([ids.numel()])}
         longest = max(lengths)
         ids = torch.full((len(features), longest), self.pad_id, dtype=torch.long)
         labels = torch.full((len(features), longest), -100, dtype=torch.long)
@@ -102,4 +103,4 @@ class Collator:
             ids[i, :n] = torch.as_tensor(f["input_ids"])
             labels[i, :n] = torch.as_tensor(f["labels"])
             mask[i, :n] = 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: int(mask.sum())}
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: mask.sum().reshape(1)}
