@@ -20,6 +20,7 @@ from trainer.data.demo import cache_dir
 from trainer.data.records import Records, check_fields, detect_format, read_records, resolve_path, template_fields
 
 SAMPLE_ROWS = 100    # records kept for format detection and previews
+WHOLE_FILE_BYTES = 8 * 2**20  # JSONL below this is read whole by records.read_records (its messages are the richest)
 _SCAN_VERSION = 2    # bump when the checks change, so older cached verdicts are not trusted
 
 
@@ -59,7 +60,7 @@ def _check_file(p: Path, role: str) -> None:
 
 
 def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
-    if p.stat().st_size < 8 * 2**20:  # small: today's reader gives the richest messages; the records are checked after
+    if p.stat().st_size < WHOLE_FILE_BYTES:
         return _scan_whole(p, "jsonl", data_cfg, role)
     fmt, sample, pending, skipped, count, seen_text = None, [], [], [], 0, False
     text_field = data_cfg.text_field

@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -177,7 +178,9 @@ def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
         torch.backends.cudnn.allow_tf32 = True
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")
     tokenizer = modeling.load_tokenizer(cfg)
+    started = time.time()
     train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
+    info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack, or open the cache
     corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
     if corpus_vocab and rank == 0:
         tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained

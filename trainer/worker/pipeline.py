@@ -46,6 +46,7 @@ class Source:
     records: int | None
     fingerprint: str
     skipped_lines: list[int] = field(default_factory=list)
+    cache_hit: bool | None = None      # set by ``tokenize``: True when the tokens came from the cache
 
 
 def open_source(cfg, which: str = "train", streaming: bool = False):
@@ -149,7 +150,8 @@ def tokenize(cfg, tokenizer, src: Source, raw):
         return raw.map(enc, **kwargs)
     folder = cache_dir() / "tokenized" / _key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format,
                                               d.text_field, d.prompt_template, d.response_template, d.train_on_prompt)
-    if (folder / "done").exists():
+    src.cache_hit = (folder / "done").exists()
+    if src.cache_hit:
         return _open_arrow(folder, "tokens")
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -44,7 +44,8 @@ def _validation_tokens(cfg, tokenizer):
 
 def _info(src, train_n: int | None, eval_n: int) -> dict:
     return {"train_samples": train_n, "eval_samples": eval_n, "record_format": src.record_format,
-            "records": src.records, "skipped_lines": len(src.skipped_lines),
+            "records": src.records, "data_cache": {True: "hit", False: "miss"}.get(src.cache_hit),
+            "skipped_lines": len(src.skipped_lines),
             "skipped_line_numbers": src.skipped_lines[:20]}
 
 
