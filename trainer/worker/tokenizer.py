@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
+from trainer.data import formats
 from trainer.data.demo import cache_dir
+from trainer.worker import pipeline
+from trainer.worker.rendering import rows_of
 
 CORPUS_SAMPLE_RECORDS = 200_000  # records a corpus tokenizer is trained on (the first ones: enough for BPE merges)
 
@@ -31,9 +34,6 @@ def corpus_tokenizer(cfg):
     ``CORPUS_SAMPLE_RECORDS`` records of the training data, cached by the data's fingerprint."""
     from transformers import PreTrainedTokenizerFast
 
-    from trainer.worker import pipeline
-    from trainer.worker.rendering import rows_of
-
     src, raw = pipeline.open_source(cfg, "train", streaming=cfg.data.streaming)
     vocab = cfg.model.tokenizer_vocab_size
     digest = hashlib.sha256(json.dumps([src.fingerprint, src.record_format, vocab]).encode()).hexdigest()[:16]
@@ -46,8 +46,6 @@ def corpus_tokenizer(cfg):
 
 
 def _text_of(rec: dict, data_cfg, fmt: str) -> str:
-    from trainer.data import formats
-
     if fmt == "text":
         v = rec.get(data_cfg.text_field)
         return v if isinstance(v, str) else ""
