@@ -227,8 +227,11 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
 def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
     cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / ".hf-home")}
-    proc = cli(tmp_path, "data", cfg, env=env, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    assert "data.hub_dataset" in proc.stderr and "someone/not-cached-anywhere" in proc.stderr
-    assert "offline" in proc.stderr and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    before = tree_digest(tmp_path)
+    for command in ("data", "run"):
+        proc = cli(tmp_path, command, cfg, env=env, timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        assert "data.hub_dataset" in proc.stderr and "someone/not-cached-anywhere" in proc.stderr
+        assert "offline" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert tree_digest(tmp_path) == before and not (tmp_path / "runs").exists()
