@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from trainer import __version__
+from trainer.cli import data as cli_data
 from trainer.cli import export as cli_export
 from trainer.cli import hw as cli_hw
 from trainer.cli import run as cli_run
@@ -17,7 +18,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, TrainPilotError
 from trainer.core.secrets import redact
 
 # Modules exposing ``register(subparsers)``; each subcommand sets ``func(args) -> int``.
-COMMAND_MODULES = (cli_run, cli_hw, cli_export)
+COMMAND_MODULES = (cli_run, cli_hw, cli_export, cli_data)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -64,9 +64,14 @@ class ModelConfig(_Section):
         "in trainer/resources/models/ (e.g. tiny-llama, llama-3.2-1b). Overrides loading weights from 'source'.",
     )
     tokenizer: Optional[str] = Field(
-        None, description="Tokenizer hub id or folder; defaults to 'source'. 'demo' trains the bundled one."
+        None, description="Tokenizer hub id or folder; defaults to 'source'. 'demo' trains the bundled one; 'corpus' "
+        "trains a BPE tokenizer on the training data (model.tokenizer_vocab_size)."
     )
     revision: Optional[str] = Field(None, description="Hub revision (branch, tag or commit).")
+    tokenizer_vocab_size: int = Field(
+        8192, ge=300, description="Vocabulary size when model.tokenizer is 'corpus' (a BPE tokenizer trained on the "
+        "training data, cached, saved into the run and final/)."
+    )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Dtype the weights are loaded in; 'auto' follows speed.precision."
     )
@@ -104,6 +109,28 @@ class DataConfig(_Section):
     skip_bad_lines: bool = Field(False, description="Skip unparseable JSONL lines (counted and reported) instead of stopping.")
     shuffle: bool = Field(True, description="Shuffle samples each epoch (seeded, so resume is exact).")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
+    record_format: Literal["auto", "text", "template", "alpaca", "chat", "sharegpt", "preference", "kto"] = Field(
+        "auto", description="Shape of the records (not the file type): 'auto' detects it from the fields "
+        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, ...). See docs/data.md."
+    )
+    chat_template: Optional[str] = Field(
+        None, description="Jinja chat template (text, or a .jinja file) used instead of the tokenizer's; a tokenizer "
+        "without one gets TrainPilot's default. Saved with the trained model."
+    )
+    hub_dataset: Optional[str] = Field(
+        None, description="Hugging Face hub dataset id (or a local dataset folder) loaded through 'datasets' and its "
+        "cache instead of data.path; the token comes from model.hub_token_env."
+    )
+    hub_subset: Optional[str] = Field(None, description="Hub dataset configuration (subset) name.")
+    hub_split: str = Field("train", description="Hub dataset split to train on.")
+    hub_revision: Optional[str] = Field(None, description="Hub dataset revision (branch, tag or commit).")
+    streaming: bool = Field(
+        False, description="Stream the data (constant memory, nothing cached) for corpora too big to cache; "
+        "needs training.max_steps; resume skips exactly the samples already trained on."
+    )
+    cache: bool = Field(True, description="Cache the tokenized, packed data (keyed by data, tokenizer, template, "
+                        "seq_len, packing, masking); a second run and every resume reuse it.")
+    num_proc: int = Field(0, ge=0, description="Processes for tokenizing; 0 picks one per CPU core for large data.")
 
 
 class MethodConfig(_Section):
@@ -308,6 +335,10 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("distributed.hostfile", "several machines need a hostfile ('hostname slots=N' per line)"))
     if cfg.training.eval_every_steps and not (cfg.data.validation_split or cfg.data.validation_path):
         p.append(("training.eval_every_steps", "evaluation needs data.validation_split > 0 or data.validation_path"))
+    if cfg.data.streaming and not cfg.training.max_steps:
+        p.append(("training.max_steps", "streaming data has no known length; set training.max_steps (or data.streaming: false)"))
+    if cfg.data.streaming and cfg.data.validation_split:
+        p.append(("data.validation_split", "a stream cannot be split; set data.validation_path, or data.streaming: false"))
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
     return p

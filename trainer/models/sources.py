@@ -65,7 +65,7 @@ def check_model_source(cfg) -> None:
 def check_tokenizer_source(cfg) -> None:
     """Cheap check that a local tokenizer folder has tokenizer files."""
     src = tokenizer_source(cfg)
-    if src in ("demo", None) or not is_local(src):
+    if src in ("demo", "corpus", None) or not is_local(src):
         return
     p = Path(src).expanduser()
     if not p.is_dir() or not any((p / f).is_file() for f in _TOKENIZER_FILES):

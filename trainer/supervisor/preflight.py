@@ -9,12 +9,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
-from trainer.config import ConfigError
+from trainer.config import ConfigError, dump_yaml
 from trainer.core.errors import UserError
-from trainer.data.records import check_fields, read_records
+from trainer.data.formats import check_trainable
+from trainer.data.scan import scan
 from trainer.models import sources
+
+
+HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
 
 def check(cfg, hardware=None) -> None:
@@ -30,6 +37,19 @@ def check(cfg, hardware=None) -> None:
             problem = (exc.field or field, msg if exc.field or field else str(exc))
             if problem not in problems:
                 problems.append(problem)
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_data(cfg) -> None:
+    """Raise ConfigError listing every problem with the data files alone (the ``data`` command)."""
+    problems: list[tuple[str, str]] = []
+    for fn in (_tokenizer, _data_any_format, _validation_data):
+        try:
+            fn(cfg, None)
+        except UserError as exc:
+            field, _, msg = str(exc).partition(": ")
+            problems.append((exc.field or field, msg if exc.field or field else str(exc)))
     if problems:
         raise ConfigError(problems)
 
@@ -77,18 +97,45 @@ def _tokenizer(cfg, hardware) -> None:
 
 
 def _data(cfg, hardware) -> None:
-    records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
-    check_fields(records, cfg.data)
-    split, n = cfg.data.validation_split, len(records.rows)
+    if cfg.data.hub_dataset:
+        check_hub_dataset(cfg, trainable=True)
+        return
+    result = _data_any_format(cfg, hardware)
+    check_trainable(result.record_format, result.path)
+    split, n = cfg.data.validation_split, result.records
     if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
         raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
                         f"lower it, add records, or set data.validation_path", field="data.validation_split")
 
 
+def _data_any_format(cfg, hardware):
+    """The streaming check of data.path (cached); None for hub datasets (the data command opens those
+    itself; ``run`` checks them with ``check_hub_dataset``)."""
+    return None if cfg.data.hub_dataset else scan(cfg.data.path, cfg.data)
+
+
+def check_hub_dataset(cfg, trainable: bool = False) -> None:
+    """UserError when the hub dataset cannot be opened here (e.g. not cached while offline). Runs
+    ``python -m trainer.worker.hubcheck`` as a child: only the worker room may import ``datasets``."""
+    with tempfile.TemporaryDirectory(prefix="trainpilot-hubcheck-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(dump_yaml(cfg), encoding="utf-8")
+        cmd = [sys.executable, "-m", "trainer.worker.hubcheck", str(path)] + (["--trainable"] if trainable else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HUBCHECK_TIMEOUT_S)
+    if proc.returncode == 2:
+        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "data.hub_dataset: cannot be opened"
+        field, _, rest = message.partition(": ")
+        raise UserError(message, field=field if rest else "data.hub_dataset")
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise UserError(f"data.hub_dataset: checking '{cfg.data.hub_dataset}' failed ({tail[0]}); check the id and "
+                        f"your network", field="data.hub_dataset")
+
+
 def _validation_data(cfg, hardware) -> None:
     if cfg.data.validation_path:
         try:
-            check_fields(read_records(cfg.data.validation_path, cfg.data.format, cfg.data.skip_bad_lines), cfg.data)
+            scan(cfg.data.validation_path, cfg.data, role="data.validation_path")
         except UserError as exc:
             raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
 

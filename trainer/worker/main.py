@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,8 +201,13 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         torch.backends.cudnn.allow_tf32 = True
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")
     tokenizer = modeling.load_tokenizer(cfg)
+    started = time.time()
     train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
-    model = modeling.load_model(cfg, precision, use_cuda)
+    info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack, or open the cache
+    corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
+    if corpus_vocab and rank == 0:
+        tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
+    model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
     targs = _training_arguments(cfg, run_dir, precision, use_cuda)
     trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
                                 data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,

@@ -13,7 +13,7 @@ from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data.records import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
-from trainer.worker.tokenizer import demo_tokenizer
+from trainer.worker.tokenizer import corpus_tokenizer, demo_tokenizer
 
 
 def load_tokenizer(cfg):
@@ -24,6 +24,8 @@ def load_tokenizer(cfg):
     if src == "demo":
 
         tok = demo_tokenizer(bundled_demo_path())
+    elif src == "corpus":
+        tok = corpus_tokenizer(cfg)
     else:
         try:
             tok = AutoTokenizer.from_pretrained(src, revision=cfg.model.revision, token=secrets.hub_token(cfg),
@@ -43,8 +45,9 @@ def torch_dtype(cfg, precision: str):
     return getattr(torch, resolve_dtype(cfg.model.dtype, precision))
 
 
-def load_model(cfg, precision: str, use_cuda: bool):
-    """The model ready for training: full, LoRA or QLoRA; gradient checkpointing per config."""
+def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = None):
+    """The model ready for training: full, LoRA or QLoRA; gradient checkpointing per config.
+    ``vocab_size`` (a tokenizer trained on the corpus) sizes the embeddings to that tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -54,6 +57,8 @@ def load_model(cfg, precision: str, use_cuda: bool):
     if m.architecture or m.source == DEMO_MODEL:
         arch = architecture_file(m.architecture or "tiny-llama")
         conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
+        if vocab_size:
+            conf.vocab_size = vocab_size
         torch.manual_seed(cfg.training.seed)
         # Random init straight on the GPU: on the CPU it takes about a minute per billion parameters
         # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
@@ -73,6 +78,8 @@ def load_model(cfg, precision: str, use_cuda: bool):
         except OSError as exc:
             raise UserError(f"model.source: cannot load '{m.source}' ({secrets.redact(str(exc)).splitlines()[0]}); "
                             f"check the hub id, your access to it ({m.hub_token_env}) or the folder", field="model.source") from None
+    if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
+        model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
     return _apply_method(cfg, model)
 

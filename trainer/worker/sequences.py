@@ -1,103 +1,87 @@
-"""Worker side: records → token sequences (packed or padded) through ``datasets``, and the collator.
+"""Worker side: the training and evaluation datasets (cached, packed or cut) and the collator.
 
-Labels are -100 on padding and (unless train_on_prompt) on prompt tokens, so the loss — normalised
-by HF's Trainer over the labelled tokens of all accumulated micro-batches — counts real tokens only.
+Labels are -100 on padding, masked prompt/system/user tokens, so the loss — normalised by HF's
+Trainer over the labelled tokens of all accumulated micro-batches — counts trained tokens only.
+The data itself is built by ``pipeline`` (load, tokenize, pack; cached) and ``rendering`` (formats).
 """
 from __future__ import annotations
 
 from trainer.core.errors import UserError
-from trainer.data.records import Records, check_fields, read_records
+from trainer.data.formats import check_trainable
+from trainer.worker import pipeline
+from trainer.worker.rendering import Encoder, ensure_chat_template
 
 REAL_TOKENS_KEY = "tp_real_tokens"  # popped by the Trainer before the forward pass
 
 
-def load_records(data_cfg) -> tuple[Records, Records | None]:
-    """Training and validation records (validation from a file or a seeded split)."""
-    train = read_records(data_cfg.path, data_cfg.format, data_cfg.skip_bad_lines)
-    check_fields(train, data_cfg)
-    val = None
-    if data_cfg.validation_path:
-        val = read_records(data_cfg.validation_path, data_cfg.format, data_cfg.skip_bad_lines)
-        check_fields(val, data_cfg)
-    return train, val
-
-
 def build_datasets(cfg, tokenizer):
-    """``(train_dataset, eval_dataset or None, info)`` as ``datasets.Dataset`` of token ids and labels."""
-    import datasets
-
-    datasets.disable_progress_bars()
+    """``(train_dataset, eval_dataset or None, info)``: ``datasets.Dataset`` of token ids and labels
+    (packed blocks also carry ``position_ids``), or an ``IterableDataset`` with ``data.streaming``."""
     d = cfg.data
-    train_rec, val_rec = load_records(d)
-    train = datasets.Dataset.from_list(_normalise(train_rec.rows))
-    val = datasets.Dataset.from_list(_normalise(val_rec.rows)) if val_rec else None
-    if val is None and d.validation_split > 0:
-        parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
-        train, val = parts["train"], parts["test"]
-    tok = _tokenize_fn(cfg, tokenizer)
-    train = train.map(tok, batched=True, remove_columns=train.column_names)
-    val = val.map(tok, batched=True, remove_columns=val.column_names) if val is not None else None
-    if d.packing:
-        train = train.map(_pack_fn(d.seq_len), batched=True, remove_columns=train.column_names)
-        val = val.map(_pack_fn(d.seq_len), batched=True, remove_columns=val.column_names) if val is not None else None
-    train = train.filter(lambda ex: any(x != -100 for x in ex["labels"]))
+    if d.streaming:
+        return _streaming(cfg, tokenizer)
+    src, raw = pipeline.open_source(cfg, "train")
+    check_trainable(src.record_format, src.where)
+    tokens = pipeline.tokenize(cfg, tokenizer, src, raw)
+    val_tokens, split = _validation_tokens(cfg, tokenizer), ()
+    if val_tokens is None and d.validation_split > 0:
+        parts = tokens.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
+        tokens, val_tokens, split = parts["train"], parts["test"], (d.validation_split, cfg.training.seed)
+    train = pipeline.shape(cfg, tokens, "train", *split)
+    val = pipeline.shape(cfg, val_tokens, "eval", *split) if val_tokens is not None else None
     if len(train) == 0:
-        raise UserError(f"data.path: no trainable tokens after tokenizing {train_rec.path}; check data.text_field "
-                        f"or the templates", field="data.path")
-    info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
-            "skipped_lines": len(train_rec.skipped_lines), "skipped_line_numbers": train_rec.skipped_lines[:20]}
-    return train, val, info
+        raise UserError(f"data.path: no trainable tokens after tokenizing {src.where}; check data.text_field, the "
+                        f"templates or that conversations have assistant turns", field="data.path")
+    return train, val, _info(src, len(train), len(val) if val is not None else 0)
 
 
-def _normalise(rows: list[dict]) -> list[dict]:
-    # datasets infers one type per column; stringify values so mixed-type fields don't break it.
-    return [{k: (v if isinstance(v, str) else ("" if v is None else str(v))) for k, v in r.items()} for r in rows]
+def _validation_tokens(cfg, tokenizer):
+    if not cfg.data.validation_path:
+        return None
+    vsrc, vraw = pipeline.open_source(cfg, "validation")
+    return pipeline.tokenize(cfg, tokenizer, vsrc, vraw)
 
 
-def _tokenize_fn(cfg, tokenizer):
+def _info(src, train_n: int | None, eval_n: int) -> dict:
+    return {"train_samples": train_n, "eval_samples": eval_n, "record_format": src.record_format,
+            "records": src.records, "data_cache": {True: "hit", False: "miss"}.get(src.cache_hit),
+            "skipped_lines": len(src.skipped_lines),
+            "skipped_line_numbers": src.skipped_lines[:20]}
+
+
+def _streaming(cfg, tokenizer):
+    """An IterableDataset: records are read, tokenized and packed as the Trainer asks for them, so memory
+    stays constant; nothing is cached. The order is the file's (no shuffle), so a resume that skips the
+    samples already trained on continues at exactly the next one."""
     d = cfg.data
-    eos = tokenizer.eos_token_id
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
-    limit = None if d.packing else d.seq_len
-
-    def encode(texts):
-        return tokenizer(texts, add_special_tokens=False)["input_ids"]
-
-    def fn(batch):
-        n = len(next(iter(batch.values())))
-        rows = [{k: batch[k][i] for k in batch} for i in range(n)]
-        if d.prompt_template is None:
-            ids = [bos + t + [eos] for t in encode([r[d.text_field] for r in rows])]
-            labels = [list(x) for x in ids]
-        else:
-            prompts = encode([d.prompt_template.format(**r) for r in rows])
-            answers = encode([d.response_template.format(**r) for r in rows])
-            ids, labels = [], []
-            for p, a in zip(prompts, answers):
-                ids.append(bos + p + a + [eos])
-                masked = [-100] * (len(bos) + len(p)) if not d.train_on_prompt else bos + p
-                labels.append(masked + a + [eos])
-        if limit:
-            ids, labels = [x[:limit] for x in ids], [x[:limit] for x in labels]
-        return {"input_ids": ids, "labels": labels}
-
-    return fn
+    src, raw = pipeline.open_source(cfg, "train", streaming=True)
+    check_trainable(src.record_format, src.where)
+    ensure_chat_template(tokenizer, d, src.record_format)
+    columns = raw.column_names or list(next(iter(raw)).keys())
+    tokens = raw.map(Encoder(cfg, tokenizer, src.record_format, src.where), batched=True, with_indices=True,
+                     batch_size=1000, remove_columns=columns)
+    shaper = pipeline.PackTable(d.seq_len) if d.packing else pipeline.CutTable(d.seq_len)
+    train = tokens.map(lambda batch: _shape_batch(shaper, batch), batched=True, batch_size=1000)
+    val = None
+    if d.validation_path:
+        val = pipeline.shape(cfg, _validation_tokens(cfg, tokenizer), "eval")
+    return train, val, _info(src, None, len(val) if val is not None else 0)
 
 
-def _pack_fn(seq_len: int):
-    def fn(batch):
-        ids = [t for seq in batch["input_ids"] for t in seq]
-        labels = [t for seq in batch["labels"] for t in seq]
-        n = max(1, len(ids) // seq_len) if len(ids) >= seq_len else 1
-        cut = seq_len if len(ids) >= seq_len else len(ids)
-        return {"input_ids": [ids[i * cut:(i + 1) * cut] for i in range(n)],
-                "labels": [labels[i * cut:(i + 1) * cut] for i in range(n)]}
+def _shape_batch(shaper, batch: dict) -> dict:
+    import pyarrow as pa
 
-    return fn
+    table = pa.table({"input_ids": pa.array(batch["input_ids"], pa.list_(pa.int32())),
+                      "labels": pa.array(batch["labels"], pa.list_(pa.int32()))})
+    return shaper(table).to_pydict()
 
 
 class Collator:
-    """Pads to the longest sequence in the micro-batch and counts the real (labelled-or-input) tokens."""
+    """Micro-batches. Packed blocks of one length go without an attention mask and with ``position_ids``
+    that restart at every document: transformers then builds a block-diagonal causal mask (sdpa/eager)
+    or uses variable-length kernels (flash_attention_2), so one document never attends into another.
+    Anything else is padded to the longest sequence with an attention mask. The real-token count rides
+    as a 1-element tensor (a stream's batches are broadcast by accelerate, which takes tensors only)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -105,7 +89,13 @@ class Collator:
     def __call__(self, features: list[dict]) -> dict:
         import torch
 
-        longest = max(len(f["input_ids"]) for f in features)
+        lengths = {len(f["input_ids"]) for f in features}
+        if len(lengths) == 1 and all("position_ids" in f for f in features):
+            ids = torch.as_tensor([list(f["input_ids"]) for f in features], dtype=torch.long)
+            return {"input_ids": ids, "labels": torch.as_tensor([list(f["labels"]) for f in features], dtype=torch.long),
+                    "position_ids": torch.as_tensor([list(f["position_ids"]) for f in features], dtype=torch.long),
+                    REAL_TOKENS_KEY: torch.tensor([ids.numel()])}
+        longest = max(lengths)
         ids = torch.full((len(features), longest), self.pad_id, dtype=torch.long)
         labels = torch.full((len(features), longest), -100, dtype=torch.long)
         mask = torch.zeros((len(features), longest), dtype=torch.long)
@@ -114,4 +104,4 @@ class Collator:
             ids[i, :n] = torch.as_tensor(f["input_ids"])
             labels[i, :n] = torch.as_tensor(f["labels"])
             mask[i, :n] = 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: int(mask.sum())}
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: mask.sum().reshape(1)}

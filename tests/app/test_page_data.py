@@ -1,0 +1,59 @@
+"""The wizard's data page: detected format and true count (light scan), then the real ``trainpilot-cli data
+--json`` in a child process: rendered examples (trained highlighted, masked greyed), histogram with the
+seq_len line, truncated share. The GUI process never imports torch for it."""
+from __future__ import annotations
+
+import json
+
+from app.wizard.page_data import MASKED_STYLE, TRAINED_STYLE, DataPage
+from app.wizard.state import WizardState
+
+CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is the cat?"},
+                     {"role": "assistant", "content": "Near the river."}, {"role": "user", "content": "And the dog?"},
+                     {"role": "assistant", "content": "In the park."}]}
+
+
+def test_data_page_shows_format_examples_histogram_and_truncation(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps(CHAT) + "\n" for _ in range(7)) + json.dumps({"messages": CHAT["messages"][1:3]}) + "\n")
+    state = WizardState(hardware=None)
+    state.values.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 40,
+                         "device": "cpu"})
+    page = DataPage(state)
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    qtbot.waitUntil(lambda: "8 records" in page.stats.text(), timeout=20000)
+    assert "chat" in page.stats.text() and page.preview.rowCount() == 5
+    qtbot.waitUntil(lambda: page.report is not None or "unavailable" in page.tokens.text(), timeout=240000)
+    assert page.report is not None, page.tokens.text()
+    assert page.report["format"] == "chat" and page.report["records"] == 8
+    html = page.examples.toHtml()
+    assert "Near the river." in html and "Where is the cat?" in html
+    assert page.examples.toPlainText().count("Example") == 3
+    text = page.report["examples"][0]["segments"]
+    assert any(s["trained"] and "Near the river." in s["text"] for s in text)
+    assert any(not s["trained"] and "Where is the cat?" in s["text"] for s in text)
+    from app.wizard.page_data import examples_html
+
+    rendered = examples_html(page.report["examples"][:1])
+    assert f"<span style='{TRAINED_STYLE}'>Near the river." in rendered
+    assert f"<span style='{MASKED_STYLE}'>" in rendered and "Where is the cat?" in rendered
+    assert page.bars is not None and sum(page.bars.opts["height"]) == 8
+    assert page.seq_line.value() == 40 and page.seq_line.scene() is not None
+    assert "longer than seq_len 40" in page.tokens.text() and "%" in page.tokens.text()
+
+
+def test_data_page_reports_a_bad_record_without_a_traceback(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "chat.jsonl"
+    data.write_text(json.dumps(CHAT) + "\n" + json.dumps({"messages": []}) + "\n")
+    state = WizardState(hardware=None)
+    state.values.update({"model.source": "demo-tiny-llama", "data.path": str(data)})
+    page = DataPage(state)
+    qtbot.addWidget(page)
+    page.initializePage()
+    qtbot.waitUntil(lambda: "line 2" in page.stats.text(), timeout=20000)
+    assert "messages" in page.stats.text() and "empty" in page.stats.text()

@@ -1,0 +1,172 @@
+"""Chat rendering equals the tokenizer's own ``apply_chat_template``, and only assistant turns are trained.
+
+Two tiny tokenizers are built here (BPE trained with ``tokenizers`` on a few sentences, no downloads),
+with two different real-world-shaped templates: ChatML with a default system prompt (Qwen-like) and
+a Gemma-like template that has no system role and renames the assistant 'model'.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from trainer.config.schema import RunConfig
+from trainer.core.errors import UserError
+from trainer.data.chat import DEFAULT_CHAT_TEMPLATE, segments
+
+CHATML = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+          "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+GEMMA = ("{{ bos_token }}{% for m in messages %}"
+         "{% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception(m['role'] + ' role not supported') }}{% endif %}"
+         "{% set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
+         "<start_of_turn>{{ role }}\n{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+         "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+SPECIALS = {"chatml": ["<|im_start|>", "<|im_end|>"], "gemma": ["<start_of_turn>", "<end_of_turn>"]}
+CONVERSATION = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "Where does the cat sleep?"},
+    {"role": "assistant", "content": "The cat sleeps near the river."},
+    {"role": "user", "content": "And the dog?"},
+    {"role": "assistant", "content": "The dog sleeps in the park."},
+]
+
+
+@pytest.fixture(scope="module")
+def base_tokenizer_dir(tmp_path_factory):
+    from trainer.worker.tokenizer import train_bpe
+
+    folder = tmp_path_factory.mktemp("tok") / "bpe"
+    texts = [r["content"] for r in CONVERSATION] * 20 + ["hello world, where is the robot? near the bridge."] * 20
+    train_bpe(texts, folder, 400)
+    return folder
+
+
+def tokenizer(folder, kind: str):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    tok.add_special_tokens({"additional_special_tokens": SPECIALS[kind]})
+    tok.chat_template = CHATML if kind == "chatml" else GEMMA
+    return tok
+
+
+def encode(tok, records: list[dict], fmt: str = "chat", **data):
+    from trainer.worker.rendering import JSON_COLUMN, Encoder
+
+    cfg = RunConfig.model_validate({"data": {"path": "x.jsonl", **data}})
+    enc = Encoder(cfg, tok, fmt, "x.jsonl")
+    return enc({JSON_COLUMN: [json.dumps(r) for r in records]}, list(range(len(records))))
+
+
+def expected_labels(tok, msgs: list[dict]) -> list[int]:
+    """Labels built independently: token counts of apply_chat_template on conversation prefixes."""
+    ids = tok.apply_chat_template(msgs, tokenize=True)["input_ids"]
+    labels = [-100] * len(ids)
+    for i, m in enumerate(msgs):
+        if m["role"] == "assistant":
+            start = len(tok.apply_chat_template(msgs[:i], tokenize=True, add_generation_prompt=True)["input_ids"])
+            end = len(tok.apply_chat_template(msgs[: i + 1], tokenize=True)["input_ids"])
+            labels[start:end] = ids[start:end]
+    return labels
+
+
+@pytest.mark.parametrize("kind,msgs", [("chatml", CONVERSATION), ("gemma", CONVERSATION[1:])],
+                         ids=["chatml-with-system", "gemma-without-system"])
+def test_multi_turn_ids_equal_apply_chat_template_and_only_assistant_is_trained(base_tokenizer_dir, kind, msgs):
+    tok = tokenizer(base_tokenizer_dir, kind)
+    out = encode(tok, [{"messages": msgs}])
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    assert ids == tok.apply_chat_template(msgs, tokenize=True)["input_ids"]
+    assert labels == expected_labels(tok, msgs)
+    eot = tok.convert_tokens_to_ids(SPECIALS[kind][1])
+    trained_eot = [i for i, (t, lab) in enumerate(zip(ids, labels)) if t == eot and lab == eot]
+    assert len(trained_eot) == 2, "both assistant turns end with a trained end-of-turn token"
+    masked_text = tok.decode([t for t, lab in zip(ids, labels) if lab == -100])
+    trained_text = tok.decode([t for t, lab in zip(ids, labels) if lab != -100])
+    assert "Where does the cat sleep?" in masked_text and "And the dog?" in masked_text
+    assert "near the river" in trained_text and "in the park" in trained_text
+    assert "Where" not in trained_text and "Answer briefly" not in trained_text
+
+
+def test_train_on_prompt_trains_everything(base_tokenizer_dir):
+    tok = tokenizer(base_tokenizer_dir, "chatml")
+    out = encode(tok, [{"messages": CONVERSATION}], train_on_prompt=True)
+    assert out["labels"][0] == out["input_ids"][0]
+
+
+def test_sharegpt_and_alpaca_go_through_the_same_template(base_tokenizer_dir):
+    tok = tokenizer(base_tokenizer_dir, "chatml")
+    share = {"conversations": [{"from": "human", "value": "Where does the cat sleep?"},
+                               {"from": "gpt", "value": "The cat sleeps near the river."}]}
+    alpaca = {"instruction": "Where does the cat sleep?", "input": "", "output": "The cat sleeps near the river."}
+    as_chat = [{"role": "user", "content": "Where does the cat sleep?"},
+               {"role": "assistant", "content": "The cat sleeps near the river."}]
+    want = tok.apply_chat_template(as_chat, tokenize=True)["input_ids"]
+    assert encode(tok, [share], "sharegpt")["input_ids"][0] == want
+    assert encode(tok, [alpaca], "alpaca")["input_ids"][0] == want
+    assert encode(tok, [alpaca], "alpaca")["labels"][0] == expected_labels(tok, as_chat)
+
+
+def test_role_the_template_rejects_names_file_line_and_field(base_tokenizer_dir):
+    tok = tokenizer(base_tokenizer_dir, "gemma")
+    with pytest.raises(UserError) as err:
+        encode(tok, [{"messages": CONVERSATION}])
+    msg = str(err.value)
+    assert "x.jsonl" in msg and "record 1" in msg and "'messages'" in msg and "system role not supported" in msg
+    assert "data.chat_template" in msg
+
+
+def test_default_template_for_a_tokenizer_without_one(base_tokenizer_dir, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    from trainer.worker.rendering import ensure_chat_template
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(base_tokenizer_dir))
+    assert not tok.chat_template
+    cfg = RunConfig.model_validate({"data": {"path": "x.jsonl"}})
+    assert ensure_chat_template(tok, cfg.data, "chat") == DEFAULT_CHAT_TEMPLATE
+    out = encode(tok, [{"messages": CONVERSATION}])
+    assert out["input_ids"][0] == tok.apply_chat_template(CONVERSATION, tokenize=True)["input_ids"]
+    assert out["labels"][0] == expected_labels(tok, CONVERSATION)
+    tok.save_pretrained(str(tmp_path / "final"))  # what the worker does with final/
+    again = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "final"))
+    assert again.chat_template == DEFAULT_CHAT_TEMPLATE
+    assert again.apply_chat_template(CONVERSATION, tokenize=False) == tok.apply_chat_template(CONVERSATION, tokenize=False)
+
+
+def test_segments_concatenate_to_the_text():
+    text = "abcdefghij"
+    parts = segments(text, [(2, 4), (6, 10)])
+    assert "".join(p["text"] for p in parts) == text
+    assert [(p["text"], p["trained"]) for p in parts] == [("ab", False), ("cd", True), ("ef", False), ("ghij", True)]
+
+
+def test_packed_documents_do_not_attend_into_each_other():
+    """The collator's packed batch (position_ids restarting, no attention mask) gives each document the
+    logits it has alone: transformers builds a block-diagonal mask from the position ids."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.worker.pipeline import PackTable
+    from trainer.worker.sequences import Collator
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")).eval()
+    import pyarrow as pa
+
+    docs = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
+    table = pa.table({"input_ids": pa.array(docs, pa.list_(pa.int32())), "labels": pa.array(docs, pa.list_(pa.int32()))})
+    block = PackTable(12)(table).to_pylist()[0]
+    assert block["position_ids"] == [0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4]
+    batch = Collator(0)([block])
+    assert "attention_mask" not in batch
+    with torch.no_grad():
+        # use_cache=False as in training (the worker sets it): with a cache transformers keeps the plain causal mask
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits[0]
+        alone = model(input_ids=torch.tensor([docs[1]]), use_cache=False).logits[0]
+        crossed = model(input_ids=batch["input_ids"], use_cache=False).logits[0]  # plain causal: attends across
+    assert torch.allclose(packed[4:7], alone, atol=1e-5)
+    assert not torch.allclose(crossed[4:7], alone, atol=1e-3), "the check can tell the two apart"

@@ -1,0 +1,64 @@
+"""``trainpilot-cli data CONFIG [--json] [--examples N]``: what the run will train on.
+
+The detected record format, the true record count, exact token statistics with the run's real
+tokenizer (median, p95, max, share cut at seq_len, tokens per epoch), a token-length histogram and the
+first examples rendered as ``segments`` of ``{"text", "trained"}``. The cheap checks run first (no
+torch); the tokenizing part is the worker room's, imported only when those pass. Its tokenized data is
+the same cache a run uses.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from trainer import config as config_mod
+from trainer.core.errors import UserError
+from trainer.supervisor import preflight
+
+
+def register(sub) -> None:
+    """Add the data command."""
+    p = sub.add_parser("data", help="show the detected data format, token statistics and rendered examples")
+    p.add_argument("config")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--examples", type=int, default=3, metavar="N", help="examples to render (default 3)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.set_defaults(func=cmd_data)
+
+
+def cmd_data(args) -> int:
+    if args.examples < 0:
+        raise UserError("--examples: give 0 or more examples to render")
+    cfg = config_mod.load(args.config, args.overrides)
+    preflight.check_data(cfg)
+    from trainer.worker.data_report import report  # torch/transformers/datasets: only after the cheap checks
+
+    result = report(cfg, args.examples)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(render_text(result))
+    sys.stdout.flush()
+    return 0
+
+
+def render_text(r: dict) -> str:
+    """The report for a terminal: trained text as is, masked text in [brackets]."""
+    t = r["tokens"]
+    lines = [f"source:   {r['source']}",
+             f"format:   {r['format']} — {r['format_description']}",
+             f"records:  {r['records']:,}" + (f" ({r['skipped_lines']} unreadable lines skipped)" if r["skipped_lines"] else ""),
+             f"tokens:   median {t['median']:,.0f}, p95 {t['p95']:,.0f}, max {t['max']:,}; "
+             f"{t['truncated_fraction']:.1%} longer than seq_len {r['seq_len']}"
+             + (" (packed: continued in the next block)" if r["packing"] else " (cut)"),
+             f"epoch:    {t['per_epoch']:,} tokens" + (f", {t['trained']:,} of them trained" if t.get("trained") is not None else "")]
+    if r.get("chat_template"):
+        lines.append(f"template: the {r['chat_template']} chat template")
+    for i, ex in enumerate(r["examples"], 1):
+        lines.append(f"\n--- example {i} ({ex.get('tokens', '?')} tokens; [masked] text is not trained) ---")
+        lines.append("".join(s["text"] if s["trained"] else f"[{s['text']}]" for s in ex["segments"]))
+        if "rejected" in ex:
+            lines.append(f"--- rejected: {ex['rejected']}")
+        if "label" in ex:
+            lines.append(f"--- label: {'desirable' if ex['label'] else 'undesirable'}")
+    return "\n".join(lines)

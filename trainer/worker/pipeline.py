@@ -1,0 +1,258 @@
+"""Worker side: data → cached, memory-mapped token sequences (or a stream of them).
+
+1. **Load** through ``datasets``' Arrow-backed loaders (JSONL/CSV/Parquet/text are converted once into
+   memory-mapped Arrow files in the ``datasets`` cache), or a hub dataset id through ``datasets`` and
+   its cache. Small files, ``.json`` lists and files with skipped lines go through TrainPilot's own
+   reader (line-numbered messages) as one JSON string per record.
+2. **Tokenize** batched (the Rust tokenizer encodes a batch on every core; ``data.num_proc`` adds
+   processes) into ``input_ids``/``labels`` per record, written to TrainPilot's cache, keyed by the
+   data fingerprint, the tokenizer, the chat template, the record format and the masking settings.
+3. **Pack or cut** to ``seq_len`` with vectorised Arrow/NumPy code, keyed additionally by seq_len,
+   packing and the validation split. Packed blocks carry ``position_ids`` that restart at every
+   document, so the model sees where one document ends (see ``Collator``).
+
+A second run, and every resume, opens the cached Arrow files (memory-mapped: RSS stays small).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.core import secrets
+from trainer.core.errors import UserError
+from trainer.data import formats
+from trainer.data.demo import cache_dir
+from trainer.data.records import detect_format as file_kind
+from trainer.data.records import read_records, resolve_path
+from trainer.data.scan import scan
+from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
+
+PIPELINE_VERSION = 1
+SMALL_FILE_BYTES = 8 * 2**20       # below this, records are read by TrainPilot's reader (richest messages)
+PARALLEL_RECORDS = 50_000          # from this many records, tokenizing uses one process per core (num_proc: 0)
+_BUILDERS = {"jsonl": "json", "csv": "csv", "parquet": "parquet", "txt": "text"}
+
+
+@dataclass
+class Source:
+    """Where records come from, their format, their true count, and a fingerprint of the data."""
+
+    where: str
+    record_format: str
+    records: int | None
+    fingerprint: str
+    skipped_lines: list[int] = field(default_factory=list)
+    cache_hit: bool | None = None      # set by ``tokenize``: True when the tokens came from the cache
+
+
+def open_source(cfg, which: str = "train", streaming: bool = False):
+    """``(Source, datasets.Dataset | IterableDataset)`` of raw records (train file, validation file or hub)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    d = cfg.data
+    if d.hub_dataset and which == "train":
+        return _open_hub(cfg, streaming)
+    path = d.path if which == "train" else d.validation_path
+    role = "data.path" if which == "train" else "data.validation_path"
+    result = scan(path, d, role=role)
+    p = Path(result.path)
+    st = p.stat()
+    src = Source(str(p), result.record_format, result.records, f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}",
+                 result.skipped_lines)
+    return src, _load_file(p, result.kind, d, streaming)
+
+
+def _load_file(p: Path, kind: str, d, streaming: bool):
+    import datasets
+
+    if p.stat().st_size >= SMALL_FILE_BYTES and kind in _BUILDERS and not d.skip_bad_lines:
+        try:
+            ds = datasets.load_dataset(_BUILDERS[kind], data_files=str(p), split="train", streaming=streaming)
+            return ds.filter(lambda r: bool(r["text"].strip())) if kind == "txt" else ds
+        except Exception as exc:  # mixed types in a column, ...: our reader below takes any JSON
+            print(f"trainpilot: datasets could not read {p} as Arrow ({type(exc).__name__}); reading it record by "
+                  f"record", flush=True)
+    rows = read_records(str(p), d.format, d.skip_bad_lines).rows
+    ds = datasets.Dataset.from_dict({JSON_COLUMN: [json.dumps(r, ensure_ascii=False) for r in rows]})
+    return ds.to_iterable_dataset() if streaming else ds
+
+
+def _open_hub(cfg, streaming: bool):
+    import datasets
+
+    d = cfg.data
+    try:
+        ds = datasets.load_dataset(d.hub_dataset, name=d.hub_subset, split=d.hub_split, revision=d.hub_revision,
+                                   token=secrets.hub_token(cfg), streaming=streaming)
+    except Exception as exc:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError, ...)
+        raise hub_error(cfg, exc) from None
+    head = list(ds.take(20)) if streaming else ds.select(range(min(20, len(ds)))).to_list()
+    fmt = formats.detect_format(head, d)
+    fp = getattr(ds, "_fingerprint", None) or f"{d.hub_dataset}:{d.hub_subset}:{d.hub_split}:{d.hub_revision}"
+    return Source(d.hub_dataset, fmt, None if streaming else len(ds), f"hub:{d.hub_dataset}:{fp}"), ds
+
+
+def hub_error(cfg, exc: Exception) -> UserError:
+    """One message for a hub dataset that cannot be loaded (offline and not cached, unknown id/split, access)."""
+    d = cfg.data
+    why = secrets.redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+                  for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if offline or "offline" in why.lower() or isinstance(exc, ConnectionError):
+        return UserError(f"data.hub_dataset: '{d.hub_dataset}' (subset {d.hub_subset}, split {d.hub_split}) is not in the "
+                         f"datasets cache and the hub cannot be reached (offline); run once with network access to "
+                         f"cache it (or unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE), or save it to a file and set "
+                         f"data.path", field="data.hub_dataset")
+    if "split" in why.lower():
+        return UserError(f"data.hub_split: '{d.hub_split}' is not a split of '{d.hub_dataset}' ({why}); set "
+                         f"data.hub_split to one it has", field="data.hub_split")
+    return UserError(f"data.hub_dataset: cannot load '{d.hub_dataset}' ({why}); check the id, data.hub_subset, "
+                     f"data.hub_revision and your access ({cfg.model.hub_token_env})", field="data.hub_dataset")
+
+
+# -- tokenizing (cached) --------------------------------------------------------------------------------
+def tokenizer_fingerprint(tokenizer) -> str:
+    """SHA-256 prefix of everything in the tokenizer that changes ids (vocabulary, merges, specials, template)."""
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    h.update(backend.to_str().encode() if backend is not None else repr(tokenizer.get_vocab()).encode())
+    h.update(json.dumps([tokenizer.bos_token_id, tokenizer.eos_token_id, getattr(tokenizer, "chat_template", None)],
+                        default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps([PIPELINE_VERSION, *parts], default=str).encode()).hexdigest()[:24]
+
+
+def tokenize(cfg, tokenizer, src: Source, raw):
+    """``datasets.Dataset`` of ``input_ids``/``labels`` per record (untruncated), from the cache when it is there."""
+    import datasets
+
+    d = cfg.data
+    if not tokenizer.is_fast and src.record_format in formats.CONVERSATION_FORMATS:
+        raise UserError("model.tokenizer: conversations need a fast tokenizer (a tokenizer.json) to locate the assistant "
+                        "turns; use a tokenizer folder or hub id that has one", field="model.tokenizer")
+    ensure_chat_template(tokenizer, d, src.record_format)
+    enc = Encoder(cfg, tokenizer, src.record_format, src.where)
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
+                                  "labels": datasets.Sequence(datasets.Value("int32"))})
+    n = len(raw)
+    procs = d.num_proc or (min(os.cpu_count() or 1, 8) if n >= PARALLEL_RECORDS else 1)
+    kwargs = dict(batched=True, with_indices=True, batch_size=1000, remove_columns=raw.column_names, features=features,
+                  num_proc=procs if procs > 1 else None)
+    if not d.cache:
+        return raw.map(enc, **kwargs)
+    folder = cache_dir() / "tokenized" / _key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format,
+                                              d.text_field, d.prompt_template, d.response_template, d.train_on_prompt)
+    src.cache_hit = (folder / "done").exists()
+    if src.cache_hit:
+        return _open_arrow(folder, "tokens")
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    raw.map(enc, cache_file_name=str(tmp / "tokens.arrow"), **kwargs)
+    (tmp / "done").write_text(json.dumps({"records": n, "format": src.record_format}))
+    _publish(tmp, folder)
+    return _open_arrow(folder, "tokens")
+
+
+def _publish(tmp: Path, folder: Path) -> None:
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another process published the same key first: its files are identical
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _open_arrow(folder: Path, stem: str):
+    import datasets
+
+    files = sorted(folder.glob(f"{stem}*.arrow"))
+    parts = [datasets.Dataset.from_file(str(f)) for f in files]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+# -- packing / cutting (vectorised, cached next to the tokens) -----------------------------------------
+def shape(cfg, tokens, name: str, *key_parts):
+    """Pack (or cut) ``tokens`` to ``data.seq_len``; drops sequences with nothing to train. Cached next
+    to the tokens, by ``name``, ``key_parts`` (e.g. the validation split) and every setting that changes it."""
+    import datasets
+
+    d = cfg.data
+    fn = PackTable(d.seq_len) if d.packing else CutTable(d.seq_len)
+    kwargs = dict(batched=True, batch_size=4096, remove_columns=tokens.column_names)
+    arrow = tokens.with_format("arrow")
+    folder = Path(tokens.cache_files[0]["filename"]).parent if tokens.cache_files else None
+    if not d.cache or folder is None or not (folder / "done").exists():
+        return arrow.map(fn, **kwargs).with_format(None)
+    target = folder / f"{name}-{_key(folder.name, d.seq_len, d.packing, *key_parts)}.arrow"
+    if not target.exists():
+        tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}.arrow")
+        arrow.map(fn, cache_file_name=str(tmp), **kwargs)
+        os.replace(tmp, target)
+    return datasets.Dataset.from_file(str(target))
+
+
+class PackTable:
+    """Concatenate a batch of records and cut it into ``seq_len`` blocks (the last partial block of a
+    batch is dropped, as before; a batch shorter than seq_len stays one block). ``position_ids``
+    restart at each document and at each block."""
+
+    def __init__(self, seq_len: int):
+        self.seq_len = seq_len
+
+    def __call__(self, table):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids_col, lab_col = table.column("input_ids").combine_chunks(), table.column("labels").combine_chunks()
+        ids, labels = ids_col.flatten().to_numpy(zero_copy_only=False), lab_col.flatten().to_numpy(zero_copy_only=False)
+        lengths = pc.list_value_length(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+        total = len(ids)
+        if total == 0:
+            return _table([0], [], [], [])
+        block = self.seq_len if total >= self.seq_len else total
+        cut = (total // block) * block
+        idx = np.arange(cut)
+        doc_start = np.repeat(np.cumsum(lengths) - lengths, lengths)[:cut]
+        pos = idx - np.maximum(doc_start, (idx // block) * block)
+        ids, labels = ids[:cut].reshape(-1, block), labels[:cut].reshape(-1, block)
+        keep = (labels != -100).any(axis=1)
+        offsets = np.arange(0, int(keep.sum()) * block + 1, block)
+        return _table(offsets, ids[keep].ravel(), labels[keep].ravel(), pos.reshape(-1, block)[keep].ravel())
+
+
+class CutTable:
+    """Cut each record to ``seq_len`` tokens; drop records with nothing to train."""
+
+    def __init__(self, seq_len: int):
+        self.seq_len = seq_len
+
+    def __call__(self, table):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = pc.list_slice(table.column("input_ids").combine_chunks(), 0, self.seq_len)
+        labels = pc.list_slice(table.column("labels").combine_chunks(), 0, self.seq_len)
+        flat = labels.flatten().to_numpy(zero_copy_only=False)
+        lengths = pc.list_value_length(labels).to_numpy(zero_copy_only=False).astype(np.int64)
+        trained = np.concatenate([[0], np.cumsum(flat != -100)])
+        ends = np.cumsum(lengths)
+        keep = pa.array((trained[ends] - trained[ends - lengths]) > 0)
+        return pa.table({"input_ids": ids.filter(keep), "labels": labels.filter(keep)})
+
+
+def _table(offsets, ids, labels, pos):
+    import pyarrow as pa
+
+    def lists(values):
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
+
+    return pa.table({"input_ids": lists(ids), "labels": lists(labels), "position_ids": lists(pos)})
