@@ -65,9 +65,10 @@ def auto_fields() -> tuple[str, ...]:
 
 
 AUTO_FIELDS = auto_fields()
-# "auto" here means "detect from the input when it is read" (the file's type from its name), not a
-# choice for this machine: it stays "auto" in a resolved config. Every other auto field is the planner's.
-RESOLVED_WHEN_READ = ("data.format",)
+# "auto" here means "detect from the input when it is read" (the file's type from its name, the record
+# format from the records), not a choice for this machine: it stays "auto" in a resolved config, and the
+# data pipeline detects it the same way every time. Every other auto field is the planner's.
+RESOLVED_WHEN_READ = ("data.format", "data.record_format")
 PLANNER_FIELDS = tuple(k for k in AUTO_FIELDS if k not in RESOLVED_WHEN_READ)
 
 
