@@ -35,8 +35,16 @@ class SetupWizard(QtWidgets.QWizard):
         self.review.export.connect(self._export)
 
     def _start(self, config_path: str, run_dir: str) -> None:
+        # The main window hides this wizard while the run starts and shows it again if it fails.
         self.start_requested.emit(config_path, run_dir)
-        self.accept()
+
+    def show_start_failure(self, code: int, text: str) -> None:
+        """Come back on Review with every value kept and the error shown."""
+        self.show()
+        self.raise_()
+        while self.currentPage() is not self.review and self.currentId() != -1:
+            self.next()
+        self.review.show_start_failure(code, text)
 
     def _export(self, config_path: str) -> None:
 

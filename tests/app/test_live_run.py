@@ -83,8 +83,8 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
     wiz.next()
     form = wiz.plan.advanced
     for key, text in (("training.max_steps", "2"), ("data.seq_len", "64"), ("checkpoints.every_steps", "1")):
-        form.editors[key].setText(text)
-        form.editors[key].textEdited.emit(text)
+        form.editors[key].edit.setText(text)
+        form.editors[key].edit.editingFinished.emit()
     wiz.next()
     qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=20000)
     run_dir = wiz.review.run_dir.text()
