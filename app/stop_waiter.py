@@ -17,12 +17,13 @@ ACK_TIMEOUT_S = 60.0  # a step longer than this is unusual: say so instead of wa
 
 
 def run_phase(run_dir: str) -> str:
-    """'asked' (not acknowledged yet), 'saving' (acknowledged), or 'done' (no live supervisor)."""
+    """'asked' (not acknowledged yet), 'saving' (acknowledged, or stopped and exiting), or 'done'
+    (neither the supervisor nor its worker is alive any more)."""
     status = ev.read_status(run_dir) or {}
     state = status.get("state")
-    if state in ("stopped", "finished", "failed") or not pid_alive(status.get("pid")):
+    if not pid_alive(status.get("pid")) and not pid_alive(status.get("worker_pid")):
         return "done"
-    return "saving" if state == "stopping" else "asked"
+    return "saving" if state in ("stopping", "stopped", "finished", "failed") else "asked"
 
 
 class StopWaiter(QtWidgets.QDialog):

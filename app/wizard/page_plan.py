@@ -3,14 +3,13 @@ planner's preset, settings, memory breakdown against the budget, verdict, reason
 and the schema-generated advanced form."""
 from __future__ import annotations
 
-import re
 import typing
 
 from PySide6 import QtCore, QtWidgets
 
 from app.fmt import gib
 from app.wizard.memory_bar import MemoryBar
-from app.wizard.schema_form import FieldEdit, SchemaForm, label_for
+from app.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
 from trainer import config as tc
 
 VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
@@ -174,18 +173,6 @@ def _alt(a) -> str:
     else:
         text = str(a)
     return user_words(text)
-
-
-_DOTTED = re.compile(r"\b(?:" + "|".join(sorted((re.escape(k) for k, *_ in tc.field_docs() if "." in k),
-                                                   key=len, reverse=True)) + r")\b")
-_GB = re.compile(r"(\d(?:[\d.,]*\d)?) ?GB\b")
-
-
-def user_words(text: str) -> str:
-    """Planner text for people: dotted config keys become words ('training.micro_batch_size' →
-    'micro batch size') and every memory figure reads GiB (the planner computes in 2**30 bytes)."""
-    text = _DOTTED.sub(lambda m: label_for(m.group(0)).lower(), str(text))
-    return _GB.sub(lambda m: f"{m.group(1)} GiB", text)
 
 
 def _value(v) -> str:

@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.background import Latest
 from app.wizard.review_checks import ReviewResult, review_check
-from app.wizard.schema_form import label_for
+from app.wizard.schema_form import label_for, user_words
 from trainer import config as tc
 
 PAGE_OF = {"model": "Model page", "data": "Data page", "method": "Method page", "training": "Method page"}
@@ -95,7 +95,8 @@ class ReviewPage(QtWidgets.QWizardPage):
             self.state.problems.emit([p for p in blocking if p[0]])  # beside the fields that caused them
             self.message.setText(self._error_prefix() + "<span style='color:#b00'>Start is blocked until these are "
                                  "fixed (Back to change them):</span><br>" + "<br>".join(
-                                     f"<b>{label_for(k)}</b> ({where(k)}): {_html(m)}" if k else _html(m)
+                                     f"<b>{label_for(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
+                                     else _html(user_words(m))
                                      for k, m in blocking))
         else:
             ready = "Ready: the plan fits and the model, data and machine checks passed."

@@ -10,6 +10,7 @@ pressed, a problem is shown beside the field, and the text stays as typed.
 """
 from __future__ import annotations
 
+import re
 import typing
 
 import yaml
@@ -49,6 +50,27 @@ def label_for(key: str) -> str:
     return words[:1].upper() + words[1:]
 
 
+_DOTTED = re.compile(r"\b(?:" + "|".join(sorted((re.escape(k) for k, *_ in tc.field_docs() if "." in k),
+                                                   key=len, reverse=True)) + r")\b")
+_GB = re.compile(r"(\d(?:[\d.,]*\d)?) ?GB\b")
+
+
+def user_words(text: str) -> str:
+    """Planner text for people: dotted config keys become words ('training.micro_batch_size' →
+    'micro batch size') and every memory figure reads GiB (the planner computes in 2**30 bytes)."""
+    text = _DOTTED.sub(lambda m: label_for(m.group(0)).lower(), str(text))
+    return _GB.sub(lambda m: f"{m.group(1)} GiB", text)
+
+
+class _LineEdit(QtWidgets.QLineEdit):
+    """Enter takes the value and stops there (a dialog's default button must not fire on it)."""
+
+    def keyPressEvent(self, event) -> None:
+        super().keyPressEvent(event)
+        if event.key() in (QtCore.Qt.Key_Return, QtCore.Qt.Key_Enter):
+            event.accept()
+
+
 class FieldEdit(QtWidgets.QWidget):
     """A line edit with its problem shown beside it. ``committed(value)`` when left or on Enter
     (only when the text changed since the last commit); never rewrites the text while focused."""
@@ -57,7 +79,7 @@ class FieldEdit(QtWidgets.QWidget):
 
     def __init__(self, value=None, parent=None):
         super().__init__(parent)
-        self.edit = QtWidgets.QLineEdit(_yaml_text(value))
+        self.edit = _LineEdit(_yaml_text(value))
         self.error = QtWidgets.QLabel()
         self.error.setStyleSheet("color:#c0392b")
         self.error.setWordWrap(True)
