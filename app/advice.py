@@ -61,7 +61,7 @@ def failure_advice(data: RunData) -> Advice:
 
 
 def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
-    """'Close brave to free 0.4 GB' for each other process holding VRAM."""
+    """'Close brave to free 0.4 GiB' for each other process holding VRAM."""
     me = _user()
     out, desktop = [], []
     for p in gpu.get("processes") or ():
@@ -97,9 +97,10 @@ def vram_and_heat(gpu: dict) -> list[Advice]:
     temp = gpu.get("temperature_c")
     throttled = is_throttled(gpu)
     if (temp is not None and temp >= HOT_C) or throttled:
-        why = ", ".join(str(r) for r in gpu.get("throttle_reasons") or ()) or "none reported"
+        why = ", ".join(str(r) for r in gpu.get("throttle_reasons") or ())
+        state = f"throttling ({why})" if throttled else "hot, not throttling yet"
         laptop = " Raise the laptop for airflow, keep it plugged in, or use a cooling pad;" if gpu.get("is_laptop") else ""
-        out.append(Advice("heat", "warning", f"GPU at {temp if temp is not None else '?'} °C, throttling: {why}."
+        out.append(Advice("heat", "warning", f"GPU at {temp if temp is not None else '?'} °C, {state}."
                           f"{laptop} a lower power limit (nvidia-smi -pl) costs less speed than thermal throttling."))
     return out
 

@@ -33,8 +33,10 @@ class _Task(QtCore.QRunnable):
 class Latest(QtCore.QObject):
     """Calls ``on_result(result)`` or ``on_error(exc)`` for the newest ``submit`` only."""
 
-    def __init__(self, on_result: Callable[[Any], None], on_error: Callable[[Exception], None], parent=None):
+    def __init__(self, on_result: Callable[[Any], None], on_error: Callable[[Exception], None], parent=None,
+                 pool: QtCore.QThreadPool | None = None):
         super().__init__(parent)
+        self._pool = pool
         self._bridge = _Bridge(self)
         self._bridge.done.connect(self._deliver)
         self._on_result, self._on_error = on_result, on_error
@@ -45,7 +47,7 @@ class Latest(QtCore.QObject):
         """Run ``fn()`` in the global thread pool (older pending results will be dropped)."""
         self._token += 1
         self.busy = True
-        QtCore.QThreadPool.globalInstance().start(_Task(fn, self._bridge, self._token))
+        (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self._bridge, self._token))
 
     def cancel(self) -> None:
         """Drop the result of any pending call (it still runs to completion)."""
@@ -60,3 +62,10 @@ class Latest(QtCore.QObject):
             self._on_error(error)
         else:
             self._on_result(result)
+
+
+def own_pool(threads: int = 1) -> QtCore.QThreadPool:
+    """A private pool (work in it never waits behind planning in the global pool, nor the reverse)."""
+    pool = QtCore.QThreadPool()
+    pool.setMaxThreadCount(threads)
+    return pool

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -45,9 +46,14 @@ class Dashboard(QtWidgets.QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
+        self.progress = ProgressStrip()
+        self.progress.hide()
+        top = QtWidgets.QHBoxLayout()
+        top.addWidget(self.headline, 1)
+        top.addWidget(self.progress)
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.headline)
+        lay.addLayout(top)
         lay.addWidget(self.graphs, 1)
 
     def _build_plots(self) -> None:
@@ -61,6 +67,9 @@ class Dashboard(QtWidgets.QWidget):
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMouseEnabled(x=True, y=False)
             plot.setMenuEnabled(False)
+            # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250");
+            # step axes never below a few steps.
+            plot.setLimits(minXRange=60 if timed else 4)
             _fast_axes(plot)
             self.plots[key] = plot
         colors = {"vram": "#1f77b4", "temp": "#d62728", "power": "#ff7f0e",
@@ -115,12 +124,21 @@ class Dashboard(QtWidgets.QWidget):
         d = self._data
         if d is None:
             self.headline.setText("No run selected")
+            self.progress.hide()
+            return
+        if not d.loaded and d.run_dir is not None:
+            # Still reading a long run's backlog: redrawing a growing day of points every tick
+            # would cost frames for nothing; the plots draw once it is all read.
+            text = f"Reading the run… {len(d.loss):,} steps, {len(d.host_ram_available):,} samples so far"
+            if self._changed("headline", text):
+                self.headline.setText(text)
             return
         self._bind("vram", d.vram_used, 1 / GIB)
         self._bind("temp", d.temperature)
         self._bind("power", d.power)
         self._bind("util", d.utilization)
-        self._bind("tps", d.tokens_per_s)
+        if self._bind("tps", d.tokens_per_s):
+            self._range_from_zero("tps", d.tokens_per_s)
         self._bind("loss", d.loss)
         self._bind("lr", d.lr)
         total = d.vram_total.last()
@@ -141,6 +159,11 @@ class Dashboard(QtWidgets.QWidget):
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
+        prog = progress(d)
+        if self._changed("progress", prog):
+            self.progress.setVisible(prog is not None)
+            if prog is not None:
+                self.progress.set_progress(*prog)
 
     def _changed(self, key: str, value) -> bool:
         if key in self._seen and self._seen[key] == value:
@@ -148,13 +171,21 @@ class Dashboard(QtWidgets.QWidget):
         self._seen[key] = value
         return True
 
-    def _bind(self, name: str, series, scale: float = 1.0) -> None:
+    def _bind(self, name: str, series, scale: float = 1.0) -> bool:
         if self._seen.get(name) == series.version:
-            return
+            return False
         self._seen[name] = series.version
         y = series.y if scale == 1.0 else series.y * scale
         gaps = series.has_nan
         self.curves[name].setData(series.x, y, connect="finite" if gaps else "all", skipFiniteCheck=not gaps)
+        return True
+
+    def _range_from_zero(self, name: str, series) -> None:
+        """Throughput reads from zero: a flat 20,414 tokens/s must not fill the plot as noise."""
+        if not len(series) or np.all(np.isnan(series.y)):
+            return
+        top = float(np.nanmax(series.y))
+        self.plots[name].setYRange(0, top * 1.15 if top > 0 else 1, padding=0)
 
     def _shade_throttling(self, periods: list[list[float]]) -> None:
         temps = self._data.temperature
@@ -171,10 +202,38 @@ class Dashboard(QtWidgets.QWidget):
         x = self.throttle.xData
         return [] if x is None else [(float(x[i]), float(x[i + 2])) for i in range(0, len(x), 4)]
 
+class ProgressStrip(QtWidgets.QWidget):
+    """'step / total' as a filled bar. Painted by us: QProgressBar.setValue repaints synchronously,
+    which redraws the plots beneath it in the same call (measured: 0.24 s with a day of data)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.step, self.total = 0, 0
+        self.setFixedSize(240, 18)
+
+    def set_progress(self, step: int, total: int) -> None:
+        """Show ``step`` of ``total`` (schedules a repaint; never paints now)."""
+        self.step, self.total = min(step, total), total
+        self.setToolTip(f"{self.step:,} of {self.total:,} steps")
+        self.update()
+
+    def paintEvent(self, _event) -> None:
+        p = QtGui.QPainter(self)
+        r = self.rect().adjusted(0, 0, -1, -1)
+        p.fillRect(r, QtGui.QColor("#eee"))
+        if self.total:
+            p.fillRect(QtCore.QRectF(r.left(), r.top(), r.width() * self.step / self.total, r.height()),
+                       QtGui.QColor("#6baed6"))
+        p.setPen(QtGui.QColor("#888"))
+        p.drawRect(r)
+        p.setPen(QtGui.QColor("#222"))
+        pct = f" ({self.step / self.total:.0%})" if self.total else ""
+        p.drawText(r, QtCore.Qt.AlignCenter, f"{self.step:,} / {self.total:,} steps{pct}")
+        p.end()
+
+
 def throttle_outline(periods: list[list[float]], end_now: float | None):
     """x, y of rectangles (-1e4 to 1e4 °C) over each throttling period, for one filled curve."""
-    import numpy as np
-
     spans = [(a, b if b is not None else (end_now or a)) for a, b in periods]
     x = np.array([v for a, b in spans for v in (a, a, b, b)], dtype=float)
     y = np.tile([-1e4, 1e4, 1e4, -1e4], len(spans)).astype(float)
@@ -194,20 +253,43 @@ def _fast_axes(plot: pg.PlotItem) -> None:
 
 
 def headline_text(d: RunData) -> str:
-    """'step 12 of 40 · effective batch 8 · ETA 1 min 3 s · running' for the dashboard's top line."""
+    """'step 12 of 40 · effective batch 8 · ETA 1 min 3 s · running' for the dashboard's top line.
+    The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
     parts = []
     s = d.last_step
+    alive = d.is_alive()
     if s:
         parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
         eb = d.effective_batch()
         if eb:
             parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
         eta = s.get("eta_seconds")
-        if isinstance(eta, (int, float)) and not math.isnan(eta):
+        if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
             parts.append(f"ETA {fmt.duration(eta)}")
         if isinstance(s.get("loss"), (int, float)):
             parts.append(f"loss {s['loss']:.4g}")
-    else:
+    elif alive or d.run_dir is None:
         parts.append("waiting for the first step")
-    parts.append(d.state)
+    parts.append(state_words(d))
     return " · ".join(parts)
+
+
+def state_words(d: RunData) -> str:
+    """The run's state for people, true for dead runs too (a 'running' status with no live process
+    is a run that crashed or was killed: Resume continues it)."""
+    state = d.state
+    if d.run_dir is not None and state in ("starting", "running", "stopping") and not d.is_alive():
+        return "not running (ended without a final status; Resume continues from the last checkpoint)"
+    if state == "stopped":
+        return "stopped (Resume continues from the last checkpoint)"
+    return state
+
+
+def progress(d: RunData) -> tuple[int, int] | None:
+    """(step, max_steps) of the last step event, for a progress bar; None before the first step."""
+    s = d.last_step or {}
+    step, total = s.get("step"), s.get("max_steps")
+    if isinstance(step, int) and isinstance(total, int) and total > 0:
+        return step, total
+    return None
+

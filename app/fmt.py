@@ -3,12 +3,7 @@ from __future__ import annotations
 
 import time
 
-
-def gib(n: float | None, digits: int = 1) -> str:
-    """Bytes as '15.9 GB' (binary GiB, labelled GB as Windows and nvidia-smi do); '?' for None."""
-    if n is None:
-        return "?"
-    return f"{n / (1 << 30):.{digits}f} GB"
+from trainer.core.units import gib  # noqa: F401 (the one formatter: '15.9 GiB', as the CLI prints)
 
 
 def duration(seconds: float | None) -> str:

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from app import settings
+from app import platform_check, settings
 
 
 def _args(argv):
@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     """Start the app; returns the exit code."""
     args = _args(sys.argv[1:] if argv is None else argv)
     smoke = args.smoke_exit or os.environ.get("TRAINPILOT_SMOKE_EXIT") == "1"
+    if not platform_check.check():
+        return 1  # Qt would abort with only "could not load the Qt platform plugin"; we said which library
     from PySide6 import QtCore, QtWidgets
 
     from app.main_window import MainWindow

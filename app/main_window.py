@@ -9,14 +9,15 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app import advice, settings
+from app import advice, failed_start, settings
 from app.export_dialog import ExportDialog
 from app.hardware import HardwareMonitor
 from app.header import HardwareHeader
 from app.monitor import Monitor
-from app.run_controller import RunController, end_process
+from app.run_controller import RunController
 from app.run_list import RunList
 from app.run_view import RunView
+from app.stop_waiter import StopWaiter
 from app.wizard.wizard import SetupWizard
 
 KEEP, STOP_AND_SAVE, CANCEL = "keep", "stop", "cancel"
@@ -48,6 +49,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._layout()
         self._connect()
         self.wizard = None
+        self._wizard_runs: dict[str, tuple] = {}  # run_dir → (wizard, config path) until the run is under way
         self.started = False
         geometry = settings.settings().value("geometry")
         if geometry is not None:
@@ -99,6 +101,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.launched.connect(self._on_launched)
         self.runs.exited.connect(self._on_exited)
         self.runs.stop_overdue.connect(self._ask_kill)
+        self.runs.refused.connect(self._on_refused)
+        self.monitor.tick.connect(self._forget_started_wizards)
         self.run_view.warnings.end_process.connect(self._ask_end_process)
 
     def finish_startup(self) -> None:
@@ -164,7 +168,8 @@ class MainWindow(QtWidgets.QMainWindow):
         return str(run_dir)
 
     def start_config(self, config_path: str, run_dir: str) -> None:
-        """Start ``config_path`` into ``run_dir`` (from the wizard's Start)."""
+        """Start ``config_path`` into ``run_dir``. From the wizard, it is kept (hidden) until the run
+        is under way, so a failed start returns to it with every value."""
         self.runs.start(config_path, run_dir)
 
     def _selected_dir(self) -> str | None:
@@ -188,23 +193,60 @@ class MainWindow(QtWidgets.QMainWindow):
             ExportDialog(self._selected_dir(), parent=self).open()
 
     def open_wizard(self) -> None:
-        """Open the setup wizard (non-modal)."""
-
+        """Open the setup wizard (non-modal). A wizard whose run failed to start comes back with the
+        user's values; otherwise a fresh one."""
+        if self.wizard is not None and self.wizard.isVisible():
+            self.wizard.raise_()
+            return
         self.wizard = SetupWizard(self.hardware, parent=self)
-        self.wizard.start_requested.connect(self.start_config)
+        self.wizard.start_requested.connect(lambda c, r, w=self.wizard: self._start_from_wizard(w, c, r))
         self.wizard.show()
+
+    def _start_from_wizard(self, wizard, config_path: str, run_dir: str) -> None:
+        self._wizard_runs[run_dir] = (wizard, config_path)
+        wizard.hide()
+        self.start_config(config_path, run_dir)
 
     # -- events from controllers ----------------------------------------------------------------
     def _on_launched(self, run_dir: str) -> None:
         self.open_run(run_dir) if Path(run_dir).exists() else QtCore.QTimer.singleShot(1000, lambda: self._on_launched(run_dir))
 
     def _on_exited(self, run_dir: str, code: int, stderr_tail: str) -> None:
+        wizard, config_path = self._wizard_runs.pop(run_dir, (None, None))
+        if code != 0:
+            failed_start.record(run_dir, config_path, code, stderr_tail, self.runs.log_stem(run_dir))
         self.monitor.rescan()
-        if code not in (0,) and stderr_tail:
+        if code == 0:
+            return
+        if wizard is not None:
+            self.open_run(run_dir)  # the failed run is listed, with its log
+            self.wizard = wizard
+            wizard.show_start_failure(code, stderr_tail)
+            return
+        if stderr_tail:
             box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
                                         f"{Path(run_dir).name} ended with exit code {code}:\n\n{stderr_tail}",
                                         parent=self)
             box.open()
+
+    def _on_refused(self, run_dir: str, why: str) -> None:
+        wizard, _ = self._wizard_runs.pop(run_dir, (None, None))
+        if wizard is not None:
+            self.wizard = wizard
+            wizard.show_start_failure(2, why)
+        else:
+            self.statusBar().showMessage(f"Not started: {why}", 15000)
+
+    def _forget_started_wizards(self) -> None:
+        """A wizard's run that reached its first step is under way: its wizard is done."""
+        d = self.monitor.current
+        if d is not None and d.last_step and str(d.run_dir) in {str(Path(r).resolve()) for r in self._wizard_runs}:
+            for r in [r for r in self._wizard_runs if str(Path(r).resolve()) == str(d.run_dir)]:
+                wizard, _ = self._wizard_runs.pop(r)
+                if wizard is not self.wizard:
+                    wizard.deleteLater()
+                elif not wizard.isVisible():
+                    self.wizard = None
 
     def _ask_kill(self, run_dir: str) -> None:
         answer = QtWidgets.QMessageBox.question(
@@ -217,8 +259,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _ask_end_process(self, pid: int, name: str) -> None:
         answer = QtWidgets.QMessageBox.question(
             self, f"End {name}?", f"End {name} (pid {pid})? Unsaved work in it will be lost.")
-        if answer == QtWidgets.QMessageBox.Yes and not end_process(pid):
-            self.statusBar().showMessage(f"Could not end {name} (pid {pid}).", 10000)
+        if answer == QtWidgets.QMessageBox.Yes:
+            self.runs.end_process(pid, name)  # terminate and wait off the GUI thread
 
     def paintEvent(self, event: QtGui.QPaintEvent) -> None:
         super().paintEvent(event)
@@ -245,6 +287,17 @@ class MainWindow(QtWidgets.QMainWindow):
         box.exec()
         return KEEP if box.clickedButton() is keep else STOP_AND_SAVE if box.clickedButton() is stop else CANCEL
 
+    def stop_before_closing(self, runs: list[str]) -> bool:
+        """Write each run's stop request, then wait (events keep flowing) until every run has
+        stopped, the user chooses to close meanwhile, or says why not. True: close now."""
+        failed = [r for r in runs if not self.runs.stop(r)]
+        if failed:
+            QtWidgets.QMessageBox.warning(self, "Could not stop", "The stop request could not be written for "
+                                          + ", ".join(Path(r).name for r in failed) + "; the window stays open.")
+            return False
+        waiter = StopWaiter(runs, self)
+        return waiter.wait()
+
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         live = self.alive_runs()
         if live:
@@ -252,9 +305,9 @@ class MainWindow(QtWidgets.QMainWindow):
             if choice == CANCEL:
                 event.ignore()
                 return
-            if choice == STOP_AND_SAVE:
-                for run_dir in live:
-                    self.runs.stop(run_dir)
+            if choice == STOP_AND_SAVE and not self.stop_before_closing(live):
+                event.ignore()
+                return
         settings.settings().setValue("geometry", self.saveGeometry())
         self.hardware.stop()
         event.accept()

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 from PySide6 import QtCore
 
 from app import settings
-from app.commands import Job, cli_args
+from app.commands import cli_args
+from app.background import Latest
 from app.facts import pid_alive
+from trainer.core.processes import end_process, kill_tree
 from trainer.rundir import events as ev
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
@@ -44,14 +47,17 @@ class RunController(QtCore.QObject):
     launched = QtCore.Signal(str)              # run_dir
     exited = QtCore.Signal(str, int, str)      # run_dir, exit code, stderr tail
     stop_overdue = QtCore.Signal(str)          # run_dir: graceful stop took longer than the timeout
+    killed = QtCore.Signal(str, int)           # run_dir, processes killed
+    refused = QtCore.Signal(str, str)          # run_dir, why a start was refused
 
     def __init__(self, parent=None, stop_timeout_s: float = STOP_TIMEOUT_S):
         super().__init__(parent)
         self.stop_timeout_s = stop_timeout_s
         self.children: dict[str, tuple[subprocess.Popen, Path]] = {}
         self._stopping: dict[str, QtCore.QElapsedTimer] = {}
-        self._jobs: set[Job] = set()
         self._trees: dict[str, tuple[float, list[int]]] = {}
+        self._kills: set = set()
+        self._stems: dict[str, Path] = {}
         self._timer = QtCore.QTimer(self, interval=500, timeout=self._poll)
         self._timer.start()
 
@@ -69,36 +75,48 @@ class RunController(QtCore.QObject):
         """``trainpilot-cli resume RUN_DIR``: continue a stopped or crashed run from its checkpoint."""
         self._launch(run_dir, "resume", run_dir)
 
-    def stop(self, run_dir: str) -> None:
-        """Ask for a graceful stop (``trainpilot-cli stop``: the worker saves a checkpoint, exits 0)."""
-        job = Job("stop", run_dir, parent=self)
-        self._jobs.add(job)
-        job.done.connect(lambda code, _o, _e, j=job: self._stop_sent(run_dir, j, code))
-        job.start()
+    def stop(self, run_dir: str) -> bool:
+        """Ask for a graceful stop: write the STOP file ``trainpilot-cli stop`` writes (the worker
+        saves a checkpoint and exits 0). A file write, not a child process, so it is done when this
+        returns, also when the window closes right after. False (and a message) when it failed."""
+        try:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            (Path(run_dir) / ev.STOP_FILE).write_text(f"TrainPilot window at {stamp}\n", encoding="utf-8")
+        except OSError as exc:
+            self.message.emit(f"Stop request failed: could not write {Path(run_dir) / ev.STOP_FILE}: {exc}")
+            return False
         timer = QtCore.QElapsedTimer()
         timer.start()
         self._stopping[run_dir] = timer
         self.message.emit("Saving checkpoint… (the run stops after its current step)")
+        return True
 
-    def kill_tree(self, run_dir: str) -> int:
-        """Kill the supervisor and every descendant (the last resort). Returns processes signalled."""
-        pids = set(self.tree_pids(run_dir, max_age_s=0))
-        procs = []
-        for pid in pids:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(procs, timeout=5)
+    def kill_tree(self, run_dir: str, wait: bool = False) -> None:
+        """Kill the supervisor and every descendant (the last resort). The kill and the wait for
+        the processes to go run on a worker thread; ``killed(run_dir, n)`` reports. ``wait=True``
+        blocks instead (test teardown only, never the GUI)."""
+        pid = self.supervisor_pid(run_dir)
         self._stopping.pop(run_dir, None)
-        self.message.emit(f"Killed {len(procs)} process(es) of {Path(run_dir).name}; Resume continues "
+        if wait:
+            self._killed(run_dir, kill_tree(pid) if pid else 0)
+            return
+        job = Latest(lambda n: self._killed(run_dir, n), lambda exc: self.message.emit(f"Kill failed: {exc}"), self)
+        self._kills.add(job)
+        job.submit(lambda: kill_tree(pid) if pid else 0)
+
+    def _killed(self, run_dir: str, n: int) -> None:
+        self._trees.pop(run_dir, None)
+        self.message.emit(f"Killed {n} process(es) of {Path(run_dir).name}; Resume continues "
                           "from the last complete checkpoint.")
-        return len(procs)
+        self.killed.emit(run_dir, n)
+
+    def end_process(self, pid: int, name: str) -> None:
+        """Terminate one of the user's own processes (after the view confirmed), off the GUI
+        thread; says in the status bar when it could not."""
+        job = Latest(lambda ok: ok or self.message.emit(f"Could not end {name} (pid {pid})."),
+                     lambda exc: self.message.emit(f"Could not end {name}: {exc}"), self)
+        self._kills.add(job)
+        job.submit(lambda: end_process(pid))
 
     # -- queries --------------------------------------------------------------------------------
     def supervisor_pid(self, run_dir: str) -> int | None:
@@ -112,8 +130,6 @@ class RunController(QtCore.QObject):
     def tree_pids(self, run_dir: str, max_age_s: float = TREE_CACHE_S) -> list[int]:
         """The supervisor's pid and all its descendants' (for 'is this GPU process ours'),
         at most ``max_age_s`` seconds old."""
-        import time
-
         cached = self._trees.get(run_dir)
         if cached and time.monotonic() - cached[0] < max_age_s:
             return cached[1]
@@ -131,12 +147,31 @@ class RunController(QtCore.QObject):
         except psutil.NoSuchProcess:
             return []
 
+    def log_stem(self, run_dir: str) -> Path | None:
+        """``<logs>/<run>-<command>``: the stem of the last command's .stdout.log/.stderr.log."""
+        return self._stems.get(run_dir)
+
     def is_stopping(self, run_dir: str) -> bool:
         """True between a stop request and the run's exit."""
         return run_dir in self._stopping
 
     # -- internals ------------------------------------------------------------------------------
+    def busy(self, run_dir: str) -> str | None:
+        """Why ``run_dir`` cannot be started now (one run per folder), or None."""
+        child = self.children.get(run_dir)
+        if child and child[0].poll() is None:
+            return f"{Path(run_dir).name} is already starting or running (pid {child[0].pid})."
+        pid = self.supervisor_pid(run_dir)
+        if pid is not None:
+            return f"{Path(run_dir).name} is already running (pid {pid}); stop it first."
+        return None
+
     def _launch(self, run_dir: str, *args: str) -> None:
+        why = self.busy(run_dir)
+        if why:
+            self.message.emit(f"Not started: {why}")
+            self.refused.emit(run_dir, why)
+            return
         stem = settings.logs_dir() / f"{Path(run_dir).name}-{args[0]}"
         try:
             proc = _popen_detached(cli_args(*args), stem)
@@ -144,14 +179,10 @@ class RunController(QtCore.QObject):
             self.message.emit(f"Could not start trainpilot-cli: {exc}")
             return
         self.children[run_dir] = (proc, stem)
+        self._stems[run_dir] = stem
         self._stopping.pop(run_dir, None)
         self.launched.emit(run_dir)
         self.message.emit(f"Started {args[0]} in {run_dir} (pid {proc.pid})")
-
-    def _stop_sent(self, run_dir: str, job: Job, code: int) -> None:
-        self._jobs.discard(job)
-        if code != 0:
-            self.message.emit(f"Stop request failed: {job.error_text()}")
 
     def _poll(self) -> None:
         for run_dir, (proc, stem) in list(self.children.items()):
@@ -177,17 +208,3 @@ def _tail(path: Path, lines: int = 8) -> str:
     except OSError:
         return ""
     return "\n".join([ln for ln in text.replace("\r", "\n").splitlines() if ln.strip()][-lines:])
-
-
-def end_process(pid: int) -> bool:
-    """Terminate one of the user's own processes (after the view confirmed). True when it ended."""
-    try:
-        p = psutil.Process(pid)
-        p.terminate()
-        p.wait(timeout=5)
-        return True
-    except psutil.TimeoutExpired:
-        p.kill()
-        return True
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False

@@ -25,6 +25,8 @@ class RunView(QtWidgets.QWidget):
         self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
         self.failure.hide()
+        self.model_bar = ModelBar()
+        self.model_bar.hide()
         self.dashboard = None  # built by build_dashboard(): pyqtgraph takes ~0.3 s to import
         self.warnings = WarningsView()
         self.log = _text_view()
@@ -37,6 +39,7 @@ class RunView(QtWidgets.QWidget):
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.failure)
+        lay.addWidget(self.model_bar)
         lay.addWidget(self.tabs, 1)
         self._log_size = -1
 
@@ -77,7 +80,9 @@ class RunView(QtWidgets.QWidget):
         d = self.data
         if d is None or d.run_dir is None:
             self.failure.hide()
+            self.model_bar.hide()
             return
+        self.model_bar.show_model(d.final_model())
         self._refresh_log(d)
         if d.failure:
             tail = "\n".join(d.log_tail(8))
@@ -96,6 +101,49 @@ class RunView(QtWidgets.QWidget):
             self._log_size = size
             self.log.setPlainText("\n".join(d.log_tail(LOG_LINES)))
             self.log.moveCursor(QtGui.QTextCursor.End)
+
+
+class ModelBar(QtWidgets.QFrame):
+    """'Your model: …/final' with Open folder, and Try it / Export model buttons that appear only
+    when a handler is connected (``connect_action``): nothing here is a dead end."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setStyleSheet("ModelBar { background:#e6f4ea; border-radius:4px }")
+        self.path: str | None = None
+        self.label = QtWidgets.QLabel()
+        self.label.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.open_button = QtWidgets.QPushButton("Open folder", clicked=self._open)
+        self.buttons: dict[str, QtWidgets.QPushButton] = {}
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(8, 4, 8, 4)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.open_button)
+        for key, text in (("try", "Try it"), ("export", "Export model…")):
+            b = QtWidgets.QPushButton(text)
+            b.hide()
+            self.buttons[key] = b
+            lay.addWidget(b)
+
+    def connect_action(self, key: str, handler) -> None:
+        """Show the 'try' or 'export' button; pressing it calls ``handler(final_path)``."""
+        b = self.buttons[key]
+        b.clicked.connect(lambda: self.path and handler(self.path))
+        b.show()
+
+    def show_model(self, final) -> None:
+        """Show the bar for a finished run's ``final`` folder (None hides it)."""
+        path = str(final) if final is not None else None
+        if path == self.path and self.isVisible() == (path is not None):
+            return
+        self.path = path
+        self.setVisible(path is not None)
+        if path is not None:
+            self.label.setText(f"<b>Your model:</b> {path}")
+
+    def _open(self) -> None:
+        if self.path:
+            QtGui.QDesktopServices.openUrl(QtCore.QUrl.fromLocalFile(self.path))
 
 
 def _text_view() -> QtWidgets.QPlainTextEdit:

@@ -1,11 +1,27 @@
 """A stacked bar of the planner's memory breakdown against the VRAM budget (a painted view)."""
 from __future__ import annotations
 
+import zlib
+
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.fmt import gib
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+# The planner's components, each with its own colour for every method and plan: a colour keeps
+# its meaning (the position in a breakdown does not decide it).
+COMPONENT_COLORS = {
+    "weights": "#1f77b4", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
+    "activations": "#9467bd", "recompute": "#c5b0d5", "logits_loss": "#8c564b", "fragmentation": "#7f7f7f",
+    "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2",
+}
+
+
+def color_for(component: str) -> str:
+    """The colour of a breakdown component (a fixed one for the planner's names; others hash to one)."""
+    return COMPONENT_COLORS.get(component) or PALETTE[zlib.crc32(component.encode("utf-8")) % len(PALETTE)]
 
 
 class MemoryBar(QtWidgets.QWidget):
@@ -35,9 +51,9 @@ class MemoryBar(QtWidgets.QWidget):
         rect = self.rect().adjusted(1, 1, -1, -46)
         scale_max = max(self.total(), self.budget or 0) * 1.05 or 1.0
         x = float(rect.left())
-        for i, (name, v) in enumerate(self.segments):
+        for name, v in self.segments:
             w = rect.width() * v / scale_max
-            p.fillRect(QtCore.QRectF(x, rect.top(), w, rect.height()), QtGui.QColor(PALETTE[i % len(PALETTE)]))
+            p.fillRect(QtCore.QRectF(x, rect.top(), w, rect.height()), QtGui.QColor(color_for(name)))
             x += w
         p.setPen(QtGui.QPen(QtGui.QColor("#888"), 1))
         p.drawRect(rect)
@@ -51,7 +67,7 @@ class MemoryBar(QtWidgets.QWidget):
     def _legend(self, p: QtGui.QPainter, rect: QtCore.QRect) -> None:
         x, y = rect.left(), rect.bottom() + 18
         fm = p.fontMetrics()
-        items = [(PALETTE[i % len(PALETTE)], f"{name} {gib(v)}") for i, (name, v) in enumerate(self.segments)]
+        items = [(color_for(name), f"{name.replace('_', ' ')} {gib(v)}") for name, v in self.segments]
         if self.budget:
             items.append(("#000000", f"budget {gib(self.budget)}"))
         for color, text in items:

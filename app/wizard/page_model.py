@@ -6,6 +6,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
+from app import hub
 from app.background import Latest
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
@@ -57,20 +58,22 @@ class ModelPage(QtWidgets.QWizardPage):
         super().__init__(parent)
         self.state = state
         self.setTitle("Model")
-        self.setSubTitle("A Hugging Face hub id (from your local cache) or a folder with config.json. Nothing downloads here.")
+        self.setSubTitle("A model from the Hugging Face hub (downloaded with your OK), a folder with config.json, or a "
+                         "shipped architecture for testing.")
         self.source = QtWidgets.QLineEdit(str(state.values["model.source"]))
         browse = QtWidgets.QPushButton("Folder…", clicked=self._browse)
         self.facts = QtWidgets.QLabel("…")
         self.facts.setWordWrap(True)
         self.shipped = QtWidgets.QListWidget()
-        self.shipped.itemDoubleClicked.connect(lambda item: self.source.setText(item.data(QtCore.Qt.UserRole)))
+        self.shipped.itemDoubleClicked.connect(lambda item: self.use_architecture(item.data(QtCore.Qt.UserRole)))
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.source, 1)
         row.addWidget(browse)
         lay = QtWidgets.QVBoxLayout(self)
         lay.addLayout(row)
         lay.addWidget(self.facts)
-        lay.addWidget(QtWidgets.QLabel("Shipped architectures that fit this machine (double-click to use):"))
+        lay.addWidget(QtWidgets.QLabel("Shipped architectures — <b>random weights, for testing</b> (no trained "
+                                       "knowledge; the bundled demo tokenizer). Double-click to use:"))
         lay.addWidget(self.shipped, 1)
         self._model_job = Latest(self._show_facts, self._show_error, self)
         self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
@@ -96,9 +99,22 @@ class ModelPage(QtWidgets.QWizardPage):
         snap, cfg = self.state.snapshot(), self.state.config()
         self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
 
+    def use_architecture(self, name: str) -> None:
+        """Train the shipped architecture ``name`` from random weights with the bundled demo
+        tokenizer (for testing the machine and the pipeline; it learns nothing useful)."""
+        self.source.setText(name)
+        self._look_up()
+
     def _look_up(self) -> None:
         text = self.source.text().strip()
-        self.state.set("model.source", text)
+        if hub.is_shipped_architecture(text):
+            self.state.update({"model.source": text, "model.architecture": text, "model.tokenizer": "demo"})
+        else:
+            changes = {"model.source": text}
+            if self.state.values.get("model.architecture") and hub.is_shipped_architecture(
+                    self.state.values.get("model.architecture")):
+                changes.update({"model.architecture": None, "model.tokenizer": None})  # set here, undone here
+            self.state.update(changes) if len(changes) > 1 else self.state.set("model.source", text)
         snap, cfg = self.state.snapshot(), self.state.config()
         self.facts.setText(f"Reading {text}…")
         self._model_job.submit(lambda: fits_table(text, cfg, snap))
@@ -111,7 +127,10 @@ class ModelPage(QtWidgets.QWizardPage):
         if spec.max_positions and isinstance(seq, int) and seq > spec.max_positions:
             self.state.set("data.seq_len", spec.max_positions)  # the model cannot see further back
             capped = f"<br>Sequence length set to this model's maximum, {spec.max_positions} tokens."
-        self.facts.setText(f"<b>{spec.name or self.source.text()}</b> — {spec.family}, "
+        kind = (" — <span style='color:#b35900'><b>random weights — for testing</b></span> (a shipped "
+                "architecture: no trained knowledge; trained with the bundled demo tokenizer)"
+                if hub.is_shipped_architecture(self.source.text().strip()) else "")
+        self.facts.setText(f"<b>{spec.name or self.source.text()}</b>{kind} — {spec.family}, "
                            f"{spec.params / 1e6:,.1f} M parameters, {spec.layers} layers, hidden {spec.hidden}, "
                            f"vocabulary {spec.vocab:,}.<br>Here: {verdicts}.{capped}")
 
@@ -121,7 +140,8 @@ class ModelPage(QtWidgets.QWizardPage):
     def _show_shipped(self, rows) -> None:
         self.shipped.clear()
         for name, params, method in rows:
-            item = QtWidgets.QListWidgetItem(f"{name} — {params / 1e6:,.0f} M parameters, {method}")
+            item = QtWidgets.QListWidgetItem(f"{name} — {params / 1e6:,.0f} M parameters, random weights — for "
+                                             f"testing ({method} fits here)")
             item.setData(QtCore.Qt.UserRole, name)
             self.shipped.addItem(item)
         if not rows:

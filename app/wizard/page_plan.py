@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.fmt import gib
 from app.wizard.memory_bar import MemoryBar
-from app.wizard.schema_form import SchemaForm
+from app.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
 from trainer import config as tc
 
 VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
@@ -34,10 +34,23 @@ class PlanPage(QtWidgets.QWizardPage):
             method_row.addWidget(b)
         self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
         self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
+        fields = tc.TrainingConfig.model_fields
+        self.length_kind = QtWidgets.QComboBox()
+        self.length_kind.addItem("steps", "steps")
+        self.length_kind.addItem("epochs (passes over the data)", "epochs")
+        self.length = FieldEdit(state.values["training.max_steps"])
+        self.length.setToolTip(f"{fields['max_steps'].description} / {fields['epochs'].description}")
+        length_row = QtWidgets.QHBoxLayout()
+        length_row.addWidget(self.length, 1)
+        length_row.addWidget(self.length_kind)
+        self.learning_rate = FieldEdit(state.values["training.learning_rate"])
+        self.learning_rate.setToolTip(fields["learning_rate"].description)
         form = QtWidgets.QFormLayout()
         form.addRow("Method", method_row)
+        form.addRow("Train for", length_row)
+        form.addRow("Learning rate", self.learning_rate)
         form.addRow("Sequence length (tokens)", self.seq_len)
-        form.addRow("Effective batch (samples per step)", self.batch)
+        form.addRow("Effective batch (samples per optimizer step)", self.batch)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
         self.bar = MemoryBar()
@@ -66,9 +79,18 @@ class PlanPage(QtWidgets.QWizardPage):
         self.seq_len.valueChanged.connect(lambda v: self.state.set("data.seq_len", v))
         self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
         self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
+        self.learning_rate.committed.connect(lambda v: self.state.set("training.learning_rate", v))
+        self.length.committed.connect(self._length_committed)
+        self.length_kind.currentIndexChanged.connect(lambda _i: self._length_committed(self.length.value()))
         self.state.values_changed.connect(self._sync)
         self.state.plan_ready.connect(self.show_plan)
         self.state.problems.connect(self._show_problems)
+
+    def _length_committed(self, value) -> None:
+        if self.length_kind.currentData() == "epochs":
+            self.state.update({"training.max_steps": None, "training.epochs": value})
+        else:
+            self.state.set("training.max_steps", value)
 
     def initializePage(self) -> None:
         self._sync("")
@@ -92,32 +114,47 @@ class PlanPage(QtWidgets.QWizardPage):
         for k in ([key] if key else list(v)):
             if k in self.advanced.editors:
                 self.advanced.set_value(k, v[k])
+        self.learning_rate.set_value(v["training.learning_rate"])
+        by_epochs = v["training.max_steps"] is None
+        self.length_kind.blockSignals(True)
+        self.length_kind.setCurrentIndex(1 if by_epochs else 0)
+        self.length_kind.blockSignals(False)
+        self.length.set_value(v["training.epochs"] if by_epochs else v["training.max_steps"])
 
     def show_plan(self, plan) -> None:
         """Bind a trainer.plan.Plan."""
         d = plan.to_dict()
         word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
-        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — preset <b>{d.get('preset')}</b> "
-                             f"({d.get('form_factor', '')}, {d.get('tier', '')}): predicted peak "
-                             f"{gib(d.get('predicted_peak_bytes'))} of {gib(d.get('budget_bytes'))} budget")
+        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — predicted peak "
+                             f"{gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
+                             f"<span style='font-weight:normal'>(starting point: {d.get('preset')} settings for a "
+                             f"{d.get('form_factor', '')} GPU)</span>")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
         self.details.setText(plan_details_html(d))
-        self.advanced.show_problems([])
+        self._show_beside([])
+
+    def _show_beside(self, problems: list) -> None:
+        self.advanced.show_problems(problems)
+        bad = dict(problems)
+        self.learning_rate.set_problem(bad.get("training.learning_rate"))
+        self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
 
     def _show_problems(self, problems: list) -> None:
-        self.advanced.show_problems(problems)
+        self._show_beside(problems)
         if problems:
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
-            self.details.setText("<br>".join(f"<b>{k}</b>: {m}" for k, m in problems))
+            self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
+                                             for k, m in problems))
 
 
 def plan_details_html(d: dict) -> str:
     """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
-    parts = ["<b>Settings</b>: " + ", ".join(f"{k} = {v}" for k, v in (d.get("settings") or {}).items())]
+    parts = ["<b>Settings</b>: " + ", ".join(f"{label_for(k).lower()} {_value(v)}"
+                                             for k, v in (d.get("settings") or {}).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
     if d.get("reasons"):
-        parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{r}</li>" for r in d["reasons"]) + "</ul>")
+        parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{user_words(r)}</li>" for r in d["reasons"]) + "</ul>")
     apps = d.get("close_apps") or []
     if apps:
         parts.append("<b>Close these apps to free VRAM</b>:<ul>" + "".join(
@@ -126,14 +163,22 @@ def plan_details_html(d: dict) -> str:
     if alts:
         parts.append("<b>Alternatives</b>:<ul>" + "".join(f"<li>{_alt(a)}</li>" for a in alts) + "</ul>")
     for note in d.get("notes") or []:
-        parts.append(f"<i>{note}</i>")
+        parts.append(f"<i>{user_words(note)}</i>")
     return "<br>".join(parts)
 
 
 def _alt(a) -> str:
     if isinstance(a, dict):
-        return a.get("description") or a.get("summary") or ", ".join(f"{k}: {v}" for k, v in a.items())
-    return str(a)
+        text = a.get("description") or a.get("summary") or ", ".join(f"{k}: {v}" for k, v in a.items())
+    else:
+        text = str(a)
+    return user_words(text)
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
 
 
 def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:

@@ -1,20 +1,23 @@
-"""Wizard page 5, Review: the YAML, the run folder, Export and Start."""
+"""Wizard page 5, Review: the YAML, the run folder, Export and Start.
+
+Planning and checking run off the GUI thread (``review_check``); Start stays disabled until they
+pass. Every blocking problem is shown with its fix and the page where it is fixed; a failed start
+comes back here with the error."""
 from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.background import Latest
+from app.wizard.review_checks import ReviewResult, review_check
+from app.wizard.schema_form import label_for, user_words
 from trainer import config as tc
-from trainer.supervisor import preflight as pf
+
+PAGE_OF = {"model": "Model page", "data": "Data page", "method": "Method page", "training": "Method page"}
 
 
-def preflight(cfg, snapshot) -> list[tuple[str, str]]:
-    """The trainer's checks of files and machine (light: no torch); [] when Start will work."""
-    try:
-        pf.check(cfg, snapshot)
-    except tc.ConfigError as exc:
-        return exc.problems
-    return []
+def where(key: str) -> str:
+    """The wizard page a dotted key is edited on."""
+    return PAGE_OF.get(key.split(".", 1)[0], "Method page → Advanced settings")
 
 
 class ReviewPage(QtWidgets.QWizardPage):
@@ -25,6 +28,8 @@ class ReviewPage(QtWidgets.QWizardPage):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
+        self.result: ReviewResult | None = None
+        self.start_error: str | None = None
         self.setTitle("Review")
         self.setSubTitle("This is the exact config; the terminal command runs the same thing.")
         self.yaml = QtWidgets.QPlainTextEdit(readOnly=True)
@@ -35,6 +40,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         self.start_button.setStyleSheet("font-weight: bold")
         self.message = QtWidgets.QLabel()
         self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         row = QtWidgets.QHBoxLayout()
         row.addWidget(QtWidgets.QLabel("Run folder:"))
         row.addWidget(self.run_dir, 1)
@@ -47,39 +53,72 @@ class ReviewPage(QtWidgets.QWizardPage):
         lay.addLayout(row)
         lay.addWidget(self.message)
         lay.addLayout(buttons)
-        self._checks = Latest(self._checked, lambda exc: self._checked([("", str(exc))]), self)
+        self._checks = Latest(self._checked, self._check_failed, self)
 
     def initializePage(self) -> None:
-        self.run_dir.setText(self.state.default_run_dir())
+        if not self.start_error:
+            self.run_dir.setText(self.state.default_run_dir())
+        self.result = None
+        self._enable(False)
         try:
-            cfg = self.state.final_config()
+            cfg = self.state.config()
         except tc.ConfigError as exc:
             self.yaml.setPlainText("")
-            self.message.setText(exc.render())
-            self._enable(False)
+            self._show([(k, m) for k, m in exc.problems], [])
             return
         self.yaml.setPlainText(tc.dump_yaml(cfg))
-        self.message.setText("Checking the model, data and machine…")
-        self._enable(False)
-        snap = self.state.snapshot()
-        self._checks.submit(lambda: preflight(cfg, snap))
+        self.message.setText(self._error_prefix() + "Planning and checking the model, data and machine…")
+        snap, plan = self.state.snapshot(), self.state.plan
+        self._checks.submit(lambda: review_check(cfg, plan, snap))
 
-    def _checked(self, problems: list) -> None:
-        if problems:
-            self.message.setText("<span style='color:#b00'>Fix before starting (Back to change it):</span><br>"
-                                 + "<br>".join(f"<b>{k}</b>: {m}" if k else m for k, m in problems))
+    def show_start_failure(self, code: int, text: str) -> None:
+        """A start of this config failed (exit ``code``): show why above the checks, then re-check."""
+        self.start_error = f"exit code {code}: {text.strip() or 'no message'}"
+        self.initializePage()
+
+    def _error_prefix(self) -> str:
+        if not self.start_error:
+            return ""
+        return ("<span style='color:#b00'><b>The last start failed</b> (" + _html(self.start_error) +
+                "). Your settings are kept; fix the cause and start again.</span><br>")
+
+    def _checked(self, result: ReviewResult) -> None:
+        self.result = result
+        self.yaml.setPlainText(tc.dump_yaml(result.config))
+        self._show(result.blocking, result.warnings)
+
+    def _check_failed(self, exc: Exception) -> None:
+        self._show([("", f"{type(exc).__name__}: {exc}")], [])
+
+    def _show(self, blocking: list, warnings: list) -> None:
+        if blocking:
+            self.state.problems.emit([p for p in blocking if p[0]])  # beside the fields that caused them
+            self.message.setText(self._error_prefix() + "<span style='color:#b00'>Start is blocked until these are "
+                                 "fixed (Back to change them):</span><br>" + "<br>".join(
+                                     f"<b>{label_for(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
+                                     else _html(user_words(m))
+                                     for k, m in blocking))
         else:
-            self.message.setText("Ready: the model, data and machine checks passed.")
-        self._enable(not problems)
-        self.export_button.setEnabled(True)  # exporting a config to fix elsewhere is fine
+            ready = "Ready: the plan fits and the model, data and machine checks passed."
+            self.message.setText(self._error_prefix() + ready + "".join(f"<br>⚠ {_html(w)}" for w in warnings))
+        self._enable(not blocking)
+        self.export_button.setEnabled(self.result is not None)  # exporting a config to fix elsewhere is fine
 
     def _enable(self, ok: bool) -> None:
         self.start_button.setEnabled(ok)
         self.export_button.setEnabled(ok)
 
     def _start(self) -> None:
-        path = self.state.write_config(self.run_dir.text())
+        if self.result is None or self.result.blocking:
+            return
+        self.start_error = None
+        path = self.state.write_config(self.run_dir.text(), self.result.config)
         self.start.emit(str(path), self.run_dir.text())
 
     def _export(self) -> None:
-        self.export.emit(str(self.state.write_config(self.run_dir.text())))
+        cfg = self.result.config if self.result is not None else None
+        self.export.emit(str(self.state.write_config(self.run_dir.text(), cfg)))
+
+
+def _html(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")

@@ -1,11 +1,16 @@
 """The advanced-settings form, generated from the RunConfig schema (no widget restates a default).
 
-Every field of every section becomes a row: a check box for booleans, a combo box for Literal
-choices, a line edit holding YAML for everything else (numbers, 'auto' unions, lists, null).
-Initial values come from a RunConfig instance; tooltips are the schema's descriptions.
+Every field of every section becomes a row in that section's group: a check box for booleans, a
+combo box for Literal choices, a ``FieldEdit`` holding YAML for everything else (numbers, 'auto'
+unions, lists, null). Initial values come from a RunConfig instance; tooltips are the schema's
+descriptions. Internal fields (``schema_version``) are shown, not editable.
+
+Text fields never rewrite what is being typed: a value is taken when the field is left or Enter is
+pressed, a problem is shown beside the field, and the text stays as typed.
 """
 from __future__ import annotations
 
+import re
 import typing
 
 import yaml
@@ -14,6 +19,8 @@ from PySide6 import QtCore, QtWidgets
 
 from trainer import config as tc
 from trainer.core.dotted import nested as dotted_nested
+
+READ_ONLY = ("schema_version",)  # internal: the file format, not a setting
 
 
 def _literal_choices(ann) -> list | None:
@@ -38,8 +45,83 @@ def top_level_fields() -> list[str]:
             if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))]
 
 
-class SchemaForm(QtWidgets.QTabWidget):
-    """One tab per config section. ``values()`` → {dotted key: value}; ``changed`` on every edit."""
+def label_for(key: str) -> str:
+    """A dotted key in the user's words: 'training.micro_batch_size' → 'Micro batch size'."""
+    words = key.rsplit(".", 1)[-1].replace("_", " ")
+    return words[:1].upper() + words[1:]
+
+
+_DOTTED = re.compile(r"\b(?:" + "|".join(sorted((re.escape(k) for k, *_ in tc.field_docs() if "." in k),
+                                                   key=len, reverse=True)) + r")\b")
+_GB = re.compile(r"(\d(?:[\d.,]*\d)?) ?GB\b")
+
+
+def user_words(text: str) -> str:
+    """Planner text for people: dotted config keys become words ('training.micro_batch_size' →
+    'micro batch size') and every memory figure reads GiB (the planner computes in 2**30 bytes)."""
+    text = _DOTTED.sub(lambda m: label_for(m.group(0)).lower(), str(text))
+    return _GB.sub(lambda m: f"{m.group(1)} GiB", text)
+
+
+class _LineEdit(QtWidgets.QLineEdit):
+    """Enter takes the value and stops there (a dialog's default button must not fire on it)."""
+
+    def keyPressEvent(self, event) -> None:
+        super().keyPressEvent(event)
+        if event.key() in (QtCore.Qt.Key_Return, QtCore.Qt.Key_Enter):
+            event.accept()
+
+
+class FieldEdit(QtWidgets.QWidget):
+    """A line edit with its problem shown beside it. ``committed(value)`` when left or on Enter
+    (only when the text changed since the last commit); never rewrites the text while focused."""
+
+    committed = QtCore.Signal(object)
+
+    def __init__(self, value=None, parent=None):
+        super().__init__(parent)
+        self.edit = _LineEdit(_yaml_text(value))
+        self.error = QtWidgets.QLabel()
+        self.error.setStyleSheet("color:#c0392b")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.edit, 1)
+        lay.addWidget(self.error, 1)
+        self._last = self.edit.text()
+        self.edit.editingFinished.connect(self._finish)
+
+    def text(self) -> str:
+        """The text as typed."""
+        return self.edit.text()
+
+    def value(self):
+        """The typed text parsed as YAML (blank: null)."""
+        return parse_text(self.edit.text())
+
+    def set_value(self, value) -> None:
+        """Show ``value`` unless the field is being edited or already shows an equal value."""
+        if self.edit.hasFocus() or (self.edit.text().strip() and self.value() == value):
+            return
+        self.edit.setText(_yaml_text(value))
+        self._last = self.edit.text()
+
+    def set_problem(self, message: str | None) -> None:
+        """Show ``message`` beside the field (None clears it); the text is left as typed."""
+        self.error.setText(message or "")
+        self.error.setVisible(bool(message))
+        self.edit.setStyleSheet("border: 1px solid #d62728" if message else "")
+
+    def _finish(self) -> None:
+        if self.edit.text() != self._last:
+            self._last = self.edit.text()
+            self.committed.emit(self.value())
+
+
+class SchemaForm(QtWidgets.QWidget):
+    """One group per config section, stacked (room to read). ``values()`` → {dotted key: value};
+    ``changed`` when a field is committed."""
 
     changed = QtCore.Signal()
 
@@ -47,29 +129,37 @@ class SchemaForm(QtWidgets.QTabWidget):
         super().__init__(parent)
         self.editors: dict[str, QtWidgets.QWidget] = {}
         self._kinds: dict[str, str] = {}
-        self._add_tab("general", tc.RunConfig, top_level_fields(), cfg, "")
+        self.groups: dict[str, QtWidgets.QGroupBox] = {}
+        self._lay = QtWidgets.QVBoxLayout(self)
+        self._lay.setContentsMargins(0, 0, 0, 0)
+        self._add_group("general", tc.RunConfig, top_level_fields(), cfg, "")
         for name, model in sections():
-            self._add_tab(name, model, list(model.model_fields), getattr(cfg, name), f"{name}.")
+            self._add_group(name, model, list(model.model_fields), getattr(cfg, name), f"{name}.")
 
-    def _add_tab(self, title: str, model, names: list[str], obj, prefix: str) -> None:
-        page = QtWidgets.QWidget()
-        form = QtWidgets.QFormLayout(page)
+    def _add_group(self, title: str, model, names: list[str], obj, prefix: str) -> None:
+        box = QtWidgets.QGroupBox(title.capitalize())
+        form = QtWidgets.QFormLayout(box)
         form.setFieldGrowthPolicy(QtWidgets.QFormLayout.ExpandingFieldsGrow)
+        form.setRowWrapPolicy(QtWidgets.QFormLayout.WrapLongRows)
         if model.__doc__:
-            form.addRow(QtWidgets.QLabel(f"<i>{model.__doc__.strip().splitlines()[0]}</i>"))
+            note = QtWidgets.QLabel(f"<i>{model.__doc__.strip().splitlines()[0]}</i>")
+            note.setWordWrap(True)
+            form.addRow(note)
         for name in names:
             f = model.model_fields[name]
             key = prefix + name
+            label = QtWidgets.QLabel(label_for(key))
+            label.setToolTip(f"{key}: {f.description or ''}")
+            if name in READ_ONLY and not prefix:
+                shown = QtWidgets.QLabel(f"{getattr(obj, name)} (set by TrainPilot)")
+                form.addRow(label, shown)
+                continue
             editor = self._editor(key, f.annotation, getattr(obj, name))
             editor.setToolTip(f"{key}: {f.description or ''}")
-            label = QtWidgets.QLabel(name)
-            label.setToolTip(f.description or "")
             form.addRow(label, editor)
             self.editors[key] = editor
-        scroll = QtWidgets.QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(page)
-        self.addTab(scroll, title)
+        self._lay.addWidget(box)
+        self.groups[title] = box
 
     def _editor(self, key: str, ann, value) -> QtWidgets.QWidget:
         if ann is bool:
@@ -87,13 +177,13 @@ class SchemaForm(QtWidgets.QTabWidget):
             w.currentIndexChanged.connect(self.changed)
             self._kinds[key] = "choice"
             return w
-        w = QtWidgets.QLineEdit(_yaml_text(value))
-        w.textEdited.connect(self.changed)
+        w = FieldEdit(value)
+        w.committed.connect(lambda _v: self.changed.emit())
         self._kinds[key] = "yaml"
         return w
 
     def values(self) -> dict[str, typing.Any]:
-        """Every field's current value, by dotted key (YAML text parsed; blank means null)."""
+        """Every editable field's current value, by dotted key (YAML text parsed; blank means null)."""
         out = {}
         for key, w in self.editors.items():
             kind = self._kinds[key]
@@ -102,11 +192,12 @@ class SchemaForm(QtWidgets.QTabWidget):
             elif kind == "choice":
                 out[key] = w.currentData()
             else:
-                out[key] = parse_text(w.text())
+                out[key] = w.value()
         return out
 
     def set_value(self, key: str, value) -> None:
-        """Show ``value`` in the editor of ``key`` (without emitting ``changed``)."""
+        """Show ``value`` in the editor of ``key`` (without emitting ``changed``; a text field being
+        edited is left alone)."""
         w = self.editors[key]
         w.blockSignals(True)
         kind = self._kinds[key]
@@ -116,16 +207,18 @@ class SchemaForm(QtWidgets.QTabWidget):
             idx = w.findData(value)
             w.setCurrentIndex(max(idx, 0))
         else:
-            w.setText(_yaml_text(value))
+            w.set_value(value)
         w.blockSignals(False)
 
     def show_problems(self, problems: list[tuple[str, str]]) -> None:
-        """Mark the editors named in ConfigError problems (red border, message as tooltip)."""
+        """Show each ConfigError problem beside its field; clear the others."""
         bad = dict(problems)
         for key, w in self.editors.items():
-            w.setStyleSheet("border: 1px solid #d62728" if key in bad else "")
-            if key in bad:
-                w.setToolTip(f"{key}: {bad[key]}")
+            if isinstance(w, FieldEdit):
+                w.set_problem(bad.get(key))
+            else:
+                w.setStyleSheet("border: 1px solid #d62728" if key in bad else "")
+                w.setToolTip(f"{key}: {bad[key]}" if key in bad else w.toolTip())
 
 
 def parse_text(text: str):

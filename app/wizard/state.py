@@ -87,30 +87,42 @@ class WizardState(QtCore.QObject):
         return self._planner.busy or self._timer.isActive()
 
     # -- output ---------------------------------------------------------------------------------
-    def final_config(self) -> tc.RunConfig:
-        """The planned config (autos resolved, preset recorded) for the current values; plans now
-        (cheap, no torch) when the background plan is for older values or has not arrived."""
+    def final_config(self, plan=None) -> tc.RunConfig:
+        """The planned config (autos resolved, preset recorded) from ``plan`` (default: the last
+        background plan when it is for the current values). Never plans: planning runs off the GUI
+        thread (``review_check`` on the Review page); without a matching plan, the config as edited."""
         cfg = self.config()
-        plan = self.plan if getattr(self.plan, "config_in", None) == cfg else None
-        if plan is None and self.snapshot() is not None:
-            plan = _plan(cfg, self.snapshot())
-        resolved = getattr(plan, "resolved", None)
-        if resolved is None:
-            return cfg
-        return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
+        plan = plan if plan is not None else self.plan
+        return final_from_plan(cfg, plan)
 
     def default_run_dir(self) -> str:
         """``<runs_dir>/<name>-<yyyymmdd-hhmmss>``."""
         name = self.values.get("name") or "run"
         return str(settings.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
-    def write_config(self, run_dir: str) -> Path:
-        """Write the final config YAML next to the runs (``<home>/configs/<run>.yaml``). Returns its path."""
+    def write_config(self, run_dir: str, cfg: tc.RunConfig | None = None) -> Path:
+        """Write ``cfg`` (default: ``final_config()``) next to the runs (``<home>/configs/<run>.yaml``).
+        Returns its path."""
         folder = settings.home() / "configs"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{Path(run_dir).name}.yaml"
-        path.write_text(tc.dump_yaml(self.final_config()), encoding="utf-8")
+        path.write_text(tc.dump_yaml(cfg if cfg is not None else self.final_config()), encoding="utf-8")
         return path
+
+
+def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
+    """``plan``'s resolved config when the plan was made for ``cfg`` (preset recorded), else ``cfg``."""
+    if plan is None or getattr(plan, "config_in", None) != cfg:
+        return cfg
+    resolved = getattr(plan, "resolved", None)
+    if resolved is None:
+        return cfg
+    return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
+
+
+def plan_for(cfg: tc.RunConfig, snapshot):
+    """Plan ``cfg`` for ``snapshot`` (seconds of CPU for big models: call it off the GUI thread)."""
+    return _plan(cfg, snapshot)
 
 
 def _plan(cfg: tc.RunConfig, snapshot):

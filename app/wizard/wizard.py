@@ -34,9 +34,26 @@ class SetupWizard(QtWidgets.QWizard):
         self.review.start.connect(self._start)
         self.review.export.connect(self._export)
 
+    def keyPressEvent(self, event) -> None:
+        """Enter in a text field takes the value (the field validates it and its page shows the
+        result) instead of pressing Next before the user has seen it."""
+        if event.key() in (QtCore.Qt.Key_Return, QtCore.Qt.Key_Enter) and \
+                isinstance(self.focusWidget(), QtWidgets.QLineEdit):
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
     def _start(self, config_path: str, run_dir: str) -> None:
+        # The main window hides this wizard while the run starts and shows it again if it fails.
         self.start_requested.emit(config_path, run_dir)
-        self.accept()
+
+    def show_start_failure(self, code: int, text: str) -> None:
+        """Come back on Review with every value kept and the error shown."""
+        self.show()
+        self.raise_()
+        while self.currentPage() is not self.review and self.currentId() != -1:
+            self.next()
+        self.review.show_start_failure(code, text)
 
     def _export(self, config_path: str) -> None:
 

@@ -16,6 +16,9 @@ Usage: installers/linux/install.sh [options]
   --no-deepspeed            do not try DeepSpeed
   --no-desktop              no menu entry, icons or ~/.local/bin commands
   --editable                run from this source tree instead of a copy in PREFIX/src (developers)
+  --system-libs ask|yes|no  the X11 libraries Qt needs (libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1):
+                            ask before installing them with sudo apt-get (default), install, or only
+                            explain what is missing
 Offline installs (no network at all; used by CI):
   --offline                 pip never uses an index: packages come from --wheelhouse and/or
                             the reused site-packages below
@@ -27,7 +30,7 @@ EOF
 
 REPO="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
 PREFIX="${XDG_DATA_HOME:-$HOME/.local/share}/trainpilot"
-PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; DESKTOP=1; EDITABLE=0; OFFLINE=0; SYSTEM_SITE=0
+SYSTEM_LIBS="ask"; PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; DESKTOP=1; EDITABLE=0; OFFLINE=0; SYSTEM_SITE=0
 WHEELHOUSES=(); REUSE=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --no-deepspeed) DEEPSPEED=0; shift ;;
     --no-desktop) DESKTOP=0; shift ;;
     --editable) EDITABLE=1; shift ;;
+    --system-libs) SYSTEM_LIBS="$2"; shift 2 ;;
     --offline) OFFLINE=1; shift ;;
     --wheelhouse) WHEELHOUSES+=("$(readlink -f "$2")"); shift 2 ;;
     --reuse-site-packages) REUSE+=("$(readlink -f "$2")"); shift 2 ;;
@@ -180,6 +184,33 @@ install_deepspeed() {
   return 0
 }
 
+# Qt's X11 platform plugin needs these; minimal desktops and containers often lack them, and Qt
+# alone says only "could not load the Qt platform plugin xcb". Checked with the dynamic loader's
+# cache; installed only with consent (a question, or --system-libs yes).
+QT_XCB_LIBS=("libxcb-cursor.so.0:libxcb-cursor0" "libxcb-icccm.so.4:libxcb-icccm4" "libxcb-keysyms.so.1:libxcb-keysyms1")
+check_qt_libs() {
+  local entry missing=()
+  for entry in "${QT_XCB_LIBS[@]}"; do
+    if ! /sbin/ldconfig -p 2>/dev/null | grep -q "${entry%%:*}"; then missing+=("${entry#*:}"); fi
+  done
+  if (( ${#missing[@]} == 0 )); then echo "The X11 libraries Qt needs are installed."; return 0; fi
+  echo "The desktop app's window needs ${missing[*]} (Qt's X11/xcb platform plugin loads them);"
+  echo "without them the app cannot open and says which one is missing. Training from the terminal works anyway."
+  local answer="n"
+  if [[ $SYSTEM_LIBS == yes ]]; then answer="y"
+  elif [[ $SYSTEM_LIBS == ask && -t 0 ]] && command -v apt-get >/dev/null; then
+    read -r -p "Install them now with 'sudo apt-get install ${missing[*]}'? [y/N] " answer || answer="n"
+  fi
+  if [[ $answer == [yY]* ]] && command -v apt-get >/dev/null; then
+    local sudo=(); (( EUID == 0 )) || sudo=(sudo)
+    if "${sudo[@]}" apt-get install -y "${missing[@]}"; then echo "Installed ${missing[*]}."; return 0; fi
+    echo "apt-get could not install them; install them yourself (command below)."
+  fi
+  echo "To install them later:  sudo apt-get install ${missing[*]}"
+  echo "  (Fedora: sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms; Arch: sudo pacman -S xcb-util-cursor xcb-util-wm xcb-util-keysyms)"
+  return 0
+}
+
 install_desktop() {
   local data="${XDG_DATA_HOME:-$HOME/.local/share}" bin="${XDG_BIN_HOME:-$HOME/.local/bin}" size
   local icons="$SRC/app/resources/icons"
@@ -237,6 +268,9 @@ install_deepspeed
 step "installing the launcher" "Check that $PREFIX is writable."
 install -m 755 "$REPO/installers/linux/launch.sh" "$PREFIX/launch.sh"
 if (( DESKTOP )); then install_desktop; fi
+
+step "checking the libraries the desktop window needs" ""
+if [[ $(uname -s) == Linux ]]; then check_qt_libs; fi
 
 step "checking the installation" "Read the messages above: PyTorch must import. Re-run the installer to repair."
 STATE_ARGS=(--prefix "$PREFIX" --venv-python "$VPY" --source "$SRC" --decision "$PREFIX/torch-decision.json")

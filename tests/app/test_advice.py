@@ -26,7 +26,7 @@ def test_recorded_run_warns_about_browser_and_heat(fixture_run):
     snap = dict(data.last_snapshot)
     snap["gpus"] = [dict(snap["gpus"][0], throttle_reasons=["thermal"], temperature_c=87.0)]
     texts = [a.text for a in advice.collect(data, snap)]
-    assert any(t.startswith("Close brave to free 0.4 GB") for t in texts)
+    assert any(t.startswith("Close brave to free 0.4 GiB") for t in texts)
     assert not any(t.startswith("Close Xorg") for t in texts)
     assert any("87.0 °C" in t and "thermal" in t and "cooling pad" in t for t in texts)
 

@@ -83,8 +83,8 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
     wiz.next()
     form = wiz.plan.advanced
     for key, text in (("training.max_steps", "2"), ("data.seq_len", "64"), ("checkpoints.every_steps", "1")):
-        form.editors[key].setText(text)
-        form.editors[key].textEdited.emit(text)
+        form.editors[key].edit.setText(text)
+        form.editors[key].edit.editingFinished.emit()
     wiz.next()
     qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=20000)
     run_dir = wiz.review.run_dir.text()
@@ -115,9 +115,10 @@ def test_closing_during_training_cancel_then_stop_and_save(qtbot):
         assert w.isVisible() and asked and str(Path(asked[0][0]).resolve()) == str(Path(run_dir).resolve())
         assert _state(run_dir) == "running"
         w.ask_close_choice = lambda runs: STOP_AND_SAVE
-        assert w.close()
-        qtbot.waitUntil(lambda: _state(run_dir) == "stopped", timeout=90_000)
+        assert w.close()  # waits (the event loop running) until the run has saved and stopped
         status = ev.read_status(run_dir)
+        assert status["state"] == "stopped"
+        assert not pid_alive(status.get("pid")) and not pid_alive(status.get("worker_pid")), "a live worker is left"
         ckpts = sorted(Path(run_dir, "checkpoints").glob("checkpoint-*"))
         assert ckpts and ckpts[-1].name == f"checkpoint-{status['step']}", "no checkpoint at the stop step"
         assert 0 < status["step"] < STEPS * 10

@@ -23,7 +23,7 @@ def test_header_shows_laptop_gpu(qtbot):
     w = _window(qtbot, LAPTOP)
     qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=5000)
     assert w.header.badge.text() == "Laptop"
-    assert "GB VRAM" in w.header.vram.text() and "driver" in w.header.driver.text()
+    assert "GiB VRAM" in w.header.vram.text() and "driver" in w.header.driver.text()
     w.hardware.stop()
 
 
@@ -61,5 +61,5 @@ def test_reopening_remembers_last_run_and_geometry(qtbot, fixture_run):
     w2 = _window(qtbot, NO_GPU)
     assert w2.monitor.current is not None and w2.monitor.current.run_dir == Path(run).resolve()
     assert w2.size().width() == 700
-    assert "step 120 of 120" in w2.run_view.dashboard.headline.text()
+    qtbot.waitUntil(lambda: "step 120 of 120" in w2.run_view.dashboard.headline.text(), timeout=5000)
     w2.hardware.stop()

@@ -31,7 +31,9 @@ def test_stop_timeout_offers_kill_and_kill_takes_the_tree(qtbot, tmp_path):
             ctl.stop(str(run))  # the real `trainpilot-cli stop` writes STOP; nobody obeys it
             assert ctl.is_stopping(str(run))
         assert sig.args == [str(run)] and (run / "STOP").exists()
-        assert ctl.kill_tree(str(run)) == 2
+        with qtbot.waitSignal(ctl.killed, timeout=20000) as killed:
+            ctl.kill_tree(str(run))  # kills and waits on a worker thread: returns at once
+        assert killed.args == [str(run), 2]
         assert parent.wait(timeout=10) is not None
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
         assert not ctl.is_stopping(str(run))

@@ -23,9 +23,11 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     # Environment: the doctor runs in the background; the page never blocks Next.
     assert wiz.currentPage() is wiz.env and wiz.button(QtWidgets.QWizard.NextButton).isEnabled()
     wiz.next()
-    # Model: a shipped 1B architecture; its parameters and what fits here.
-    wiz.model.source.setText("llama-3.2-1b")
+    # Model: a shipped 1B architecture (random weights, for testing); its parameters and what fits here.
+    wiz.model.use_architecture("llama-3.2-1b")
     qtbot.waitUntil(lambda: "M parameters" in wiz.model.facts.text(), timeout=15000)
+    assert "random weights — for testing" in wiz.model.facts.text()
+    assert wiz.state.values["model.architecture"] == "llama-3.2-1b" and wiz.state.values["model.tokenizer"] == "demo"
     assert "1,23" in wiz.model.facts.text() and "lora:" in wiz.model.facts.text()
     qtbot.waitUntil(lambda: wiz.model.shipped.count() > 0, timeout=30000)
     wiz.next()
@@ -42,16 +44,19 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
                     and wiz.state.values["method.type"] == "lora", timeout=15000)
     plan = wiz.state.plan.to_dict()
     assert plan["preset"] == "laptop_16gb" and plan["form_factor"] == "laptop", plan
-    assert "laptop_16gb" in wiz.plan.verdict.text()
+    assert "laptop_16gb" in wiz.plan.verdict.text() and "GiB" in wiz.plan.verdict.text()
+    assert "training.micro_batch_size" not in wiz.plan.details.text() and "micro batch size" in wiz.plan.details.text()
     assert wiz.plan.bar.segments and wiz.plan.bar.budget == plan["budget_bytes"]
     # The advanced form is generated from the schema: every field, values from the config.
     form: SchemaForm = wiz.plan.advanced
-    assert set(form.editors) == {k for k, *_ in tc.field_docs()}
-    form.editors["training.learning_rate"].setText("1e-4")
-    form.editors["training.learning_rate"].textEdited.emit("1e-4")
+    assert set(form.editors) == {k for k, *_ in tc.field_docs()} - {"schema_version"}  # internal: shown, not editable
+    form.editors["training.learning_rate"].edit.setText("1e-4")
+    form.editors["training.learning_rate"].edit.editingFinished.emit()
     assert wiz.state.values["training.learning_rate"] == 1e-4
     wiz.next()
-    # Review: the YAML is the planned config; Start hands config + run folder to the main window.
+    # Review: the YAML is the planned config (planned off the GUI thread); Start hands config + run
+    # folder to the main window.
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=15000)
     text = wiz.review.yaml.toPlainText()
     data = yaml.safe_load(text)
     assert data["preset"] == "laptop_16gb" and data["method"]["type"] == "lora"
@@ -83,6 +88,6 @@ def test_review_blocks_start_until_inputs_are_fixed(qtbot):
     qtbot.waitUntil(lambda: "not found" in wiz.data.stats.text(), timeout=10000)
     wiz.next()
     wiz.next()
-    qtbot.waitUntil(lambda: "Fix before starting" in wiz.review.message.text(), timeout=15000)
-    assert "data.path" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
+    qtbot.waitUntil(lambda: "Start is blocked" in wiz.review.message.text(), timeout=15000)
+    assert "<b>Path</b> (Data page)" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     hw.stop()

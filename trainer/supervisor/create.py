@@ -15,6 +15,7 @@ from trainer.launch.dsconfig import deepspeed_config
 from trainer.launch.export import write_launch_scripts
 from trainer.planning.plan import plan_run
 from trainer.rundir.events import write_json_atomic
+from trainer.supervisor import runlock
 
 
 def resolve(cfg, hardware) -> tuple[ResolvedRunConfig, dict]:
@@ -50,6 +51,7 @@ def claim_run_dir(path: Path, overwrite: bool) -> Path:
     except OSError as exc:
         raise UserError(f"output.runs_dir: cannot create {path} ({exc.strerror}); choose a folder you can write to",
                         field="output.runs_dir", path=str(path)) from None
+    runlock.hold(path)  # a second `run` racing for the same empty folder stops here
     return path
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from trainer import config as config_mod
 from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
+from trainer.core.processes import kill_tree
 from trainer.launch.argv import worker_command, worker_env
 from trainer.planning import ladder
 from trainer.rundir.checkpoints import checkpoint_step, clean_staging, latest_checkpoint
@@ -30,6 +31,7 @@ from trainer.rundir.events import (
     write_status,
 )
 from trainer.rundir.records import Failed, RetryEvent
+from trainer.supervisor import runlock
 from trainer.supervisor.create import write_config_files
 
 LOG_FILE = "train.log"
@@ -52,6 +54,7 @@ class Supervisor:
     # -- the attempt loop ------------------------------------------------------------------------
     def supervise(self, resume_from: Path | None, attempt: int = 1) -> int:
         """Start the worker and handle its exits until done. Returns the exit code for the CLI."""
+        runlock.hold(self.run_dir)  # one supervisor per run folder
         self._install_signal_handlers()
         cfg = config_mod.load(self.run_dir / "config.yaml")
         crashes_left = cfg.recovery.auto_resume
@@ -261,23 +264,6 @@ class Supervisor:
 def request_stop(run_dir: Path, source: str = "trainpilot-cli stop") -> None:
     """Ask the worker of ``run_dir`` to save a checkpoint and exit 0 (the STOP file)."""
     (Path(run_dir) / STOP_FILE).write_text(f"{source} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a process and all its children (psutil), the last resort after a graceful stop."""
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        procs = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
 
 
 def _json_line(obj: dict) -> str:

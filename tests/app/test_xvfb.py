@@ -1,0 +1,55 @@
+"""The real app in a real X server (Xvfb, installed by .ci/run), not only offscreen: it starts on
+the xcb platform, the wizard walks to Review, a demo run starts, stops with a checkpoint and resumes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def x_display():
+    """A fresh Xvfb on a free display number; yields ':N'."""
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        pytest.skip("Xvfb is not installed (CI installs it: apt-get install xvfb)")
+    for n in range(90 + os.getpid() % 50, 200):
+        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
+            break
+    proc = subprocess.Popen([xvfb, f":{n}", "-screen", "0", "1280x900x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not Path(f"/tmp/.X11-unix/X{n}").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"Xvfb :{n} did not start")
+        time.sleep(0.1)
+    try:
+        yield f":{n}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.xvfb
+def test_real_app_in_a_real_x_server(x_display, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=x_display, QT_QPA_PLATFORM="xcb", TRAINPILOT_HOME=str(tmp_path / "home"),
+               PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), env.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(HERE / "xvfb_user.py")], env=env, capture_output=True, text=True,
+                         timeout=800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["platform"] == "xcb"
+    assert seen["review_start_enabled"] and "Ready" in seen["review"], seen["review"]
+    assert seen["checkpoints"] and f"checkpoint-{seen['stopped_at']}" in seen["checkpoints"]
+    assert seen["resumed_to"] > seen["stopped_at"]

@@ -1,0 +1,42 @@
+"""One run per folder: a supervisor holds an exclusive lock on ``<run>/.supervisor.lock`` for as
+long as it lives (the OS drops it when the process dies, so a crash never leaves a stale lock)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainer.core.errors import UserError
+
+LOCK_FILE = ".supervisor.lock"
+_held: dict[str, int] = {}  # resolved run dir → open descriptor, kept until the process exits
+
+
+def hold(run_dir: Path) -> None:
+    """Take the run folder's lock for the rest of this process (no-op when this process holds it).
+    Raises UserError (exit 2) when another live process holds it."""
+    key = str(Path(run_dir).resolve())
+    path = Path(key) / LOCK_FILE
+    if key in _held and path.exists():
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _lock(fd)
+    except OSError:
+        os.close(fd)
+        other = path.read_text(encoding="utf-8", errors="replace").strip() or "another process"
+        raise UserError(f"{run_dir} is already being run by {other}; one run per folder. Stop it first "
+                        f"('trainpilot-cli stop {run_dir}') or choose another --run-dir", path=str(run_dir)) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}".encode())
+    _held[key] = fd
+
+
+def _lock(fd: int) -> None:
+    if os.name == "nt":
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
