@@ -9,7 +9,9 @@ import argparse
 import sys
 
 from trainer import __version__
+from trainer.cli import chat as cli_chat
 from trainer.cli import export as cli_export
+from trainer.cli import export_model as cli_export_model
 from trainer.cli import hw as cli_hw
 from trainer.cli import run as cli_run
 from trainer.config import ConfigError
@@ -17,7 +19,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, TrainPilotError
 from trainer.core.secrets import redact
 
 # Modules exposing ``register(subparsers)``; each subcommand sets ``func(args) -> int``.
-COMMAND_MODULES = (cli_run, cli_hw, cli_export)
+COMMAND_MODULES = (cli_run, cli_hw, cli_export, cli_chat, cli_export_model)
 
 
 class _Parser(argparse.ArgumentParser):
