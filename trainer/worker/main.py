@@ -186,6 +186,9 @@ def _setup(cfg, run_dir: Path, writer: EventWriter, rank: int) -> dict:
                                 shuffle=cfg.data.shuffle)
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
+    from trainer.worker import evaluation
+
+    evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     return {"trainer": trainer, "steps": steps, "info": info, "device": "cuda" if use_cuda else "cpu",
             "precision": precision}
 
@@ -199,6 +202,8 @@ def _checkpoint_meta(cfg) -> dict:
 
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
     from transformers import TrainingArguments
+
+    from trainer.worker import trackers
 
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
@@ -217,7 +222,8 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
         gradient_checkpointing=s.gradient_checkpointing is True,
         gradient_checkpointing_kwargs={"use_reentrant": False} if s.gradient_checkpointing is True else None,
         torch_compile=s.torch_compile,
-        logging_steps=1, logging_first_step=True, report_to=["tensorboard"] if cfg.output.tensorboard else [],
+        logging_steps=1, logging_first_step=True, report_to=(["tensorboard"] if cfg.output.tensorboard else []) + trackers.prepare(cfg),
+        run_name=run_dir.name,
         save_strategy="steps", save_steps=cfg.checkpoints.every_steps, save_total_limit=None, save_only_model=False,
         eval_strategy="steps" if eval_on else "no", eval_steps=t.eval_every_steps if eval_on else None,
         dataloader_num_workers=cfg.data.num_workers, remove_unused_columns=False,
