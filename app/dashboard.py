@@ -10,7 +10,7 @@ import math
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app import fmt
+from app import eval_curve, fmt
 from app.run_data import RunData
 
 GIB = float(1 << 30)
@@ -45,6 +45,7 @@ class Dashboard(QtWidgets.QWidget):
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
+        self.eval_curve = eval_curve.add_eval_curve(self.plots["loss"])
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.headline)
@@ -122,6 +123,7 @@ class Dashboard(QtWidgets.QWidget):
         self._bind("util", d.utilization)
         self._bind("tps", d.tokens_per_s)
         self._bind("loss", d.loss)
+        eval_curve.update_eval_curve(self.eval_curve, d)
         self._bind("lr", d.lr)
         total = d.vram_total.last()
         if self._changed("total", total):

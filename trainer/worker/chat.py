@@ -16,6 +16,7 @@ from pathlib import Path
 from trainer import config as config_mod
 from trainer.core.errors import UserError
 from trainer.data import run_template
+from trainer.models.sources import DEMO_MODEL, architecture_file
 from trainer.worker import modeling
 
 # End-of-turn tokens of the common chat templates, stopped at when the vocabulary has them.
@@ -239,8 +240,6 @@ def base_model_type(cfg, source: Path) -> str | None:
     for path in (source / "config.json",):
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    from trainer.models.sources import DEMO_MODEL, architecture_file
-
     m = cfg.model
     if m.architecture or m.source == DEMO_MODEL:
         return json.loads(architecture_file(m.architecture or "tiny-llama").read_text()).get("model_type")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from trainer import config as config_mod
 from trainer.data import run_template
-from trainer.worker import chat
+from trainer.worker import chat, gguf_export
+from trainer.worker import ollama as ollama_mod
 
 
 def merged_model(cfg, source: Path):
@@ -66,8 +67,6 @@ class Progress:
 def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str | None, ollama: bool,
            json_progress: bool = False) -> list[Path]:
     """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written."""
-    from trainer.worker import gguf_export
-
     chat.quiet_libraries()
     cfg = config_mod.load(run_dir / "config.yaml")
     progress = Progress(json_progress, 3 + bool(gguf_type) + ollama)
@@ -93,8 +92,6 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
                                name=cfg.name)
         written.append(gguf_path)
     if ollama:
-        from trainer.worker import ollama as ollama_mod
-
         progress.step("writing the Ollama Modelfile")
         written.append(ollama_mod.write_modelfile(to, gguf_path.name, cfg, tok, eot))
     progress.finish(written)

@@ -25,6 +25,7 @@ from trainer.core.errors import (
 from trainer.launch.argv import single_process_env
 from trainer.rundir.checkpoints import latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
+from trainer.worker import trackers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +203,6 @@ def _checkpoint_meta(cfg) -> dict:
 
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
     from transformers import TrainingArguments
-
-    from trainer.worker import trackers
 
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
