@@ -11,7 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app import fmt
+from app import eval_curve, fmt
 from app.run_data import RunData
 
 GIB = float(1 << 30)
@@ -51,6 +51,7 @@ class Dashboard(QtWidgets.QWidget):
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.headline, 1)
         top.addWidget(self.progress)
+        self.eval_curve = eval_curve.add_eval_curve(self.plots["loss"])
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
@@ -140,6 +141,7 @@ class Dashboard(QtWidgets.QWidget):
         if self._bind("tps", d.tokens_per_s):
             self._range_from_zero("tps", d.tokens_per_s)
         self._bind("loss", d.loss)
+        eval_curve.update_eval_curve(self.eval_curve, d)
         self._bind("lr", d.lr)
         total = d.vram_total.last()
         if self._changed("total", total):

@@ -11,8 +11,10 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app import advice, failed_start, settings
 from app.export_dialog import ExportDialog
+from app.export_model_dialog import ExportModelDialog
 from app.hardware import HardwareMonitor
 from app.header import HardwareHeader
+from app.learning_view import RunEndNotifier
 from app.monitor import Monitor
 from app.run_controller import RunController
 from app.run_list import RunList
@@ -72,6 +74,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_resume = bar.addAction("Resume", self.resume_selected)
         self.act_stop = bar.addAction("Stop", self.stop_selected)
         self.act_export = bar.addAction("Export…", self.export_selected)
+        self.act_export_model = bar.addAction("Export model…", self.export_model_selected)
         for act, tip in ((self.act_resume, "Continue a stopped or crashed run from its last checkpoint"),
                          (self.act_stop, "Stop after the current step and save a checkpoint")):
             act.setToolTip(tip)
@@ -104,6 +107,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runs.refused.connect(self._on_refused)
         self.monitor.tick.connect(self._forget_started_wizards)
         self.run_view.warnings.end_process.connect(self._ask_end_process)
+        self.notifier = RunEndNotifier(self)  # desktop notification when a watched run ends
+        self.monitor.runs.connect(self.notifier.observe)
 
     def finish_startup(self) -> None:
         """Build the plots, start watching runs and probing, reopen the last run (idempotent)."""
@@ -191,6 +196,12 @@ class MainWindow(QtWidgets.QMainWindow):
 
         if self._selected_dir():
             ExportDialog(self._selected_dir(), parent=self).open()
+
+    def export_model_selected(self) -> None:
+        """Export the selected run's trained model (safetensors, GGUF, Modelfile) with a progress bar."""
+        run_dir = self._selected_dir()
+        if run_dir:
+            ExportModelDialog(run_dir, self).open()
 
     def open_wizard(self) -> None:
         """Open the setup wizard (non-modal). A wizard whose run failed to start comes back with the

@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.learning_view import SamplesView
+from app.try_it import TryItTab
 from app.warnings_view import WarningsView
 
 if TYPE_CHECKING:  # numpy/pyqtgraph-backed: imported after the window shows
@@ -36,6 +38,9 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.warnings, "Warnings")
         self.tabs.addTab(self.log, "Log")
         self.tabs.addTab(self.config, "Config")
+        self.samples, self.try_it = SamplesView(), TryItTab()  # after training (app/learning_view, app/try_it)
+        self.tabs.addTab(self.samples, "Samples")
+        self.tabs.addTab(self.try_it, "Try it")
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.failure)
@@ -69,6 +74,7 @@ class RunView(QtWidgets.QWidget):
             text = cfg.read_text(encoding="utf-8", errors="replace") if cfg.exists() else "(no config.yaml yet)"
         self.config.setPlainText(text)
         self.log.clear()
+        self.try_it.bind(data.run_dir if data is not None else None)
 
     def refresh(self, advice: list[Advice]) -> None:
         """Redraw plots, warnings, the failure banner and the log tail."""
@@ -84,6 +90,7 @@ class RunView(QtWidgets.QWidget):
             return
         self.model_bar.show_model(d.final_model())
         self._refresh_log(d)
+        self.samples.refresh(d)
         if d.failure:
             tail = "\n".join(d.log_tail(8))
             err = d.failure.get("error") or d.failure.get("message") or "the worker stopped with an error"

@@ -10,7 +10,9 @@ import sys
 
 from trainer import __version__
 from trainer.cli import data as cli_data
+from trainer.cli import chat as cli_chat
 from trainer.cli import export as cli_export
+from trainer.cli import export_model as cli_export_model
 from trainer.cli import hw as cli_hw
 from trainer.cli import run as cli_run
 from trainer.config import ConfigError
@@ -18,7 +20,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, TrainPilotError
 from trainer.core.secrets import redact
 
 # Modules exposing ``register(subparsers)``; each subcommand sets ``func(args) -> int``.
-COMMAND_MODULES = (cli_run, cli_hw, cli_export, cli_data)
+COMMAND_MODULES = (cli_run, cli_hw, cli_export, cli_data, cli_chat, cli_export_model)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -238,6 +238,52 @@ class OutputConfig(_Section):
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
     run_name: Optional[str] = Field(None, description="Run directory name; default '<name>-<date>-<time>'.")
     tensorboard: bool = Field(True, description="Write TensorBoard logs to <run>/tensorboard.")
+    report_to: list[Literal["wandb", "mlflow"]] = Field(
+        default_factory=list,
+        description="Also report metrics to these trackers (HF integrations). Keys come from the environment or the "
+        "OS keyring (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN); MLflow's server from MLFLOW_TRACKING_URI.",
+    )
+
+
+class EvaluationConfig(_Section):
+    """Sample answers during training, and early stopping on the validation loss."""
+    sample_prompts: list[str] = Field(
+        default_factory=list, description="Prompts the model answers during training (greedy); shown by step."
+    )
+    sample_every_steps: Optional[int] = Field(
+        None, gt=0, description="Generate the sample answers every N steps; null: at each evaluation."
+    )
+    max_new_tokens: int = Field(64, gt=0, description="Longest sample answer, in tokens.")
+    early_stopping_patience: Optional[int] = Field(
+        None, gt=0, description="End the run after N evaluations without a better validation loss (final/ gets "
+        "the best checkpoint); null: off."
+    )
+    early_stopping_min_delta: float = Field(
+        0.0, ge=0.0, description="How much lower the validation loss must be to count as better."
+    )
+
+
+class NotifyConfig(_Section):
+    """A webhook message when a run finishes, fails, stops or recovers from out-of-memory."""
+    webhook_url_env: Optional[str] = Field(
+        None, description="Name of the environment variable holding the webhook URL (the OS keyring entry "
+        "'trainpilot/<this name>' when unset). The URL itself never goes in a config."
+    )
+    webhook_format: Literal["auto", "discord", "slack", "json"] = Field(
+        "auto", description="Message format; 'auto' picks Discord or Slack from the URL, else plain JSON."
+    )
+    events: list[Literal["finished", "failed", "stopped", "oom_recovered"]] = Field(
+        default_factory=lambda: ["finished", "failed", "stopped", "oom_recovered"],
+        description="Which outcomes send a message.",
+    )
+
+    @field_validator("webhook_url_env")
+    @classmethod
+    def _env_name(cls, v):
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("name an environment variable (e.g. TRAINPILOT_WEBHOOK_URL) and put the URL in it; "
+                             "never the URL itself")
+        return v
 
 
 class RunConfig(_Section):
@@ -259,6 +305,8 @@ class RunConfig(_Section):
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     _explicit: frozenset = PrivateAttr(default_factory=frozenset)  # dotted keys the user set (see validate)
 
     def __eq__(self, other: object) -> bool:
@@ -339,6 +387,13 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("training.max_steps", "streaming data has no known length; set training.max_steps (or data.streaming: false)"))
     if cfg.data.streaming and cfg.data.validation_split:
         p.append(("data.validation_split", "a stream cannot be split; set data.validation_path, or data.streaming: false"))
+    ev = cfg.evaluation
+    if ev.sample_prompts and not ev.sample_every_steps and not cfg.training.eval_every_steps:
+        p.append(("evaluation.sample_prompts", "samples are made at each evaluation or every N steps; set "
+                  "evaluation.sample_every_steps, or training.eval_every_steps with validation data"))
+    if ev.early_stopping_patience and not cfg.training.eval_every_steps:
+        p.append(("evaluation.early_stopping_patience", "early stopping watches the validation loss; set "
+                  "training.eval_every_steps (and data.validation_split or data.validation_path)"))
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
     return p

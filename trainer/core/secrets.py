@@ -34,7 +34,7 @@ def hub_token(cfg=None) -> str | None:
     return os.environ.get(name) or _keyring_token(name)
 
 
-_SECRET_NAME = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
+_SECRET_NAME = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD|WEBHOOK|WEBHOOK_URL)$")
 
 
 def secret_values(extra_env: tuple[str, ...] = ()) -> list[str]:
@@ -44,6 +44,11 @@ def secret_values(extra_env: tuple[str, ...] = ()) -> list[str]:
     values = {os.environ.get(n) for n in names}
     values.add(_keyring_token("HF_TOKEN"))
     return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
+
+
+def named_secret(name: str) -> str | None:
+    """The secret held by environment variable ``name``, else by the keyring entry 'trainpilot/<name>'; None if absent."""
+    return os.environ.get(name) or _keyring_token(name)
 
 
 def redact(text: str, values: list[str] | None = None) -> str:

@@ -32,6 +32,7 @@ from trainer.rundir.events import (
 )
 from trainer.rundir.records import Failed, RetryEvent
 from trainer.supervisor import runlock
+from trainer.supervisor import notify
 from trainer.supervisor.create import write_config_files
 
 LOG_FILE = "train.log"
@@ -100,6 +101,7 @@ class Supervisor:
             write_status(self.run_dir, state=outcome, last_checkpoint=str(last) if last else None)
             ev = seen.get(outcome, {})
             self._say(f"{outcome} at step {ev.get('step')}" + (f"; checkpoint {last}" if last else ""))
+            notify.send(self.run_dir, outcome, ev, self.events)
             return EXIT_OK
         failed = seen.get("failed")
         tail = list(self.log_lines)[-20:]
@@ -111,6 +113,7 @@ class Supervisor:
                                     extra={"log_tail": tail, "resume_from": str(last) if last else None}))
             failed = {"message": message}
         write_status(self.run_dir, state="failed", last_checkpoint=str(last) if last else None)
+        notify.send(self.run_dir, "failed", failed, self.events)
         hint = ""
         if outcome != "bad_input":
             where = f"from {last.name}" if last else "from step 0 (no complete checkpoint yet)"
@@ -126,6 +129,7 @@ class Supervisor:
         write_config_files(self.run_dir, new_cfg)
         self._retry_event(attempt, "out of memory", step.why, step.changes)
         self._say(f"out of memory: {step.why}; retrying from the last checkpoint")
+        notify.send(self.run_dir, "oom_recovered", {"why": step.why, "changes": step.changes}, self.events)
         return new_cfg
 
     def _retry_event(self, attempt: int, reason: str, why: str, changes: dict) -> None:
@@ -139,6 +143,7 @@ class Supervisor:
         report = ladder.exhausted_report(cfg, tried, ladder_off)
         self.events.emit(Failed(message=report["message"], exit_code=EXIT_OOM, kind="oom", extra={"report": report}))
         write_status(self.run_dir, state="failed")
+        notify.send(self.run_dir, "failed", {"message": report["message"]}, self.events)
         print(f"trainpilot-cli: {report['message']}", file=sys.stderr)
         for line in report["suggestions"]:
             print(f"  - {line}", file=sys.stderr)

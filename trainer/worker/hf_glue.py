@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import math
 import os
 import shutil
 import signal
@@ -118,8 +119,10 @@ class TrainPilotTrainer(Trainer):
         shutil.rmtree(stage, ignore_errors=True)
         _fsync_dir(final.parent)
         self.tp_last_checkpoint = (final, time.time() - started)
+        keep_also = getattr(self, "tp_keep_also", None)  # early stopping's best checkpoint
         for old in complete_checkpoints(final.parent)[: -self.tp_keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            if keep_also is None or Path(old) != Path(keep_also):
+                shutil.rmtree(old, ignore_errors=True)
 
 
 class CheckpointWriteError(Exception):
@@ -209,8 +212,10 @@ class StepEvents(TrainerCallback):
 
     def on_evaluate(self, args, state, control, metrics=None, **kw):
         if state.is_world_process_zero and metrics:
-            self.writer.write("eval", step=state.global_step, **{k: v for k, v in metrics.items()
-                                                                 if isinstance(v, (int, float))})
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            if isinstance(numbers.get("eval_loss"), (int, float)):
+                numbers["perplexity"] = math.exp(min(numbers["eval_loss"], 700.0))  # 700: no overflow
+            self.writer.write("eval", step=state.global_step, **numbers)
 
     def _global_tokens(self, args) -> int:
         tokens, self.trainer.tp_tokens = self.trainer.tp_tokens, 0

@@ -37,6 +37,7 @@ from trainer.rundir.records import (
     Stopped,
     WarningEvent,
 )
+from trainer.worker import trackers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +186,7 @@ class WorkerSetup:
 def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
     import torch
 
-    from trainer.worker import modeling, sequences
+    from trainer.worker import evaluation, modeling, sequences
     from trainer.worker.hf_glue import StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"
@@ -215,6 +216,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
                                 shuffle=cfg.data.shuffle)
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
+    evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision)
 
@@ -246,7 +248,8 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
         gradient_checkpointing=s.gradient_checkpointing is True,
         gradient_checkpointing_kwargs={"use_reentrant": False} if s.gradient_checkpointing is True else None,
         torch_compile=s.torch_compile,
-        logging_steps=1, logging_first_step=True, report_to=["tensorboard"] if cfg.output.tensorboard else [],
+        logging_steps=1, logging_first_step=True, report_to=(["tensorboard"] if cfg.output.tensorboard else []) + trackers.prepare(cfg),
+        run_name=run_dir.name,
         save_strategy="steps", save_steps=cfg.checkpoints.every_steps, save_total_limit=None, save_only_model=False,
         eval_strategy="steps" if eval_on else "no", eval_steps=t.eval_every_steps if eval_on else None,
         dataloader_num_workers=cfg.data.num_workers, remove_unused_columns=False,

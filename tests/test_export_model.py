@@ -1,0 +1,190 @@
+"""``trainpilot-cli export-model``: merged weights equal the adapter model, GGUF files load back
+through transformers with matching logits and carry the tokenizer, chat template and end of turn;
+Ollama Modelfile; refusals.
+
+Tolerances. The GGUF writer itself is checked exactly: logits of the model read back from the
+GGUF equal (max abs diff <= 1e-5, fp32) those of the merged model whose 2-D weights went through
+the same storage (f16 rounding, or gguf's own Q8_0 quantize/dequantize). Against the fp32 merged
+model the storage error shows: f16 keeps 11 significant bits (relative rounding <= 2^-11 per
+weight) and Q8_0 one f16 scale per 32 values with 8-bit steps (<= 2^-8 of the block's largest
+weight). Through two layers of a tiny random model those errors stay within a few units of that
+relative size of the largest logit; we allow 4 × 2^-11 (f16) and 4 × 2^-8 (Q8_0) of max |logit|.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from helpers_after import trained_runs
+from helpers_train import cli
+
+pytestmark = pytest.mark.slow
+IDS = [[1, 50, 60, 70, 300, 5, 9, 41]]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return trained_runs()
+
+
+@pytest.fixture(scope="module")
+def exported(runs, tmp_path_factory):
+    """The LoRA run exported twice: f16 GGUF with a Modelfile, and q8_0."""
+    root = tmp_path_factory.mktemp("export")
+    out = {}
+    for kind, extra in (("f16", ["--ollama"]), ("q8_0", [])):
+        dest = root / kind
+        proc = cli("export-model", runs["lora"], "--to", dest, "--gguf", kind, *extra)
+        assert proc.returncode == 0, proc.stderr
+        out[kind] = dest
+    return out
+
+
+def _logits(model):
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor(IDS)).logits.float()
+
+
+def _stored_like(model, kind: str):
+    """A copy of ``model`` whose 2-D weights went through the GGUF storage of ``kind``."""
+    import copy
+
+    import gguf
+    import numpy as np
+    import torch
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            if p.dim() != 2:
+                continue
+            w = p.detach().float().numpy()
+            if kind == "q8_0" and w.shape[-1] % 32 == 0:
+                q = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+                w = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(w.shape)
+            else:
+                w = w.astype(np.float16).astype(np.float32)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(w)))
+    return twin
+
+
+def _gguf_alone(folder, kind, tmp_path):
+    """The GGUF file copied into a folder of its own (so nothing but the GGUF describes the model)."""
+    solo = tmp_path / f"solo-{kind}"
+    solo.mkdir()
+    shutil.copy(folder / f"model-{kind}.gguf", solo)
+    return solo, f"model-{kind}.gguf"
+
+
+def test_merged_logits_equal_the_peft_model(runs):
+    from trainer import config as config_mod
+    from trainer.worker import chat, export_model
+
+    cfg = config_mod.load(runs["lora"] / "config.yaml")
+    source = runs["lora"] / "final"
+    peft_logits = _logits(chat.load_model(cfg, source))
+    merged_logits = _logits(export_model.merged_model(cfg, source))
+    base_logits = _logits(chat.load_model(cfg, source, base=True))
+    assert (peft_logits - merged_logits).abs().max().item() <= 1e-5
+    assert (peft_logits - base_logits).abs().max().item() > 1e-3, "the adapter must matter for this to mean anything"
+
+
+@pytest.mark.parametrize("kind,loose", [("f16", 4 * 2 ** -11), ("q8_0", 4 * 2 ** -8)])
+def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kind, loose, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(str(exported[kind]), dtype="float32")
+    solo, name = _gguf_alone(exported[kind], kind, tmp_path)
+    back = AutoModelForCausalLM.from_pretrained(str(solo), gguf_file=name, dtype="float32")
+    ref, got = _logits(merged), _logits(back)
+    exact = (got - _logits(_stored_like(merged, kind))).abs().max().item()
+    assert exact <= 1e-5, f"the writer changed more than the storage format: {exact}"
+    err = (got - ref).abs().max().item()
+    assert 0 < err <= loose * ref.abs().max().item(), (err, ref.abs().max().item())
+
+
+def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, tmp_path):
+    import gguf
+    from transformers import AutoTokenizer
+
+    folder = exported["f16"]
+    reader = gguf.GGUFReader(str(folder / "model-f16.gguf"))
+    field = lambda key: reader.fields[key].contents()  # noqa: E731
+    template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    assert field("tokenizer.chat_template") == template and "### Question:" in template
+    tokens = field("tokenizer.ggml.tokens")
+    assert field("tokenizer.ggml.model") == "gpt2" and field("tokenizer.ggml.pre") == "gpt-2"
+    assert tokens[field("tokenizer.ggml.eot_token_id")] == "</s>" == tokens[field("tokenizer.ggml.eos_token_id")]
+    assert tokens[field("tokenizer.ggml.bos_token_id")] == "<s>" and field("tokenizer.ggml.add_bos_token") is True
+    assert field("tokenizer.ggml.token_type")[2] == gguf.TokenType.CONTROL
+    tj = json.loads((folder / "tokenizer.json").read_text())
+    assert len(field("tokenizer.ggml.merges")) == len(tj["model"]["merges"])
+    solo, name = _gguf_alone(folder, "f16", tmp_path)
+    from_gguf = AutoTokenizer.from_pretrained(str(solo), gguf_file=name)
+    original = AutoTokenizer.from_pretrained(str(folder))
+    text = "### Question:\nWhat is 7 plus 3?\n### Answer:\n7 plus 3 is 10.</s> héllo  world"
+    assert from_gguf(text, add_special_tokens=False).input_ids == original(text, add_special_tokens=False).input_ids
+    assert from_gguf.chat_template == template and from_gguf.eos_token == "</s>"
+
+
+def test_export_folder_has_tokenizer_template_generation_config_and_modelfile(exported):
+    folder = exported["f16"]
+    gen = json.loads((folder / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == 2 and gen["bos_token_id"] == 1 and json.loads((folder / "config.json").read_text())["use_cache"]
+    assert not (folder / "adapter_config.json").exists() and (folder / "model.safetensors").is_file()
+    modelfile = (folder / "Modelfile").read_text()
+    assert "FROM ./model-f16.gguf" in modelfile
+    assert 'TEMPLATE """{{ if .Prompt }}### Question:\n{{ .Prompt }}\n### Answer:\n{{ end }}{{ .Response }}"""' in modelfile
+    assert 'PARAMETER stop "</s>"' in modelfile and "PARAMETER temperature" in modelfile
+
+
+def test_qwen2_family_round_trips_through_gguf_with_a_chatml_template(tmp_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.data.records import bundled_demo_path
+    from trainer.worker import gguf_export, ollama
+    from trainer.worker.tokenizer import demo_tokenizer
+
+    tok = demo_tokenizer(bundled_demo_path())
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    conf = AutoConfig.for_model("qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                tie_word_embeddings=False, bos_token_id=None, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # random biases, so a wrong bias mapping would show
+            layer.self_attn.q_proj.bias.normal_(0, 0.5)
+            layer.self_attn.k_proj.bias.normal_(0, 0.5)
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    path = gguf_export.write_gguf(model, tok, tmp_path / "qwen.gguf", "f16", chat_template=tok.chat_template,
+                                  eot_id=eot, name="tiny-qwen2")
+    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype="float32")
+    assert type(back).__name__ == "Qwen2ForCausalLM"
+    assert (_logits(back) - _logits(_stored_like(model, "f16"))).abs().max().item() <= 1e-5
+    template, stops = ollama.go_template(None, tok)
+    assert template == ollama.CHATML and stops == ["<|im_end|>"]
+
+
+def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
+    proc = cli("export-model", runs["full"], "--to", tmp_path / "a", "--ollama")
+    assert proc.returncode == 2 and "--gguf" in proc.stderr and "Traceback" not in proc.stderr
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "mine.txt").write_text("keep me")
+    proc = cli("export-model", runs["full"], "--to", busy)
+    assert proc.returncode == 2 and "already has files" in proc.stderr
+    assert [p.name for p in busy.iterdir()] == ["mine.txt"] and (busy / "mine.txt").read_text() == "keep me"
+    other = tmp_path / "gpt2run"
+    shutil.copytree(runs["full"], other)
+    conf = json.loads((other / "final" / "config.json").read_text())
+    (other / "final" / "config.json").write_text(json.dumps(dict(conf, model_type="gpt2")))
+    proc = cli("export-model", other, "--to", tmp_path / "g", "--gguf", "f16")
+    assert proc.returncode == 2 and "Llama, Qwen2 and Mistral" in proc.stderr and "gpt2" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "g").exists()
