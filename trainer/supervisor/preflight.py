@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trainer.config import ConfigError
 from trainer.core.errors import UserError
+from trainer.data.preference import read_preference_records
 from trainer.data.records import check_fields, read_records
 from trainer.models import sources
 
@@ -77,6 +78,9 @@ def _tokenizer(cfg, hardware) -> None:
 
 
 def _data(cfg, hardware) -> None:
+    if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
+        read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
+        return
     records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
     check_fields(records, cfg.data)
     split, n = cfg.data.validation_split, len(records.rows)
@@ -86,7 +90,13 @@ def _data(cfg, hardware) -> None:
 
 
 def _validation_data(cfg, hardware) -> None:
-    if cfg.data.validation_path:
+    if cfg.data.validation_path and cfg.training.objective != "sft":
+        try:
+            read_preference_records(cfg.data.validation_path, cfg.training.objective, cfg.data.format,
+                                    cfg.data.skip_bad_lines)
+        except UserError as exc:
+            raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
+    elif cfg.data.validation_path:
         try:
             check_fields(read_records(cfg.data.validation_path, cfg.data.format, cfg.data.skip_bad_lines), cfg.data)
         except UserError as exc:
