@@ -49,3 +49,18 @@ def pref_config(tmp: Path, objective: str = "dpo", method: str = "lora", **secti
     for key, value in sections.items():
         cfg.setdefault(key, {}).update(value)
     return cfg
+
+
+def t5_config(tmp: Path, **sections) -> dict:
+    """The tiny T5 on question → answer pairs (encoder input → target), fp32 CPU."""
+    rows = [{"question": p["prompt"], "answer": p["chosen"].strip()} for p in pairs()]
+    data = write_jsonl(tmp / "qa.jsonl", rows)
+    cfg = tiny_config(model={"source": "demo-tiny-llama", "architecture": "tiny-t5", "tokenizer": "demo"},
+                      data={"path": str(data), "seq_len": 64, "packing": False, "prompt_template": "{question}",
+                            "response_template": "{answer}"},
+                      training={"max_steps": 12, "effective_batch_size": 8, "micro_batch_size": 4,
+                                "gradient_accumulation_steps": 2, "learning_rate": 3e-3, "seed": 7},
+                      checkpoints={"every_steps": 5, "keep_last": 10})
+    for key, value in sections.items():
+        cfg.setdefault(key, {}).update(value)
+    return cfg
