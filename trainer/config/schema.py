@@ -169,6 +169,21 @@ class TrainingConfig(_Section):
     )
     seed: int = Field(42, description="Seed for weights init, data order and dropout.")
     eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")
+    objective: Literal["sft", "dpo", "kto", "orpo"] = Field(
+        "sft", description="What is learned: sft (next-token loss on text), dpo or orpo (preference pairs: prompt, "
+        "chosen, rejected), kto (prompt, completion, label true/false). A preference pair counts as one sample."
+    )
+    dpo_beta: float = Field(0.1, gt=0, description="β of DPO and KTO: how far the model may move from the reference "
+                            "(smaller moves further); ORPO uses it as the weight λ of its odds-ratio term.")
+    dpo_loss_type: Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "apo_zero", "apo_down", "sigmoid_norm"] = Field(
+        "sigmoid", description="DPO loss: sigmoid is the paper's; ipo, hinge, robust and the others are TRL's variants."
+    )
+    precompute_ref_log_probs: bool = Field(
+        False, description="DPO/KTO full fine-tune: score the data with the reference model once before training, "
+        "so no frozen copy of the model is kept in memory (LoRA needs no copy either way: adapters off)."
+    )
+    kto_desirable_weight: float = Field(1.0, gt=0, description="KTO: loss weight of desirable (label true) examples.")
+    kto_undesirable_weight: float = Field(1.0, gt=0, description="KTO: loss weight of undesirable (label false) examples.")
 
     @field_validator("micro_batch_size", "gradient_accumulation_steps")
     @classmethod
@@ -394,8 +409,23 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     if ev.early_stopping_patience and not cfg.training.eval_every_steps:
         p.append(("evaluation.early_stopping_patience", "early stopping watches the validation loss; set "
                   "training.eval_every_steps (and data.validation_split or data.validation_path)"))
+    p += _objective_checks(cfg)
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
+    return p
+
+
+def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Preference objectives read prompt/chosen/rejected (or KTO) records, not templates or packed text."""
+    t, p = cfg.training, []
+    if t.objective == "sft":
+        return p
+    if cfg.data.prompt_template is not None:
+        p.append(("data.prompt_template", f"objective {t.objective} reads 'prompt' and "
+                  f"{'completion/label' if t.objective == 'kto' else 'chosen/rejected'} fields directly; "
+                  "remove the templates"))
+    if t.precompute_ref_log_probs and t.objective == "orpo":
+        p.append(("training.precompute_ref_log_probs", "ORPO has no reference model; set it to false"))
     return p
 
 

@@ -198,8 +198,9 @@ def check_trainable(record_format: str, path: str) -> None:
     """UserError for record formats supervised fine-tuning cannot train on (preference/KTO pairs)."""
     if record_format in PAIR_FORMATS:
         raise UserError(f"data.record_format: {path} holds {record_format} records ({describe(record_format)}); "
-                        f"'trainpilot-cli data' previews them, and supervised training needs text, template, alpaca, "
-                        f"chat or sharegpt records", field="data.record_format", path=path)
+                        f"train on them with training.objective: {'kto' if record_format == 'kto' else 'dpo'} "
+                        f"(or orpo), or give supervised training text, template, alpaca, chat or sharegpt records",
+                        field="data.record_format", path=path)
 
 
 def describe(fmt: str) -> str:

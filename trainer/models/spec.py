@@ -22,7 +22,8 @@ ALIASES = {
     "huggingfacetb/smollm-135m": "smollm-135m", "openai-community/gpt2": "gpt2",
 }
 LLAMA_LIKE = {"llama", "mistral", "qwen2", "gemma", "gemma2", "qwen3"}
-FAMILIES = sorted(LLAMA_LIKE | {"phi", "stablelm", "gpt2"})
+ENCODER_DECODER = {"t5"}
+FAMILIES = sorted(LLAMA_LIKE | {"phi", "stablelm", "gpt2"} | ENCODER_DECODER)
 
 
 class ModelSpecNotFound(UserError):
@@ -50,6 +51,15 @@ class ModelSpec:
     lm_head_params: int  # 0 when tied
     linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of each Linear in one layer (LoRA targets)
     source: str = ""
+    # encoder-decoder (T5): ``layers``/``layer_params``/``linear_shapes`` describe the encoder; these the decoder
+    decoder_layers: int = 0
+    decoder_layer_params: int = 0
+    decoder_linear_shapes: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def encoder_decoder(self) -> bool:
+        """True for encoder-decoder models (T5): input goes to the encoder, the target to the decoder."""
+        return self.decoder_layers > 0
 
     @property
     def kv_width(self) -> int:
@@ -75,6 +85,8 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     if family not in FAMILIES:
         raise UserError(f"model '{name}': architecture family '{family or '?'}' is not known to the memory "
                         f"estimator (known: {', '.join(FAMILIES)}); set training values instead of 'auto'")
+    if family in ENCODER_DECODER:
+        return _t5_spec(cfg, name, source)
     h = int(_get(cfg, "hidden_size", "n_embd"))
     layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
     heads = int(_get(cfg, "num_attention_heads", "n_head"))
@@ -128,6 +140,42 @@ def _gpt2_layer(cfg, family, h, heads, kv, hd, inter):
     shapes = [(h, 3 * h), (h, h), (h, inter), (inter, h)]
     bias = 3 * h + h + inter + h
     return sum(i * o for i, o in shapes) + bias + 4 * h, shapes, 2 * h, 0
+
+
+def _t5_spec(cfg: dict, name: str, source: str) -> ModelSpec:
+    """T5 / FLAN-T5: shared embedding; encoder layers (self-attention, FF) and decoder layers (self-attention,
+    cross-attention, FF), each sub-layer with an RMS norm; relative position bias in each stack's first layer;
+    gated-GELU FF (v1.1/FLAN) or plain ReLU FF (original T5)."""
+    h, ff, heads, dkv = int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["num_heads"]), int(cfg["d_kv"])
+    layers = int(cfg["num_layers"])
+    dec_layers = int(cfg.get("num_decoder_layers") or layers)
+    vocab, inner = int(cfg["vocab_size"]), heads * dkv
+    gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated") or bool(cfg.get("is_gated_act"))
+    attn = [(h, inner), (h, inner), (h, inner), (inner, h)]
+    mlp = [(h, ff), (h, ff), (ff, h)] if gated else [(h, ff), (ff, h)]
+    enc_shapes, dec_shapes = attn + mlp, attn + attn + mlp
+    enc_layer = sum(i * o for i, o in enc_shapes) + 2 * h
+    dec_layer = sum(i * o for i, o in dec_shapes) + 3 * h
+    bias = 2 * int(cfg.get("relative_attention_num_buckets", 32)) * heads  # one table per stack
+    # transformers 5 ties T5's lm_head to the shared embedding whatever tie_word_embeddings says
+    # (T5Config forces it; the flag only decides the decoder-output scaling), so the head is counted once.
+    tied, head = True, 0
+    total = vocab * h + layers * enc_layer + dec_layers * dec_layer + 2 * h + bias + head
+    return ModelSpec(name, "t5", total, layers, h, heads, heads, dkv, ff, vocab, int(cfg.get("n_positions") or 512),
+                     tied, vocab * h, enc_layer, head, tuple(enc_shapes), source, dec_layers, dec_layer,
+                     tuple(dec_shapes))
+
+
+def is_encoder_decoder(source_or_arch: str) -> bool:
+    """Whether the model's config.json (found locally) describes an encoder-decoder; False when not found."""
+    path = find_config(source_or_arch)
+    if path is None:
+        return False
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(cfg.get("is_encoder_decoder")) or str(cfg.get("model_type", "")).lower() in ENCODER_DECODER
 
 
 def _hf_cache_dirs() -> list[Path]:

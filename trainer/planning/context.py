@@ -70,7 +70,8 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption) -> TrainSetup
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
-        lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device)
+        lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device,
+        objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs)
 
 
 def attention(ctx: Context) -> str:
@@ -107,4 +108,5 @@ def micro_options(cfg) -> list[int]:
         return [mb]
     if isinstance(ga, int):
         return [max(1, per // ga)]
-    return [d for d in range(per, 0, -1) if per % d == 0]
+    floor = 2 if cfg.training.objective == "kto" and per >= 2 else 1  # KTO's KL term needs 2 per micro-batch
+    return [d for d in range(per, 0, -1) if per % d == 0 and d >= floor]

@@ -30,8 +30,10 @@ def next_step(cfg) -> LadderStep | None:
     t, ds = cfg.training, cfg.deepspeed
     per_rank = t.effective_batch_size // cfg.world_size
     mb = t.micro_batch_size
-    if mb > 1:
-        new_mb = max(d for d in range(1, mb // 2 + 1) if per_rank % d == 0)
+    floor = 2 if t.objective == "kto" else 1  # KTO estimates its KL term within a micro-batch
+    smaller = [d for d in range(floor, mb // 2 + 1) if per_rank % d == 0]
+    if mb > floor and smaller:
+        new_mb = max(smaller)
         changes = {"training.micro_batch_size": new_mb, "training.gradient_accumulation_steps": per_rank // new_mb}
         why = (f"micro-batch {mb} → {new_mb}, accumulation {t.gradient_accumulation_steps} → {per_rank // new_mb} "
                f"(effective batch stays {t.effective_batch_size})")

@@ -7,10 +7,11 @@ buckets are what those estimators ignore.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
+from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
 # Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
@@ -25,6 +26,8 @@ DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
 QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
+FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
+FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,22 @@ class TrainSetup:
     lora_dropout: float = 0.05
     lora_targets: tuple[str, ...] = ("all-linear",)
     device: str = "cuda"  # cuda | cpu
+    objective: str = "sft"  # sft | dpo | kto | orpo
+    precompute_ref: bool = False  # DPO/KTO: reference log-probs scored once before training (no reference copy)
 
     @property
     def world(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def sequences_per_sample(self) -> int:
+        """Sequences one sample puts through the model with gradients: a DPO/ORPO pair is chosen + rejected."""
+        return 2 if self.objective in ("dpo", "orpo") else 1
+
+    @property
+    def fused_head(self) -> bool:
+        """TRL's DPO/KTO score log-probabilities in chunks (no full logits kept): see trl add_fused_lm_head."""
+        return self.objective in ("dpo", "kto")
 
 
 @dataclass(frozen=True)
@@ -72,17 +87,22 @@ class Estimate:
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
     """Trainable adapter parameters: r × (in + out) for each targeted Linear of every layer."""
     shapes = _lora_shapes(spec, setup)
-    return spec.layers * sum(setup.lora_r * (i + o) for i, o in shapes)
+    total = spec.layers * sum(setup.lora_r * (i + o) for i, o in shapes)
+    if spec.encoder_decoder:
+        total += spec.decoder_layers * sum(setup.lora_r * (i + o) for i, o in _lora_shapes(spec, setup, decoder=True))
+    return total
 
 
-def _lora_shapes(spec: ModelSpec, setup: TrainSetup) -> list[tuple[int, int]]:
+def _lora_shapes(spec: ModelSpec, setup: TrainSetup, decoder: bool = False) -> list[tuple[int, int]]:
+    shapes = spec.decoder_linear_shapes if decoder else spec.linear_shapes
     if "all-linear" in setup.lora_targets:
-        return list(spec.linear_shapes)
+        return list(shapes)
+    t5 = ["q", "k", "v", "o"] * (2 if decoder else 1) + ["wi_0", "wi_1", "wo"]
     names = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
              "phi": ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"],
-             "gpt2": ["c_attn", "c_proj", "c_fc", "mlp.c_proj"]}
+             "gpt2": ["c_attn", "c_proj", "c_fc", "mlp.c_proj"], "t5": t5}
     order = names.get(spec.family, names["llama"])
-    return [s for n, s in zip(order, spec.linear_shapes) if n in setup.lora_targets]
+    return [s for n, s in zip(order, shapes) if n in setup.lora_targets]
 
 
 def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
@@ -98,6 +118,31 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     wb = 2 if s.weights_16bit else 4
     opt = 2 if s.optimizer == "adamw_8bit" else 2 * wb
     return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt * P}, {}
+
+
+def reference_bytes(spec: ModelSpec, s: TrainSetup) -> tuple[int, int]:
+    """(device bytes, host bytes) of DPO's/KTO's reference model. None with LoRA/QLoRA (TRL scores the
+    reference with the adapters disabled) or with precomputed reference log-probabilities; a frozen copy
+    of the weights for a full fine-tune (16-bit under DeepSpeed; sharded by ZeRO-3, on the host with
+    parameter offload)."""
+    if s.objective not in ("dpo", "kto") or s.method != "full" or s.precompute_ref:
+        return 0, 0
+    wb = 2 if s.weights_16bit or (s.deepspeed and s.device == "cuda") else 4
+    if s.deepspeed and s.device == "cuda" and s.zero_stage == 3:
+        return (0, wb * spec.params) if s.offload_params else (wb * spec.params // s.world, 0)
+    return wb * spec.params, 0
+
+
+def objective_transient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Working memory of the forwards run without gradients inside a step (bytes): DPO's/KTO's reference
+    forward and KTO's KL forward hold one layer's intermediates (hidden, q/k/v, the MLP's three
+    I-wide tensors) for their whole batch at a time, while the policy's activations are kept."""
+    if s.objective not in ("dpo", "kto") or (s.precompute_ref and s.objective == "dpo"):
+        return 0
+    wb = 2 if s.weights_16bit and s.precision != "fp32" else 4
+    tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
+    per_layer = wb * (3 * spec.hidden + 2 * spec.kv_width + 3 * spec.intermediate)
+    return tokens * per_layer * (2 if s.objective == "kto" else 1)
 
 
 def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
@@ -124,7 +169,8 @@ def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states."""
     P, T = spec.params, lora_params(spec, s)
     if s.method == "qlora":
-        linear = spec.layers * sum(i * o for i, o in spec.linear_shapes)
+        linear = spec.layers * sum(i * o for i, o in spec.linear_shapes) + \
+            spec.decoder_layers * sum(i * o for i, o in spec.decoder_linear_shapes)
         base = int(QLORA_BYTES_PER_PARAM * linear) + 2 * (P - linear)  # embeddings and lm_head stay 16-bit
         dequant = 2 * max(i * o for i, o in spec.linear_shapes)  # one layer dequantised at a time
         return {"weights": base + dequant, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
@@ -197,6 +243,8 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
     else:
         norm = 8 * h
+    if s.fused_head:  # TRL's chunked log-probs keep the head's input, log Z, entropy (fp32) and the targets (int64)
+        return norm + FUSED_HEAD_PER_TOKEN + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
     return norm + 4 * spec.vocab + family
 
@@ -205,6 +253,10 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     """Saved activations: ``layers`` (all decoder layers, or their checkpointed inputs),
     ``head`` (final norm, lm_head input, fp32 log-softmax), ``recompute`` (one layer rebuilt
     during backward when checkpointing)."""
+    if spec.encoder_decoder:
+        return seq2seq_activation_bytes(spec, s)
+    if s.sequences_per_sample > 1:  # chosen and rejected go through the model in one batch
+        s = replace(s, micro_batch=s.micro_batch * s.sequences_per_sample)
     tokens = s.micro_batch * s.seq_len
     wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
     layer = layer_activation_bytes(spec, s)
@@ -226,7 +278,10 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     16-bit logits + fp32 upcast + log-softmax are 10·b·s·V, and the logits are freed once the loss
     is taken.) DESIGN.md said ≈14; peak allocations measured on an H100 fit 12 within 4% across
     Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
-    return 8 * s.micro_batch * s.seq_len * spec.vocab
+    tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
+    if s.fused_head and not spec.encoder_decoder:  # fp32 logits of one tile at a time, with their gradient
+        return 8 * min(tokens, FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
+    return 8 * tokens * spec.vocab
 
 
 def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -263,12 +318,17 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     states, host_states = model_states(spec, s)
     acts = activation_bytes(spec, s)
     breakdown = dict(states)
+    ref_device, ref_host = reference_bytes(spec, s)
+    breakdown["reference_model"] = ref_device
+    breakdown["reference_forward"] = objective_transient_bytes(spec, s)
+    if ref_host:
+        host_states = dict(host_states, reference_model=ref_host)
     breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
-    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + \
+    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + breakdown["reference_forward"] + \
         breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
@@ -276,6 +336,8 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
     # weights pass through host memory once while loading (16-bit checkpoint shards)
     host["loading"] = 2 * spec.params if s.method != "qlora" else int(QLORA_BYTES_PER_PARAM * spec.params)
+    if ref_device or ref_host:  # the reference copy is made from the loaded weights
+        host["loading"] *= 2
     if s.device == "cpu":
         host["training"] = sum(breakdown.values())
     trainable = spec.params if s.method == "full" else lora_params(spec, s)

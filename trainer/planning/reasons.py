@@ -18,6 +18,7 @@ STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "ze
 def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verdict: str, found: dict) -> list[str]:
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
+    out += objective_reasons(ctx, est)
     out.append(_batch(ctx, mb, ckpt, ds))
     out.append(_checkpointing(ctx, mb, ckpt, ds, found))
     out += _deepspeed(ctx, ds, est)
@@ -47,6 +48,37 @@ def _model(ctx: Context, est: Estimate) -> str:
     return (f"{spec.name}: {_count(spec.params)} parameters; {what[c.method.type]} in {ctx.precision} keeps "
             f"{gib(states)} of weights, gradients and optimizer states on the "
             f"{'GPU' if ctx.device == 'cuda' else 'CPU'}")
+
+
+def objective_reasons(ctx: Context, est: Estimate) -> list[str]:
+    """What the objective and an encoder-decoder add, in words (DPO's reference, the pair, KTO's KL batch)."""
+    c, b, out = ctx.cfg, est.breakdown, []
+    t = c.training
+    if t.objective in ("dpo", "orpo"):
+        out.append(f"{t.objective.upper()}: each preference pair puts its chosen and rejected answers through the "
+                   f"model in one step, so a pair costs the activations of two sequences (a pair counts as one "
+                   f"sample of the effective batch)")
+    if t.objective in ("dpo", "kto"):
+        if c.method.type != "full":
+            out.append("reference model: none in memory; with adapters the reference scores come from the same "
+                       "weights with the adapters switched off")
+        elif t.precompute_ref_log_probs:
+            out.append("reference model: its log-probabilities are computed once before training "
+                       "(precompute_ref_log_probs), so no copy stays in memory")
+        else:
+            where = "host RAM" if est.host_breakdown.get("reference_model") else ("GPU" if ctx.device == "cuda" else "RAM")
+            size = b.get("reference_model") or est.host_breakdown.get("reference_model", 0)
+            out.append(f"reference model: a frozen copy of the weights for the full fine-tune, {gib(size)} in {where} "
+                       f"(set training.precompute_ref_log_probs: true to score the data once and drop it)")
+    if t.objective == "kto":
+        out.append("KTO: each step also scores a mismatched (KL) batch without gradients, "
+                   f"{gib(b.get('reference_forward', 0))} of working memory with the reference forward; "
+                   "micro-batches hold at least 2 examples")
+    if ctx.spec is not None and ctx.spec.encoder_decoder:
+        out.append(f"encoder-decoder: the input ({c.data.seq_len} tokens) runs through {ctx.spec.layers} encoder "
+                   f"layers and the target through {ctx.spec.decoder_layers} decoder layers, each also attending to "
+                   f"every input position (cross-attention)")
+    return out
 
 
 def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from trainer.config import ConfigError, dump_yaml
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable
+from trainer.data.preference import read_preference_records
 from trainer.data.scan import scan
 from trainer.models import sources
 
@@ -100,6 +101,9 @@ def _data(cfg, hardware) -> None:
     if cfg.data.hub_dataset:
         check_hub_dataset(cfg, trainable=True)
         return
+    if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
+        read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
+        return
     result = _data_any_format(cfg, hardware)
     check_trainable(result.record_format, result.path)
     split, n = cfg.data.validation_split, result.records
@@ -133,7 +137,13 @@ def check_hub_dataset(cfg, trainable: bool = False) -> None:
 
 
 def _validation_data(cfg, hardware) -> None:
-    if cfg.data.validation_path:
+    if cfg.data.validation_path and cfg.training.objective != "sft":
+        try:
+            read_preference_records(cfg.data.validation_path, cfg.training.objective, cfg.data.format,
+                                    cfg.data.skip_bad_lines)
+        except UserError as exc:
+            raise UserError(str(exc).replace("data.path", "data.validation_path", 1), field="data.validation_path") from None
+    elif cfg.data.validation_path:
         try:
             scan(cfg.data.validation_path, cfg.data, role="data.validation_path")
         except UserError as exc:

@@ -29,6 +29,7 @@ from trainer.rundir.checkpoints import (
 from trainer.rundir.events import STOP_FILE
 from trainer.rundir.records import CheckpointSaved, StepEvent, StopRequested
 from trainer.worker.sequences import REAL_TOKENS_KEY
+from trainer.worker.step_metrics import objective_fields
 
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"  # "STEP:MIN_MICRO": raise OOM at optimizer step >= STEP while micro > MIN_MICRO
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
@@ -36,8 +37,9 @@ INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at
 INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
 
 
-class TrainPilotTrainer(Trainer):
-    """HF Trainer with real-token counting, atomic checkpoints and fault injection."""
+class TrainPilotMixin:
+    """Our additions, for HF's Trainer and for TRL's trainers (which subclass it): real-token counting,
+    atomic checkpoints and fault injection. Put it first in the bases: ``class X(TrainPilotMixin, DPOTrainer)``."""
 
     def __init__(self, *args, run_meta: dict | None = None, keep_last: int = 3, shuffle: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
@@ -49,7 +51,7 @@ class TrainPilotTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""
-        self.tp_tokens += int(inputs.pop(REAL_TOKENS_KEY, 0))
+        self.tp_tokens += _real_tokens(inputs)
         if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] \
                 and self.args.per_device_train_batch_size > self._inject_oom[1]:
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
@@ -123,6 +125,19 @@ class TrainPilotTrainer(Trainer):
         for old in complete_checkpoints(final.parent)[: -self.tp_keep_last]:
             if keep_also is None or Path(old) != Path(keep_also):
                 shutil.rmtree(old, ignore_errors=True)
+
+
+class TrainPilotTrainer(TrainPilotMixin, Trainer):
+    """HF Trainer with real-token counting, atomic checkpoints and fault injection."""
+
+
+def _real_tokens(inputs: dict) -> int:
+    """Our collators count real tokens under REAL_TOKENS_KEY; TRL's batches carry attention masks
+    (chosen and rejected rows of a DPO pair, KTO's KL rows are not trained so not counted)."""
+    if REAL_TOKENS_KEY in inputs:
+        return int(inputs.pop(REAL_TOKENS_KEY))
+    mask = inputs.get("attention_mask")
+    return int(mask.sum()) if mask is not None else 0
 
 
 class CheckpointWriteError(Exception):
@@ -199,7 +214,7 @@ class StepEvents(TrainerCallback):
         if not self._pending or logs is None or "loss" not in logs or not state.is_world_process_zero:
             return
         event = dataclasses.replace(self._pending, loss=logs.get("loss"), learning_rate=logs.get("learning_rate"),
-                                    grad_norm=logs.get("grad_norm"))
+                                    grad_norm=logs.get("grad_norm"), extra=objective_fields(logs))
         self._pending = None
         self.writer.emit(event)
 

@@ -186,7 +186,7 @@ class WorkerSetup:
 def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
     import torch
 
-    from trainer.worker import evaluation, modeling, sequences
+    from trainer.worker import evaluation, modeling, objectives, sequences
     from trainer.worker.hf_glue import StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"
@@ -203,17 +203,22 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")
     tokenizer = modeling.load_tokenizer(cfg)
     started = time.time()
-    train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
-    info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack, or open the cache
-    corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
-    if corpus_vocab and rank == 0:
-        tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
-    model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
-    targs = _training_arguments(cfg, run_dir, precision, use_cuda)
-    trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
-                                data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
-                                keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
-                                shuffle=cfg.data.shuffle)
+    if objectives.handles(cfg):  # DPO/KTO/ORPO through TRL, encoder-decoder models
+        make_args = functools.partial(_training_arguments, cfg, run_dir, precision, use_cuda)
+        trainer, info = objectives.build_trainer(cfg, run_dir, tokenizer, precision, use_cuda, make_args,
+                                                 _checkpoint_meta(cfg))
+    else:
+        train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
+        corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
+        if corpus_vocab and rank == 0:
+            tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
+        model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
+        targs = _training_arguments(cfg, run_dir, precision, use_cuda)
+        trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
+                                    data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
+                                    keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
+                                    shuffle=cfg.data.shuffle)
+    info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
@@ -228,15 +233,17 @@ def _checkpoint_meta(cfg) -> dict:
             "zero_stage": cfg.deepspeed.zero_stage if cfg.deepspeed.enabled is True else None}
 
 
-def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
+def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):
+    """HF TrainingArguments (or ``cls``, a subclass such as TRL's DPOConfig, with ``extra`` fields) for the run."""
     from transformers import TrainingArguments
 
+    cls = cls or TrainingArguments
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
     optim = "adamw_bnb_8bit" if t.optimizer == "adamw_8bit" else (
         "adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
     eval_on = bool(t.eval_every_steps)
-    return TrainingArguments(
+    return cls(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=t.micro_batch_size, per_device_eval_batch_size=t.micro_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -255,7 +262,7 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool):
         dataloader_num_workers=cfg.data.num_workers, remove_unused_columns=False,
         deepspeed=str(ds_path) if cfg.deepspeed.enabled is True else None,
         use_cpu=not use_cuda, ddp_backend="gloo" if not use_cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
-        disable_tqdm=True,
+        disable_tqdm=True, **extra,
     )
 
 

@@ -185,3 +185,46 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def saved_objective_bytes(trainer, inputs: dict) -> int:
+    """Bytes of the unique non-parameter storages autograd saves in one ``trainer.compute_loss`` (the
+    objective's own loss: DPO's policy forward on chosen + rejected, its reference forward, the loss),
+    parameters of the policy and of any reference model excluded. CPU or the model's device."""
+    import torch
+
+    model = trainer.model
+    model.train()
+    ref = getattr(trainer, "ref_model", None)
+    params = {p.untyped_storage().data_ptr() for m in (model, ref) if m is not None for p in m.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params and st.nbytes():
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = trainer.compute_loss(model, inputs)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return int(sum(seen.values()))
+
+
+def model_state_bytes(trainer) -> dict:
+    """Bytes held between steps after one real optimizer step: ``weights`` (every parameter of the
+    policy, frozen or not), ``gradients`` (one per trainable parameter, in its dtype), ``optimizer_states``
+    (AdamW's tensors), ``reference`` (a separate reference model's parameters; 0 without one)."""
+    model = trainer.model
+    ref = getattr(trainer, "ref_model", None)
+
+    def unique(params):
+        return sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in params}.values())
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = trainer.optimizer
+    states = sum(t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values()
+                 if hasattr(t, "untyped_storage") and t.dim() > 0)
+    return {"weights": unique(model.parameters()), "gradients": sum(p.numel() * p.element_size() for p in trainable),
+            "optimizer_states": states, "reference": unique(ref.parameters()) if ref is not None else 0}

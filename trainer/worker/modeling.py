@@ -45,11 +45,16 @@ def torch_dtype(cfg, precision: str):
     return getattr(torch, resolve_dtype(cfg.model.dtype, precision))
 
 
-def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = None):
+def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = None, apply_method: bool = True,
+               seq2seq: bool = False):
     """The model ready for training: full, LoRA or QLoRA; gradient checkpointing per config.
-    ``vocab_size`` (a tokenizer trained on the corpus) sizes the embeddings to that tokenizer."""
+    ``vocab_size`` (a tokenizer trained on the corpus) sizes the embeddings to that tokenizer;
+    ``apply_method=False`` returns the base model (TRL's trainers wrap it in the adapters themselves);
+    ``seq2seq`` builds an encoder-decoder (T5) with its LM head."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
 
     m = cfg.model
     dtype = torch_dtype(cfg, precision)
@@ -65,7 +70,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         # from host memory, so its models are still built there.
         where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
         with torch.device(where):
-            model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_config(conf, dtype=dtype, **kw),
+            model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
                                              common)
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
@@ -73,7 +78,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
             kwargs["quantization_config"] = _bnb_config(precision)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
-            model = _with_attention_fallback(lambda kw: AutoModelForCausalLM.from_pretrained(m.source, **{**kwargs, **kw}),
+            model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
                                              common)
         except OSError as exc:
             raise UserError(f"model.source: cannot load '{m.source}' ({secrets.redact(str(exc)).splitlines()[0]}); "
@@ -81,7 +86,9 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
-    return _apply_method(cfg, model)
+    if not apply_method:
+        return model
+    return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
 
 
 def _with_attention_fallback(build, common: dict):
@@ -105,18 +112,25 @@ def _bnb_config(precision: str):
                               bnb_4bit_compute_dtype=compute)
 
 
-def _apply_method(cfg, model):
-    method = cfg.method
-    if method.type == "full":
-        return model
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
+    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks); for QLoRA the
+    4-bit model is prepared for k-bit training first (in place)."""
+    from peft import LoraConfig, prepare_model_for_kbit_training
 
+    method = cfg.method
     _check_target_modules(method.target_modules, model)
     if method.type == "qlora":
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
-    lora = LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
-                      target_modules=method.target_modules, task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
+    return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
+                      target_modules=method.target_modules, task_type=task_type)
+
+
+def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
+    if cfg.method.type == "full":
+        return model
+    from peft import get_peft_model
+
+    model = get_peft_model(model, lora_config(cfg, model, task_type))
     if cfg.speed.gradient_checkpointing is True:
         model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
     return model
