@@ -17,7 +17,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, create_model
 
-from trainer.config.schema import RunConfig, load, validate
+from trainer.config.schema import DETECTED, RunConfig, load, validate
 from trainer.core.errors import UserError
 
 AUTO = "auto"
@@ -65,10 +65,20 @@ def auto_fields() -> tuple[str, ...]:
 
 
 AUTO_FIELDS = auto_fields()
-# "auto" here means "detect from the input when it is read" (the file's type from its name, the record
-# format from the records), not a choice for this machine: it stays "auto" in a resolved config, and the
-# data pipeline detects it the same way every time. Every other auto field is the planner's.
-RESOLVED_WHEN_READ = ("data.format", "data.record_format")
+
+
+def _field(key: str):
+    *head, last = key.split(".")
+    model = RunConfig
+    for part in head:
+        model = model.model_fields[part].annotation
+    return model.model_fields[last]
+
+
+# Fields whose "auto" is detected from the input when it is used (marked DETECTED in the schema: a
+# file's type, the records' shape, a webhook's format) stay "auto" in a resolved config; every other
+# auto field is the planner's to resolve.
+RESOLVED_WHEN_READ = tuple(k for k in AUTO_FIELDS if (_field(k).json_schema_extra or {}) == DETECTED)
 PLANNER_FIELDS = tuple(k for k in AUTO_FIELDS if k not in RESOLVED_WHEN_READ)
 
 

@@ -28,6 +28,9 @@ from trainer.core.secrets import SECRET_ENV_VARS, TOKEN_PATTERN
 
 SCHEMA_VERSION = 1
 Auto = Literal["auto"]
+# Marks a field whose "auto" means "detected from the input when it is used" (a file's type from its
+# name, records' shape from their fields), not a choice for this machine: the planner leaves it as is.
+DETECTED = {"auto": "detected when used"}
 
 
 class ConfigError(Exception):
@@ -90,7 +93,7 @@ class DataConfig(_Section):
     """Training data and how it becomes token sequences."""
     path: str = Field("demo", description="Dataset file (.jsonl .json .txt .csv .parquet); 'demo' is the bundled sample.")
     format: Literal["auto", "jsonl", "json", "txt", "csv", "parquet"] = Field(
-        "auto", description="File format; 'auto' uses the file extension."
+        "auto", description="File format; 'auto' uses the file extension.", json_schema_extra=DETECTED
     )
     text_field: str = Field("text", description="Record field holding the text (when no template is set).")
     prompt_template: Optional[str] = Field(
@@ -111,7 +114,8 @@ class DataConfig(_Section):
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
     record_format: Literal["auto", "text", "template", "alpaca", "chat", "sharegpt", "preference", "kto"] = Field(
         "auto", description="Shape of the records (not the file type): 'auto' detects it from the fields "
-        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, ...). See docs/data.md."
+        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, ...). See docs/data.md.",
+        json_schema_extra=DETECTED,
     )
     chat_template: Optional[str] = Field(
         None, description="Jinja chat template (text, or a .jinja file) used instead of the tokenizer's; a tokenizer "
@@ -285,7 +289,8 @@ class NotifyConfig(_Section):
         "'trainpilot/<this name>' when unset). The URL itself never goes in a config."
     )
     webhook_format: Literal["auto", "discord", "slack", "json"] = Field(
-        "auto", description="Message format; 'auto' picks Discord or Slack from the URL, else plain JSON."
+        "auto", description="Message format; 'auto' picks Discord or Slack from the URL, else plain JSON.",
+        json_schema_extra=DETECTED,
     )
     events: list[Literal["finished", "failed", "stopped", "oom_recovered"]] = Field(
         default_factory=lambda: ["finished", "failed", "stopped", "oom_recovered"],
