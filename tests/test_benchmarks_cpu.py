@@ -26,6 +26,7 @@ def test_probe_cost_prints_both_paths(tmp_path):
     assert {r["path"] for r in rows} == {"live", "replay"} and all(r["median_ms"] >= 0 for r in rows)
 
 
+@pytest.mark.slow  # forward/backward passes in a child process
 def test_memory_accuracy_cpu_smoke(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "m.json"
@@ -40,6 +41,7 @@ def test_memory_accuracy_cpu_smoke(tmp_path):
         assert abs(r["predicted_activation_bytes"] / r["measured_activation_bytes"] - 1) <= 0.10
 
 
+@pytest.mark.slow  # trains in a child process
 def test_speed_stack_cpu_smoke(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "s.json"

@@ -126,6 +126,7 @@ def test_measure_plan_needs_gpu():
         measure_plan(plan, hw)
 
 
+@pytest.mark.slow  # DeepSpeed steps in a child process
 @pytest.mark.deepspeed
 @pytest.mark.parametrize("stage", [2, 3])
 def test_measuring_deepspeed_engine_runs_real_steps(stage):

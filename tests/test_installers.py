@@ -168,6 +168,7 @@ def installed(tmp_path_factory):
     return {"prefix": prefix, "home": home, "stdout": out.stdout}
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_offline_install_records_torch_build_and_deepspeed(installed):
     state = json.loads((installed["prefix"] / "install-state.json").read_text())
     import torch  # the installed environment reuses this interpreter's torch
@@ -182,6 +183,7 @@ def test_offline_install_records_torch_build_and_deepspeed(installed):
     assert "--- installing PyTorch" in log and "--- checking the installation" in log
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_installed_app_runs_from_the_copied_source(installed):
     venv_py = installed["prefix"] / "venv" / "bin" / "python"
     # cwd outside the repository: `python -c` would import the checkout's packages from the cwd
@@ -197,6 +199,7 @@ def _has_doctor(cli: Path) -> bool:
     return re.search(r"\bdoctor\b", out.stdout) is not None
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_installed_doctor_answers_json(installed):
     cli = installed["prefix"] / "venv" / "bin" / "trainpilot-cli"
     if not _has_doctor(cli):
@@ -217,6 +220,7 @@ def _smoke_env(home: Path) -> dict:
     return env
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_gui_starts_offscreen_from_the_installed_launcher_in_any_folder(installed, tmp_path):
     if "TRAINPILOT_SMOKE_EXIT" not in (REPO / "app" / "main.py").read_text():
         pytest.skip("the GUI does not honour TRAINPILOT_SMOKE_EXIT=1 yet (app/main.py)")
@@ -228,6 +232,7 @@ def test_gui_starts_offscreen_from_the_installed_launcher_in_any_folder(installe
         assert out.returncode == 0, (launcher, out.stdout[-2000:], out.stderr[-2000:])
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_desktop_entry_and_icons_are_installed_for_the_user(installed):
     data = installed["home"] / "data"
     entry = data / "applications" / "trainpilot.desktop"
@@ -243,6 +248,7 @@ def test_desktop_entry_and_icons_are_installed_for_the_user(installed):
     assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
 
 
+@pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_rerun_repairs_a_broken_install(installed):
     gui = installed["prefix"] / "venv" / "bin" / "trainpilot"
     gui.unlink()

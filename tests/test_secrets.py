@@ -91,6 +91,7 @@ def test_no_file_or_message_of_a_run_and_export_holds_a_secret(ws):
     assert not leaked, leaked
 
 
+@pytest.mark.slow  # starts a real worker
 def test_token_in_the_variable_named_by_hub_token_env_is_kept_out(ws):
     """``model.hub_token_env`` names where the hub token lives: that variable's value is a secret too."""
     key = "".join(_rng.choice("0123456789abcdef") for _ in range(32)) + "cafebabe"
