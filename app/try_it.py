@@ -237,7 +237,8 @@ class TryItTab(QtWidgets.QWidget):
 
     def _on_done(self, pane: AnswerPane, result: dict) -> None:
         why = "end of turn" if result.get("stop_reason") == "end_of_turn" else "token limit"
-        pane.info.setText(f"{result.get('tokens')} tokens in {result.get('seconds', 0):.1f} s ({why})")
+        blank = "; nothing printable (whitespace, or ids the tokenizer has no text for)" if not pane.text().strip() else ""
+        pane.info.setText(f"{result.get('tokens')} tokens in {result.get('seconds', 0):.1f} s ({why}){blank}")
 
     def _on_failed(self, pane: AnswerPane, message: str) -> None:
         pane.info.setText("failed")

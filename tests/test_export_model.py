@@ -188,3 +188,28 @@ def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", other, "--to", tmp_path / "g", "--gguf", "f16")
     assert proc.returncode == 2 and "Llama, Qwen2 and Mistral" in proc.stderr and "gpt2" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "g").exists()
+
+
+def test_mistral_family_is_written_as_llama_and_reads_back_with_the_same_logits(tmp_path):
+    """llama.cpp runs Mistral as the llama architecture; transformers reads such a file back as Llama,
+    which computes the same function (no sliding window here)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.data.records import bundled_demo_path
+    from trainer.worker import gguf_export, ollama
+    from trainer.worker.tokenizer import demo_tokenizer
+
+    tok = demo_tokenizer(bundled_demo_path())
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"
+    conf = AutoConfig.for_model("mistral", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                                sliding_window=None, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
+    path = gguf_export.write_gguf(model, tok, tmp_path / "mistral.gguf", "q8_0", chat_template=tok.chat_template,
+                                  eot_id=2, name="tiny-mistral")
+    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype="float32")
+    assert type(back).__name__ in ("LlamaForCausalLM", "MistralForCausalLM")
+    assert (_logits(back) - _logits(_stored_like(model, "q8_0"))).abs().max().item() <= 1e-5
+    assert ollama.go_template(None, tok) == (ollama.MISTRAL, ["</s>"])

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 EVENT_TYPES = (
     "run_started", "plan", "step", "eval", "checkpoint_saved", "warning", "oom", "retry",
-    "stop_requested", "stopped", "finished", "failed",
+    "stop_requested", "stopped", "finished", "failed", "sample", "early_stopped",
 )
 STEP_FIELDS = (
     "step", "max_steps", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_second",
