@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from app.export_model_dialog import ExportModelDialog
 from app.screenshots import _spin, _wait
 
 QUESTION = "What is 4 plus 3?"
@@ -48,7 +49,6 @@ def shoot(run_dir: Path, out: Path) -> list[Path]:
     """Render the three pictures into ``out``; returns their paths."""
     from PySide6 import QtWidgets
 
-    from app.export_model_dialog import ExportModelDialog
     from app.run_data import RunData
     from app.run_view import RunView
 
