@@ -103,3 +103,19 @@ def test_refuses_while_the_run_is_training_and_names_unknown_checkpoints(runs, t
     (run / "status.json").write_text(json.dumps({"state": "finished", "pid": os.getpid()}))
     proc = cli("chat", run, "--checkpoint", "7", "--prompt", "hi")
     assert proc.returncode == 2 and "complete checkpoints: 1, 2" in proc.stderr, proc.stderr
+
+
+def test_a_tokenizer_with_a_chat_template_renders_with_it_and_stops_at_its_end_token():
+    from trainer import config as config_mod
+    from trainer.data.records import bundled_demo_path
+    from trainer.worker import chat
+    from trainer.worker.tokenizer import demo_tokenizer
+
+    tok = demo_tokenizer(bundled_demo_path())
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    cfg = config_mod.validate({"data": {"prompt_template": "Q: {q}\n", "response_template": "{a}"}})
+    ids = chat.prompt_ids(cfg, tok, "hello there")  # the template wins over the run's prompt_template
+    assert tok.decode(ids) == "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.convert_tokens_to_ids("<|im_end|>") in chat.stop_ids(tok) and tok.eos_token_id in chat.stop_ids(tok)
