@@ -19,7 +19,6 @@ import pytest
 from helpers_after import trained_runs
 from helpers_train import cli
 
-pytestmark = pytest.mark.slow
 IDS = [[1, 50, 60, 70, 300, 5, 9, 41]]
 
 
@@ -79,6 +78,7 @@ def _gguf_alone(folder, kind, tmp_path):
     return solo, f"model-{kind}.gguf"
 
 
+@pytest.mark.slow
 def test_merged_logits_equal_the_peft_model(runs):
     from trainer import config as config_mod
     from trainer.worker import chat, export_model
@@ -93,6 +93,7 @@ def test_merged_logits_equal_the_peft_model(runs):
 
 
 @pytest.mark.parametrize("kind,loose", [("f16", 4 * 2 ** -11), ("q8_0", 4 * 2 ** -8)])
+@pytest.mark.slow
 def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kind, loose, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -106,6 +107,7 @@ def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kin
     assert 0 < err <= loose * ref.abs().max().item(), (err, ref.abs().max().item())
 
 
+@pytest.mark.slow
 def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, tmp_path):
     import gguf
     from transformers import AutoTokenizer
@@ -130,6 +132,7 @@ def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, t
     assert from_gguf.chat_template == template and from_gguf.eos_token == "</s>"
 
 
+@pytest.mark.slow
 def test_export_folder_has_tokenizer_template_generation_config_and_modelfile(exported):
     folder = exported["f16"]
     gen = json.loads((folder / "generation_config.json").read_text())
@@ -172,6 +175,7 @@ def test_qwen2_family_round_trips_through_gguf_with_a_chatml_template(tmp_path):
     assert template == ollama.CHATML and stops == ["<|im_end|>"]
 
 
+@pytest.mark.slow
 def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", runs["full"], "--to", tmp_path / "a", "--ollama")
     assert proc.returncode == 2 and "--gguf" in proc.stderr and "Traceback" not in proc.stderr

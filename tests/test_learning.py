@@ -9,9 +9,8 @@ from helpers_train import cli, events, tiny_config, write_config
 
 from trainer import config as config_mod
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_samples_at_each_eval_and_early_stopping_keeps_the_best_checkpoint(tmp_path):
     # min_delta 10 makes every evaluation after the first "not better": patience 2 stops at step 3.
     cfg = tiny_config(name="es", data={"validation_split": 0.02},
@@ -55,6 +54,7 @@ def test_config_checks_for_samples_and_early_stopping():
     assert ok.evaluation.sample_every_steps == 5 and ok.output.report_to == ["mlflow"]
 
 
+@pytest.mark.slow
 def test_early_stopping_counts_on_across_a_stop_and_resume(tmp_path):
     cfg = tiny_config(name="esr", data={"validation_split": 0.02},
                       training={"max_steps": 10, "eval_every_steps": 1},

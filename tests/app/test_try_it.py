@@ -96,6 +96,7 @@ def test_stop_ends_the_generation(qtbot, runs):
     assert tab.tuned.text() == shown and not tab.stop_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_refuses_politely_while_the_run_is_training(qtbot, runs, tmp_path):
     import shutil
 
