@@ -28,6 +28,7 @@ class ChatStream(QtCore.QObject):
     text = QtCore.Signal(str)
     done = QtCore.Signal(dict)
     failed = QtCore.Signal(str)
+    ended = QtCore.Signal()  # the child exited (after done or failed, or when stopped)
 
     def __init__(self, run_dir: Path, prompt: str, checkpoint: str, base: bool, max_new_tokens: int,
                  temperature: float, parent=None):
@@ -83,6 +84,7 @@ class ChatStream(QtCore.QObject):
             err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
             lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("trainpilot: loaded")]
             self.failed.emit("\n".join(lines[-4:]) or f"chat exited with code {code}")
+        self.ended.emit()
 
 
 class AnswerPane(QtWidgets.QWidget):
@@ -207,6 +209,7 @@ class TryItTab(QtWidgets.QWidget):
             stream.text.connect(pane.append)
             stream.done.connect(lambda r, p=pane: self._on_done(p, r))
             stream.failed.connect(lambda msg, p=pane: self._on_failed(p, msg))
+            stream.ended.connect(lambda: self.stop_button.setEnabled(self.busy()))
             self.streams.append(stream.start())
         self.status.setText("")
         self.stop_button.setEnabled(True)
@@ -234,12 +237,9 @@ class TryItTab(QtWidgets.QWidget):
 
     def _on_done(self, pane: AnswerPane, result: dict) -> None:
         why = "end of turn" if result.get("stop_reason") == "end_of_turn" else "token limit"
-        pane.info.setText(f"{result.get('tokens')} tokens in {result.get('seconds', 0):.1f} s ({why})")
-        if not self.busy():
-            self.stop_button.setEnabled(False)
+        blank = "; nothing printable (whitespace, or ids the tokenizer has no text for)" if not pane.text().strip() else ""
+        pane.info.setText(f"{result.get('tokens')} tokens in {result.get('seconds', 0):.1f} s ({why}){blank}")
 
     def _on_failed(self, pane: AnswerPane, message: str) -> None:
         pane.info.setText("failed")
         self.status.setText(message)
-        if not self.busy():
-            self.stop_button.setEnabled(False)

@@ -9,8 +9,6 @@ import pytest
 from helpers_after import PROMPT_TEMPLATE, trained_runs
 from helpers_train import cli
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def runs():
@@ -21,6 +19,7 @@ def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_prompt_on_a_full_runs_final_answers_in_json(runs):
     proc = cli("chat", runs["full"], "--prompt", "Once upon a time", "--json", "--temperature", "0",
                "--max-new-tokens", "12")
@@ -31,6 +30,7 @@ def test_prompt_on_a_full_runs_final_answers_in_json(runs):
     assert out["rendered_prompt"] == "<s>Once upon a time"  # plain-text run: BOS + the text, as trained
 
 
+@pytest.mark.slow
 def test_prompt_on_a_lora_checkpoint_uses_the_training_template(runs):
     proc = cli("chat", runs["lora"], "--checkpoint", "1", "--prompt", "What is 3 plus 4?", "--json",
                "--temperature", "0", "--max-new-tokens", "8")
@@ -40,6 +40,7 @@ def test_prompt_on_a_lora_checkpoint_uses_the_training_template(runs):
     assert out["rendered_prompt"] == "<s>" + PROMPT_TEMPLATE.format(question="What is 3 plus 4?")
 
 
+@pytest.mark.slow
 def test_rendered_ids_equal_the_training_tokenization(runs):
     from trainer import config as config_mod
     from trainer.worker import chat, sequences
@@ -53,6 +54,7 @@ def test_rendered_ids_equal_the_training_tokenization(runs):
     assert chat.prompt_ids(cfg, tok, "What is 5 plus 2?") == ids[:prompt_len]
 
 
+@pytest.mark.slow
 def test_greedy_merged_and_base_plus_adapter_give_the_same_tokens(runs):
     from trainer import config as config_mod
     from trainer.worker import chat, export_model
@@ -69,6 +71,7 @@ def test_greedy_merged_and_base_plus_adapter_give_the_same_tokens(runs):
     assert base_out["token_ids"] != peft_out["token_ids"], "the adapter must change the answer for this check to mean anything"
 
 
+@pytest.mark.slow
 def test_stream_json_sends_tokens_then_the_whole_answer(runs):
     proc = cli("chat", runs["full"], "--prompt", "The", "--stream-json", "--seed", "3", "--max-new-tokens", "10")
     assert proc.returncode == 0, proc.stderr
@@ -78,6 +81,7 @@ def test_stream_json_sends_tokens_then_the_whole_answer(runs):
     assert "".join(x["text"] for x in lines if x["type"] == "token") == lines[-1]["text"]
 
 
+@pytest.mark.slow
 def test_interactive_mode_answers_each_stdin_line_and_base_is_selectable(runs):
     import subprocess
     import sys
@@ -92,6 +96,7 @@ def test_interactive_mode_answers_each_stdin_line_and_base_is_selectable(runs):
     assert "9 plus 1" in answers[1]["rendered_prompt"]
 
 
+@pytest.mark.slow
 def test_refuses_while_the_run_is_training_and_names_unknown_checkpoints(runs, tmp_path):
     import shutil
 
@@ -103,3 +108,19 @@ def test_refuses_while_the_run_is_training_and_names_unknown_checkpoints(runs, t
     (run / "status.json").write_text(json.dumps({"state": "finished", "pid": os.getpid()}))
     proc = cli("chat", run, "--checkpoint", "7", "--prompt", "hi")
     assert proc.returncode == 2 and "complete checkpoints: 1, 2" in proc.stderr, proc.stderr
+
+
+def test_a_tokenizer_with_a_chat_template_renders_with_it_and_stops_at_its_end_token():
+    from trainer import config as config_mod
+    from trainer.data.records import bundled_demo_path
+    from trainer.worker import chat
+    from trainer.worker.tokenizer import demo_tokenizer
+
+    tok = demo_tokenizer(bundled_demo_path())
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    cfg = config_mod.validate({"data": {"prompt_template": "Q: {q}\n", "response_template": "{a}"}})
+    ids = chat.prompt_ids(cfg, tok, "hello there")  # the template wins over the run's prompt_template
+    assert tok.decode(ids) == "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.convert_tokens_to_ids("<|im_end|>") in chat.stop_ids(tok) and tok.eos_token_id in chat.stop_ids(tok)

@@ -19,7 +19,6 @@ import pytest
 from helpers_after import trained_runs
 from helpers_train import cli
 
-pytestmark = pytest.mark.slow
 IDS = [[1, 50, 60, 70, 300, 5, 9, 41]]
 
 
@@ -79,6 +78,7 @@ def _gguf_alone(folder, kind, tmp_path):
     return solo, f"model-{kind}.gguf"
 
 
+@pytest.mark.slow
 def test_merged_logits_equal_the_peft_model(runs):
     from trainer import config as config_mod
     from trainer.worker import chat, export_model
@@ -93,6 +93,7 @@ def test_merged_logits_equal_the_peft_model(runs):
 
 
 @pytest.mark.parametrize("kind,loose", [("f16", 4 * 2 ** -11), ("q8_0", 4 * 2 ** -8)])
+@pytest.mark.slow
 def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kind, loose, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -106,6 +107,7 @@ def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kin
     assert 0 < err <= loose * ref.abs().max().item(), (err, ref.abs().max().item())
 
 
+@pytest.mark.slow
 def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, tmp_path):
     import gguf
     from transformers import AutoTokenizer
@@ -130,6 +132,7 @@ def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, t
     assert from_gguf.chat_template == template and from_gguf.eos_token == "</s>"
 
 
+@pytest.mark.slow
 def test_export_folder_has_tokenizer_template_generation_config_and_modelfile(exported):
     folder = exported["f16"]
     gen = json.loads((folder / "generation_config.json").read_text())
@@ -172,6 +175,7 @@ def test_qwen2_family_round_trips_through_gguf_with_a_chatml_template(tmp_path):
     assert template == ollama.CHATML and stops == ["<|im_end|>"]
 
 
+@pytest.mark.slow
 def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", runs["full"], "--to", tmp_path / "a", "--ollama")
     assert proc.returncode == 2 and "--gguf" in proc.stderr and "Traceback" not in proc.stderr
@@ -188,3 +192,28 @@ def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", other, "--to", tmp_path / "g", "--gguf", "f16")
     assert proc.returncode == 2 and "Llama, Qwen2 and Mistral" in proc.stderr and "gpt2" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "g").exists()
+
+
+def test_mistral_family_is_written_as_llama_and_reads_back_with_the_same_logits(tmp_path):
+    """llama.cpp runs Mistral as the llama architecture; transformers reads such a file back as Llama,
+    which computes the same function (no sliding window here)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.data.records import bundled_demo_path
+    from trainer.worker import gguf_export, ollama
+    from trainer.worker.tokenizer import demo_tokenizer
+
+    tok = demo_tokenizer(bundled_demo_path())
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"
+    conf = AutoConfig.for_model("mistral", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                                sliding_window=None, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
+    path = gguf_export.write_gguf(model, tok, tmp_path / "mistral.gguf", "q8_0", chat_template=tok.chat_template,
+                                  eot_id=2, name="tiny-mistral")
+    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype="float32")
+    assert type(back).__name__ in ("LlamaForCausalLM", "MistralForCausalLM")
+    assert (_logits(back) - _logits(_stored_like(model, "q8_0"))).abs().max().item() <= 1e-5
+    assert ollama.go_template(None, tok) == (ollama.MISTRAL, ["</s>"])

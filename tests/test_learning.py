@@ -9,9 +9,8 @@ from helpers_train import cli, events, tiny_config, write_config
 
 from trainer import config as config_mod
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_samples_at_each_eval_and_early_stopping_keeps_the_best_checkpoint(tmp_path):
     # min_delta 10 makes every evaluation after the first "not better": patience 2 stops at step 3.
     cfg = tiny_config(name="es", data={"validation_split": 0.02},
@@ -53,3 +52,20 @@ def test_config_checks_for_samples_and_early_stopping():
     ok = config_mod.validate({"evaluation": {"sample_prompts": ["hi"], "sample_every_steps": 5},
                               "output": {"report_to": ["mlflow"]}})
     assert ok.evaluation.sample_every_steps == 5 and ok.output.report_to == ["mlflow"]
+
+
+@pytest.mark.slow
+def test_early_stopping_counts_on_across_a_stop_and_resume(tmp_path):
+    cfg = tiny_config(name="esr", data={"validation_split": 0.02},
+                      training={"max_steps": 10, "eval_every_steps": 1},
+                      checkpoints={"every_steps": 1, "keep_last": 3},
+                      output={"tensorboard": False, "runs_dir": str(tmp_path / "runs"), "run_name": "esr"},
+                      evaluation={"early_stopping_patience": 2, "early_stopping_min_delta": 10.0})
+    proc = cli("run", write_config(tmp_path / "esr.yaml", cfg), "--quiet", env={"TRAINPILOT_INJECT_STOP": "2"})
+    run = tmp_path / "runs" / "esr"
+    assert proc.returncode == 0 and events(run, "stopped"), proc.stderr
+    proc = cli("resume", run, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    # evals 1 (best) and 2 (not better) happened before the stop: the resumed attempt stops at 3
+    (stopped,) = events(run, "early_stopped")
+    assert (stopped["step"], stopped["best_step"]) == (3, 1)

@@ -39,7 +39,6 @@ def base_model(cfg, use_cuda: bool):
 
 def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     """The model in ``source`` (full weights or an adapter over the base), or the base itself; eval mode."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     if base:
@@ -56,8 +55,7 @@ def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     else:
         raise UserError(f"{source}: holds neither a model (config.json) nor an adapter (adapter_config.json)",
                         path=str(source))
-    model.eval()
-    torch.set_grad_enabled(False)
+    model.eval()  # generate() runs without gradients itself; no process-wide switch here
     return model
 
 

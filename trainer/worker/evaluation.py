@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from trainer.rundir.events import read_events
 from trainer.worker import chat
 
 
@@ -32,7 +33,7 @@ def add_callbacks(trainer, cfg, writer, tokenizer, rank: int) -> None:
             trainer.add_callback(SampleEvents(writer, cfg, tokenizer, trainer, rank))
     if ev.early_stopping_patience:
         trainer.add_callback(EarlyStopping(writer, trainer, ev.early_stopping_patience, ev.early_stopping_min_delta,
-                                           rank))
+                                           rank, history=writer.path))
 
 
 class SampleEvents(TrainerCallback):
@@ -78,23 +79,32 @@ class EarlyStopping(TrainerCallback):
 
     metric = "eval_loss"
 
-    def __init__(self, writer, trainer, patience: int, min_delta: float, rank: int):
+    def __init__(self, writer, trainer, patience: int, min_delta: float, rank: int, history: Path | None = None):
         self.writer, self.trainer, self.patience, self.min_delta, self.rank = writer, trainer, patience, min_delta, rank
+        self.history = history  # events.jsonl: a resumed attempt (stop/resume, OOM retry) continues the count
         self.best: float | None = None
         self.best_step: int | None = None
         self.bad = 0
         self.stopped = False
 
+    def on_train_begin(self, args, state, control, **kw):
+        if not self.history or not state.global_step:
+            return
+        evals: dict[int, float] = {}
+        for e in read_events(self.history):
+            if e.get("type") == "eval" and isinstance(e.get("eval_loss"), (int, float)) \
+                    and isinstance(e.get("step"), int) and e["step"] <= state.global_step:
+                evals[e["step"]] = float(e["eval_loss"])  # a repeated step: the last attempt's value
+        for step in sorted(evals):
+            self._judge(evals[step], step, args)
+
     def on_evaluate(self, args, state, control, metrics=None, **kw):
         value = (metrics or {}).get(self.metric)
         if value is None or self.stopped:
             return
-        if self.best is None or value < self.best - self.min_delta:
-            self.best, self.best_step, self.bad = float(value), state.global_step, 0
+        if self._judge(float(value), state.global_step, args):
             control.should_save = True  # the best weights must exist as a checkpoint to come back to
-            self.trainer.tp_keep_also = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             return
-        self.bad += 1
         if self.bad >= self.patience:
             self.stopped = True
             control.should_training_stop = True
@@ -103,6 +113,15 @@ class EarlyStopping(TrainerCallback):
                                   metric=self.metric, best_value=self.best, patience=self.patience,
                                   min_delta=self.min_delta,
                                   checkpoint=str(self.trainer.tp_keep_also))
+
+    def _judge(self, value: float, step: int, args) -> bool:
+        """Count one evaluation; True when it is the new best."""
+        if self.best is None or value < self.best - self.min_delta:
+            self.best, self.best_step, self.bad = value, step, 0
+            self.trainer.tp_keep_also = Path(args.output_dir) / f"checkpoint-{step}"
+            return True
+        self.bad += 1
+        return False
 
     def on_train_end(self, args, state, control, **kw):
         if not self.stopped or self.best_step is None or self.best_step == state.global_step:

@@ -1,0 +1,152 @@
+"""The Try it tab with real ``trainpilot-cli chat`` children: tokens stream into both panes while
+the event loop keeps ticking, Stop ends the generation, a training run is refused politely; the
+Samples tab, the eval-loss points, the run-ended notification and the Export model dialog."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+from PySide6 import QtCore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared trained runs
+from helpers_after import trained_runs  # noqa: E402
+
+from app.eval_curve import eval_points  # noqa: E402
+from app.export_model_dialog import ExportModelDialog  # noqa: E402
+from app.learning_view import RunEndNotifier, SamplesView  # noqa: E402
+from app.run_data import RunData  # noqa: E402
+from app.try_it import BUSY_TEXT, TryItTab  # noqa: E402
+from trainer.rundir.events import EventWriter  # noqa: E402
+
+# The GUI thread only reads pipes; a stall this long means it blocked (seconds; generous for a
+# busy 2-core CI machine, where the children's torch threads compete for the cores).
+MAX_STALL_S = 1.0
+
+
+class StallMeter:
+    """A 10 ms timer on the GUI thread; the longest gap between its ticks is the longest stall."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.longest = 0.0
+        self.timer = QtCore.QTimer(interval=10, timeout=self._tick)
+        self.timer.start()
+
+    def _tick(self):
+        now = time.perf_counter()
+        self.longest = max(self.longest, now - self.last)
+        self.last = now
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return trained_runs()
+
+
+def _tab(qtbot, run_dir) -> TryItTab:
+    tab = TryItTab()
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.bind(run_dir)
+    return tab
+
+
+@pytest.mark.slow
+def test_tokens_stream_into_both_panes_while_the_gui_stays_responsive(qtbot, runs):
+    tab = _tab(qtbot, runs["full"])
+    assert [tab.checkpoint.itemData(i) for i in range(tab.checkpoint.count())] == ["final", "2", "1"]
+    tab.prompt.setPlainText("Once upon a time")
+    tab.max_tokens.setValue(40)
+    tab.temperature.setValue(0.0)
+    chunks = {"tuned": [], "base": []}
+    meter = StallMeter()
+    assert tab.send()
+    tab.streams[0].text.connect(lambda t: chunks["tuned"].append((t, tab.streams[0].result is None)))
+    tab.streams[1].text.connect(lambda t: chunks["base"].append((t, tab.streams[1].result is None)))
+    qtbot.waitUntil(lambda: not tab.busy(), timeout=240000)
+    meter.timer.stop()
+    for pane, name in ((tab.tuned, "tuned"), (tab.base, "base")):
+        assert len(chunks[name]) >= 2, f"{name}: tokens must arrive one by one, not at the end"
+        assert all(before_done for _, before_done in chunks[name])
+        assert pane.text() == "".join(t for t, _ in chunks[name]) and pane.text().strip()
+        assert "tokens in" in pane.info.text()
+    assert tab.streams[0].result["base"] is False and tab.streams[1].result["base"] is True
+    print(f"longest event-loop stall while streaming: {meter.longest * 1000:.0f} ms")
+    assert meter.longest < MAX_STALL_S, f"the event loop stalled for {meter.longest:.2f} s"
+    assert not tab.stop_button.isEnabled()
+
+
+@pytest.mark.slow
+def test_stop_ends_the_generation(qtbot, runs):
+    tab = _tab(qtbot, runs["full"])
+    tab.prompt.setPlainText("The")
+    tab.max_tokens.setValue(4000)  # far longer than the test waits
+    assert tab.send()
+    qtbot.waitUntil(lambda: len(tab.tuned.text()) > 0, timeout=240000)
+    assert tab.busy() and tab.stop_button.isEnabled()
+    tab.stop_button.click()
+    qtbot.waitUntil(lambda: not tab.busy(), timeout=5000)
+    assert tab.status.text() == "Stopped." and tab.streams[0].result is None
+    shown = tab.tuned.text()
+    qtbot.wait(500)
+    assert tab.tuned.text() == shown and not tab.stop_button.isEnabled()
+
+
+@pytest.mark.slow
+def test_refuses_politely_while_the_run_is_training(qtbot, runs, tmp_path):
+    import shutil
+
+    run = tmp_path / "busy"
+    shutil.copytree(runs["full"], run)
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    tab = _tab(qtbot, run)
+    tab.prompt.setPlainText("hello")
+    assert tab.send() is False
+    assert tab.status.text() == BUSY_TEXT and tab.streams == [] and tab.tuned.text() == ""
+
+
+def test_samples_tab_eval_points_and_run_end_notification(qtbot, tmp_path):
+    run = tmp_path / "run"
+    w = EventWriter(run / "events.jsonl")
+    (run / "config.yaml").write_text("name: r\n")
+    w.write("eval", step=2, eval_loss=3.5, perplexity=33.1)
+    w.write("sample", step=2, prompt="Hi", text="hello there")
+    w.write("sample", step=2, prompt="Bye", text="see you")
+    w.write("eval", step=4, eval_loss=3.1, perplexity=22.2)
+    w.write("sample", step=4, prompt="Hi", text="hello again")
+    data = RunData(run)
+    data.poll()
+    view = SamplesView()
+    qtbot.addWidget(view)
+    assert view.refresh(data) == 3 and view.refresh(data) == 0
+    assert view.samples() == [(4, "Hi", "hello again"), (2, "Hi", "hello there"), (2, "Bye", "see you")]
+    assert eval_points(data.notices) == ([2.0, 4.0], [3.5, 3.1])
+    row = namedtuple("Row", "path state")
+    notifier = RunEndNotifier()
+    notifier.observe([row(str(run), "finished")])  # never seen live: no notification for old runs
+    notifier.observe([row(str(run), "running")])
+    notifier.observe([row(str(run), "running")])
+    notifier.observe([row(str(run), "failed")])
+    assert notifier.shown == [("TrainPilot: run failed", "Training failed; the run's Log tab has the details.")]
+
+
+@pytest.mark.slow
+def test_export_model_dialog_reports_progress_to_the_end(qtbot, runs, tmp_path):
+    dialog = ExportModelDialog(str(runs["lora"]))
+    qtbot.addWidget(dialog)
+    dialog.folder.setText(str(tmp_path / "out"))
+    dialog.gguf.setCurrentIndex(2)  # q8_0
+    dialog.ollama.setChecked(True)
+    seen = []
+    dialog.progress.valueChanged.connect(seen.append)
+    dialog.export_button.click()
+    qtbot.waitUntil(lambda: dialog.proc.state() == QtCore.QProcess.NotRunning and dialog.export_button.isEnabled(),
+                    timeout=240000)
+    assert dialog.progress.value() == 100 and "Exported" in dialog.status.text(), dialog.status.text()
+    assert len(set(seen)) >= 4, seen  # the bar moved through the steps, not straight to the end
+    assert (tmp_path / "out" / "model-q8_0.gguf").is_file() and (tmp_path / "out" / "Modelfile").is_file()
