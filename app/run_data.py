@@ -26,6 +26,7 @@ class RunData:
         self._tele_tail = ev.JsonlTail(self.run_dir / ev.TELEMETRY_FILE) if run_dir is not None else None
         # step-indexed
         self.loss, self.lr = Series(), Series()
+        self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         # time-indexed (Unix seconds)
         self.tokens_per_s = Series()
         self.vram_used, self.vram_total = Series(), Series()
@@ -85,6 +86,9 @@ class RunData:
         self.last_step = e
         self.loss.append(step, _num(e.get("loss")))
         self.lr.append(step, _num(e.get("learning_rate")))
+        if "rewards_margin" in e:
+            self.reward_accuracy.append(step, _num(e.get("reward_accuracy")))
+            self.reward_margin.append(step, _num(e.get("rewards_margin")))
         if t is not None:
             self.tokens_per_s.append(t, _num(e.get("tokens_per_second")))
 
