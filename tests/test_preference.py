@@ -66,6 +66,16 @@ def test_objective_trains_ten_steps(tmp_path, kind):
 
 
 @pytest.mark.slow
+def test_orpo_runs_with_its_metrics(tmp_path):
+    proc, run = _run(tmp_path, "orpo", pref_config(tmp_path, "orpo", "lora", training={"max_steps": 3}))
+    assert proc.returncode == 0, proc.stderr
+    steps = events(run, "step")
+    assert len(steps) == 3 and all(k in steps[-1] for k in ("log_odds_ratio", "nll_loss", "reward_accuracy"))
+    assert all(s["tokens_per_second"] > 0 for s in steps)  # real tokens of chosen and rejected counted
+    assert events(run, "run_started")[0]["reference_model"] is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dpo", "t5"])
 def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path, kind):
     over = {"training": {"max_steps": 8}, "checkpoints": {"every_steps": 5}}
