@@ -165,3 +165,16 @@ def test_blank_lines_keep_line_numbers_true(tmp_path):
     path.write_text(json.dumps(pairs(1)[0]) + "\n\n\n" + json.dumps({"prompt": "x"}) + "\n", encoding="utf-8")
     with pytest.raises(UserError, match="line 4"):
         read_preference_records(str(path), "dpo")
+
+
+def test_t5_without_templates_and_kto_with_micro_batch_1_are_refused_up_front(tmp_path):
+    from trainer import config as config_mod
+    from trainer.supervisor import preflight
+
+    cfg = t5_config(tmp_path)
+    cfg["data"].pop("prompt_template"), cfg["data"].pop("response_template")
+    with pytest.raises(config_mod.ConfigError, match="prompt_template.*encoder-decoder"):
+        preflight.check(config_mod.validate(cfg))
+    kto = pref_config(tmp_path, "kto", "lora", training={"micro_batch_size": 1, "gradient_accumulation_steps": 8})
+    with pytest.raises(config_mod.ConfigError, match="training.micro_batch_size.*KTO"):
+        config_mod.validate(kto)

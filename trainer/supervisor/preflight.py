@@ -16,6 +16,7 @@ from trainer.core.errors import UserError
 from trainer.data.preference import read_preference_records
 from trainer.data.records import check_fields, read_records
 from trainer.models import sources
+from trainer.models.spec import is_encoder_decoder
 
 
 def check(cfg, hardware=None) -> None:
@@ -81,6 +82,10 @@ def _data(cfg, hardware) -> None:
     if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
         read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
         return
+    if cfg.data.prompt_template is None and is_encoder_decoder(cfg.model.architecture or cfg.model.source):
+        raise UserError("data.prompt_template: an encoder-decoder model (T5) reads an input and a target: set "
+                        "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template "
+                        "(the target, e.g. '{answer}')", field="data.prompt_template")
     records = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines)
     check_fields(records, cfg.data)
     split, n = cfg.data.validation_split, len(records.rows)
