@@ -99,7 +99,7 @@ def _dpo_trainer(tmp_path, method: str, precision: str, **training):
     raw["data"]["seq_len"] = 512
     cfg = config_mod.validate(raw)
     make = functools.partial(_training_arguments, cfg, tmp_path / "run", precision, False)
-    trainer, _ = objectives.build_trainer(cfg, tmp_path / "run", modeling.load_tokenizer(cfg), precision, False,
+    trainer, _ = objectives.build_trainer(cfg, modeling.load_tokenizer(cfg), precision, False,
                                           make, _checkpoint_meta(cfg))
     return cfg, trainer
 

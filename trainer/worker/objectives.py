@@ -32,7 +32,7 @@ def handles(cfg) -> bool:
     return cfg.training.objective != "sft" or is_seq2seq(cfg)
 
 
-def build_trainer(cfg, run_dir, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
+def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
     """``(trainer, info)`` for the run. ``make_args(cls, **extra)`` builds the training arguments of class
     ``cls`` (a TrainingArguments subclass) from the run config; ``meta`` goes into every checkpoint."""
     # TRL's trainers report usage to the hub on start unless told not to: TrainPilot sends nothing anywhere.
