@@ -24,6 +24,7 @@ PLOTS = (
     ("power", "Power", "W", True, 1, 0, False), ("util", "GPU utilisation", "%", True, 1, 1, True),
     ("tps", "Throughput", "tokens/s", True, 2, 0, True), ("loss", "Loss", "", False, 2, 1, False),
     ("lr", "Learning rate", "", False, 3, 1, True),
+    ("reward", "Reward accuracy (green) and margin (DPO/KTO/ORPO)", "", False, 3, 0, True),
 )
 
 
@@ -74,7 +75,7 @@ class Dashboard(QtWidgets.QWidget):
             _fast_axes(plot)
             self.plots[key] = plot
         colors = {"vram": "#1f77b4", "temp": "#d62728", "power": "#ff7f0e",
-                  "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b"}
+                  "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b", "reward": "#2ca02c"}
         for name, color in colors.items():
             curve = self.plots[name].plot(pen=_pen(color), name=name)
             curve.setDownsampling(auto=True, method="peak")
@@ -84,6 +85,7 @@ class Dashboard(QtWidgets.QWidget):
             curve.setClipToView(True)
             curve.setSkipFiniteCheck(False)
             self.curves[name] = curve
+        self.curves["margin"] = self.plots["reward"].plot(pen=_pen("#ff7f0e"), name="margin")
         self.peak_line = pg.InfiniteLine(angle=0, pen=_pen("#e377c2", QtCore.Qt.DotLine),
                                          label="predicted peak", labelOpts={"position": 0.1, "color": "#e377c2"})
         self.peak_line.setVisible(False)
@@ -143,6 +145,8 @@ class Dashboard(QtWidgets.QWidget):
         self._bind("loss", d.loss)
         eval_curve.update_eval_curve(self.eval_curve, d)
         self._bind("lr", d.lr)
+        self._bind("reward", d.reward_accuracy)
+        self._bind("margin", d.reward_margin)
         total = d.vram_total.last()
         if self._changed("total", total):
             self.total_line.setVisible(total is not None)

@@ -37,6 +37,9 @@ class Batch:
     lr: list = field(default_factory=list)
     tps_t: list = field(default_factory=list)          # event time of each step (a NaN tps: resume gap)
     tps: list = field(default_factory=list)
+    reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
+    reward_accuracy: list = field(default_factory=list)
+    reward_margin: list = field(default_factory=list)
     tele_t: np.ndarray | None = None                   # telemetry times (gap rows: values NaN)
     tele: dict = field(default_factory=dict)           # name → column aligned with tele_t
     gpu_t: np.ndarray | None = None                    # times of samples that had a GPU
@@ -108,6 +111,10 @@ class RunReader:
             b.step_x.append(step)
             b.loss.append(_nan(e.get("loss")))
             b.lr.append(_nan(e.get("learning_rate")))
+            if "rewards_margin" in e:  # preference objectives (docs/preference.md)
+                b.reward_x.append(step)
+                b.reward_accuracy.append(_nan(e.get("reward_accuracy")))
+                b.reward_margin.append(_nan(e.get("rewards_margin")))
             return
         if kind == "run_started":
             self._attempts += 1
@@ -167,6 +174,7 @@ class RunData:
         self.reader = RunReader(self.run_dir) if self.run_dir is not None else None
         # step-indexed
         self.loss, self.lr = Series(), Series()
+        self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         # time-indexed (Unix seconds)
         self.tokens_per_s = Series()
         self.vram_used, self.vram_total = Series(), Series()
@@ -210,6 +218,9 @@ class RunData:
             self.loss.extend(b.step_x, b.loss)
             self.lr.extend(b.step_x, b.lr)
             self.last_step = b.last_step
+        if b.reward_x:
+            self.reward_accuracy.extend(b.reward_x, b.reward_accuracy)
+            self.reward_margin.extend(b.reward_x, b.reward_margin)
         if b.tps_t:
             self.tokens_per_s.extend(b.tps_t, b.tps)
         if b.tele_t is not None:

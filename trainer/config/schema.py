@@ -429,6 +429,9 @@ def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("data.prompt_template", f"objective {t.objective} reads 'prompt' and "
                   f"{'completion/label' if t.objective == 'kto' else 'chosen/rejected'} fields directly; "
                   "remove the templates"))
+    if t.objective == "kto" and t.micro_batch_size == 1:
+        p.append(("training.micro_batch_size", "KTO estimates its KL term from the other examples of a micro-batch; "
+                  "use 2 or more, or auto"))
     if t.precompute_ref_log_probs and t.objective == "orpo":
         p.append(("training.precompute_ref_log_probs", "ORPO has no reference model; set it to false"))
     return p

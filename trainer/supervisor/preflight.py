@@ -20,7 +20,7 @@ from trainer.data.formats import check_trainable
 from trainer.data.preference import read_preference_records
 from trainer.data.scan import scan
 from trainer.models import sources
-
+from trainer.models.spec import is_encoder_decoder
 
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
@@ -104,6 +104,10 @@ def _data(cfg, hardware) -> None:
     if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
         read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
         return
+    if cfg.data.prompt_template is None and is_encoder_decoder(cfg.model.architecture or cfg.model.source):
+        raise UserError("data.prompt_template: an encoder-decoder model (T5) reads an input and a target: set "
+                        "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template "
+                        "(the target, e.g. '{answer}')", field="data.prompt_template")
     result = _data_any_format(cfg, hardware)
     check_trainable(result.record_format, result.path)
     split, n = cfg.data.validation_split, result.records

@@ -136,8 +136,9 @@ def _real_tokens(inputs: dict) -> int:
     (chosen and rejected rows of a DPO pair, KTO's KL rows are not trained so not counted)."""
     if REAL_TOKENS_KEY in inputs:
         return int(inputs.pop(REAL_TOKENS_KEY))
-    mask = inputs.get("attention_mask")
-    return int(mask.sum()) if mask is not None else 0
+    masks = [inputs["attention_mask"]] if "attention_mask" in inputs else \
+        [inputs[k] for k in ("chosen_attention_mask", "rejected_attention_mask") if k in inputs]  # ORPO's batch
+    return sum(int(m.sum()) for m in masks)
 
 
 class CheckpointWriteError(Exception):

@@ -205,7 +205,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     started = time.time()
     if objectives.handles(cfg):  # DPO/KTO/ORPO through TRL, encoder-decoder models
         make_args = functools.partial(_training_arguments, cfg, run_dir, precision, use_cuda)
-        trainer, info = objectives.build_trainer(cfg, run_dir, tokenizer, precision, use_cuda, make_args,
+        trainer, info = objectives.build_trainer(cfg, tokenizer, precision, use_cuda, make_args,
                                                  _checkpoint_meta(cfg))
     else:
         train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)

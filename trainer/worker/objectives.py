@@ -16,8 +16,9 @@ import os
 
 from trainer.core.errors import UserError
 from trainer.data.preference import read_preference_records
+from trainer.data.records import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
-from trainer.worker import modeling, sequences
+from trainer.worker import modeling
 from trainer.worker.hf_glue import TrainPilotMixin, TrainPilotTrainer
 from trainer.worker.sequences import REAL_TOKENS_KEY
 
@@ -32,7 +33,7 @@ def handles(cfg) -> bool:
     return cfg.training.objective != "sft" or is_seq2seq(cfg)
 
 
-def build_trainer(cfg, run_dir, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
+def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
     """``(trainer, info)`` for the run. ``make_args(cls, **extra)`` builds the training arguments of class
     ``cls`` (a TrainingArguments subclass) from the run config; ``meta`` goes into every checkpoint."""
     # TRL's trainers report usage to the hub on start unless told not to: TrainPilot sends nothing anywhere.
@@ -176,9 +177,9 @@ def _seq2seq_datasets(cfg, tokenizer):
 
     datasets.disable_progress_bars()
     d = cfg.data
-    train_rec, val_rec = sequences.load_records(d)
-    train = datasets.Dataset.from_list(sequences._normalise(train_rec.rows))
-    val = datasets.Dataset.from_list(sequences._normalise(val_rec.rows)) if val_rec else None
+    train_rec, val_rec = _template_records(d)
+    train = datasets.Dataset.from_list(_as_text(train_rec.rows))
+    val = datasets.Dataset.from_list(_as_text(val_rec.rows)) if val_rec else None
     if val is None and d.validation_split > 0:
         parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
         train, val = parts["train"], parts["test"]
@@ -189,6 +190,22 @@ def _seq2seq_datasets(cfg, tokenizer):
             "skipped_lines": len(train_rec.skipped_lines), "skipped_line_numbers": train_rec.skipped_lines[:20],
             "objective": "sft", "encoder_decoder": True}
     return train, val, info
+
+
+def _template_records(d):
+    """Training and validation records of an input/target (template) data set."""
+    train = read_records(d.path, d.format, d.skip_bad_lines)
+    check_fields(train, d)
+    val = None
+    if d.validation_path:
+        val = read_records(d.validation_path, d.format, d.skip_bad_lines)
+        check_fields(val, d)
+    return train, val
+
+
+def _as_text(rows: list[dict]) -> list[dict]:
+    # datasets infers one type per column; stringify values so mixed-type fields don't break it.
+    return [{k: (v if isinstance(v, str) else ("" if v is None else str(v))) for k, v in r.items()} for r in rows]
 
 
 def _seq2seq_tokenize_fn(cfg, tokenizer):
