@@ -20,7 +20,6 @@ from trainer.data.formats import check_trainable
 from trainer.data.scan import scan
 from trainer.models import sources
 
-
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
 

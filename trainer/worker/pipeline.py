@@ -26,8 +26,7 @@ from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data import formats
 from trainer.data.demo import cache_dir
-from trainer.data.records import detect_format as file_kind
-from trainer.data.records import read_records, resolve_path
+from trainer.data.records import read_records
 from trainer.data.scan import scan
 from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
 
@@ -208,7 +207,6 @@ class PackTable:
 
     def __call__(self, table):
         import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         ids_col, lab_col = table.column("input_ids").combine_chunks(), table.column("labels").combine_chunks()
@@ -217,7 +215,7 @@ class PackTable:
         total = len(ids)
         if total == 0:
             return _table([0], [], [], [])
-        block = self.seq_len if total >= self.seq_len else total
+        block = min(self.seq_len, total)
         cut = (total // block) * block
         idx = np.arange(cut)
         doc_start = np.repeat(np.cumsum(lengths) - lengths, lengths)[:cut]
