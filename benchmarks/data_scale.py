@@ -158,6 +158,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="keep files here (default: a temporary folder, removed)")
     ap.add_argument("--stream-steps", type=int, default=300)
     ap.add_argument("--skip-streaming", action="store_true")
+    ap.add_argument("--streaming-only", action="store_true", help="only the streaming run (keeps the caches)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tp-datascale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -166,10 +167,15 @@ def main() -> None:
         t = time.time()
         generate(data, args.records)
         print(f"generated {args.records:,} records, {data.stat().st_size / 1e6:.0f} MB in {time.time() - t:.0f} s", flush=True)
-    shutil.rmtree(cache, ignore_errors=True)
-    shutil.rmtree(runs, ignore_errors=True)
+    if not args.streaming_only:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(runs, ignore_errors=True)
     env = dict(os.environ, TRAINPILOT_CACHE=str(cache), HF_DATASETS_CACHE=str(cache / "hf-datasets"),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.streaming_only:
+        shutil.rmtree(runs / "stream", ignore_errors=True)
+        print(json.dumps({"streaming": streaming(work, data, runs, env, args.stream_steps)}, indent=1))
+        return
     cfg_file = work / "config.yaml"
     cfg_file.write_text(yaml.safe_dump(config(data, runs, 2, False)))
     figures = {"records": args.records, "bytes": data.stat().st_size, "cpus": os.cpu_count(),
