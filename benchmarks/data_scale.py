@@ -20,7 +20,8 @@ event the run writes (seconds); ``data_seconds`` is the worker's own time in the
 its ``run_started`` event); ``worker_cpu_s_to_first_step`` the worker's CPU seconds until then (less
 sensitive to a busy machine). A **baseline** run on a 200-record file first gives the fixed cost
 (imports, planning, model build) that every run pays whatever the data. RSS: the worker process's resident memory (and its child processes',
-e.g. tokenizing workers) sampled every 0.1 s by psutil (bytes). Targets from issue 11: cold ≤ 30 s,
+e.g. tokenizing workers) sampled every 0.1 s by psutil (bytes), and its anonymous part (``RssAnon``: RSS
+without pages of memory-mapped files, i.e. the Arrow cache the kernel may drop at any time). Targets from issue 11: cold ≤ 30 s,
 warm ≤ 5 s, RSS ≤ 1.5 GB; streaming end RSS within 10% of RSS after 10% of the steps.
 """
 from __future__ import annotations
@@ -86,7 +87,7 @@ class Sampler(threading.Thread):
         return None
 
     def run(self):
-        worker = None
+        worker, cpu = None, {}
         while not self.stop:
             worker = worker or self._worker()
             if worker is not None:
@@ -95,11 +96,24 @@ class Sampler(threading.Thread):
                     own = worker.memory_info().rss
                     kids = worker.children(recursive=True)
                     tree = own + sum(c.memory_info().rss for c in kids)
-                    cpu = sum(sum(p.cpu_times()[:2]) for p in [worker, *kids])
-                    self.samples.append((time.time(), own, tree, cpu))
+                    for p in [worker, *kids]:  # children that exited keep their last figure
+                        cpu[p.pid] = sum(p.cpu_times()[:2])
+                    self.samples.append((time.time(), own, tree, sum(cpu.values()), _rss_anon(worker.pid)))
                 except psutil.Error:
                     worker = None
             time.sleep(0.1)
+
+
+def _rss_anon(pid: int) -> int:
+    """Anonymous resident memory (bytes): RSS without the pages of memory-mapped files (the Arrow cache),
+    which the kernel can drop at any time (Linux; 0 elsewhere)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def run_cli(args: list[str], env: dict) -> dict:
@@ -134,7 +148,8 @@ def first_step(result: dict, run_dir: Path, after_step: int = 0) -> dict:
             "worker_to_first_step_s": round(step["time"] - result["worker_start"], 2) if result["worker_start"] else None,
             "worker_cpu_s_to_first_step": round(before[-1][3], 1) if before else None,
             "data_seconds": started.get("data_seconds"),
-            "worker_peak_rss_gb": round(peak_own / 1e9, 3), "worker_tree_peak_rss_gb": round(peak_tree / 1e9, 3)}
+            "worker_peak_rss_gb": round(peak_own / 1e9, 3), "worker_tree_peak_rss_gb": round(peak_tree / 1e9, 3),
+            "worker_peak_rss_anon_gb": round(max((s[4] for s in result["samples"]), default=0) / 1e9, 3)}
 
 
 def main() -> None:
@@ -143,6 +158,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="keep files here (default: a temporary folder, removed)")
     ap.add_argument("--stream-steps", type=int, default=300)
     ap.add_argument("--skip-streaming", action="store_true")
+    ap.add_argument("--streaming-only", action="store_true", help="only the streaming run (keeps the caches)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tp-datascale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -151,10 +167,15 @@ def main() -> None:
         t = time.time()
         generate(data, args.records)
         print(f"generated {args.records:,} records, {data.stat().st_size / 1e6:.0f} MB in {time.time() - t:.0f} s", flush=True)
-    shutil.rmtree(cache, ignore_errors=True)
-    shutil.rmtree(runs, ignore_errors=True)
+    if not args.streaming_only:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(runs, ignore_errors=True)
     env = dict(os.environ, TRAINPILOT_CACHE=str(cache), HF_DATASETS_CACHE=str(cache / "hf-datasets"),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.streaming_only:
+        shutil.rmtree(runs / "stream", ignore_errors=True)
+        print(json.dumps({"streaming": streaming(work, data, runs, env, args.stream_steps)}, indent=1))
+        return
     cfg_file = work / "config.yaml"
     cfg_file.write_text(yaml.safe_dump(config(data, runs, 2, False)))
     figures = {"records": args.records, "bytes": data.stat().st_size, "cpus": os.cpu_count(),
@@ -191,10 +212,12 @@ def streaming(work: Path, data: Path, runs: Path, env: dict, steps: int) -> dict
     res = run_cli(["run", str(cfg_file), "--run-dir", str(run_dir), "--quiet"], env)
     evs = steps_of(run_dir)
     t10 = next(e["time"] for e in evs if e["step"] >= max(1, steps // 10))
-    at10 = [s[1] for s in res["samples"] if s[0] <= t10][-1]
-    at_end = [s[1] for s in res["samples"] if s[0] <= evs[-1]["time"]][-1]
-    return {"steps": steps, "rss_after_10pct_gb": round(at10 / 1e9, 3), "rss_at_end_gb": round(at_end / 1e9, 3),
-            "growth_pct": round(100 * (at_end - at10) / at10, 1), **first_step(res, run_dir)}
+    at10 = [s for s in res["samples"] if s[0] <= t10][-1]
+    at_end = [s for s in res["samples"] if s[0] <= evs[-1]["time"]][-1]
+    return {"steps": steps, "rss_after_10pct_gb": round(at10[1] / 1e9, 3), "rss_at_end_gb": round(at_end[1] / 1e9, 3),
+            "growth_pct": round(100 * (at_end[1] - at10[1]) / at10[1], 1),
+            "rss_anon_after_10pct_gb": round(at10[4] / 1e9, 3), "rss_anon_at_end_gb": round(at_end[4] / 1e9, 3),
+            **first_step(res, run_dir)}
 
 
 if __name__ == "__main__":

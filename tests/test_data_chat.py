@@ -7,7 +7,6 @@ a Gemma-like template that has no system role and renames the assistant 'model'.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 

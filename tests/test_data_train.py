@@ -78,3 +78,19 @@ def test_streaming_resume_reproduces_the_uninterrupted_losses(tmp_path):
     for step in a:
         assert b[step] == pytest.approx(a[step], abs=1e-6), step
     assert events(full, "run_started")[-1]["train_samples"] is None, "a stream has no length"
+
+
+def test_hub_dataset_from_a_local_folder_trains(tmp_path):
+    """A local dataset folder stands in for a hub id: the preflight opens it in a worker-room child,
+    the worker loads it through ``datasets`` and trains (no network: HF_HUB_OFFLINE)."""
+    folder = tmp_path / "hub-dataset"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", SAMPLES["sharegpt"], repeat=20)
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(data={"hub_dataset": str(folder), "hub_split": "train",
+                                                              "seq_len": 48}, training={"max_steps": 2}))
+    run = tmp_path / "run"
+    env = {"TRAINPILOT_CACHE": str(tmp_path / "cache"), "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env=env)
+    assert proc.returncode == 0, proc.stderr
+    started = events(run, "run_started")[-1]
+    assert (started["record_format"], started["records"]) == ("sharegpt", 20) and len(losses(run)) == 2

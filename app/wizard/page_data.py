@@ -9,8 +9,6 @@ and the data command as a QProcess. The GUI never imports torch, transformers, d
 from __future__ import annotations
 
 import html
-import tempfile
-from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6 import QtWidgets
@@ -93,7 +91,6 @@ class DataPage(QtWidgets.QWizardPage):
         self._job = Latest(self._show, self._error, self)
         self.report: dict | None = None
         self._data_job: Job | None = None
-        self._config_file = Path(tempfile.mkdtemp(prefix="tp-data-")) / "data-preview.yaml"
 
     def initializePage(self) -> None:
         self._changed()
@@ -155,8 +152,10 @@ class DataPage(QtWidgets.QWizardPage):
     # -- the data command (child process) -----------------------------------------------------------
     def _start_report(self) -> None:
         """Run ``trainpilot-cli data CONFIG --json`` for the config as edited (the newest one wins)."""
+        config_file = settings.home() / "configs" / "data-preview.yaml"  # the config as edited, for the child
         try:
-            self._config_file.write_text(tc.dump_yaml(self.state.config()), encoding="utf-8")
+            config_file.parent.mkdir(parents=True, exist_ok=True)
+            config_file.write_text(tc.dump_yaml(self.state.config()), encoding="utf-8")
         except (tc.ConfigError, OSError) as exc:
             self.tokens.setText(f"<span style='color:#b00'>token statistics need a valid config: {html.escape(str(exc))}</span>")
             return
@@ -164,7 +163,7 @@ class DataPage(QtWidgets.QWizardPage):
             self._data_job.done.disconnect()
             self._data_job.proc.kill()
         self.tokens.setText("Tokenizing with the run's tokenizer…")
-        job = Job("data", str(self._config_file), "--json", "--examples", str(EXAMPLES), parent=self)
+        job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
         job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
         self._data_job = job.start()
 

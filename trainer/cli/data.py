@@ -31,7 +31,8 @@ def cmd_data(args) -> int:
         raise UserError("--examples: give 0 or more examples to render")
     cfg = config_mod.load(args.config, args.overrides)
     preflight.check_data(cfg)
-    from trainer.worker.data_report import report  # torch/transformers/datasets: only after the cheap checks
+    # torch/transformers/datasets: imported only after the cheap checks passed
+    from trainer.worker.data_report import report
 
     result = report(cfg, args.examples)
     if args.json:

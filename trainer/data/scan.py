@@ -17,7 +17,14 @@ from pathlib import Path
 from trainer.core.errors import UserError
 from trainer.data import formats
 from trainer.data.demo import cache_dir
-from trainer.data.records import Records, check_fields, detect_format, read_records, resolve_path, template_fields
+from trainer.data.records import (
+    Records,
+    check_fields,
+    detect_format,
+    read_records,
+    resolve_path,
+    template_fields,
+)
 
 SAMPLE_ROWS = 100    # records kept for format detection and previews
 WHOLE_FILE_BYTES = 8 * 2**20  # JSONL below this is read whole by records.read_records (its messages are the richest)
@@ -63,7 +70,6 @@ def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
     if p.stat().st_size < WHOLE_FILE_BYTES:
         return _scan_whole(p, "jsonl", data_cfg, role)
     fmt, sample, pending, skipped, count, seen_text = None, [], [], [], 0, False
-    text_field = data_cfg.text_field
     with open(p, "rb") as fh:
         for no, raw in enumerate(fh, 1):
             if not raw.strip():

@@ -11,7 +11,12 @@ import json
 from trainer.data import formats
 from trainer.data.chat import segments
 from trainer.worker import modeling, pipeline
-from trainer.worker.rendering import Encoder, clean_messages, ensure_chat_template, rows_of
+from trainer.worker.rendering import (
+    Encoder,
+    clean_messages,
+    ensure_chat_template,
+    rows_of,
+)
 
 HISTOGRAM_BINS = 30
 

@@ -26,8 +26,7 @@ from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data import formats
 from trainer.data.demo import cache_dir
-from trainer.data.records import detect_format as file_kind
-from trainer.data.records import read_records, resolve_path
+from trainer.data.records import read_records
 from trainer.data.scan import scan
 from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
 
@@ -47,10 +46,12 @@ class Source:
     fingerprint: str
     skipped_lines: list[int] = field(default_factory=list)
     cache_hit: bool | None = None      # set by ``tokenize``: True when the tokens came from the cache
+    kind: str | None = None            # file type of a local file (None for hub datasets)
 
 
-def open_source(cfg, which: str = "train", streaming: bool = False):
-    """``(Source, datasets.Dataset | IterableDataset)`` of raw records (train file, validation file or hub)."""
+def open_source(cfg, which: str = "train", streaming: bool = False, lazy: bool = False):
+    """``(Source, datasets.Dataset | IterableDataset)`` of raw records (train file, validation file or hub).
+    ``lazy``: a file's records are not opened (None) until ``tokenize`` finds no cached tokens."""
     import datasets
 
     datasets.disable_progress_bars()
@@ -63,8 +64,8 @@ def open_source(cfg, which: str = "train", streaming: bool = False):
     p = Path(result.path)
     st = p.stat()
     src = Source(str(p), result.record_format, result.records, f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}",
-                 result.skipped_lines)
-    return src, _load_file(p, result.kind, d, streaming)
+                 result.skipped_lines, kind=result.kind)
+    return src, None if lazy else _load_file(p, result.kind, d, streaming)
 
 
 def _load_file(p: Path, kind: str, d, streaming: bool):
@@ -130,8 +131,9 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps([PIPELINE_VERSION, *parts], default=str).encode()).hexdigest()[:24]
 
 
-def tokenize(cfg, tokenizer, src: Source, raw):
-    """``datasets.Dataset`` of ``input_ids``/``labels`` per record (untruncated), from the cache when it is there."""
+def tokenize(cfg, tokenizer, src: Source, raw=None):
+    """``datasets.Dataset`` of ``input_ids``/``labels`` per record (untruncated), from the cache when it is
+    there. ``raw`` None (a lazily opened file) is loaded only on a cache miss."""
     import datasets
 
     d = cfg.data
@@ -142,17 +144,20 @@ def tokenize(cfg, tokenizer, src: Source, raw):
     enc = Encoder(cfg, tokenizer, src.record_format, src.where)
     features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
                                   "labels": datasets.Sequence(datasets.Value("int32"))})
+    key = _key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
+               d.prompt_template, d.response_template, d.train_on_prompt)
+    folder = cache_dir() / "tokenized" / key
+    src.cache_hit = bool(d.cache) and (folder / "done").exists()
+    if src.cache_hit:
+        return _open_arrow(folder, "tokens")
+    if raw is None:
+        raw = _load_file(Path(src.where), src.kind, d, False)
     n = len(raw)
     procs = d.num_proc or (min(os.cpu_count() or 1, 8) if n >= PARALLEL_RECORDS else 1)
     kwargs = dict(batched=True, with_indices=True, batch_size=1000, remove_columns=raw.column_names, features=features,
                   num_proc=procs if procs > 1 else None)
     if not d.cache:
         return raw.map(enc, **kwargs)
-    folder = cache_dir() / "tokenized" / _key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format,
-                                              d.text_field, d.prompt_template, d.response_template, d.train_on_prompt)
-    src.cache_hit = (folder / "done").exists()
-    if src.cache_hit:
-        return _open_arrow(folder, "tokens")
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -208,7 +213,6 @@ class PackTable:
 
     def __call__(self, table):
         import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         ids_col, lab_col = table.column("input_ids").combine_chunks(), table.column("labels").combine_chunks()
@@ -217,7 +221,7 @@ class PackTable:
         total = len(ids)
         if total == 0:
             return _table([0], [], [], [])
-        block = self.seq_len if total >= self.seq_len else total
+        block = min(self.seq_len, total)
         cut = (total // block) * block
         idx = np.arange(cut)
         doc_start = np.repeat(np.cumsum(lengths) - lengths, lengths)[:cut]

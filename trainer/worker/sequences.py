@@ -20,7 +20,7 @@ def build_datasets(cfg, tokenizer):
     d = cfg.data
     if d.streaming:
         return _streaming(cfg, tokenizer)
-    src, raw = pipeline.open_source(cfg, "train")
+    src, raw = pipeline.open_source(cfg, "train", lazy=True)  # opened only when the tokens are not cached
     check_trainable(src.record_format, src.where)
     tokens = pipeline.tokenize(cfg, tokenizer, src, raw)
     val_tokens, split = _validation_tokens(cfg, tokenizer), ()
@@ -38,7 +38,7 @@ def build_datasets(cfg, tokenizer):
 def _validation_tokens(cfg, tokenizer):
     if not cfg.data.validation_path:
         return None
-    vsrc, vraw = pipeline.open_source(cfg, "validation")
+    vsrc, vraw = pipeline.open_source(cfg, "validation", lazy=True)
     return pipeline.tokenize(cfg, tokenizer, vsrc, vraw)
 
 
