@@ -201,7 +201,7 @@ def test_unknown_record_format_and_untrainable_pairs_exit_2(tmp_path):
     proc = cli(tmp_path, "run", write_config(tmp_path, {"data.record_format": "openai"}))
     assert proc.returncode == 2 and "data.record_format" in proc.stderr and "sharegpt" in proc.stderr
     proc = cli(tmp_path, "run", write_config(tmp_path))
-    assert proc.returncode == 2 and "preference records" in proc.stderr and "trainpilot-cli data" in proc.stderr
+    assert proc.returncode == 2 and "preference records" in proc.stderr and "training.objective: dpo" in proc.stderr
     assert not (tmp_path / "runs").exists()
 
 
