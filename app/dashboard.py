@@ -39,6 +39,7 @@ class Dashboard(QtWidgets.QWidget):
         self._data: RunData | None = None
         self._seen: dict[str, int] = {}
         self._throttle_key = None
+        self._follow_time = True
         self.headline = QtWidgets.QLabel("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
@@ -99,6 +100,9 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setZValue(-10)
         self.plots["temp"].addItem(self.throttle, ignoreBounds=True)
         self.plots["util"].setYRange(0, 100)
+        for key, _title, _unit, timed, *_ in PLOTS:
+            if timed:  # time-indexed: a manual pan or zoom stops following the run's span
+                self.plots[key].getViewBox().sigRangeChangedManually.connect(self._user_moved_time)
 
     # -- binding --------------------------------------------------------------------------------
     def set_data(self, data: RunData | None) -> None:
@@ -111,6 +115,7 @@ class Dashboard(QtWidgets.QWidget):
             c.setData([], [])
         for plot in self.plots.values():
             plot.enableAutoRange()  # a new run must not inherit the previous run's time window
+        self._follow_time = True
         self.plots["util"].setYRange(0, 100)  # a percentage: a fixed scale reads at a glance
         self.refresh()
 
@@ -141,6 +146,7 @@ class Dashboard(QtWidgets.QWidget):
             self._range_from_zero("tps", d.tokens_per_s)
         self._bind("loss", d.loss)
         self._bind("lr", d.lr)
+        self._fit_time_axis(d)
         total = d.vram_total.last()
         if self._changed("total", total):
             self.total_line.setVisible(total is not None)
@@ -179,6 +185,22 @@ class Dashboard(QtWidgets.QWidget):
         gaps = series.has_nan
         self.curves[name].setData(series.x, y, connect="finite" if gaps else "all", skipFiniteCheck=not gaps)
         return True
+
+    def _fit_time_axis(self, d: RunData) -> None:
+        """The linked wall-clock plots show this run's whole span (every time series, not only the
+        VRAM plot that leads the link: a CPU run has no VRAM samples), until the user pans or zooms."""
+        if not self._follow_time:
+            return
+        spans = [(s.x[0], s.x[-1]) for s in (d.vram_used, d.temperature, d.power, d.utilization, d.tokens_per_s)
+                 if len(s)]
+        if not spans:
+            return
+        span = (min(a for a, _ in spans), max(b for _, b in spans))
+        if self._changed("time_span", span):
+            self.plots["vram"].setXRange(span[0], max(span[1], span[0] + 60), padding=0.02)
+
+    def _user_moved_time(self, *_args) -> None:
+        self._follow_time = False
 
     def _range_from_zero(self, name: str, series) -> None:
         """Throughput reads from zero: a flat 20,414 tokens/s must not fill the plot as noise."""

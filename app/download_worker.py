@@ -19,9 +19,8 @@ import os
 import shutil
 import sys
 import threading
-from pathlib import Path
-
 import urllib.request
+from pathlib import Path
 
 from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers

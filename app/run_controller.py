@@ -14,8 +14,8 @@ import psutil
 from PySide6 import QtCore
 
 from app import settings
-from app.commands import cli_args
 from app.background import Latest
+from app.commands import cli_args
 from app.facts import pid_alive
 from trainer.core.processes import end_process, kill_tree
 from trainer.rundir import events as ev
