@@ -290,7 +290,7 @@ def headline_text(d: RunData) -> str:
             parts.append(f"ETA {fmt.duration(eta)}")
         if isinstance(s.get("loss"), (int, float)):
             parts.append(f"loss {s['loss']:.4g}")
-    elif alive or d.run_dir is None:
+    elif alive:
         parts.append("waiting for the first step")
     parts.append(state_words(d))
     return " · ".join(parts)

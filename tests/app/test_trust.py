@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import FIXTURES
 from PySide6 import QtCore
 
@@ -227,3 +228,29 @@ def test_finished_run_says_where_the_model_is(qtbot, fixture_run):
     assert got == [str(run / "final")]
     assert "ETA" not in w.run_view.dashboard.headline.text()
     w.hardware.stop()
+
+
+def test_log_view_shows_line_starts(qtbot, fixture_run):
+    """The log tail is scrolled to its end without cutting the start of the lines (a long last line
+    used to scroll the view sideways, hiding the first characters of every line)."""
+    run = fixture_run("cpu_demo")
+    with open(run / "train.log", "a") as fh:
+        fh.write("step 24 " + "x" * 2000 + "\n")
+    w = _window(qtbot)
+    w.open_run(str(run))
+    w.run_view.tabs.setCurrentIndex(2)
+    qtbot.waitUntil(lambda: "x" * 100 in w.run_view.log.toPlainText(), timeout=5000)
+    qtbot.wait(100)
+    assert w.run_view.log.horizontalScrollBar().value() == 0
+    assert w.run_view.log.verticalScrollBar().value() == w.run_view.log.verticalScrollBar().maximum()
+    w.hardware.stop()
+
+
+@pytest.mark.slow  # the doctor imports torch in a child process: ~45 s on a loaded 2-core machine
+def test_environment_page_says_the_header_is_a_replay_and_checks_disk_where_runs_go(qtbot, trainpilot_home):
+    wiz = _wizard(qtbot, LAPTOP)
+    assert wiz.env.replay_note.isVisible() and "rtx4090_laptop_16gb.jsonl" in wiz.env.replay_note.text()
+    qtbot.waitUntil(lambda: wiz.env.job.exit_code is not None, timeout=120_000)
+    disk = [wiz.env.table.topLevelItem(i) for i in range(wiz.env.table.topLevelItemCount())
+            if wiz.env.table.topLevelItem(i).text(1) == "free disk"]
+    assert disk and str(trainpilot_home / "runs") in disk[0].text(2)
