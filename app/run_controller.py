@@ -161,10 +161,10 @@ class RunController(QtCore.QObject):
         child = self.children.get(run_dir)
         if child and child[0].poll() is None:
             return f"{Path(run_dir).name} is already starting or running (pid {child[0].pid})."
-        pid = self.supervisor_pid(run_dir)
-        if pid is not None:
-            return f"{Path(run_dir).name} is already running (pid {pid}); stop it first."
-        return None
+        status = ev.read_status(run_dir) or {}
+        if status.get("state") in ("starting", "running", "stopping") and pid_alive(status.get("pid")):
+            return f"{Path(run_dir).name} is already running (pid {status['pid']}); stop it first."
+        return None  # a supervisor that wrote stopped/finished is exiting; its lock makes a resume wait
 
     def _launch(self, run_dir: str, *args: str) -> None:
         why = self.busy(run_dir)

@@ -254,3 +254,21 @@ def test_environment_page_says_the_header_is_a_replay_and_checks_disk_where_runs
     disk = [wiz.env.table.topLevelItem(i) for i in range(wiz.env.table.topLevelItemCount())
             if wiz.env.table.topLevelItem(i).text(1) == "free disk"]
     assert disk and str(trainpilot_home / "runs") in disk[0].text(2)
+
+
+def test_memory_bar_colours_mean_one_component(qtbot):
+    """Full and LoRA breakdowns list different components; each colour still names one component."""
+    from app.wizard.memory_bar import MemoryBar, color_for
+
+    full = {"weights": 1, "gradients": 1, "optimizer_states": 1, "activations": 1, "cuda_context": 1}
+    lora = {"weights": 1, "adapter_states": 1, "activations": 1, "cuda_context": 1}
+    bar = MemoryBar()
+    qtbot.addWidget(bar)
+    colours = {}
+    for breakdown in (full, lora):
+        bar.set_breakdown(breakdown, 10)
+        bar.grab()  # paints with the same function the legend uses
+        for name, _ in bar.segments:
+            colours.setdefault(name, color_for(name))
+            assert colours[name] == color_for(name)
+    assert color_for("activations") == colours["activations"] and len(set(colours.values())) == len(colours)
