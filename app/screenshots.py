@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from app.export_dialog import ExportDialog
+from app.fake_hub import FakeHub
 from trainer.core.paths import MODELS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,8 +162,6 @@ def main_window_shots(app, window, out: Path, tmp: Path, run_dir: str | None) ->
 def start_local_hub(tmp: Path):
     """The stand-in hub on 127.0.0.1 (a tiny model with 40 MiB of weights served at 6 MiB/s) and an
     empty HF cache, set in the environment before huggingface_hub is imported."""
-    from app.fake_hub import FakeHub
-
     weights = bytes(range(256)) * (40 * 4096)
     hub = FakeHub({"tiny-org/tiny-llama": {"config.json": (MODELS_DIR / "tiny-llama.json").read_bytes(),
                                            "model.safetensors": weights}}, rate=6 * 2**20)
