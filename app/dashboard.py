@@ -26,6 +26,10 @@ PLOTS = (
     ("lr", "Learning rate", "", False, 3, 1, True),
 )
 
+# The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
+STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr",))
+STAGE_POINTS = 20_000
+
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
     return pg.mkPen(color=color, width=1, style=style)
@@ -40,6 +44,7 @@ class Dashboard(QtWidgets.QWidget):
         self._seen: dict[str, int] = {}
         self._throttle_key = None
         self._follow_time = True
+        self._stages: list[list[str]] = []
         self.headline = QtWidgets.QLabel("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
@@ -116,6 +121,7 @@ class Dashboard(QtWidgets.QWidget):
         for plot in self.plots.values():
             plot.enableAutoRange()  # a new run must not inherit the previous run's time window
         self._follow_time = True
+        self._stages = [list(g) for g in STAGES]
         self.plots["util"].setYRange(0, 100)  # a percentage: a fixed scale reads at a glance
         self.refresh()
 
@@ -138,15 +144,17 @@ class Dashboard(QtWidgets.QWidget):
             if self._changed("headline", text):
                 self.headline.setText(text)
             return
-        self._bind("vram", d.vram_used, 1 / GIB)
-        self._bind("temp", d.temperature)
-        self._bind("power", d.power)
-        self._bind("util", d.utilization)
-        if self._bind("tps", d.tokens_per_s):
-            self._range_from_zero("tps", d.tokens_per_s)
-        self._bind("loss", d.loss)
-        self._bind("lr", d.lr)
-        self._fit_time_axis(d)
+        # A long run's first draw is staged over a few ticks, a group of plots each, so no single
+        # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
+        stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
+            else [k for k, *_ in PLOTS]
+        series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization,
+                  "tps": d.tokens_per_s, "loss": d.loss, "lr": d.lr}
+        for name in stage:
+            if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
+                self._range_from_zero("tps", d.tokens_per_s)
+        if "vram" in stage:
+            self._fit_time_axis(d)
         total = d.vram_total.last()
         if self._changed("total", total):
             self.total_line.setVisible(total is not None)

@@ -164,7 +164,7 @@ def test_failed_start_returns_to_the_wizard_with_values_kept(qtbot, tmp_path):
                                 for i in range(w.run_list.topLevelItemCount())), timeout=5000)
     assert w.monitor.current is not None and str(w.monitor.current.run_dir) == str(Path(run_dir).resolve())
     qtbot.waitUntil(lambda: "not found" in w.run_view.log.toPlainText(), timeout=5000)
-    assert w.run_view.failure.isVisible()
+    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=5000)
     w.hardware.stop()
 
 
