@@ -27,6 +27,10 @@ PLOTS = (
     ("reward", "Reward accuracy (green) and margin (DPO/KTO/ORPO)", "", False, 3, 0, True),
 )
 
+# The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
+STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
+STAGE_POINTS = 20_000
+
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
     return pg.mkPen(color=color, width=1, style=style)
@@ -40,6 +44,8 @@ class Dashboard(QtWidgets.QWidget):
         self._data: RunData | None = None
         self._seen: dict[str, int] = {}
         self._throttle_key = None
+        self._follow_time = True
+        self._stages: list[list[str]] = []
         self.headline = QtWidgets.QLabel("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
@@ -48,7 +54,11 @@ class Dashboard(QtWidgets.QWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
         self.progress = ProgressStrip()
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)  # showing it must not resize the plots (every axis re-renders)
+        self.progress.setSizePolicy(policy)
         self.progress.hide()
+        self.headline.setFixedHeight(self.progress.height() + 4)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.headline, 1)
         top.addWidget(self.progress)
@@ -102,6 +112,9 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setZValue(-10)
         self.plots["temp"].addItem(self.throttle, ignoreBounds=True)
         self.plots["util"].setYRange(0, 100)
+        for key, _title, _unit, timed, *_ in PLOTS:
+            if timed:  # time-indexed: a manual pan or zoom stops following the run's span
+                self.plots[key].getViewBox().sigRangeChangedManually.connect(self._user_moved_time)
 
     # -- binding --------------------------------------------------------------------------------
     def set_data(self, data: RunData | None) -> None:
@@ -114,6 +127,8 @@ class Dashboard(QtWidgets.QWidget):
             c.setData([], [])
         for plot in self.plots.values():
             plot.enableAutoRange()  # a new run must not inherit the previous run's time window
+        self._follow_time = True
+        self._stages = [list(g) for g in STAGES]
         self.plots["util"].setYRange(0, 100)  # a percentage: a fixed scale reads at a glance
         self.refresh()
 
@@ -136,17 +151,21 @@ class Dashboard(QtWidgets.QWidget):
             if self._changed("headline", text):
                 self.headline.setText(text)
             return
-        self._bind("vram", d.vram_used, 1 / GIB)
-        self._bind("temp", d.temperature)
-        self._bind("power", d.power)
-        self._bind("util", d.utilization)
-        if self._bind("tps", d.tokens_per_s):
-            self._range_from_zero("tps", d.tokens_per_s)
-        self._bind("loss", d.loss)
-        eval_curve.update_eval_curve(self.eval_curve, d)
-        self._bind("lr", d.lr)
-        self._bind("reward", d.reward_accuracy)
-        self._bind("margin", d.reward_margin)
+        # A long run's first draw is staged over a few ticks, a group of plots each, so no single
+        # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
+        stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
+            else [k for k, *_ in PLOTS]
+        series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization,
+                  "tps": d.tokens_per_s, "loss": d.loss, "lr": d.lr, "reward": d.reward_accuracy}
+        for name in stage:
+            if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
+                self._range_from_zero("tps", d.tokens_per_s)
+        if "loss" in stage:
+            eval_curve.update_eval_curve(self.eval_curve, d)
+        if "reward" in stage:
+            self._bind("margin", d.reward_margin)
+        if "vram" in stage:
+            self._fit_time_axis(d)
         total = d.vram_total.last()
         if self._changed("total", total):
             self.total_line.setVisible(total is not None)
@@ -185,6 +204,22 @@ class Dashboard(QtWidgets.QWidget):
         gaps = series.has_nan
         self.curves[name].setData(series.x, y, connect="finite" if gaps else "all", skipFiniteCheck=not gaps)
         return True
+
+    def _fit_time_axis(self, d: RunData) -> None:
+        """The linked wall-clock plots show this run's whole span (every time series, not only the
+        VRAM plot that leads the link: a CPU run has no VRAM samples), until the user pans or zooms."""
+        if not self._follow_time:
+            return
+        spans = [(s.x[0], s.x[-1]) for s in (d.vram_used, d.temperature, d.power, d.utilization, d.tokens_per_s)
+                 if len(s)]
+        if not spans:
+            return
+        span = (min(a for a, _ in spans), max(b for _, b in spans))
+        if self._changed("time_span", span):
+            self.plots["vram"].setXRange(span[0], max(span[1], span[0] + 60), padding=0.02)
+
+    def _user_moved_time(self, *_args) -> None:
+        self._follow_time = False
 
     def _range_from_zero(self, name: str, series) -> None:
         """Throughput reads from zero: a flat 20,414 tokens/s must not fill the plot as noise."""
@@ -256,6 +291,10 @@ def _fast_axes(plot: pg.PlotItem) -> None:
         axis = plot.getAxis(name)
         axis.setCacheMode(QtWidgets.QGraphicsItem.DeviceCoordinateCache)
         axis.setStyle(tickFont=font)
+    # Fixed axis sizes: a left axis that widened for longer tick labels would reflow the whole
+    # layout, and every axis of every plot would re-render in that frame (measured: ~10 axes, 40-70 ms).
+    plot.getAxis("left").setWidth(56)
+    plot.getAxis("bottom").setHeight(24)
 
 
 def headline_text(d: RunData) -> str:
@@ -274,7 +313,7 @@ def headline_text(d: RunData) -> str:
             parts.append(f"ETA {fmt.duration(eta)}")
         if isinstance(s.get("loss"), (int, float)):
             parts.append(f"loss {s['loss']:.4g}")
-    elif alive or d.run_dir is None:
+    elif alive:
         parts.append("waiting for the first step")
     parts.append(state_words(d))
     return " · ".join(parts)

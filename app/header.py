@@ -17,9 +17,12 @@ class HardwareHeader(QtWidgets.QFrame):
         self.badge = QtWidgets.QLabel("")
         self.badge.setStyleSheet("background:#444; color:white; border-radius:4px; padding:1px 6px")
         self.vram, self.driver, self.temp = QtWidgets.QLabel(), QtWidgets.QLabel(), QtWidgets.QLabel()
+        for w in (self.vram, self.driver):  # on a narrow window these give way first (full text in the tooltip)
+            w.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Preferred)
+            w.setMinimumWidth(40)
         lay = QtWidgets.QHBoxLayout(self)
-        for w in (self.name, self.badge, self.vram, self.driver):
-            lay.addWidget(w)
+        for w, stretch in ((self.name, 0), (self.badge, 0), (self.vram, 3), (self.driver, 2)):
+            lay.addWidget(w, stretch)
         lay.addStretch(1)
         lay.addWidget(self.temp)
 
@@ -30,6 +33,8 @@ class HardwareHeader(QtWidgets.QFrame):
         self.badge.setText(facts["badge"])
         self.vram.setText(facts["vram"])
         self.driver.setText(facts["driver"])
+        self.vram.setToolTip(facts["vram"])
+        self.driver.setToolTip(facts["driver"])
         self.temp.setText(facts["temperature"])
 
     def show_problem(self, text: str) -> None:

@@ -5,6 +5,7 @@ questions; the controllers own processes, timers and files.
 """
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -124,6 +125,9 @@ class MainWindow(QtWidgets.QMainWindow):
             self.monitor.select(str(Path(last).resolve()))
         else:
             self.monitor.select(None)
+        # Everything made so far (Qt wrappers, pyqtgraph, numpy) lives as long as the window: keep
+        # it out of the cycle collector's full passes, which stop every thread while they walk it.
+        gc.freeze()
         self.startup_done.emit()
 
     # -- ticks ----------------------------------------------------------------------------------
@@ -220,7 +224,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # -- events from controllers ----------------------------------------------------------------
     def _on_launched(self, run_dir: str) -> None:
-        self.open_run(run_dir) if Path(run_dir).exists() else QtCore.QTimer.singleShot(1000, lambda: self._on_launched(run_dir))
+        if Path(run_dir).exists():
+            self.open_run(run_dir)
+        else:  # the supervisor makes the folder after planning; a window closed meanwhile is not asked
+            QtCore.QTimer.singleShot(1000, self, lambda: self._on_launched(run_dir))
 
     def _on_exited(self, run_dir: str, code: int, stderr_tail: str) -> None:
         wizard, config_path = self._wizard_runs.pop(run_dir, (None, None))

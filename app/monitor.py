@@ -6,6 +6,9 @@ GUI thread only appends the parsed columns (``RunData.apply``), so opening a day
 stalls the window. A backlog is read chunk after chunk without waiting for the next tick."""
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from pathlib import Path
 
 from PySide6 import QtCore
@@ -15,6 +18,22 @@ from app.background import Latest, own_pool
 
 TICK_MS = 250        # 4 Hz redraw (DESIGN.md: not per sample)
 SCAN_MS = 2000
+
+
+_niced: set[int] = set()
+
+
+def _background(fn):
+    """Run ``fn`` with this worker thread at a lower OS priority (Linux: per-thread nice 10), so on
+    a busy machine the scheduler prefers the GUI thread; elsewhere it simply runs ``fn``."""
+    tid = threading.get_native_id()
+    if tid not in _niced and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 10)
+        except OSError:
+            pass
+        _niced.add(tid)
+    return fn()
 
 
 class Monitor(QtCore.QObject):
@@ -87,7 +106,7 @@ class Monitor(QtCore.QObject):
             return  # one read at a time per reader; the next tick asks again
         self._reading = data
         reader = data.reader
-        self._reads.submit(reader.read)
+        self._reads.submit(lambda: _background(reader.read))
 
     def _read_done(self, batch) -> None:
         data, self._reading = self._reading, None

@@ -14,8 +14,8 @@ import psutil
 from PySide6 import QtCore
 
 from app import settings
-from app.commands import cli_args
 from app.background import Latest
+from app.commands import cli_args
 from app.facts import pid_alive
 from trainer.core.processes import end_process, kill_tree
 from trainer.rundir import events as ev
@@ -161,10 +161,10 @@ class RunController(QtCore.QObject):
         child = self.children.get(run_dir)
         if child and child[0].poll() is None:
             return f"{Path(run_dir).name} is already starting or running (pid {child[0].pid})."
-        pid = self.supervisor_pid(run_dir)
-        if pid is not None:
-            return f"{Path(run_dir).name} is already running (pid {pid}); stop it first."
-        return None
+        status = ev.read_status(run_dir) or {}
+        if status.get("state") in ("starting", "running", "stopping") and pid_alive(status.get("pid")):
+            return f"{Path(run_dir).name} is already running (pid {status['pid']}); stop it first."
+        return None  # a supervisor that wrote stopped/finished is exiting; its lock makes a resume wait
 
     def _launch(self, run_dir: str, *args: str) -> None:
         why = self.busy(run_dir)

@@ -38,10 +38,11 @@ def is_run_dir(path: Path) -> bool:
 def summarize(path: Path) -> RunSummary:
     """Read status.json and the first event line (cheap: never the whole event file)."""
     status = ev.read_status(path) or {}
-    started = None
+    started, first_type = None, None
     try:
         with open(path / ev.EVENTS_FILE, "rb") as fh:
-            started = json.loads(fh.readline()).get("time")
+            first = json.loads(fh.readline())
+            started, first_type = first.get("time"), first.get("type")
     except (OSError, ValueError, AttributeError):
         pass
     if started is None:
@@ -49,7 +50,8 @@ def summarize(path: Path) -> RunSummary:
             started = (path / "config.yaml").stat().st_mtime
         except OSError:
             pass
-    return RunSummary(str(path), status.get("state") or "new", started, status.get("step"), status.get("max_steps"))
+    state = status.get("state") or ("failed" if first_type == "failed" else "new")  # a start that failed early
+    return RunSummary(str(path), state, started, status.get("step"), status.get("max_steps"))
 
 
 def scan(runs_dir: Path, extra: list[str]) -> list[RunSummary]:

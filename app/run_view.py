@@ -108,6 +108,8 @@ class RunView(QtWidgets.QWidget):
             self._log_size = size
             self.log.setPlainText("\n".join(d.log_tail(LOG_LINES)))
             self.log.moveCursor(QtGui.QTextCursor.End)
+            self.log.moveCursor(QtGui.QTextCursor.StartOfLine)  # scrolled to the end, not past line starts
+            self.log.horizontalScrollBar().setValue(0)
 
 
 class ModelBar(QtWidgets.QFrame):

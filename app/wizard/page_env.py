@@ -1,8 +1,11 @@
 """Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6 import QtWidgets
 
+from app import settings
 from app.commands import Job
 
 ICONS = {"ok": "✔", "pass": "✔", "warn": "⚠", "warning": "⚠", "fail": "✖", "error": "✖", "info": "ℹ", "skip": "–"}
@@ -30,8 +33,9 @@ def check_row(c: dict) -> tuple[str, str, str, str]:
 class EnvironmentPage(QtWidgets.QWizardPage):
     """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, replay_file: str | None = None):
         super().__init__(parent)
+        self.replay_file = replay_file
         self.setTitle("Environment")
         self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed and disk space. You can go on meanwhile.")
         self.status = QtWidgets.QLabel("Running trainpilot-cli doctor…")
@@ -39,14 +43,22 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         self.table.setHeaderLabels(["", "Check", "Result", "Fix"])
         self.table.setRootIsDecorated(False)
         self.table.setWordWrap(True)
+        self.replay_note = QtWidgets.QLabel(
+            f"The window replays a recorded GPU ({Path(replay_file).name}) for its header and the planner; "
+            "these checks are of this machine itself." if replay_file else "")
+        self.replay_note.setWordWrap(True)
+        self.replay_note.setStyleSheet("color:#8a5a00")
+        self.replay_note.setVisible(bool(replay_file))
         lay = QtWidgets.QVBoxLayout(self)
+        lay.addWidget(self.replay_note)
         lay.addWidget(self.status)
         lay.addWidget(self.table, 1)
         self.job: Job | None = None
 
     def initializePage(self) -> None:
         if self.job is None:
-            self.job = Job("doctor", "--json", parent=self)
+            # Free disk is checked where runs go, not in the working directory.
+            self.job = Job("doctor", "--json", "--output-dir", str(settings.runs_dir()), parent=self)
             self.job.done.connect(self._done)
             self.job.start()
 

@@ -8,6 +8,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app import hub
 from app.background import Latest
+from app.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
 from trainer.models.spec import load_model_spec
@@ -66,15 +67,20 @@ class ModelPage(QtWidgets.QWizardPage):
         self.facts.setWordWrap(True)
         self.shipped = QtWidgets.QListWidget()
         self.shipped.itemDoubleClicked.connect(lambda item: self.use_architecture(item.data(QtCore.Qt.UserRole)))
+        self.picker = ModelPicker(state)
+        self.picker.chosen.connect(self.source.setText)
         row = QtWidgets.QHBoxLayout()
+        row.addWidget(QtWidgets.QLabel("Model:"))
         row.addWidget(self.source, 1)
         row.addWidget(browse)
         lay = QtWidgets.QVBoxLayout(self)
         lay.addLayout(row)
         lay.addWidget(self.facts)
+        lay.addWidget(self.picker, 2)
         lay.addWidget(QtWidgets.QLabel("Shipped architectures — <b>random weights, for testing</b> (no trained "
                                        "knowledge; the bundled demo tokenizer). Double-click to use:"))
         lay.addWidget(self.shipped, 1)
+        self._popular_loaded = False
         self._model_job = Latest(self._show_facts, self._show_error, self)
         self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
         self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
@@ -98,6 +104,9 @@ class ModelPage(QtWidgets.QWizardPage):
         self._look_up()
         snap, cfg = self.state.snapshot(), self.state.config()
         self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
+        if not self._popular_loaded:
+            self._popular_loaded = True
+            self.picker.load_popular()
 
     def use_architecture(self, name: str) -> None:
         """Train the shipped architecture ``name`` from random weights with the bundled demo

@@ -53,6 +53,7 @@ class PlanPage(QtWidgets.QWizardPage):
         form.addRow("Effective batch (samples per optimizer step)", self.batch)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
+        self.verdict.setWordWrap(True)
         self.bar = MemoryBar()
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
@@ -142,6 +143,7 @@ class PlanPage(QtWidgets.QWizardPage):
     def _show_problems(self, problems: list) -> None:
         self._show_beside(problems)
         if problems:
+            self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))

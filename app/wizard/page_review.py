@@ -5,6 +5,8 @@ pass. Every blocking problem is shown with its fix and the page where it is fixe
 comes back here with the error."""
 from __future__ import annotations
 
+import re
+
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.background import Latest
@@ -30,6 +32,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         self.state = state
         self.result: ReviewResult | None = None
         self.start_error: str | None = None
+        self.start_field: tuple[str, str] | None = None
         self.setTitle("Review")
         self.setSubTitle("This is the exact config; the terminal command runs the same thing.")
         self.yaml = QtWidgets.QPlainTextEdit(readOnly=True)
@@ -72,8 +75,10 @@ class ReviewPage(QtWidgets.QWizardPage):
         self._checks.submit(lambda: review_check(cfg, plan, snap))
 
     def show_start_failure(self, code: int, text: str) -> None:
-        """A start of this config failed (exit ``code``): show why above the checks, then re-check."""
+        """A start of this config failed (exit ``code``): show why above the checks, mark the field
+        the message names (``trainpilot-cli: data.path: …``), then re-check."""
         self.start_error = f"exit code {code}: {text.strip() or 'no message'}"
+        self.start_field = failed_field(text)
         self.initializePage()
 
     def _error_prefix(self) -> str:
@@ -98,6 +103,13 @@ class ReviewPage(QtWidgets.QWizardPage):
                                      f"<b>{label_for(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
                                      else _html(user_words(m))
                                      for k, m in blocking))
+        elif self.start_error:
+            if self.start_field:
+                self.state.problems.emit([self.start_field])
+            ready = ("The checks in this window pass, but the start failed for the reason above"
+                     + (f" (<b>{label_for(self.start_field[0])}</b>, {where(self.start_field[0])})"
+                        if self.start_field else "") + ".")
+            self.message.setText(self._error_prefix() + ready)
         else:
             ready = "Ready: the plan fits and the model, data and machine checks passed."
             self.message.setText(self._error_prefix() + ready + "".join(f"<br>⚠ {_html(w)}" for w in warnings))
@@ -111,13 +123,23 @@ class ReviewPage(QtWidgets.QWizardPage):
     def _start(self) -> None:
         if self.result is None or self.result.blocking:
             return
-        self.start_error = None
+        self.start_error, self.start_field = None, None
         path = self.state.write_config(self.run_dir.text(), self.result.config)
         self.start.emit(str(path), self.run_dir.text())
 
     def _export(self) -> None:
         cfg = self.result.config if self.result is not None else None
         self.export.emit(str(self.state.write_config(self.run_dir.text(), cfg)))
+
+
+def failed_field(text: str) -> tuple[str, str] | None:
+    """(dotted key, message) from the CLI's one-line error ``trainpilot-cli: KEY: message``."""
+    keys = {k for k, *_ in tc.field_docs()}
+    for line in reversed(text.strip().splitlines()):
+        m = re.match(r"(?:trainpilot-cli: )?([a-z_]+(?:\.[a-z_]+)?): (.+)", line.strip())
+        if m and m.group(1) in keys:
+            return m.group(1), m.group(2)
+    return None
 
 
 def _html(text: str) -> str:

@@ -24,7 +24,7 @@ class SetupWizard(QtWidgets.QWizard):
         self.setButtonText(QtWidgets.QWizard.FinishButton, "Close")  # Start is the button that starts
         self.resize(900, 680)
         self.state = WizardState(hardware, self)
-        self.env = EnvironmentPage()
+        self.env = EnvironmentPage(replay_file=getattr(hardware, "hardware_file", None))
         self.model = ModelPage(self.state)
         self.data = DataPage(self.state)
         self.plan = PlanPage(self.state)

@@ -42,8 +42,8 @@ def test_start_stop_resume_demo(qtbot):
 
 def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     qtbot.waitUntil(lambda: w1.monitor.current is not None and len(w1.monitor.current.loss) >= 2, timeout=150_000)
-    loss_x = w1.run_view.dashboard.curves["loss"].xData
-    assert loss_x is not None and len(loss_x) >= 2  # step events reached the plot
+    curve = w1.run_view.dashboard.curves["loss"]  # read on the reader thread, drawn at the next tick
+    qtbot.waitUntil(lambda: curve.xData is not None and len(curve.xData) >= 2, timeout=5000)
     assert w1.act_stop.isEnabled()
     # Closing during training asks; "keep training in the background" leaves the run alive.
     w1.close()
@@ -62,8 +62,8 @@ def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     w2.resume_selected()
     qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
     qtbot.waitUntil(lambda: (w2.monitor.current.last_step or {}).get("step") == STEPS, timeout=5000)
-    x = w2.run_view.dashboard.curves["loss"].xData
-    assert x[-1] == STEPS
+    curve = w2.run_view.dashboard.curves["loss"]
+    qtbot.waitUntil(lambda: curve.xData is not None and curve.xData[-1] == STEPS, timeout=5000)
     qtbot.waitUntil(lambda: "finished" in w2.run_view.dashboard.headline.text(), timeout=5000)
     assert not w2.act_stop.isEnabled()
     w2.hardware.stop()

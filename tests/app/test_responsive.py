@@ -85,6 +85,8 @@ def test_opening_a_day_long_run_never_stalls_the_window(qtbot, tmp_path):
     started = time.perf_counter()
     w.open_run(str(tmp_path / "runs" / "day-long"))
     qtbot.waitUntil(lambda: w.monitor.current.loaded, timeout=240_000)
+    loss = w.run_view.dashboard.curves["loss"]  # the first full draw is staged over a few ticks
+    qtbot.waitUntil(lambda: loss.xData is not None and len(loss.xData) == STEPS, timeout=20_000)
     qtbot.wait(600)  # a few redraws of the full day
     load_s = time.perf_counter() - started
     data = w.monitor.current

@@ -3,6 +3,7 @@ long as it lives (the OS drops it when the process dies, so a crash never leaves
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from trainer.core.errors import UserError
@@ -11,17 +12,24 @@ LOCK_FILE = ".supervisor.lock"
 _held: dict[str, int] = {}  # resolved run dir → open descriptor, kept until the process exits
 
 
-def hold(run_dir: Path) -> None:
+def hold(run_dir: Path, wait_s: float = 10.0) -> None:
     """Take the run folder's lock for the rest of this process (no-op when this process holds it).
-    Raises UserError (exit 2) when another live process holds it."""
+    Waits up to ``wait_s`` seconds (a supervisor that just wrote 'stopped' is still exiting), then
+    raises UserError (exit 2) when another live process holds it."""
     key = str(Path(run_dir).resolve())
     path = Path(key) / LOCK_FILE
     if key in _held and path.exists():
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        _lock(fd)
-    except OSError:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _lock(fd)
+            break
+        except OSError:
+            if time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
         os.close(fd)
         other = path.read_text(encoding="utf-8", errors="replace").strip() or "another process"
         raise UserError(f"{run_dir} is already being run by {other}; one run per folder. Stop it first "

@@ -1,0 +1,94 @@
+"""The model picker against a local stand-in for the hub (HF_ENDPOINT → 127.0.0.1): popular models
+with sizes and verdicts, search, a download with consent and progress, cancel, resume, and the
+standard Hugging Face cache."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import FIXTURES
+from PySide6 import QtWidgets
+
+from app import hub
+from app.fake_hub import FakeHub
+from app.hardware import HardwareMonitor
+from app.model_picker import ModelPicker
+from app.wizard.state import WizardState
+from trainer.core.paths import MODELS_DIR
+
+LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
+REPO = "tiny-org/tiny-llama"
+WEIGHTS = 6 * 2**20
+
+
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    fake = FakeHub({REPO: {"config.json": (MODELS_DIR / "tiny-llama.json").read_bytes(),
+                           "model.safetensors": os.urandom(WEIGHTS)}}, rate=4 * 2**20)
+    endpoint = fake.start()
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    import huggingface_hub.constants as c  # the constants are read at import: follow the environment
+    monkeypatch.setattr(c, "ENDPOINT", endpoint)
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr(c, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    yield fake
+    fake.stop()
+
+
+def _picker(qtbot):
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    state = WizardState(hw)
+    picker = ModelPicker(state)
+    qtbot.addWidget(picker)
+    picker.show()
+    return picker, hw
+
+
+def test_popular_models_show_size_and_verdicts(qtbot, local_hub):
+    picker, hw = _picker(qtbot)
+    picker.load_popular()
+    qtbot.waitUntil(lambda: picker.table.topLevelItemCount() > 5, timeout=60000)
+    rows = {picker.table.topLevelItem(i).text(0): picker.table.topLevelItem(i) for i in range(picker.table.topLevelItemCount())}
+    one_b = rows["meta-llama/Llama-3.2-1B"]
+    assert one_b.text(1) == "1.24 B" and "GiB" in one_b.text(2)
+    assert one_b.text(3) == "does not fit" and one_b.text(4) in ("fits", "tight")  # 16 GB laptop: full 1B does not
+    assert rows["Qwen/Qwen2.5-7B"].text(3) == "does not fit"
+    hw.stop()
+
+
+def test_search_download_with_progress_cancel_and_resume(qtbot, local_hub, monkeypatch):
+    picker, hw = _picker(qtbot)
+    picker.search.setText("tiny")
+    picker.run_search()
+    qtbot.waitUntil(lambda: picker.table.topLevelItemCount() == 1, timeout=30000)
+    item = picker.table.topLevelItem(0)
+    assert item.text(0) == REPO and item.text(4) == "fits"  # config.json first: real size and verdicts
+    picker.table.setCurrentItem(item)
+    assert picker.download_button.text() == "Download…" and not hub.is_cached(REPO)
+    # Consent: "No" downloads nothing.
+    monkeypatch.setattr(QtWidgets.QMessageBox, "question", lambda *a, **k: QtWidgets.QMessageBox.No)
+    picker.ask_download()
+    assert picker.proc is None
+    monkeypatch.setattr(QtWidgets.QMessageBox, "question", lambda *a, **k: QtWidgets.QMessageBox.Yes)
+    picker.ask_download()
+    qtbot.waitUntil(lambda: "MiB/s" in picker.progress.format()
+                    and picker.progress.value() > picker.progress.maximum() * 0.2, timeout=30000)
+    assert "of 0.01 GiB" in picker.progress.format()
+    picker.cancel()
+    qtbot.waitUntil(lambda: picker.proc is None, timeout=10000)
+    partial = list((hub.cache_dir() / "models--tiny-org--tiny-llama" / "blobs").glob("*.incomplete"))
+    assert partial and 0 < partial[0].stat().st_size < WEIGHTS and "cancelled" in picker.progress.format()
+    assert picker.download_button.text() == "Resume download…"
+    before = len([r for r in local_hub.requests if r.startswith("GET /tiny-org/tiny-llama/resolve/main/model")])
+    with qtbot.waitSignal(picker.chosen, timeout=60000) as chosen:
+        picker.ask_download()
+    assert chosen.args == [REPO] and hub.is_cached(REPO)
+    snapshot = hub.cache_dir() / "models--tiny-org--tiny-llama" / "snapshots"
+    weights = next(snapshot.glob("*/model.safetensors"))
+    assert weights.stat().st_size == WEIGHTS  # the standard cache layout, complete
+    assert len([r for r in local_hub.requests if "resolve" in r and "model.safetensors" in r]) > before
+    assert any(r.startswith("bytes=") and r != "bytes=0-" for r in local_hub.ranges)  # continued, not restarted
+    hw.stop()
