@@ -43,12 +43,13 @@ def test_prompt_on_a_lora_checkpoint_uses_the_training_template(runs):
 @pytest.mark.slow
 def test_rendered_ids_equal_the_training_tokenization(runs):
     from trainer import config as config_mod
-    from trainer.worker import chat, sequences
+    from trainer.worker import chat
+    from trainer.worker.rendering import Encoder
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
     tok = chat.load_tokenizer(cfg, runs["lora"] / "final")
     record = {"question": ["What is 5 plus 2?"], "answer": ["5 plus 2 is 7."]}
-    trained = sequences._tokenize_fn(cfg, tok)(record)
+    trained = Encoder(cfg, tok, "template", "test records")(record, [0])  # how the worker tokenizes template records
     ids, labels = trained["input_ids"][0], trained["labels"][0]
     prompt_len = next(i for i, x in enumerate(labels) if x != -100)  # prompt tokens are masked from the loss
     assert chat.prompt_ids(cfg, tok, "What is 5 plus 2?") == ids[:prompt_len]

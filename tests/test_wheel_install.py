@@ -37,12 +37,14 @@ def installed(tmp_path_factory):
     # dependencies from the dev environment (plain path lines: its .pth files, the editable one
     # included, are not run), TrainPilot only from the wheel
     (Path(target) / "_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    inst = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                           *map(str, wheels.glob("trainpilot-*.whl"))], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # --ignore-installed: the dev environment's editable install is visible through the path file
+    inst = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q",
+                           *map(str, wheels.glob("trainpilot-*.whl"))], capture_output=True, text=True, timeout=600,
+                          env=env)
     assert inst.returncode == 0, inst.stderr
     home = root / "elsewhere"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return {"py": py, "bin": env_dir / "bin", "cwd": home, "env": env, "site": Path(target)}
 
 
