@@ -6,7 +6,7 @@ Reads the same run config YAML that ``trainpilot-cli run`` gets (plain PyYAML, n
 schema; every value it uses must be explicit there, no ``auto``) and trains as a user's own script
 would: a model randomly initialised from ``trainer/resources/models/<architecture>.json`` with the
 config's seed, the bundled demo texts (read with TrainPilot's light record reader) tokenized with the
-demo tokenizer and packed into ``data.seq_len`` sequences here, ``transformers.default_data_collator``,
+demo tokenizer and packed into ``data.seq_len`` sequences here as TrainPilot packs them, ``transformers.default_data_collator``,
 and the plain ``transformers.Trainer`` with the config's training values (micro-batch, accumulation,
 learning rate and schedule, warmup, steps, seed, weight decay, clipping, precision, optimizer), no
 checkpoints. Everything else is left at HF's defaults (logging every 500 steps, the tqdm bar,
@@ -34,8 +34,10 @@ from trainer.data.records import read_records  # noqa: E402  (the light reader: 
 
 
 def packed_dataset(cfg: dict, tokenizer):
-    """``datasets.Dataset`` of ``seq_len`` token blocks: bos + text + eos per record, concatenated per
-    1000 records and cut into full blocks (the remainder of each 1000 is dropped)."""
+    """``datasets.Dataset`` of ``seq_len`` token blocks as TrainPilot packs them: bos + text + eos per
+    record, concatenated per 4096 records and cut into full blocks (the remainder of each batch is
+    dropped), with ``position_ids`` that restart at each document and block and no attention mask, so
+    transformers keeps packed documents apart (block-diagonal attention)."""
     import datasets
 
     d = cfg["data"]
@@ -43,16 +45,32 @@ def packed_dataset(cfg: dict, tokenizer):
     records = read_records(d["path"], d.get("format", "auto"))
     texts = [str(r[d.get("text_field", "text")]) for r in records.rows]
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    bos = [bos] if bos is not None and bos != eos else []
 
     def pack(batch):
-        ids = [t for text in tokenizer(batch["text"], add_special_tokens=False)["input_ids"] for t in [bos, *text, eos]]
-        blocks = [ids[i:i + seq_len] for i in range(0, len(ids) - seq_len + 1, seq_len)]
-        return {"input_ids": blocks, "labels": [list(b) for b in blocks],
-                "attention_mask": [[1] * seq_len for _ in blocks]}
+        docs = [[*bos, *text, eos] for text in tokenizer(batch["text"], add_special_tokens=False)["input_ids"]]
+        ids = [t for doc in docs for t in doc]
+        doc_start = [s for doc, s in zip(docs, _starts(docs)) for _ in doc]  # each token's document start
+        block = min(seq_len, len(ids))
+        out = {"input_ids": [], "labels": [], "position_ids": []}
+        for b in range(0, (len(ids) // block) * block, block):
+            out["input_ids"].append(ids[b:b + block])
+            out["labels"].append(ids[b:b + block])
+            out["position_ids"].append([i - max(doc_start[i], b) for i in range(b, b + block)])
+        return out
 
     datasets.disable_progress_bars()
     raw = datasets.Dataset.from_dict({"text": texts})
-    return raw.map(pack, batched=True, batch_size=1000, remove_columns=["text"])
+    return raw.map(pack, batched=True, batch_size=4096, remove_columns=["text"])
+
+
+def _starts(docs: list[list[int]]) -> list[int]:
+    """Offset of each document in the concatenated stream."""
+    out, at = [], 0
+    for doc in docs:
+        out.append(at)
+        at += len(doc)
+    return out
 
 
 def tokenizer_for(cfg: dict):
