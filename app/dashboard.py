@@ -164,6 +164,9 @@ class Dashboard(QtWidgets.QWidget):
             eval_curve.update_eval_curve(self.eval_curve, d)
         if "reward" in stage:
             self._bind("margin", d.reward_margin)
+            has_rewards = len(d.reward_accuracy) > 0  # only preference runs have these; others get no empty chart
+            if self._changed("reward_shown", has_rewards):
+                self.plots["reward"].setVisible(has_rewards)
         if "vram" in stage:
             self._fit_time_axis(d)
         total = d.vram_total.last()

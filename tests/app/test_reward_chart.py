@@ -18,12 +18,14 @@ def test_reward_accuracy_and_margin_are_charted(qtbot, fixture_run):
     assert list(acc.xData) == list(range(1, 13)) and list(margin.xData) == list(range(1, 13))
     assert acc.yData[0] == 0.0 and acc.yData[-1] == 1.0
     assert margin.yData[-1] > margin.yData[0]
+    assert dash.plots["reward"].isVisible()
 
 
-def test_supervised_run_leaves_the_reward_chart_empty(qtbot, fixture_run):
+def test_supervised_run_has_no_reward_chart(qtbot, fixture_run):
     data = RunData(fixture_run("cpu_demo"))
     data.poll()
     dash = Dashboard()
     qtbot.addWidget(dash)
     dash.set_data(data)
     assert data.reward_margin.n == 0 and len(dash.curves["loss"].xData) == 24
+    assert not dash.plots["reward"].isVisible()  # no empty chart for a run that has no rewards
