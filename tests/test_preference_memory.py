@@ -11,7 +11,14 @@ from helpers_pref import pref_config
 
 from trainer import config as config_mod
 from trainer.models.spec import find_config, load_model_spec, spec_from_config
-from trainer.planning.memory import TrainSetup, activation_bytes, estimate, model_states, reference_bytes
+from trainer.planning.memory import (
+    TrainSetup,
+    activation_bytes,
+    estimate,
+    model_states,
+    reference_bytes,
+)
+from trainer.worker.measure import saved_storages
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -47,18 +54,9 @@ def _t5_saved(over: dict, dtype, b: int, seq: int) -> int:
     torch.manual_seed(0)
     model = transformers.AutoModelForSeq2SeqLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
     model.train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params and st.nbytes():
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     ids = torch.randint(1, cfg.vocab_size, (b, seq))
     labels = torch.randint(1, cfg.vocab_size, (b, seq))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model) as seen:
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels, use_cache=False)
     out.loss.backward()
     return sum(seen.values())

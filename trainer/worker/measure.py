@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -41,6 +42,25 @@ def build_model(source: str, dtype: str = "bf16", attn: str = "sdpa", overrides:
     return AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, TORCH_DTYPES[dtype]), attn_implementation=attn)
 
 
+@contextlib.contextmanager
+def saved_storages(*models):
+    """Inside the block, record every storage autograd saves for backward that is not a parameter of
+    ``models`` (None entries ignored): yields ``{data_ptr: bytes}``, one entry per unique storage."""
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for m in models if m is not None for p in m.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params and st.nbytes():
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield seen
+
+
 def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = False, device: str = "cpu",
                            autocast: str | None = None) -> int:
     """Bytes of the unique non-parameter storages autograd saves for backward in one forward with
@@ -53,19 +73,10 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
     model.train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params and st.nbytes():
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
     amp = (torch.autocast(device, dtype=getattr(torch, TORCH_DTYPES[autocast])) if autocast
            else contextlib.nullcontext())
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
+    with saved_storages(model) as seen, amp:
         out = model(input_ids=ids, labels=ids, use_cache=False)
     out.loss.backward()
     model.zero_grad(set_to_none=True)
@@ -183,29 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 def saved_objective_bytes(trainer, inputs: dict) -> int:
     """Bytes of the unique non-parameter storages autograd saves in one ``trainer.compute_loss`` (the
     objective's own loss: DPO's policy forward on chosen + rejected, its reference forward, the loss),
     parameters of the policy and of any reference model excluded. CPU or the model's device."""
-    import torch
 
     model = trainer.model
     model.train()
     ref = getattr(trainer, "ref_model", None)
-    params = {p.untyped_storage().data_ptr() for m in (model, ref) if m is not None for p in m.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params and st.nbytes():
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model, ref) as seen:
         loss = trainer.compute_loss(model, inputs)
     loss.backward()
     model.zero_grad(set_to_none=True)
@@ -228,3 +226,7 @@ def model_state_bytes(trainer) -> dict:
                  if hasattr(t, "untyped_storage") and t.dim() > 0)
     return {"weights": unique(model.parameters()), "gradients": sum(p.numel() * p.element_size() for p in trainable),
             "optimizer_states": states, "reference": unique(ref.parameters()) if ref is not None else 0}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
