@@ -27,6 +27,21 @@ def child_env() -> QtCore.QProcessEnvironment:
     return env
 
 
+def json_lines(buffer: bytes) -> tuple[list[dict], bytes]:
+    """The complete JSON-object lines of a child's stdout ``buffer`` (others skipped), and the partial
+    last line to keep for the next read."""
+    *lines, rest = buffer.split(b"\n")
+    out = []
+    for line in lines:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            out.append(msg)
+    return out, rest
+
+
 class Job(QtCore.QObject):
     """One short CLI command. ``done(exit_code, stdout, stderr)`` fires once; ``json()`` parses stdout."""
 

@@ -2,12 +2,11 @@
 its JSON progress lines driving a progress bar (the GUI never imports torch)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app.commands import child_env, cli_args
+from app.commands import child_env, cli_args, json_lines
 
 
 def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
@@ -79,14 +78,9 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.proc.start(args[0], args[1:])
 
     def _read(self) -> None:
-        self._buffer += bytes(self.proc.readAllStandardOutput())
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict) and isinstance(msg.get("fraction"), (int, float)):
+        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
+        for msg in msgs:
+            if isinstance(msg.get("fraction"), (int, float)):
                 self.progress.setValue(int(round(100 * msg["fraction"])))
                 self.status.setText(msg.get("message", ""))
                 self.files = msg.get("files", self.files)

@@ -7,12 +7,11 @@ a second model on that GPU could push the run out of memory.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.commands import child_env, cli_args
+from app.commands import child_env, cli_args, json_lines
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
 from trainer.rundir.trained import training_pid
 
@@ -61,14 +60,9 @@ class ChatStream(QtCore.QObject):
         return self.proc.state() != QtCore.QProcess.NotRunning
 
     def _read(self) -> None:
-        self._buffer += bytes(self.proc.readAllStandardOutput())
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            kind = msg.get("type") if isinstance(msg, dict) else None
+        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
+        for msg in msgs:
+            kind = msg.get("type")
             if kind == "token":
                 self.text.emit(msg.get("text", ""))
             elif kind == "loaded":
