@@ -8,9 +8,14 @@ and streaming's memory over a run.
 It writes the JSONL itself (40–120 words a record, seeded), then runs ``python -m trainer run`` on it
 with the demo tiny model, CPU, fp32, packing at seq_len 512, in a fresh ``TRAINPILOT_CACHE``:
 
-- **cold**: nothing cached (the scan, the Arrow conversion, tokenizing and packing all happen).
-- **warm**: a second run on the same file (everything from the cache).
-- **resume**: the warm run is stopped at step 1 (``TRAINPILOT_INJECT_STOP``), then ``resume`` is timed
+- **cold**: nothing cached, ``training.max_steps`` set: the scan, then training starts as soon as the
+  tokenizing process has written its first chunk (it goes on tokenizing while the model trains; the
+  run ends after 2 steps, so most of the file is still untokenized when it exits).
+- **epochs**: the same file with ``training.epochs: 1``: the schedule needs the exact number of
+  sequences, so the worker waits until the whole file is tokenized (what the cold run left undone),
+  then takes one step (stopped there by ``TRAINPILOT_INJECT_STOP``). Afterwards the cache is complete.
+- **warm**: a run on the complete cache.
+- **resume**: a warm run is stopped at step 1 (``TRAINPILOT_INJECT_STOP``), then ``resume`` is timed
   to its next step.
 - **streaming**: ``data.streaming: true`` for ``--stream-steps`` steps; RSS after the first 10% of the
   steps against RSS at the end.
@@ -19,8 +24,8 @@ Times: from the CLI's start and from the worker process's start to the ``time`` 
 event the run writes (seconds); ``data_seconds`` is the worker's own time in the data pipeline (from
 its ``run_started`` event); ``worker_cpu_s_to_first_step`` the worker's CPU seconds until then (less
 sensitive to a busy machine). A **baseline** run on a 200-record file first gives the fixed cost
-(imports, planning, model build) that every run pays whatever the data. RSS: the worker process's resident memory (and its child processes',
-e.g. tokenizing workers) sampled every 0.1 s by psutil (bytes), and its anonymous part (``RssAnon``: RSS
+(imports, planning, model build) that every run pays whatever the data. RSS: the worker process's resident memory, and with its child processes (the
+tokenizing process) the tree's, sampled every 0.1 s by psutil (bytes), and its anonymous part (``RssAnon``: RSS
 without pages of memory-mapped files, i.e. the Arrow cache the kernel may drop at any time). Targets from issue 11: cold ≤ 30 s,
 warm ≤ 5 s, RSS ≤ 1.5 GB; streaming end RSS within 10% of RSS after 10% of the steps.
 """
@@ -56,12 +61,12 @@ def generate(path: Path, n: int, seed: int = 0) -> None:
             fh.write(json.dumps({"text": " ".join(words).capitalize() + "."}) + "\n")
 
 
-def config(data: Path, runs: Path, max_steps: int, streaming: bool) -> dict:
+def config(data: Path, runs: Path, max_steps: int | None, streaming: bool) -> dict:
     return {
         "schema_version": 1, "name": "datascale", "device": "cpu",
         "model": {"source": "demo-tiny-llama"},
         "data": {"path": str(data), "seq_len": 512, "packing": True, "streaming": streaming, "shuffle": True},
-        "training": {"max_steps": max_steps, "effective_batch_size": 8, "micro_batch_size": 8,
+        "training": {"max_steps": max_steps, "epochs": 1, "effective_batch_size": 8, "micro_batch_size": 8,
                      "gradient_accumulation_steps": 1, "learning_rate": 1e-3, "seed": 7},
         "speed": {"precision": "fp32", "gradient_checkpointing": False},
         "deepspeed": {"enabled": False},
@@ -187,9 +192,12 @@ def main() -> None:
     res = run_cli(["run", str(base_cfg), "--run-dir", str(runs / "baseline"), "--quiet"], env)
     figures["baseline_200_records"] = first_step(res, runs / "baseline")
     print(f"baseline (200 records: imports, planning, model build): {figures['baseline_200_records']}", flush=True)
-    for name in ("cold", "warm"):
+    epochs_cfg = work / "config-epochs.yaml"
+    epochs_cfg.write_text(yaml.safe_dump(config(data, runs, None, False)))
+    for name, cfg_path, extra in (("cold", cfg_file, {}), ("epochs", epochs_cfg, {"TRAINPILOT_INJECT_STOP": "1"}),
+                                  ("warm", cfg_file, {})):
         run_dir = runs / name
-        res = run_cli(["run", str(cfg_file), "--run-dir", str(run_dir), "--quiet"], env)
+        res = run_cli(["run", str(cfg_path), "--run-dir", str(run_dir), "--quiet"], dict(env, **extra))
         figures[name] = first_step(res, run_dir)
         print(f"{name}: {figures[name]}", flush=True)
     run_dir = runs / "resumed"

@@ -27,8 +27,9 @@ from trainer.data.records import (
 )
 
 SAMPLE_ROWS = 100    # records kept for format detection and previews
+ROLE_PATTERNS = 200  # distinct role sequences of conversations kept (each with its first line) for the template check
 WHOLE_FILE_BYTES = 8 * 2**20  # JSONL below this is read whole by records.read_records (its messages are the richest)
-_SCAN_VERSION = 2    # bump when the checks change, so older cached verdicts are not trusted
+_SCAN_VERSION = 3    # bump when the checks change, so older cached verdicts are not trusted
 
 
 @dataclass
@@ -41,6 +42,27 @@ class Scan:
     records: int
     skipped_lines: list[int] = field(default_factory=list)
     sample: list[dict] = field(default_factory=list)
+    roles: list = field(default_factory=list)  # conversations: [[role, ...], 'line N'] per distinct role sequence
+
+
+class _Roles:
+    """The distinct role sequences of a file's conversations, each with where it first occurs, so the
+    worker can try every one through the chat template before training (a role the template refuses
+    is then reported with its line before the first step, not in the middle of a run)."""
+
+    def __init__(self):
+        self.seen: dict[tuple, str] = {}
+
+    def add(self, rec: dict, fmt: str, where: str) -> None:
+        if fmt in formats.CONVERSATION_FORMATS and len(self.seen) < ROLE_PATTERNS:
+            try:
+                key = tuple(m.get("role") for m in formats.to_messages(rec, fmt))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return
+            self.seen.setdefault(key, where)
+
+    def found(self) -> list:
+        return [[list(k), where] for k, where in self.seen.items()]
 
 
 def scan(path: str, data_cfg, role: str = "data.path") -> Scan:
@@ -69,7 +91,7 @@ def _check_file(p: Path, role: str) -> None:
 def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
     if p.stat().st_size < WHOLE_FILE_BYTES:
         return _scan_whole(p, "jsonl", data_cfg, role)
-    fmt, sample, pending, skipped, count, seen_text = None, [], [], [], 0, False
+    fmt, sample, pending, skipped, count, seen_text, roles = None, [], [], [], 0, False, _Roles()
     with open(p, "rb") as fh:
         for no, raw in enumerate(fh, 1):
             if not raw.strip():
@@ -96,17 +118,20 @@ def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
                 fmt = formats.detect_format([o for _, o in pending], data_cfg)
                 for n, o in pending:
                     seen_text |= _check(o, fmt, data_cfg, p, f"line {n}", role)
+                    roles.add(o, fmt, f"line {n}")
                 pending = []
             else:
                 seen_text |= _check(obj, fmt, data_cfg, p, f"line {no}", role)
+                roles.add(obj, fmt, f"line {no}")
     if fmt is None and pending:
         fmt = formats.detect_format([o for _, o in pending], data_cfg)
         for n, o in pending:
             seen_text |= _check(o, fmt, data_cfg, p, f"line {n}", role)
+            roles.add(o, fmt, f"line {n}")
     if not count:
         raise UserError(f"{role}: dataset file {p} is empty; add records or pick another file", field=role, path=str(p))
     _check_some_text(fmt, seen_text, data_cfg, p)
-    return Scan(str(p), "jsonl", fmt, count, skipped, sample)
+    return Scan(str(p), "jsonl", fmt, count, skipped, sample, roles.found())
 
 
 def _scan_whole(p: Path, kind: str, data_cfg, role: str) -> Scan:
@@ -115,11 +140,12 @@ def _scan_whole(p: Path, kind: str, data_cfg, role: str) -> Scan:
     if fmt in ("text", "template"):
         check_fields(recs, data_cfg)
     lines = _line_numbers(p, kind, recs)
-    seen_text = False
+    seen_text, roles = False, _Roles()
     for i, row in enumerate(recs.rows):
         seen_text |= _check(row, fmt, data_cfg, p, lines(i), role)
+        roles.add(row, fmt, lines(i))
     _check_some_text(fmt, seen_text, data_cfg, p)
-    return Scan(str(p), kind, fmt, len(recs.rows), recs.skipped_lines, recs.rows[:SAMPLE_ROWS])
+    return Scan(str(p), kind, fmt, len(recs.rows), recs.skipped_lines, recs.rows[:SAMPLE_ROWS], roles.found())
 
 
 def _line_numbers(p: Path, kind: str, recs: Records):

@@ -105,6 +105,9 @@ class TrainPilotMixin:
             time.sleep(pause)  # the weights are written, the marker is not: the worst moment to die
 
     def _get_train_sampler(self, train_dataset=None):
+        order = getattr(train_dataset if train_dataset is not None else self.train_dataset, "order", None)
+        if order is not None:  # blocks.Blocks: its own order (epoch 0 as tokenized, then seeded permutations)
+            return order
         if not self.tp_shuffle:
             return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
         return super()._get_train_sampler(train_dataset)

@@ -1,17 +1,14 @@
-"""Worker side: data → cached, memory-mapped token sequences (or a stream of them).
+"""Worker side: opening the data, and the pieces every path shares.
 
-1. **Load** through ``datasets``' Arrow-backed loaders (JSONL/CSV/Parquet/text are converted once into
-   memory-mapped Arrow files in the ``datasets`` cache), or a hub dataset id through ``datasets`` and
-   its cache. Small files, ``.json`` lists and files with skipped lines go through TrainPilot's own
-   reader (line-numbered messages) as one JSON string per record.
-2. **Tokenize** batched (the Rust tokenizer encodes a batch on every core; ``data.num_proc`` adds
-   processes) into ``input_ids``/``labels`` per record, written to TrainPilot's cache, keyed by the
-   data fingerprint, the tokenizer, the chat template, the record format and the masking settings.
-3. **Pack or cut** to ``seq_len`` with vectorised Arrow/NumPy code, keyed additionally by seq_len,
-   packing and the validation split. Packed blocks carry ``position_ids`` that restart at every
-   document, so the model sees where one document ends (see ``Collator``).
-
-A second run, and every resume, opens the cached Arrow files (memory-mapped: RSS stays small).
+- **Open** a local file (checked first by ``trainer.data.scan``: file, line and field in every message)
+  or a hub dataset id through ``datasets`` and its cache (``open_source``, ``load_file``).
+- **Tokenize** whole, batched, into ``input_ids``/``labels`` per record, cached by the data fingerprint,
+  the tokenizer, the chat template, the record format and the masking settings (``tokenize``: the
+  ``data`` report's exact statistics). Training reads its blocks from ``trainer.worker.producer``
+  instead, which tokenizes in chunks while the model trains.
+- **Pack or cut** to ``seq_len`` with vectorised Arrow/NumPy code (``PackTable``, ``CutTable``). Packed
+  blocks carry ``position_ids`` that restart at every document, so the model sees where one document
+  ends (see ``sequences.Collator``).
 """
 from __future__ import annotations
 
@@ -47,6 +44,7 @@ class Source:
     skipped_lines: list[int] = field(default_factory=list)
     cache_hit: bool | None = None      # set by ``tokenize``: True when the tokens came from the cache
     kind: str | None = None            # file type of a local file (None for hub datasets)
+    roles: list = field(default_factory=list)  # conversations: distinct role sequences with their first line
 
 
 def open_source(cfg, which: str = "train", streaming: bool = False, lazy: bool = False):
@@ -64,11 +62,11 @@ def open_source(cfg, which: str = "train", streaming: bool = False, lazy: bool =
     p = Path(result.path)
     st = p.stat()
     src = Source(str(p), result.record_format, result.records, f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}",
-                 result.skipped_lines, kind=result.kind)
-    return src, None if lazy else _load_file(p, result.kind, d, streaming)
+                 result.skipped_lines, kind=result.kind, roles=result.roles)
+    return src, None if lazy else load_file(p, result.kind, d, streaming)
 
 
-def _load_file(p: Path, kind: str, d, streaming: bool):
+def load_file(p: Path, kind: str, d, streaming: bool = False):
     import datasets
 
     if p.stat().st_size >= SMALL_FILE_BYTES and kind in _BUILDERS and not d.skip_bad_lines:
@@ -127,7 +125,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()[:16]
 
 
-def _key(*parts) -> str:
+def cache_key(*parts) -> str:
+    """A cache folder's name: a hash of everything that changes what is in it."""
     return hashlib.sha256(json.dumps([PIPELINE_VERSION, *parts], default=str).encode()).hexdigest()[:24]
 
 
@@ -144,14 +143,14 @@ def tokenize(cfg, tokenizer, src: Source, raw=None):
     enc = Encoder(cfg, tokenizer, src.record_format, src.where)
     features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
                                   "labels": datasets.Sequence(datasets.Value("int32"))})
-    key = _key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
+    key = cache_key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
                d.prompt_template, d.response_template, d.train_on_prompt)
     folder = cache_dir() / "tokenized" / key
     src.cache_hit = bool(d.cache) and (folder / "done").exists()
     if src.cache_hit:
         return _open_arrow(folder, "tokens")
     if raw is None:
-        raw = _load_file(Path(src.where), src.kind, d, False)
+        raw = load_file(Path(src.where), src.kind, d, False)
     n = len(raw)
     procs = d.num_proc or (min(os.cpu_count() or 1, 8) if n >= PARALLEL_RECORDS else 1)
     kwargs = dict(batched=True, with_indices=True, batch_size=1000, remove_columns=raw.column_names, features=features,
@@ -182,27 +181,7 @@ def _open_arrow(folder: Path, stem: str):
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
-# -- packing / cutting (vectorised, cached next to the tokens) -----------------------------------------
-def shape(cfg, tokens, name: str, *key_parts):
-    """Pack (or cut) ``tokens`` to ``data.seq_len``; drops sequences with nothing to train. Cached next
-    to the tokens, by ``name``, ``key_parts`` (e.g. the validation split) and every setting that changes it."""
-    import datasets
-
-    d = cfg.data
-    fn = PackTable(d.seq_len) if d.packing else CutTable(d.seq_len)
-    kwargs = dict(batched=True, batch_size=4096, remove_columns=tokens.column_names)
-    arrow = tokens.with_format("arrow")
-    folder = Path(tokens.cache_files[0]["filename"]).parent if tokens.cache_files else None
-    if not d.cache or folder is None or not (folder / "done").exists():
-        return arrow.map(fn, **kwargs).with_format(None)
-    target = folder / f"{name}-{_key(folder.name, d.seq_len, d.packing, *key_parts)}.arrow"
-    if not target.exists():
-        tmp = target.with_name(f"{target.stem}.tmp{os.getpid()}.arrow")
-        arrow.map(fn, cache_file_name=str(tmp), **kwargs)
-        os.replace(tmp, target)
-    return datasets.Dataset.from_file(str(target))
-
-
+# -- packing / cutting (vectorised) --------------------------------------------------------------------
 class PackTable:
     """Concatenate a batch of records and cut it into ``seq_len`` blocks (the last partial block of a
     batch is dropped, as before; a batch shorter than seq_len stays one block). ``position_ids``

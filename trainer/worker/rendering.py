@@ -39,6 +39,24 @@ def ensure_chat_template(tokenizer, data_cfg, fmt: str) -> str | None:
     return tokenizer.chat_template
 
 
+def check_roles(tokenizer, src, data_cfg) -> None:
+    """Render one conversation of every distinct role sequence the scan found (``src.roles``) through
+    the chat template, so a role or an order the template refuses is bad input before the first step,
+    naming the first line that has it."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return
+    for roles, where in src.roles:
+        msgs = [{"role": r, "content": f"turn {i + 1}"} for i, r in enumerate(roles)]
+        try:
+            assistant_spans(msgs, lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen),
+                            data_cfg.train_on_prompt)
+        except ValueError as exc:
+            raise UserError(f"data.chat_template: {exc}; set data.chat_template to a template without that "
+                            f"behaviour", field="data.chat_template") from None
+        except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
+            raise template_error(exc, src.where, where) from None
+
+
 def rows_of(batch: dict) -> list[dict]:
     """The records of a column batch (decoding the JSON column when present)."""
     if JSON_COLUMN in batch:

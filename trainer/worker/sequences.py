@@ -2,44 +2,53 @@
 
 Labels are -100 on padding, masked prompt/system/user tokens, so the loss — normalised by HF's
 Trainer over the labelled tokens of all accumulated micro-batches — counts trained tokens only.
-The data itself is built by ``pipeline`` (load, tokenize, pack; cached) and ``rendering`` (formats).
+The data itself comes from ``blocks`` (written by the tokenizing ``producer`` as training goes; cached),
+``pipeline`` (open, pack) and ``rendering`` (formats).
 """
 from __future__ import annotations
 
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable
-from trainer.worker import pipeline
+from trainer.worker import blocks, pipeline, rendering
 from trainer.worker.rendering import Encoder, ensure_chat_template
 
 REAL_TOKENS_KEY = "tp_real_tokens"  # popped by the Trainer before the forward pass
 
 
 def build_datasets(cfg, tokenizer):
-    """``(train_dataset, eval_dataset or None, info)``: ``datasets.Dataset`` of token ids and labels
-    (packed blocks also carry ``position_ids``), or an ``IterableDataset`` with ``data.streaming``."""
+    """``(train_dataset, eval_dataset or None, info)``: ``blocks.Blocks`` of token ids and labels (packed
+    blocks also carry ``position_ids``) written by the tokenizing process as training goes, or an
+    ``IterableDataset`` with ``data.streaming``."""
     d = cfg.data
     if d.streaming:
         return _streaming(cfg, tokenizer)
-    src, raw = pipeline.open_source(cfg, "train", lazy=True)  # opened only when the tokens are not cached
+    src, _ = pipeline.open_source(cfg, "train", lazy=True)  # the scan's verdict (cached); records opened by the producer
     check_trainable(src.record_format, src.where)
-    tokens = pipeline.tokenize(cfg, tokenizer, src, raw)
-    val_tokens, split = _validation_tokens(cfg, tokenizer), ()
-    if val_tokens is None and d.validation_split > 0:
-        parts = tokens.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
-        tokens, val_tokens, split = parts["train"], parts["test"], (d.validation_split, cfg.training.seed)
-    train = pipeline.shape(cfg, tokens, "train", *split)
-    val = pipeline.shape(cfg, val_tokens, "eval", *split) if val_tokens is not None else None
-    if len(train) == 0:
+    ensure_chat_template(tokenizer, d, src.record_format)
+    rendering.check_roles(tokenizer, src, d)
+    sized = not cfg.training.max_steps  # epochs: the schedule needs the number of blocks
+    if sized:
+        print(f"trainpilot: tokenizing all of {src.where} before the first step (training.epochs needs the exact "
+              f"number of sequences; with training.max_steps training starts after the first chunk)", flush=True)
+    parts, state = blocks.open_data(cfg, tokenizer, src, "train", sized)
+    train, val = parts["train"], parts.get("eval")
+    if val is None and d.validation_path:
+        val = _validation_blocks(cfg, tokenizer)
+    if not train.wait_for(0):
         raise UserError(f"data.path: no trainable tokens after tokenizing {src.where}; check data.text_field, the "
                         f"templates or that conversations have assistant turns", field="data.path")
-    return train, val, _info(src, len(train), len(val) if val is not None else 0)
+    train.order = blocks.BlockOrder(train, cfg.training.seed, d.shuffle)
+    eval_n = len(val) if val is not None else 0
+    train_n = train.total() if sized or train.done() is not None else None
+    src.cache_hit = {"hit": True, "miss": False}.get(state)
+    return train, val, dict(_info(src, train_n, eval_n), data_cache=state)
 
 
-def _validation_tokens(cfg, tokenizer):
-    if not cfg.data.validation_path:
-        return None
-    vsrc, vraw = pipeline.open_source(cfg, "validation", lazy=True)
-    return pipeline.tokenize(cfg, tokenizer, vsrc, vraw)
+def _validation_blocks(cfg, tokenizer):
+    vsrc, _ = pipeline.open_source(cfg, "validation", lazy=True)
+    check_trainable(vsrc.record_format, vsrc.where)
+    ensure_chat_template(tokenizer, cfg.data, vsrc.record_format)
+    return blocks.open_data(cfg, tokenizer, vsrc, "validation", True)[0]["eval"]
 
 
 def _info(src, train_n: int | None, eval_n: int) -> dict:
@@ -62,9 +71,7 @@ def _streaming(cfg, tokenizer):
                      batch_size=1000, remove_columns=columns)
     shaper = pipeline.PackTable(d.seq_len) if d.packing else pipeline.CutTable(d.seq_len)
     train = tokens.map(lambda batch: _shape_batch(shaper, batch), batched=True, batch_size=1000)
-    val = None
-    if d.validation_path:
-        val = pipeline.shape(cfg, _validation_tokens(cfg, tokenizer), "eval")
+    val = _validation_blocks(cfg, tokenizer) if d.validation_path else None
     return train, val, _info(src, None, len(val) if val is not None else 0)
 
 
