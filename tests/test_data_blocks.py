@@ -198,3 +198,16 @@ def test_a_record_the_tokenizing_process_cannot_render_fails_the_run_with_its_li
     assert proc.returncode == 2, proc.stderr
     assert "line 4322" in proc.stderr and "cannot render" in proc.stderr and "Traceback" not in proc.stderr
     assert not events(tmp_path / "run", "step")
+
+
+def test_a_run_without_deepspeed_does_not_import_it():
+    """accelerate's unwrap path would import deepspeed (2-3 s of every start) when it is installed."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom trainer.worker.main import _no_deepspeed_import\n_no_deepspeed_import()\n"
+            "from accelerate.utils import extract_model_from_parallel\n"
+            "extract_model_from_parallel(torch.nn.Linear(2, 2))\nprint('deepspeed' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -201,6 +201,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")
+    if cfg.deepspeed.enabled is not True:
+        _no_deepspeed_import()
     tokenizer = modeling.load_tokenizer(cfg)
     started = time.time()
     if objectives.handles(cfg):  # DPO/KTO/ORPO through TRL, encoder-decoder models
@@ -224,6 +226,19 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision)
+
+
+def _no_deepspeed_import() -> None:
+    """A run without DeepSpeed does not import it. accelerate's ``extract_model_from_parallel`` (every
+    ``unwrap_model``: Trainer set-up, saving) imports ``deepspeed`` whenever it is installed, only to
+    test ``isinstance(model, DeepSpeedEngine)``; that import costs 2-3 s of every run's start (deepspeed
+    pulls in its autotuner, and mlflow through it). No model here is a DeepSpeedEngine, so accelerate is
+    told deepspeed is absent for this process. Harmless if accelerate renames it: the import then simply
+    happens again (tests/test_data_blocks.py checks that it does not)."""
+    from accelerate.utils import other
+
+    if "deepspeed" not in sys.modules and hasattr(other, "is_deepspeed_available"):
+        other.is_deepspeed_available = lambda: False
 
 
 def _checkpoint_meta(cfg) -> dict:
