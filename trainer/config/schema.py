@@ -110,7 +110,8 @@ class DataConfig(_Section):
     validation_split: float = Field(0.0, ge=0.0, lt=1.0, description="Fraction of records held out for evaluation.")
     validation_path: Optional[str] = Field(None, description="Separate validation file (instead of a split).")
     skip_bad_lines: bool = Field(False, description="Skip unparseable JSONL lines (counted and reported) instead of stopping.")
-    shuffle: bool = Field(True, description="Shuffle samples each epoch (seeded, so resume is exact).")
+    shuffle: bool = Field(True, description="Shuffle the records before packing, and the packed sequences every later "
+                          "epoch (seeded by training.seed, so resume is exact).")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
     record_format: Literal["auto", "text", "template", "alpaca", "chat", "sharegpt", "preference", "kto"] = Field(
         "auto", description="Shape of the records (not the file type): 'auto' detects it from the fields "
@@ -132,9 +133,12 @@ class DataConfig(_Section):
         False, description="Stream the data (constant memory, nothing cached) for corpora too big to cache; "
         "needs training.max_steps; resume skips exactly the samples already trained on."
     )
-    cache: bool = Field(True, description="Cache the tokenized, packed data (keyed by data, tokenizer, template, "
-                        "seq_len, packing, masking); a second run and every resume reuse it.")
-    num_proc: int = Field(0, ge=0, description="Processes for tokenizing; 0 picks one per CPU core for large data.")
+    cache: bool = Field(True, description="Keep the tokenized, packed data (keyed by data, tokenizer, template, "
+                        "seq_len, packing, masking, order) for the next run and every resume; false tokenizes into a "
+                        "temporary folder.")
+    num_proc: int = Field(0, ge=0, description="Tokenizing processes (each takes every n-th chunk of the training "
+                          "data); 0: one for training (the tokenizer's threads use every core), one per CPU core for "
+                          "the data report of large data.")
 
 
 class MethodConfig(_Section):

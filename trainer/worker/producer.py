@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from trainer.config.resolved import ResolvedRunConfig
@@ -35,6 +36,7 @@ from trainer.worker import pipeline
 from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
 
 CHUNK_RECORDS = 8192   # records per chunk: ~1 s of tokenizing on one core; the first step waits for one
+SUB_BATCH = 1024       # records encoded at a time inside a chunk
 ERROR_FILE = "error.json"
 PARTS = ("eval", "train")
 
@@ -176,7 +178,6 @@ def block_count(path: Path) -> int:
 def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: int = 1, parent: int | None = None) -> None:
     """Write every missing chunk of ``folder`` whose global number is ``worker`` modulo ``workers``
     (eval chunks first, then train), then the ``.done`` marker of each complete part."""
-    import pyarrow as pa
 
     d = cfg.data
     src, reader = record_reader(cfg, which)
@@ -187,7 +188,7 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
         parts = parts_of(len(reader), cfg.training.seed, d.shuffle, held_out(cfg))
     else:
         parts = {"eval": order(len(reader), 0, False)}
-    g = 0
+    g, pool = 0, ThreadPoolExecutor(1, thread_name_prefix="encode")
     for part, indices in parts.items():
         chunks = max(1, math.ceil(len(indices) / CHUNK_RECORDS))
         for k in range(chunks):
@@ -197,16 +198,37 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
                 continue
             if parent is not None and not _alive(parent):
                 return  # the worker is gone: nobody reads these chunks now (a resume picks up here)
-            idx = indices[k * CHUNK_RECORDS:(k + 1) * CHUNK_RECORDS]
-            enc = encode(reader.batch(idx), [int(i) for i in idx])
-            table = pa.table({"input_ids": pa.array(enc["input_ids"], pa.list_(pa.int32())),
-                              "labels": pa.array(enc["labels"], pa.list_(pa.int32()))})
+            table = _encoded_chunk(reader, encode, indices[k * CHUNK_RECORDS:(k + 1) * CHUNK_RECORDS], pool)
             write_table(shaper(table) if table.num_rows else table, target)
         files = [chunk_file(folder, part, k) for k in range(chunks)]
         if not done_file(folder, part).exists() and all(f.exists() for f in files):
             counts = [block_count(f) for f in files]
             _write_json(done_file(folder, part), {"chunks": chunks, "blocks": counts, "records": len(indices),
                                                   "record_format": src.record_format})
+
+
+def _encoded_chunk(reader, encode, idx, pool):
+    """The Arrow table (``input_ids``, ``labels``) of the records ``idx``, encoded in sub-batches of
+    ``SUB_BATCH``: each is turned into Arrow at once (so Python's lists of ids stay small), and the next
+    one is read and encoded on ``pool``'s thread meanwhile (the Rust tokenizer releases the GIL)."""
+    import pyarrow as pa
+
+    subs = [idx[i:i + SUB_BATCH] for i in range(0, len(idx), SUB_BATCH)]
+
+    def work(sub):
+        enc = encode(reader.batch(sub), [int(i) for i in sub])
+        return enc["input_ids"], enc["labels"]
+
+    ids, labels, pending = [], [], pool.submit(work, subs[0]) if subs else None
+    for j in range(len(subs)):
+        got = pending.result()
+        pending = pool.submit(work, subs[j + 1]) if j + 1 < len(subs) else None
+        ids.append(pa.array(got[0], pa.list_(pa.int32())))
+        labels.append(pa.array(got[1], pa.list_(pa.int32())))
+        del got
+    if not ids:
+        return pa.table({"input_ids": pa.array([], pa.list_(pa.int32())), "labels": pa.array([], pa.list_(pa.int32()))})
+    return pa.table({"input_ids": pa.concat_arrays(ids), "labels": pa.concat_arrays(labels)})
 
 
 def _alive(pid: int) -> bool:

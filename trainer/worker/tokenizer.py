@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainer.data import formats
 from trainer.data.demo import cache_dir
-from trainer.worker import pipeline
+from trainer.worker import pipeline, producer
 from trainer.worker.rendering import rows_of
 
 CORPUS_SAMPLE_RECORDS = 200_000  # records a corpus tokenizer is trained on (the first ones: enough for BPE merges)
@@ -34,12 +34,18 @@ def corpus_tokenizer(cfg):
     ``CORPUS_SAMPLE_RECORDS`` records of the training data, cached by the data's fingerprint."""
     from transformers import PreTrainedTokenizerFast
 
-    src, raw = pipeline.open_source(cfg, "train", streaming=cfg.data.streaming)
+    if cfg.data.streaming:
+        src, raw = pipeline.open_source(cfg, "train", streaming=True)
+        batches = raw.iter(batch_size=1000)
+    else:  # by index: a large JSONL file is not converted whole just to read its first records
+        src, reader = producer.record_reader(cfg, "train")
+        n = min(len(reader), CORPUS_SAMPLE_RECORDS)
+        batches = (reader.batch(range(i, min(n, i + 1000))) for i in range(0, n, 1000))
     vocab = cfg.model.tokenizer_vocab_size
     digest = hashlib.sha256(json.dumps([src.fingerprint, src.record_format, vocab]).encode()).hexdigest()[:16]
     folder = cache_dir() / "tokenizers" / f"corpus-{vocab}-{digest}"
     if not (folder / "tokenizer.json").exists():
-        rows = (r for batch in raw.iter(batch_size=1000) for r in rows_of(batch))
+        rows = (r for batch in batches for r in rows_of(batch))
         texts = (_text_of(r, cfg.data, src.record_format) for r in itertools.islice(rows, CORPUS_SAMPLE_RECORDS))
         train_bpe(texts, folder, vocab)
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
