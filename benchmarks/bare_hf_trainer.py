@@ -6,7 +6,8 @@ Reads the same run config YAML that ``trainpilot-cli run`` gets (plain PyYAML, n
 schema; every value it uses must be explicit there, no ``auto``) and trains as a user's own script
 would: a model randomly initialised from ``trainer/resources/models/<architecture>.json`` with the
 config's seed, the bundled demo texts (read with TrainPilot's light record reader) tokenized with the
-demo tokenizer and packed into ``data.seq_len`` sequences here as TrainPilot packs them, ``transformers.default_data_collator``,
+demo tokenizer and packed into ``data.seq_len`` sequences here as TrainPilot packs them (records in the
+seeded order, packed per chunk of 8,192, the blocks trained in order), ``transformers.default_data_collator``,
 and the plain ``transformers.Trainer`` with the config's training values (micro-batch, accumulation,
 learning rate and schedule, warmup, steps, seed, weight decay, clipping, precision, optimizer), no
 checkpoints. Everything else is left at HF's defaults (logging every 500 steps, the tqdm bar,
@@ -34,9 +35,10 @@ from trainer.data.records import read_records  # noqa: E402  (the light reader: 
 
 
 def packed_dataset(cfg: dict, tokenizer):
-    """``datasets.Dataset`` of ``seq_len`` token blocks as TrainPilot packs them: bos + text + eos per
-    record, concatenated per 4096 records and cut into full blocks (the remainder of each batch is
-    dropped), with ``position_ids`` that restart at each document and block and no attention mask, so
+    """``datasets.Dataset`` of ``seq_len`` token blocks as TrainPilot packs them: the records put in the
+    order of a permutation seeded by ``training.seed`` (when ``data.shuffle``, the default), bos + text +
+    eos per record, concatenated per 8,192 records and cut into full blocks (the remainder of each batch
+    is dropped), with ``position_ids`` that restart at each document and block and no attention mask, so
     transformers keeps packed documents apart (block-diagonal attention)."""
     import datasets
 
@@ -44,6 +46,10 @@ def packed_dataset(cfg: dict, tokenizer):
     seq_len = int(d["seq_len"])
     records = read_records(d["path"], d.get("format", "auto"))
     texts = [str(r[d.get("text_field", "text")]) for r in records.rows]
+    if d.get("shuffle", True):
+        import numpy as np
+
+        texts = [texts[i] for i in np.random.default_rng(int(cfg["training"]["seed"])).permutation(len(texts))]
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     bos = [bos] if bos is not None and bos != eos else []
 
@@ -61,7 +67,7 @@ def packed_dataset(cfg: dict, tokenizer):
 
     datasets.disable_progress_bars()
     raw = datasets.Dataset.from_dict({"text": texts})
-    return raw.map(pack, batched=True, batch_size=4096, remove_columns=["text"])
+    return raw.map(pack, batched=True, batch_size=8192, remove_columns=["text"])
 
 
 def _starts(docs: list[list[int]]) -> list[int]:
@@ -115,6 +121,7 @@ def training_arguments(cfg: dict, out_dir: Path):
         max_grad_norm=float(t.get("max_grad_norm", 1.0)), optim=optim, seed=int(t["seed"]), data_seed=int(t["seed"]),
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=not cuda,
         save_strategy="no", report_to="none",
+        train_sampling_strategy="sequential",  # the blocks in the packed order, as TrainPilot's first epoch
         logging_first_step=True)  # step 1's loss, to check both sides train the same model on the same data
 
 
