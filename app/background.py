@@ -5,29 +5,49 @@ the GUI stays responsive, and only the newest request of a ``Latest`` is deliver
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
+import shiboken6
 from PySide6 import QtCore
 
 
 class _Bridge(QtCore.QObject):
-    done = QtCore.Signal(object, object, object)  # token, result, exception
+    """One for the whole app, never deleted: a worker thread emits on it, and Qt queues the delivery to
+    the GUI thread. (A bridge per ``Latest``, owned by its page, could be deleted by Qt while a worker
+    was emitting on it — a segfault seen once under load when a page closed with a task in flight.)"""
+
+    done = QtCore.Signal(object, object, object, object)  # weakref to the Latest, token, result, exception
+
+    def deliver(self, ref, token, result, error) -> None:
+        latest = ref()
+        if latest is not None and shiboken6.isValid(latest):  # the page that asked may be gone
+            latest._deliver(token, result, error)
+
+
+_BRIDGE: _Bridge | None = None
+
+
+def _bridge() -> _Bridge:
+    """The app's bridge, created on first use (by a ``Latest``, i.e. on the GUI thread)."""
+    global _BRIDGE
+    if _BRIDGE is None:
+        _BRIDGE = _Bridge()
+        _BRIDGE.done.connect(_BRIDGE.deliver)
+    return _BRIDGE
 
 
 class _Task(QtCore.QRunnable):
-    def __init__(self, fn: Callable[[], Any], bridge: _Bridge, token: object):
+    def __init__(self, fn: Callable[[], Any], latest: "Latest", token: object):
         super().__init__()
-        self.fn, self.bridge, self.token = fn, bridge, token
+        self.fn, self.ref, self.token, self.bridge = fn, weakref.ref(latest), token, _bridge()
 
     def run(self) -> None:
         try:
             result, error = self.fn(), None
         except Exception as exc:  # delivered to the GUI, which shows it
             result, error = None, exc
-        try:
-            self.bridge.done.emit(self.token, result, error)
-        except RuntimeError:
-            pass  # the page that asked was closed meanwhile: nobody wants the result
+        self.bridge.done.emit(self.ref, self.token, result, error)
 
 
 class Latest(QtCore.QObject):
@@ -37,8 +57,7 @@ class Latest(QtCore.QObject):
                  pool: QtCore.QThreadPool | None = None):
         super().__init__(parent)
         self._pool = pool
-        self._bridge = _Bridge(self)
-        self._bridge.done.connect(self._deliver)
+        _bridge()  # made here, on the GUI thread, so its deliveries run there
         self._on_result, self._on_error = on_result, on_error
         self._token = 0
         self.busy = False
@@ -47,7 +66,7 @@ class Latest(QtCore.QObject):
         """Run ``fn()`` in the global thread pool (older pending results will be dropped)."""
         self._token += 1
         self.busy = True
-        (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self._bridge, self._token))
+        (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self, self._token))
 
     def cancel(self) -> None:
         """Drop the result of any pending call (it still runs to completion)."""

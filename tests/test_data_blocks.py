@@ -199,3 +199,21 @@ def test_a_run_without_deepspeed_does_not_import_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_the_data_report_tokenizes_into_the_cache_the_run_starts_on(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rng = random.Random(3)
+    path.write_text("".join(json.dumps({"text": " ".join(rng.choices(WORDS, k=rng.randint(5, 30)))}) + "\n"
+                            for _ in range(300)))
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(data={"path": str(path), "seq_len": 64},
+                                                        training={"max_steps": 2}))
+    env = {"TRAINPILOT_CACHE": str(tmp_path / "cache")}
+    proc = cli("data", cfg, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["records"] == 300 and sum(report["histogram"]["counts"]) == 300
+    assert report["tokens"]["trained"] == report["tokens"]["total"], "plain text: every token is trained"
+    assert cli("run", cfg, "--run-dir", tmp_path / "run", "--quiet", env=env).returncode == 0
+    assert events(tmp_path / "run", "run_started")[-1]["data_cache"] == "hit"

@@ -35,7 +35,7 @@ from trainer.worker.producer import (
     split_counts,
 )
 
-BLOCKS_VERSION = 1
+BLOCKS_VERSION = 2  # 2: per-record lengths beside each chunk
 POLL_SECONDS = 0.02
 
 

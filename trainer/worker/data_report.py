@@ -1,16 +1,19 @@
 """Worker side of ``trainpilot-cli data``: the detected format, the true record count, exact token
 statistics with the real tokenizer, and the first examples rendered as trained/masked segments.
 
-Trainable formats go through the same cached pipeline as training (so the report's tokenizing is
-reused by the run, and a second report is instant); preference/KTO records are rendered here.
+Trainable formats are tokenized by the same process and into the same cache as training
+(``trainer.worker.producer``: the packed chunks and, beside each, every record's token counts), so the
+run that follows starts on a complete cache and a second report is instant; preference/KTO records
+are rendered here.
 """
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from trainer.data import formats
 from trainer.data.chat import segments
-from trainer.worker import modeling, pipeline
+from trainer.worker import blocks, modeling, pipeline, producer, rendering
 from trainer.worker.rendering import (
     Encoder,
     clean_messages,
@@ -24,20 +27,23 @@ HISTOGRAM_BINS = 30
 def report(cfg, examples: int = 3) -> dict:
     """The report as a JSON-able dict (see docs/data.md for the fields). Raises UserError for bad data."""
     tokenizer = modeling.load_tokenizer(cfg)
-    src, raw = pipeline.open_source(cfg, "train")
+    src, raw = pipeline.open_source(cfg, "train", lazy=not cfg.data.hub_dataset)  # a file: read by index below
     had_template = bool(getattr(tokenizer, "chat_template", None))
     template = ensure_chat_template(tokenizer, cfg.data, src.record_format)
-    head = rows_of(raw[: max(examples, 0)]) if examples else []
     if src.record_format in formats.PAIR_FORMATS:
+        raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data)
+        head = rows_of(raw[: max(examples, 0)]) if examples else []
         lengths, trained, shown = _pair_stats(tokenizer, raw, src.record_format), None, _pair_examples(tokenizer, head, src)
     else:
-        tokens = pipeline.tokenize(cfg, tokenizer, src, raw)
-        lengths, trained = _lengths(tokens)
+        reader = producer.record_reader(cfg, "train")[1] if raw is None else producer.ArrowRows(raw)
+        head = rows_of(reader.batch(range(min(max(examples, 0), len(reader))))) if examples else []
+        rendering.check_roles(tokenizer, src, cfg.data)
+        lengths, trained = _lengths(cfg, tokenizer, src)
         enc = Encoder(cfg, tokenizer, src.record_format, src.where)
         shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
     return {
         "format": src.record_format, "format_description": formats.describe(src.record_format),
-        "source": src.where, "records": src.records if src.records is not None else len(raw),
+        "source": src.where, "records": src.records if src.records is not None else len(lengths),
         "skipped_lines": len(src.skipped_lines), "seq_len": cfg.data.seq_len, "packing": cfg.data.packing,
         "tokens": _stats(lengths, trained, cfg.data.seq_len),
         "histogram": _histogram(lengths),
@@ -47,15 +53,22 @@ def report(cfg, examples: int = 3) -> dict:
     }
 
 
-def _lengths(tokens):
+def _lengths(cfg, tokenizer, src):
+    """Tokens per record (every record, training order) and the trained tokens in all, from the lengths
+    the tokenizing process writes beside each chunk (it runs to the end here; cached for the run)."""
     import numpy as np
-    import pyarrow.compute as pc
+    import pyarrow as pa
 
-    ids = tokens.data.column("input_ids")
-    lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    labels = tokens.data.column("labels")
-    trained = int(sum(pc.sum(pc.not_equal(chunk.flatten(), -100)).as_py() or 0 for chunk in labels.chunks))
-    return lengths, trained
+    parts, _ = blocks.open_data(cfg, tokenizer, src, "train", sized=True)
+    tokens, trained = [], 0
+    for name, part in parts.items():
+        part.total()  # waits for the whole part
+        for k in range(part.done()["chunks"]):
+            with pa.memory_map(str(producer.lengths_file(part.folder, name, k))) as f:
+                t = pa.ipc.open_stream(f).read_all()
+            tokens.append(t.column("tokens").to_numpy().astype(np.int64))
+            trained += int(t.column("trained").to_numpy().sum())
+    return (np.concatenate(tokens) if tokens else np.zeros(0, np.int64)), trained
 
 
 def _stats(lengths, trained: int | None, seq_len: int) -> dict:

@@ -2,10 +2,8 @@
 
 - **Open** a local file (checked first by ``trainer.data.scan``: file, line and field in every message)
   or a hub dataset id through ``datasets`` and its cache (``open_source``, ``load_file``).
-- **Tokenize** whole, batched, into ``input_ids``/``labels`` per record, cached by the data fingerprint,
-  the tokenizer, the chat template, the record format and the masking settings (``tokenize``: the
-  ``data`` report's exact statistics). Training reads its blocks from ``trainer.worker.producer``
-  instead, which tokenizes in chunks while the model trains.
+- **Cache keys**: ``tokenizer_fingerprint`` and ``cache_key`` name the folders of the tokenized data
+  (written by ``trainer.worker.producer``, in chunks, while the model trains).
 - **Pack or cut** to ``seq_len`` with vectorised Arrow/NumPy code (``PackTable``, ``CutTable``). Packed
   blocks carry ``position_ids`` that restart at every document, so the model sees where one document
   ends (see ``sequences.Collator``).
@@ -15,21 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data import formats
-from trainer.data.demo import cache_dir
 from trainer.data.records import read_records
 from trainer.data.scan import scan
-from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
+from trainer.worker.rendering import JSON_COLUMN
 
 PIPELINE_VERSION = 1
 SMALL_FILE_BYTES = 8 * 2**20       # below this, records are read by TrainPilot's reader (richest messages)
-PARALLEL_RECORDS = 50_000          # from this many records, tokenizing uses one process per core (num_proc: 0)
 _BUILDERS = {"jsonl": "json", "csv": "csv", "parquet": "parquet", "txt": "text"}
 
 
@@ -42,7 +37,7 @@ class Source:
     records: int | None
     fingerprint: str
     skipped_lines: list[int] = field(default_factory=list)
-    cache_hit: bool | None = None      # set by ``tokenize``: True when the tokens came from the cache
+    cache_hit: bool | None = None      # set by ``sequences.build_datasets``: True when the data was cached whole
     kind: str | None = None            # file type of a local file (None for hub datasets)
     roles: list = field(default_factory=list)  # conversations: distinct role sequences with their first line
 
@@ -114,7 +109,7 @@ def hub_error(cfg, exc: Exception) -> UserError:
                      f"data.hub_revision and your access ({cfg.model.hub_token_env})", field="data.hub_dataset")
 
 
-# -- tokenizing (cached) --------------------------------------------------------------------------------
+# -- cache keys ------------------------------------------------------------------------------------------
 def tokenizer_fingerprint(tokenizer) -> str:
     """SHA-256 prefix of everything in the tokenizer that changes ids (vocabulary, merges, specials, template)."""
     h = hashlib.sha256()
@@ -128,57 +123,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 def cache_key(*parts) -> str:
     """A cache folder's name: a hash of everything that changes what is in it."""
     return hashlib.sha256(json.dumps([PIPELINE_VERSION, *parts], default=str).encode()).hexdigest()[:24]
-
-
-def tokenize(cfg, tokenizer, src: Source, raw=None):
-    """``datasets.Dataset`` of ``input_ids``/``labels`` per record (untruncated), from the cache when it is
-    there. ``raw`` None (a lazily opened file) is loaded only on a cache miss."""
-    import datasets
-
-    d = cfg.data
-    if not tokenizer.is_fast and src.record_format in formats.CONVERSATION_FORMATS:
-        raise UserError("model.tokenizer: conversations need a fast tokenizer (a tokenizer.json) to locate the assistant "
-                        "turns; use a tokenizer folder or hub id that has one", field="model.tokenizer")
-    ensure_chat_template(tokenizer, d, src.record_format)
-    enc = Encoder(cfg, tokenizer, src.record_format, src.where)
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
-                                  "labels": datasets.Sequence(datasets.Value("int32"))})
-    key = cache_key(src.fingerprint, tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
-               d.prompt_template, d.response_template, d.train_on_prompt)
-    folder = cache_dir() / "tokenized" / key
-    src.cache_hit = bool(d.cache) and (folder / "done").exists()
-    if src.cache_hit:
-        return _open_arrow(folder, "tokens")
-    if raw is None:
-        raw = load_file(Path(src.where), src.kind, d, False)
-    n = len(raw)
-    procs = d.num_proc or (min(os.cpu_count() or 1, 8) if n >= PARALLEL_RECORDS else 1)
-    kwargs = dict(batched=True, with_indices=True, batch_size=1000, remove_columns=raw.column_names, features=features,
-                  num_proc=procs if procs > 1 else None)
-    if not d.cache:
-        return raw.map(enc, **kwargs)
-    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    raw.map(enc, cache_file_name=str(tmp / "tokens.arrow"), **kwargs)
-    (tmp / "done").write_text(json.dumps({"records": n, "format": src.record_format}))
-    _publish(tmp, folder)
-    return _open_arrow(folder, "tokens")
-
-
-def _publish(tmp: Path, folder: Path) -> None:
-    try:
-        os.replace(tmp, folder)
-    except OSError:  # another process published the same key first: its files are identical
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _open_arrow(folder: Path, stem: str):
-    import datasets
-
-    files = sorted(folder.glob(f"{stem}*.arrow"))
-    parts = [datasets.Dataset.from_file(str(f)) for f in files]
-    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 # -- packing / cutting (vectorised) --------------------------------------------------------------------

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainer.config.resolved import ResolvedRunConfig
+from trainer.config.schema import RunConfig
 from trainer.core.errors import TrainPilotError, UserError
 from trainer.worker import pipeline
 from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
@@ -43,6 +43,12 @@ PARTS = ("eval", "train")
 
 def chunk_file(folder: Path, part: str, k: int) -> Path:
     return folder / f"{part}-{k:05d}.arrow"
+
+
+def lengths_file(folder: Path, part: str, k: int) -> Path:
+    """Per record of chunk ``k`` (in order): its tokens and its trained tokens, before packing (the
+    ``data`` report's statistics). Written before the chunk, so a chunk's lengths always exist."""
+    return folder / f"{part}-{k:05d}.lengths.arrow"
 
 
 def done_file(folder: Path, part: str) -> Path:
@@ -199,6 +205,7 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
             if parent is not None and not _alive(parent):
                 return  # the worker is gone: nobody reads these chunks now (a resume picks up here)
             table = _encoded_chunk(reader, encode, indices[k * CHUNK_RECORDS:(k + 1) * CHUNK_RECORDS], pool)
+            write_table(_lengths(table), lengths_file(folder, part, k))
             write_table(shaper(table) if table.num_rows else table, target)
         files = [chunk_file(folder, part, k) for k in range(chunks)]
         if not done_file(folder, part).exists() and all(f.exists() for f in files):
@@ -231,6 +238,18 @@ def _encoded_chunk(reader, encode, idx, pool):
     return pa.table({"input_ids": pa.concat_arrays(ids), "labels": pa.concat_arrays(labels)})
 
 
+def _lengths(table):
+    """``tokens`` and ``trained`` (labels other than -100) of every record of an encoded chunk."""
+    import numpy as np
+    import pyarrow as pa
+
+    labels = table.column("labels").combine_chunks()
+    offsets = labels.offsets.to_numpy()
+    trained = np.concatenate([[0], np.cumsum(labels.values.to_numpy(zero_copy_only=False) != -100)])
+    return pa.table({"tokens": pa.array(np.diff(offsets), pa.int32()),
+                     "trained": pa.array(trained[offsets[1:]] - trained[offsets[:-1]], pa.int32())})
+
+
 def _alive(pid: int) -> bool:
     import psutil
 
@@ -253,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        cfg = ResolvedRunConfig.model_validate(spec["config"])
+        cfg = RunConfig.model_validate(spec["config"])  # resolved (a run) or not (the data report)
         tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"], trust_remote_code=cfg.model.trust_remote_code)
         started = time.time()
         produce(cfg, tokenizer, folder, spec["which"], spec.get("worker", 0), spec.get("workers", 1), spec.get("parent"))
