@@ -136,9 +136,8 @@ class DataConfig(_Section):
     cache: bool = Field(True, description="Keep the tokenized, packed data (keyed by data, tokenizer, template, "
                         "seq_len, packing, masking, order) for the next run and every resume; false tokenizes into a "
                         "temporary folder.")
-    num_proc: int = Field(0, ge=0, description="Tokenizing processes (each takes every n-th chunk of the training "
-                          "data); 0: one for training (the tokenizer's threads use every core), one per CPU core for "
-                          "the data report of large data.")
+    num_proc: int = Field(0, ge=0, description="Tokenizing processes for files from 8 MiB (each takes every n-th "
+                          "chunk); 0 means 1 (the tokenizer's threads already use every core).")
 
 
 class MethodConfig(_Section):
