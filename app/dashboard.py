@@ -27,6 +27,8 @@ PLOTS = (
     ("reward", "Reward accuracy (green) and margin (DPO/KTO/ORPO)", "", False, 3, 0, True),
 )
 
+TITLES = {key: title for key, title, *_ in PLOTS}
+
 # The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
 STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
 STAGE_POINTS = 20_000
@@ -105,7 +107,8 @@ class Dashboard(QtWidgets.QWidget):
                                           label="total", labelOpts={"position": 0.95, "color": "#555"})
         self.total_line.setVisible(False)
         self.plots["vram"].addItem(self.total_line)
-        self.plots["temp"].addItem(pg.InfiniteLine(pos=80, angle=0, pen=_pen("#d62728", QtCore.Qt.DotLine)))
+        self.hot_line = pg.InfiniteLine(pos=80, angle=0, pen=_pen("#d62728", QtCore.Qt.DotLine))
+        self.plots["temp"].addItem(self.hot_line)
         # All throttling periods are one filled item (not one item per period: a hot laptop
         # throttles hundreds of times a day). Drawn far beyond the view, ignored for autorange.
         self.throttle = pg.PlotCurveItem(pen=None, brush=pg.mkBrush(214, 39, 40, 50), fillLevel=-1e4)
@@ -181,9 +184,17 @@ class Dashboard(QtWidgets.QWidget):
             if peak is not None:
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
-        title = "VRAM" if len(d.vram_used) or d.run_dir is None else "VRAM (no GPU samples in this run)"
-        if self._changed("title", title):
-            self.plots["vram"].setTitle(title)
+        gpu_series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization}
+        for name, series_ in gpu_series.items():  # a CPU run: say so, rather than draw empty GPU axes
+            title = TITLES[name] if len(series_) or d.run_dir is None else f"{TITLES[name]} (no GPU samples in this run)"
+            if self._changed(f"title-{name}", title):
+                self.plots[name].setTitle(title)
+        if self._changed("hot_line", bool(len(d.temperature))):
+            self.hot_line.setVisible(bool(len(d.temperature)))  # no 79.6–80.4 °C axis around a line alone
+            if len(d.temperature):
+                self.plots["temp"].enableAutoRange(axis="y")
+            else:
+                self.plots["temp"].setYRange(0, 100, padding=0)
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)

@@ -118,6 +118,7 @@ class DataPage(QtWidgets.QWizardPage):
         self.state.set("data.path", path)
         self.stats.setText(f"Reading {path}…")
         self.tokens.setText("")
+        self._cancel_report()  # the previous file's examples and statistics are not this file's
         try:
             data_cfg = self.state.config().data
         except tc.ConfigError as exc:
@@ -159,9 +160,7 @@ class DataPage(QtWidgets.QWizardPage):
         except (tc.ConfigError, OSError) as exc:
             self.tokens.setText(f"<span style='color:#b00'>token statistics need a valid config: {html.escape(str(exc))}</span>")
             return
-        if self._data_job is not None:
-            self._data_job.done.disconnect()
-            self._data_job.proc.kill()
+        self._cancel_report()
         self.tokens.setText("Tokenizing with the run's tokenizer…")
         job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
         job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
@@ -175,6 +174,18 @@ class DataPage(QtWidgets.QWizardPage):
                                 f"{html.escape(job.error_text())}</span>")
             return
         self.show_report(report)
+
+    def _cancel_report(self) -> None:
+        """Stop a report still running for other data, and clear what the last one showed."""
+        if self._data_job is not None:
+            self._data_job.done.disconnect()
+            self._data_job.proc.kill()
+            self._data_job = None
+        self.report = None
+        self.examples.setHtml("<i>The first examples appear here once they are tokenized.</i>")
+        if self.bars is not None:
+            self.histogram.removeItem(self.bars)
+            self.bars = None
 
     def show_report(self, r: dict) -> None:
         """Show a ``trainpilot-cli data --json`` report: statistics, histogram, rendered examples."""

@@ -128,8 +128,7 @@ class PlanPage(QtWidgets.QWizardPage):
         word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
         self.verdict.setText(f"<span style='color:{color}'>{word}</span> — predicted peak "
                              f"{gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
-                             f"<span style='font-weight:normal'>(starting point: {d.get('preset')} settings for a "
-                             f"{d.get('form_factor', '')} GPU)</span>")
+                             f"<span style='font-weight:normal'>({starting_point(d)})</span>")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
         self.details.setText(plan_details_html(d))
         self._show_beside([])
@@ -188,3 +187,11 @@ def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:
     s.setRange(lo, hi)
     s.setToolTip(tip)
     return s
+
+
+def starting_point(d: dict) -> str:
+    """Where the planner started, in words: the preset of this GPU's kind, or the CPU's."""
+    form = d.get("form_factor") or ""
+    if d.get("preset") == "cpu" or form == "cpu":
+        return "starting point: the settings for training on the CPU"
+    return f"starting point: {d.get('preset')} settings for a {form} GPU" if form else f"starting point: {d.get('preset')} settings"

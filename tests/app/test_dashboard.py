@@ -62,3 +62,7 @@ def test_dashboard_shows_real_cpu_demo_recording(qtbot, fixture_run):
     assert dash.curves["vram"].xData is None or len(dash.curves["vram"].xData) == 0  # no GPU: nothing to draw, nothing breaks
     assert len(data.host_ram_available) > 10  # the supervisor's 1 Hz telemetry still arrived
     assert "step 24 of 24" in dash.headline.text() and "finished" in dash.headline.text()
+    for name in ("vram", "temp", "power", "util"):  # GPU charts of a CPU run say why they are empty
+        assert "(no GPU samples in this run)" in dash.plots[name].titleLabel.text, name
+    assert not dash.hot_line.isVisible() and "no GPU" not in dash.plots["tps"].titleLabel.text
+    assert dash.plots["temp"].viewRange()[1] == [0, 100], "not a 79.6-80.4 axis around the hidden 80 °C line"

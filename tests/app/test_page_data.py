@@ -45,6 +45,14 @@ def test_data_page_shows_format_examples_histogram_and_truncation(qtbot, tmp_pat
     assert page.seq_line.value() == 40 and page.seq_line.scene() is not None
     assert "longer than seq_len 40" in page.tokens.text() and "%" in page.tokens.text()
 
+    other = tmp_path / "text.jsonl"  # another file: the first file's examples must not stay on screen
+    other.write_text("".join(json.dumps({"text": f"record {i} of the other file"}) + "\n" for i in range(3)))
+    page.path.setText(str(other))
+    page.path.editingFinished.emit()  # as when the user leaves the field
+    assert page.report is None and page.bars is None and "Near the river." not in page.examples.toHtml()
+    qtbot.waitUntil(lambda: page.report is not None or "unavailable" in page.tokens.text(), timeout=240000)
+    assert page.report is not None and "the other file" in page.examples.toPlainText()
+
 
 def test_data_page_reports_a_bad_record_without_a_traceback(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
