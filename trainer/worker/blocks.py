@@ -32,6 +32,7 @@ from trainer.worker.producer import (
     chunk_file,
     done_file,
     held_out,
+    read_table,
     split_counts,
 )
 
@@ -62,9 +63,8 @@ class Blocks:
     def _open_next(self) -> bool:
         import pyarrow as pa
 
-        f = chunk_file(self.folder, self.part, len(self._chunks))
         try:
-            table = pa.ipc.open_stream(pa.memory_map(str(f))).read_all().combine_chunks()
+            table = read_table(chunk_file(self.folder, self.part, len(self._chunks))).combine_chunks()
         except FileNotFoundError:
             return False
         cols = {}

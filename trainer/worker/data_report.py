@@ -57,15 +57,13 @@ def _lengths(cfg, tokenizer, src):
     """Tokens per record (every record, training order) and the trained tokens in all, from the lengths
     the tokenizing process writes beside each chunk (it runs to the end here; cached for the run)."""
     import numpy as np
-    import pyarrow as pa
 
     parts, _ = blocks.open_data(cfg, tokenizer, src, "train", sized=True)
     tokens, trained = [], 0
     for name, part in parts.items():
         part.total()  # waits for the whole part
         for k in range(part.done()["chunks"]):
-            with pa.memory_map(str(producer.lengths_file(part.folder, name, k))) as f:
-                t = pa.ipc.open_stream(f).read_all()
+            t = producer.read_table(producer.lengths_file(part.folder, name, k))
             tokens.append(t.column("tokens").to_numpy().astype(np.int64))
             trained += int(t.column("trained").to_numpy().sum())
     return (np.concatenate(tokens) if tokens else np.zeros(0, np.int64)), trained

@@ -37,7 +37,6 @@ class Source:
     records: int | None
     fingerprint: str
     skipped_lines: list[int] = field(default_factory=list)
-    cache_hit: bool | None = None      # set by ``sequences.build_datasets``: True when the data was cached whole
     kind: str | None = None            # file type of a local file (None for hub datasets)
     roles: list = field(default_factory=list)  # conversations: distinct role sequences with their first line
 

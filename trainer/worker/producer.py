@@ -32,6 +32,7 @@ from pathlib import Path
 
 from trainer.config.schema import RunConfig
 from trainer.core.errors import TrainPilotError, UserError
+from trainer.rundir.events import write_json_atomic
 from trainer.worker import pipeline
 from trainer.worker.rendering import JSON_COLUMN, Encoder, ensure_chat_template
 
@@ -100,7 +101,7 @@ class JsonlLines:
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         size, ends, pos = os.fstat(self.fd).st_size, [], 0
         while pos < size:
-            buf = os.pread(self.fd, self.BLOCK, pos) if hasattr(os, "pread") else self._read(pos, self.BLOCK)
+            buf = self._read(pos, self.BLOCK)
             ends.append(np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10) + pos)
             pos += len(buf)
         ends = np.concatenate(ends + [np.array([size], dtype=np.int64)]).astype(np.int64)
@@ -174,11 +175,16 @@ def write_table(table, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def block_count(path: Path) -> int:
+def read_table(path: Path):
+    """The Arrow table of a file ``write_table`` wrote, memory-mapped (zero-copy: the map lives as long
+    as the table does)."""
     import pyarrow as pa
 
-    with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_stream(source).read_all().num_rows
+    return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+
+
+def block_count(path: Path) -> int:
+    return read_table(path).num_rows
 
 
 def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: int = 1, parent: int | None = None) -> None:
@@ -210,7 +216,7 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
         files = [chunk_file(folder, part, k) for k in range(chunks)]
         if not done_file(folder, part).exists() and all(f.exists() for f in files):
             counts = [block_count(f) for f in files]
-            _write_json(done_file(folder, part), {"chunks": chunks, "blocks": counts, "records": len(indices),
+            write_json_atomic(done_file(folder, part), {"chunks": chunks, "blocks": counts, "records": len(indices),
                                                   "record_format": src.record_format})
 
 
@@ -256,12 +262,6 @@ def _alive(pid: int) -> bool:
     return psutil.pid_exists(pid)
 
 
-def _write_json(target: Path, obj: dict) -> None:
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj), encoding="utf-8")
-    os.replace(tmp, target)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``SPEC`` is a JSON file ``{"config", "tokenizer", "folder", "which", "worker", "workers",
     "parent"}`` written by ``trainer.worker.blocks``."""
@@ -280,14 +280,14 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         return 0
     except TrainPilotError as exc:
-        _write_json(folder / ERROR_FILE, {"message": str(exc), "field": exc.field, "path": exc.path,
+        write_json_atomic(folder / ERROR_FILE, {"message": str(exc), "field": exc.field, "path": exc.path,
                                           "exit_code": exc.exit_code})
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001  (reported to the worker, which fails the run with it)
         import traceback
 
         traceback.print_exc()
-        _write_json(folder / ERROR_FILE, {"message": f"the tokenizing process failed: {type(exc).__name__}: {exc}",
+        write_json_atomic(folder / ERROR_FILE, {"message": f"the tokenizing process failed: {type(exc).__name__}: {exc}",
                                           "field": None, "path": None, "exit_code": 1})
         return 1
 

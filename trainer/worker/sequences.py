@@ -40,8 +40,7 @@ def build_datasets(cfg, tokenizer):
     train.order = blocks.BlockOrder(train, cfg.training.seed, d.shuffle)
     eval_n = len(val) if val is not None else 0
     train_n = train.total() if sized or train.done() is not None else None
-    src.cache_hit = {"hit": True, "miss": False}.get(state)
-    return train, val, dict(_info(src, train_n, eval_n), data_cache=state)
+    return train, val, _info(src, train_n, eval_n, state)
 
 
 def _validation_blocks(cfg, tokenizer):
@@ -51,9 +50,9 @@ def _validation_blocks(cfg, tokenizer):
     return blocks.open_data(cfg, tokenizer, vsrc, "validation", True)[0]["eval"]
 
 
-def _info(src, train_n: int | None, eval_n: int) -> dict:
+def _info(src, train_n: int | None, eval_n: int, data_cache: str | None = None) -> dict:
     return {"train_samples": train_n, "eval_samples": eval_n, "record_format": src.record_format,
-            "records": src.records, "data_cache": {True: "hit", False: "miss"}.get(src.cache_hit),
+            "records": src.records, "data_cache": data_cache,
             "skipped_lines": len(src.skipped_lines),
             "skipped_line_numbers": src.skipped_lines[:20]}
 
