@@ -9,7 +9,8 @@ import argparse
 import os
 import sys
 
-from app import platform_check, settings
+from app.ops import platform_check
+from app.ops import settings
 
 
 def _args(argv):
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1  # Qt would abort with only "could not load the Qt platform plugin"; we said which library
     from PySide6 import QtCore, QtWidgets
 
-    from app.main_window import MainWindow
+    from app.views.main_window import MainWindow
 
     QtWidgets.QApplication.setApplicationName("TrainPilot")
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])

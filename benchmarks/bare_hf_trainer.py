@@ -31,7 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainer.data.records import read_records  # noqa: E402  (the light reader: records, no tokenizing)
+from trainer.data.readers import read_records  # noqa: E402  (the light reader: records, no tokenizing)
 
 
 def packed_dataset(cfg: dict, tokenizer):
@@ -81,8 +81,8 @@ def _starts(docs: list[list[int]]) -> list[int]:
 
 def tokenizer_for(cfg: dict):
     """The demo's tokenizer (the one TrainPilot trains locally on the bundled data and caches)."""
-    from trainer.data.records import bundled_demo_path
-    from trainer.worker.tokenizer import demo_tokenizer
+    from trainer.data.readers import bundled_demo_path
+    from trainer.worker.datapipe.tokenizer import demo_tokenizer
 
     if cfg["model"]["source"] != "demo-tiny-llama" or cfg["data"]["path"] != "demo":
         raise SystemExit("bare_hf_trainer.py: only the demo tokenizer and data (model.source demo-tiny-llama, data.path demo)")

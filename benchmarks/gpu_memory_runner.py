@@ -17,7 +17,7 @@ from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot, host_snapshot
 from trainer.planning.memory import estimate
 from trainer.planning.plan import plan_run
-from trainer.worker.measure import deepspeed_engine
+from trainer.worker.probes.memory_probe import deepspeed_engine
 
 # Total memory NVML reports for the tier's reference cards (see tests/fixtures/hardware/).
 TIER_BYTES = {16: 16376 * 2**20, 24: 24576 * 2**20, 32: 32607 * 2**20}

@@ -27,7 +27,7 @@ import sys, time, json
 t_import = time.time()
 from PySide6 import QtCore, QtWidgets
 app = QtWidgets.QApplication([])
-from app.main_window import MainWindow
+from app.views.main_window import MainWindow
 w = MainWindow(None, lazy=True)  # as app.main does
 marks = {}
 def maybe_quit():
@@ -71,7 +71,7 @@ def day_of_data():
     """A RunData holding 24 h of 1 Hz telemetry and one step per second (six plotted series+)."""
     import numpy as np
 
-    from app.run_data import RunData
+    from app.model.run_data import RunData
 
     d = RunData(None)
     t = 1.7e9 + np.arange(DAY, dtype=np.float64)
@@ -95,7 +95,7 @@ def redraw_frames(frames: int) -> tuple[list[float], list[float], float]:
     from PySide6 import QtWidgets
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
-    from app.dashboard import Dashboard
+    from app.views.dashboard import Dashboard
 
     data, t_last = day_of_data()
     dash = Dashboard()

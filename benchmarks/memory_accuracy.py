@@ -67,7 +67,7 @@ def setup_of(c, device: str) -> TrainSetup:
 
 
 def build(c, torch):
-    from trainer.worker.measure import build_model
+    from trainer.worker.probes.memory_probe import build_model
 
     model = build_model(c["arch"], "bf16", "sdpa", c["over"])
     if c["ckpt"]:
@@ -95,7 +95,7 @@ def cpu_one(c) -> dict:
     """Real steps on the CPU; measured model-state bytes and saved activation bytes."""
     import torch
 
-    from trainer.worker.measure import saved_activation_bytes
+    from trainer.worker.probes.memory_probe import saved_activation_bytes
 
     model = build(c, torch)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)

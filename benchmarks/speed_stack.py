@@ -79,7 +79,7 @@ def run_stage(arch: str, over: dict, st: dict, seq: int, eff: int, steps: int, d
     """Train ``steps`` optimizer steps (after warm-up) with these settings; tokens/s."""
     import torch
 
-    from trainer.worker.measure import build_model
+    from trainer.worker.probes.memory_probe import build_model
 
     torch.backends.cuda.matmul.allow_tf32 = st["tf32"]
     torch.backends.cudnn.allow_tf32 = st["tf32"]

@@ -43,8 +43,8 @@ def test_prompt_on_a_lora_checkpoint_uses_the_training_template(runs):
 @pytest.mark.slow
 def test_rendered_ids_equal_the_training_tokenization(runs):
     from trainer import config as config_mod
-    from trainer.worker import chat
-    from trainer.worker.rendering import Encoder
+    from trainer.worker.generate import generation as chat
+    from trainer.worker.datapipe.rendering import Encoder
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
     tok = chat.load_tokenizer(cfg, runs["lora"] / "final")
@@ -58,7 +58,8 @@ def test_rendered_ids_equal_the_training_tokenization(runs):
 @pytest.mark.slow
 def test_greedy_merged_and_base_plus_adapter_give_the_same_tokens(runs):
     from trainer import config as config_mod
-    from trainer.worker import chat, export_model
+    from trainer.worker.generate import generation as chat
+    from trainer.worker.export import model_export as export_model
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
     source = runs["lora"] / "final"
@@ -113,9 +114,9 @@ def test_refuses_while_the_run_is_training_and_names_unknown_checkpoints(runs, t
 
 def test_a_tokenizer_with_a_chat_template_renders_with_it_and_stops_at_its_end_token():
     from trainer import config as config_mod
-    from trainer.data.records import bundled_demo_path
-    from trainer.worker import chat
-    from trainer.worker.tokenizer import demo_tokenizer
+    from trainer.data.readers import bundled_demo_path
+    from trainer.worker.generate import generation as chat
+    from trainer.worker.datapipe.tokenizer import demo_tokenizer
 
     tok = demo_tokenizer(bundled_demo_path())
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})

@@ -1,4 +1,4 @@
-"""Training data tokenized while the model trains (``trainer.worker.producer`` / ``blocks``).
+"""Training data tokenized while the model trains (``trainer.worker.datapipe.producer`` / ``blocks``).
 
 The training order is fixed before anything is tokenized (seeded record order, chunks, packing), so a
 run on an empty cache, on a half-written one and on a complete one trains on the same blocks, and a
@@ -18,7 +18,8 @@ import pytest
 from helpers_train import cli, events, losses, tiny_config, write_config
 
 from trainer.core.errors import UserError
-from trainer.worker import blocks, producer
+from trainer.worker.datapipe import blocks
+from trainer.worker.datapipe import producer
 
 WORDS = "the a cat dog river bridge garden station builds finds paints quiet bright wooden long green".split()
 
@@ -29,7 +30,7 @@ def big_text_file(path: Path, records: int = 24_000, seed: int = 0) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         for _ in range(records):
             fh.write(json.dumps({"text": " ".join(rng.choices(WORDS, k=rng.randint(40, 90)))}) + "\n")
-    from trainer.worker.pipeline import SMALL_FILE_BYTES
+    from trainer.worker.datapipe.pipeline import SMALL_FILE_BYTES
 
     assert path.stat().st_size > SMALL_FILE_BYTES and records > 2 * producer.CHUNK_RECORDS
     return path
@@ -176,7 +177,7 @@ def test_a_role_the_template_refuses_is_bad_input_before_the_first_step(tmp_path
 def test_a_record_the_tokenizing_process_cannot_render_fails_the_run_with_its_line(tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in chat_records(5000, bad_at=4321)))
-    from trainer.worker.pipeline import SMALL_FILE_BYTES
+    from trainer.worker.datapipe.pipeline import SMALL_FILE_BYTES
 
     assert path.stat().st_size > SMALL_FILE_BYTES
     cfg = write_config(tmp_path / "c.yaml", tiny_config(data={"path": str(path), "seq_len": 64,
@@ -193,7 +194,7 @@ def test_a_run_without_deepspeed_does_not_import_it():
     import subprocess
     import sys
 
-    code = ("import sys, torch\nfrom trainer.worker.main import _no_deepspeed_import\n_no_deepspeed_import()\n"
+    code = ("import sys, torch\nfrom trainer.worker.train.recipe import _no_deepspeed_import\n_no_deepspeed_import()\n"
             "from accelerate.utils import extract_model_from_parallel\n"
             "extract_model_from_parallel(torch.nn.Linear(2, 2))\nprint('deepspeed' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -12,7 +12,7 @@ import pytest
 
 from trainer.config.schema import RunConfig
 from trainer.core.errors import UserError
-from trainer.data.chat import DEFAULT_CHAT_TEMPLATE, segments
+from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, segments
 
 CHATML = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
           "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -34,7 +34,7 @@ CONVERSATION = [
 
 @pytest.fixture(scope="module")
 def base_tokenizer_dir(tmp_path_factory):
-    from trainer.worker.tokenizer import train_bpe
+    from trainer.worker.datapipe.tokenizer import train_bpe
 
     folder = tmp_path_factory.mktemp("tok") / "bpe"
     texts = [r["content"] for r in CONVERSATION] * 20 + ["hello world, where is the robot? near the bridge."] * 20
@@ -52,7 +52,7 @@ def tokenizer(folder, kind: str):
 
 
 def encode(tok, records: list[dict], fmt: str = "chat", **data):
-    from trainer.worker.rendering import JSON_COLUMN, Encoder
+    from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder
 
     cfg = RunConfig.model_validate({"data": {"path": "x.jsonl", **data}})
     enc = Encoder(cfg, tok, fmt, "x.jsonl")
@@ -120,7 +120,7 @@ def test_role_the_template_rejects_names_file_line_and_field(base_tokenizer_dir)
 def test_default_template_for_a_tokenizer_without_one(base_tokenizer_dir, tmp_path):
     from transformers import PreTrainedTokenizerFast
 
-    from trainer.worker.rendering import ensure_chat_template
+    from trainer.worker.datapipe.rendering import ensure_chat_template
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(base_tokenizer_dir))
     assert not tok.chat_template
@@ -148,8 +148,8 @@ def test_packed_documents_do_not_attend_into_each_other():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.worker.pipeline import PackTable
-    from trainer.worker.sequences import Collator
+    from trainer.worker.datapipe.pipeline import PackTable
+    from trainer.worker.datapipe.sequences import Collator
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -10,7 +10,8 @@ from helpers_cli import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_config
 
 from trainer.config.schema import RunConfig
 from trainer.core.errors import UserError
-from trainer.data import formats, scan
+from trainer.data import formats
+from trainer.data import scan
 
 CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is the cat?"},
                      {"role": "assistant", "content": "Near the river."}, {"role": "user", "content": "And the dog?"},
@@ -103,7 +104,7 @@ def report_env(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["text", "template", "chat", "sharegpt", "alpaca", "preference", "kto"])
 def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, fmt):
-    from trainer.worker.data_report import report
+    from trainer.worker.probes.data_report import report
 
     path = write_jsonl(report_env / f"{fmt}.jsonl", SAMPLES[fmt], repeat=3)
     extra = {"prompt_template": "Q: {question}\nA: ", "response_template": "{answer}"} if fmt == "template" else {}
@@ -132,7 +133,7 @@ def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, f
 
 
 def test_local_dataset_folder_stands_in_for_a_hub_id(report_env):
-    from trainer.worker.data_report import report
+    from trainer.worker.probes.data_report import report
 
     folder = report_env / "my-hub-dataset"
     folder.mkdir()
@@ -206,7 +207,7 @@ def test_unknown_record_format_and_untrainable_pairs_exit_2(tmp_path):
 
 
 def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
-    from trainer.worker.tokenizer import train_bpe
+    from trainer.worker.datapipe.tokenizer import train_bpe
 
     tok = tmp_path / "tok"
     train_bpe(["Where is the cat? Near the river."] * 10, tok, 300)

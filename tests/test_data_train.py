@@ -34,7 +34,7 @@ def test_each_trainable_format_trains(tmp_path, fmt):
         saved = (run / "final" / "chat_template.jinja")
         config = json.loads((run / "final" / "tokenizer_config.json").read_text())
         template = saved.read_text() if saved.exists() else config.get("chat_template")
-        from trainer.data.chat import DEFAULT_CHAT_TEMPLATE
+        from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE
 
         assert template == DEFAULT_CHAT_TEMPLATE
 

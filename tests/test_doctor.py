@@ -78,7 +78,7 @@ def test_measure_child_refuses_without_cuda(tmp_path):
         pytest.skip("this machine has CUDA: the refusal path is for machines without it")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model:\n  architecture: demo-tiny-llama\n")
-    out = subprocess.run([sys.executable, "-m", "trainer.worker.measure", str(cfg), "--micro-batch", "1", "--out",
+    out = subprocess.run([sys.executable, "-m", "trainer.worker.probes.memory_probe", str(cfg), "--micro-batch", "1", "--out",
                           str(tmp_path / "m.json")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
 
@@ -137,7 +137,7 @@ def test_measuring_deepspeed_engine_runs_real_steps(stage):
     # would leak into every later test of this session.
     code = f"""
 import torch
-from trainer.worker.measure import build_model, deepspeed_engine
+from trainer.worker.probes.memory_probe import build_model, deepspeed_engine
 engine = deepspeed_engine(build_model("tiny-llama", "bf16", "sdpa"), 2, {stage}, False, False)
 for _ in range(2):
     ids = torch.randint(0, 1024, (2, 32), device=engine.device)

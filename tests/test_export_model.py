@@ -81,7 +81,8 @@ def _gguf_alone(folder, kind, tmp_path):
 @pytest.mark.slow
 def test_merged_logits_equal_the_peft_model(runs):
     from trainer import config as config_mod
-    from trainer.worker import chat, export_model
+    from trainer.worker.generate import generation as chat
+    from trainer.worker.export import model_export as export_model
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
     source = runs["lora"] / "final"
@@ -148,9 +149,10 @@ def test_qwen2_family_round_trips_through_gguf_with_a_chatml_template(tmp_path):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.data.records import bundled_demo_path
-    from trainer.worker import gguf_export, ollama
-    from trainer.worker.tokenizer import demo_tokenizer
+    from trainer.data.readers import bundled_demo_path
+    from trainer.worker.export import gguf_export
+    from trainer.worker.export import ollama
+    from trainer.worker.datapipe.tokenizer import demo_tokenizer
 
     tok = demo_tokenizer(bundled_demo_path())
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
@@ -200,9 +202,10 @@ def test_mistral_family_is_written_as_llama_and_reads_back_with_the_same_logits(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.data.records import bundled_demo_path
-    from trainer.worker import gguf_export, ollama
-    from trainer.worker.tokenizer import demo_tokenizer
+    from trainer.data.readers import bundled_demo_path
+    from trainer.worker.export import gguf_export
+    from trainer.worker.export import ollama
+    from trainer.worker.datapipe.tokenizer import demo_tokenizer
 
     tok = demo_tokenizer(bundled_demo_path())
     tok.chat_template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"

@@ -21,7 +21,7 @@ import grimp
 
 REPO = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-CONTRACTS = 4
+CONTRACTS = 7
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -36,19 +36,42 @@ def test_import_linter_contracts_hold():
     assert f"Contracts: {CONTRACTS} kept, 0 broken" in proc.stdout
 
 
-def test_a_torch_import_outside_the_worker_room_breaks_the_contracts(tmp_path):
+def _copy_tree(tmp_path):
     for item in ("app", "trainer", "pyproject.toml"):
         src = REPO / item
         if src.is_dir():
             shutil.copytree(src, tmp_path / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(src, tmp_path / item)
+
+
+def test_a_torch_import_outside_the_worker_room_breaks_the_contracts(tmp_path):
+    _copy_tree(tmp_path)
     planted = tmp_path / "trainer" / "planning" / "memory.py"
     planted.write_text("import torch  # planted by the test\n" + planted.read_text())
     proc = _lint(tmp_path)
     assert proc.returncode != 0, proc.stdout
     assert "only the worker room imports the training libraries BROKEN" in proc.stdout
     assert "trainer.planning.memory -> torch" in proc.stdout
+
+
+def test_a_qt_import_in_the_app_model_breaks_the_contracts(tmp_path):
+    """app.model is the Qt-free layer (as napari keeps Qt out of its models): a planted import fails."""
+    _copy_tree(tmp_path)
+    planted = tmp_path / "app" / "model" / "fmt.py"
+    planted.write_text("from PySide6 import QtCore  # planted by the test\n" + planted.read_text())
+    proc = _lint(tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "the app's model layer is Qt-free BROKEN" in proc.stdout
+
+
+def test_a_worker_sub_room_importing_upwards_breaks_the_contracts(tmp_path):
+    _copy_tree(tmp_path)
+    planted = tmp_path / "trainer" / "worker" / "datapipe" / "pipeline.py"
+    planted.write_text("from trainer.worker.train import recipe  # planted by the test\n" + planted.read_text())
+    proc = _lint(tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "the worker's sub-rooms are layered BROKEN" in proc.stdout
 
 
 def _cycles(graph) -> list[list[str]]:
@@ -126,8 +149,8 @@ def test_no_import_inside_a_function_except_lazy_heavy_ones():
 
 def test_light_rooms_do_not_import_torch_at_run_time():
     code = ("import sys, trainer.config, trainer.rundir.events, trainer.cli.main, trainer.supervisor.supervise, "
-            "trainer.supervisor.preflight, trainer.supervisor.create, trainer.data.records, trainer.planning.plan, "
-            "trainer.planning.ladder, trainer.launch.export\n"
+            "trainer.supervisor.preflight, trainer.supervisor.create, trainer.data.readers, trainer.planning.plan, "
+            "trainer.planning.ladder, trainer.launch.export_scripts\n"
             "trainer.cli.main.build_parser()\n"
             "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'peft', 'datasets') if m in sys.modules]\n"
             "assert not heavy, heavy")

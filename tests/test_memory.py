@@ -130,7 +130,7 @@ CASES = [(1, 128, False, "sdpa", "bf16"), (2, 256, False, "sdpa", "bf16"), (4, 6
 
 
 def _measure_case(name, over, b, s, ckpt, attn, prec):
-    from trainer.worker.measure import build_model, saved_activation_bytes
+    from trainer.worker.probes.memory_probe import build_model, saved_activation_bytes
 
     model = build_model(name, "fp32" if prec in ("fp32", "amp") else "bf16", attn, over)
     if prec == "lora":

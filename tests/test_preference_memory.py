@@ -18,7 +18,7 @@ from trainer.planning.memory import (
     model_states,
     reference_bytes,
 )
-from trainer.worker.measure import saved_storages
+from trainer.worker.probes.memory_probe import saved_storages
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -85,8 +85,9 @@ SMALL = {"num_hidden_layers": 2, "vocab_size": 1024}
 
 
 def _dpo_trainer(tmp_path, method: str, precision: str, **training):
-    from trainer.worker import modeling, objectives
-    from trainer.worker.main import _checkpoint_meta, _training_arguments
+    from trainer.worker.loading import modeling
+    from trainer.worker.train import objectives
+    from trainer.worker.train.recipe import _checkpoint_meta, _training_arguments
 
     arch = tmp_path / "arch.json"
     arch.write_text(json.dumps(_arch("smollm-135m", **SMALL)))
@@ -117,7 +118,7 @@ def _setup(method: str, precision: str, b: int, seq: int, **kw) -> TrainSetup:
 
 @pytest.mark.parametrize("method,precision", [("full", "fp32"), ("full", "bf16"), ("lora", "bf16")])
 def test_dpo_activations_within_10pct_of_trl_loss(tmp_path, method, precision):
-    from trainer.worker.measure import saved_objective_bytes
+    from trainer.worker.probes.memory_probe import saved_objective_bytes
 
     spec = spec_from_config(_arch("smollm-135m", **SMALL))
     _, trainer = _dpo_trainer(tmp_path, method, precision)
@@ -133,7 +134,7 @@ def test_dpo_activations_within_10pct_of_trl_loss(tmp_path, method, precision):
 
 @pytest.mark.parametrize("method,precompute", [("full", False), ("full", True), ("lora", False)])
 def test_dpo_model_states_with_reference_within_10pct(tmp_path, method, precompute):
-    from trainer.worker.measure import model_state_bytes
+    from trainer.worker.probes.memory_probe import model_state_bytes
 
     spec = spec_from_config(_arch("smollm-135m", **SMALL))
     _, trainer = _dpo_trainer(tmp_path, method, "fp32", precompute_ref_log_probs=precompute)

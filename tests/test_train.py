@@ -168,7 +168,7 @@ def test_architectures_that_refuse_sdpa_fall_back_to_eager(tmp_path, capsys):
     import json
 
     from trainer import config as config_mod
-    from trainer.worker.modeling import load_model
+    from trainer.worker.loading.modeling import load_model
 
     arch = tmp_path / "gemma2.json"
     arch.write_text(json.dumps({"model_type": "gemma2", "hidden_size": 32, "intermediate_size": 64,

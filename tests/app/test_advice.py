@@ -6,9 +6,9 @@ import getpass
 
 from PySide6 import QtWidgets
 
-from app import advice
-from app.run_data import RunData
-from app.warnings_view import WarningsView
+from app.model import advice
+from app.model.run_data import RunData
+from app.views.warnings_view import WarningsView
 
 GIB = 1 << 30
 

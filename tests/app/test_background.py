@@ -1,4 +1,4 @@
-"""``app.background.Latest``: a result reaches the GUI thread, only the newest one, and never a page
+"""``app.ops.background.Latest``: a result reaches the GUI thread, only the newest one, and never a page
 that was closed while its task ran (that once crashed the process: the per-page bridge was deleted
 while the worker thread emitted on it)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 from PySide6 import QtCore, QtWidgets
 
-from app.background import Latest, own_pool
+from app.ops.background import Latest, own_pool
 
 
 def _app():
@@ -42,7 +42,7 @@ def test_the_newest_result_arrives_on_the_gui_thread():
 
 RACE = """
 from PySide6 import QtCore, QtWidgets
-from app.background import Latest, own_pool
+from app.ops.background import Latest, own_pool
 app = QtWidgets.QApplication([])
 pool, delivered = own_pool(4), []
 for i in range(3000):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from app.dashboard import Dashboard
-from app.run_data import RunData
+from app.views.dashboard import Dashboard
+from app.model.run_data import RunData
 
 
 def test_dashboard_shows_recorded_run(qtbot, fixture_run):

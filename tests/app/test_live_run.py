@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from app.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
-from app.run_data import pid_alive
+from app.views.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
+from app.model.run_data import pid_alive
 from trainer.rundir import events as ev
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from app import settings
-from app.main_window import MainWindow
+from app.ops import settings
+from app.views.main_window import MainWindow
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")

@@ -9,11 +9,11 @@ import pytest
 from conftest import FIXTURES
 from PySide6 import QtWidgets
 
-from app import hub
-from app.fake_hub import FakeHub
-from app.hardware import HardwareMonitor
-from app.model_picker import ModelPicker
-from app.wizard.state import WizardState
+from app.model import hub
+from fake_hub import FakeHub
+from app.ops.hardware_feed import HardwareMonitor
+from app.views.model_picker import ModelPicker
+from app.views.wizard.state import WizardState
 from trainer.core.paths import MODELS_DIR
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")

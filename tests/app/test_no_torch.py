@@ -11,7 +11,7 @@ SCRIPT = r"""
 import sys
 from PySide6 import QtCore, QtWidgets
 app = QtWidgets.QApplication([])
-from app.main_window import MainWindow
+from app.views.main_window import MainWindow
 w = MainWindow(sys.argv[1])
 w.show()
 w.open_wizard()

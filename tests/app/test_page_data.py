@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from app.wizard.page_data import MASKED_STYLE, TRAINED_STYLE, DataPage
-from app.wizard.state import WizardState
+from app.views.wizard.page_data import MASKED_STYLE, TRAINED_STYLE, DataPage
+from app.views.wizard.state import WizardState
 
 CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is the cat?"},
                      {"role": "assistant", "content": "Near the river."}, {"role": "user", "content": "And the dog?"},
@@ -36,7 +36,7 @@ def test_data_page_shows_format_examples_histogram_and_truncation(qtbot, tmp_pat
     text = page.report["examples"][0]["segments"]
     assert any(s["trained"] and "Near the river." in s["text"] for s in text)
     assert any(not s["trained"] and "Where is the cat?" in s["text"] for s in text)
-    from app.wizard.page_data import examples_html
+    from app.views.wizard.page_data import examples_html
 
     rendered = examples_html(page.report["examples"][:1])
     assert f"<span style='{TRAINED_STYLE}'>Near the river." in rendered

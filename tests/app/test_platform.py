@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from app import platform_check as pc
+from app.ops import platform_check as pc
 
 
 def test_package_names_and_message():
@@ -31,7 +31,7 @@ def test_a_missing_library_is_found_by_the_real_loader():
 
 def test_app_names_the_missing_library_and_exits(tmp_path):
     """The real entry point, on an X display, with a library that no system has: one clear message, exit 1."""
-    code = ("import sys; from app import platform_check as pc; pc.XCB_LIBRARIES['libxcb-not-here.so.9'] = "
+    code = ("import sys; from app.ops import platform_check as pc; pc.XCB_LIBRARIES['libxcb-not-here.so.9'] = "
             "'libxcb-not-here9'; from app.main import main; sys.exit(main([]))")
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
     env.update(DISPLAY=":987", TRAINPILOT_HOME=str(tmp_path))

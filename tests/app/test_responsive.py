@@ -10,7 +10,7 @@ import time
 from conftest import FIXTURES
 from PySide6 import QtCore
 
-from app.main_window import KEEP, MainWindow
+from app.views.main_window import KEEP, MainWindow
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 DAY_S = 24 * 3600

@@ -4,8 +4,8 @@ tests/fixtures/run_dirs/dpo_run was recorded from a real 12-step DPO LoRA run of
 synthetic pairs of tests/helpers_pref.py (`python -m trainer run`, CPU; checkpoints and weights left out)."""
 from __future__ import annotations
 
-from app.dashboard import Dashboard
-from app.run_data import RunData
+from app.views.dashboard import Dashboard
+from app.model.run_data import RunData
 
 
 def test_reward_accuracy_and_margin_are_charted(qtbot, fixture_run):

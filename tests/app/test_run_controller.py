@@ -8,7 +8,7 @@ import sys
 
 import psutil
 
-from app.run_controller import RunController
+from app.ops.run_controller import RunController
 
 # A stand-in supervisor that ignores STOP and has a child of its own (both sleep).
 IGNORES_STOP = ("import subprocess, sys, time; "

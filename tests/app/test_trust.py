@@ -14,10 +14,10 @@ import pytest
 from conftest import FIXTURES
 from PySide6 import QtCore
 
-from app.hardware import HardwareMonitor
-from app.main_window import KEEP, MainWindow
-from app.run_controller import RunController
-from app.wizard.wizard import SetupWizard
+from app.ops.hardware_feed import HardwareMonitor
+from app.views.main_window import KEEP, MainWindow
+from app.ops.run_controller import RunController
+from app.views.wizard.wizard import SetupWizard
 from trainer.supervisor import runlock
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
@@ -258,7 +258,7 @@ def test_environment_page_says_the_header_is_a_replay_and_checks_disk_where_runs
 
 def test_memory_bar_colours_mean_one_component(qtbot):
     """Full and LoRA breakdowns list different components; each colour still names one component."""
-    from app.wizard.memory_bar import MemoryBar, color_for
+    from app.views.wizard.memory_bar import MemoryBar, color_for
 
     full = {"weights": 1, "gradients": 1, "optimizer_states": 1, "activations": 1, "cuda_context": 1}
     lora = {"weights": 1, "adapter_states": 1, "activations": 1, "cuda_context": 1}

@@ -16,11 +16,11 @@ from PySide6 import QtCore
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared trained runs
 from helpers_after import trained_runs  # noqa: E402
 
-from app.eval_curve import eval_points  # noqa: E402
-from app.export_model_dialog import ExportModelDialog  # noqa: E402
-from app.learning_view import RunEndNotifier, SamplesView  # noqa: E402
-from app.run_data import RunData  # noqa: E402
-from app.try_it import BUSY_TEXT, TryItTab  # noqa: E402
+from app.views.eval_curve import eval_points  # noqa: E402
+from app.views.export_model_dialog import ExportModelDialog  # noqa: E402
+from app.views.learning_view import RunEndNotifier, SamplesView  # noqa: E402
+from app.model.run_data import RunData  # noqa: E402
+from app.views.try_it import BUSY_TEXT, TryItTab  # noqa: E402
 from trainer.rundir.events import EventWriter  # noqa: E402
 
 # The GUI thread only reads pipes; a stall this long means it blocked (seconds; generous for a

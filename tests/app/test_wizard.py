@@ -5,9 +5,9 @@ import yaml
 from conftest import FIXTURES
 from PySide6 import QtWidgets
 
-from app.hardware import HardwareMonitor
-from app.wizard.schema_form import SchemaForm
-from app.wizard.wizard import SetupWizard
+from app.ops.hardware_feed import HardwareMonitor
+from app.views.wizard.schema_form import SchemaForm
+from app.views.wizard.wizard import SetupWizard
 from trainer import config as tc
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")

@@ -15,8 +15,8 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtTest import QTest
 
-from app import platform_check
-from app.main_window import KEEP, MainWindow
+from app.ops import platform_check
+from app.views.main_window import KEEP, MainWindow
 from trainer.rundir import events as ev
 
 HARDWARE = str(Path(__file__).resolve().parents[1] / "fixtures" / "hardware" / "no_gpu.jsonl")

@@ -40,7 +40,7 @@ def run(args) -> int:
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]", field="--temperature")
     source = model_dir(run_dir, args.checkpoint)
     refuse_while_training(run_dir, "chat with it")
-    from trainer.worker import chat as worker_chat
+    from trainer.worker.generate import generation as worker_chat
 
     mode = "stream-json" if args.stream_json else "json" if args.json else "text"
     return worker_chat.run_chat(run_dir, source, base=args.base, prompt=args.prompt, mode=mode,

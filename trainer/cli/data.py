@@ -32,7 +32,7 @@ def cmd_data(args) -> int:
     cfg = config_mod.load(args.config, args.overrides)
     preflight.check_data(cfg)
     # torch/transformers/datasets: imported only after the cheap checks passed
-    from trainer.worker.data_report import report
+    from trainer.worker.probes.data_report import report
 
     result = report(cfg, args.examples)
     if args.json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from trainer.launch.export import export
+from trainer.launch.export_scripts import export
 
 
 def register(sub) -> None:

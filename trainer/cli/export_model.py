@@ -1,7 +1,7 @@
 """``trainpilot-cli export-model RUN_DIR --to DIR [--merge] [--gguf f16|q8_0] [--ollama]``.
 
 Light checks here (run directory, checkpoint, destination, flag combinations); the model work is in
-the worker room (``trainer.worker.export_model``), imported only when the checks pass.
+the worker room (``trainer.worker.export.model_export``), imported only when the checks pass.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run(args) -> int:
     if to.resolve() == run_dir.resolve() or run_dir.resolve() in to.resolve().parents:
         raise UserError(f"--to {to}: inside the run directory; export somewhere else", field="--to", path=str(to))
     refuse_while_training(run_dir, "export it")
-    from trainer.worker import export_model
+    from trainer.worker.export import model_export as export_model
 
     files = export_model.export(run_dir, source, to, merge=args.merge or bool(args.gguf), gguf_type=args.gguf,
                                 ollama=args.ollama, json_progress=args.json)

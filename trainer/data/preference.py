@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.data.records import Records, read_records
+from trainer.data.readers import Records, read_records
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 KTO_FIELDS = ("prompt", "completion", "label")

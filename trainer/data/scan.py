@@ -17,7 +17,7 @@ from pathlib import Path
 from trainer.core.errors import UserError
 from trainer.data import formats
 from trainer.data.demo import cache_dir
-from trainer.data.records import (
+from trainer.data.readers import (
     Records,
     check_fields,
     detect_format,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainer.config.resolved import resolve_launcher
 from trainer.core.errors import UserError
+from trainer.core import entrypoints
 
 
 def launcher_for(cfg) -> str:
@@ -71,16 +72,16 @@ def worker_command(cfg, run_dir: Path, resume_from: Path | None = None, python: 
     d = cfg.distributed
     kind = launcher_for(cfg)
     if kind == "single":
-        return [py, "-m", "trainer.worker", *tail]
+        return entrypoints.python_m(entrypoints.WORKER, *tail, python=py)
     if kind == "torchrun":
         if d.num_nodes > 1:
 
             raise UserError("distributed.launcher: several machines run through the DeepSpeed launcher; set "
                             "distributed.launcher: deepspeed (or auto)", field="distributed.launcher")
         return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(d.num_gpus),
-                "--master_port", str(d.master_port), "-m", "trainer.worker", *tail]
+                "--master_port", str(d.master_port), "-m", entrypoints.WORKER, *tail]
     ds = shutil.which("deepspeed") or "deepspeed"
     cmd = [ds, "--num_gpus", str(d.num_gpus), "--master_port", str(d.master_port)]
     if d.num_nodes > 1:
         cmd += ["--num_nodes", str(d.num_nodes), "--hostfile", str(d.hostfile)]
-    return cmd + ["--module", "trainer.worker", *tail]
+    return cmd + ["--module", entrypoints.WORKER, *tail]

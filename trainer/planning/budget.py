@@ -7,7 +7,7 @@ from typing import Optional
 
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot
-from trainer.hardware.processes import is_desktop_process
+from trainer.hardware.gpu_processes import is_desktop_process
 
 TIER_PRESETS = {16: "laptop_16gb", 24: "desktop_24gb", 32: "desktop_32gb", 80: "datacenter_80gb"}
 

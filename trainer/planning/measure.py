@@ -3,7 +3,7 @@ measured peak with the prediction, and correct the micro-batch from the measurem
 
 At most two probe runs: the planned micro-batch, then (when the measurement moves the answer)
 the corrected one. Never halving-on-OOM: the correction scales the estimate by what was measured.
-Light module: the child (``python -m trainer.worker.measure``) imports torch, this one does not.
+Light module: the child (``python -m trainer.worker.probes.memory_probe``) imports torch, this one does not.
 """
 from __future__ import annotations
 
@@ -19,17 +19,18 @@ from trainer.core.errors import EXIT_OOM, UserError
 from trainer.planning.context import Context, make_setup, micro_options
 from trainer.planning.memory import CUDA_CONTEXT_BYTES, estimate
 from trainer.planning.plan import Plan
+from trainer.core import entrypoints
 
 MAX_PROBE_RUNS = 2
 
 
 def run_probe(cfg, micro_batch: int, timeout: float = 600) -> dict:
-    """One child run of ``python -m trainer.worker.measure``; the JSON it wrote (``oom: True`` on OOM)."""
+    """One child run of ``python -m trainer.worker.probes.memory_probe``; the JSON it wrote (``oom: True`` on OOM)."""
     with tempfile.TemporaryDirectory(prefix="trainpilot-measure-") as tmp:
         cfg_path, out = Path(tmp) / "config.yaml", Path(tmp) / "measured.json"
         cfg_path.write_text(config_mod.dump_yaml(cfg), encoding="utf-8")
-        proc = subprocess.run([sys.executable, "-m", "trainer.worker.measure", str(cfg_path), "--micro-batch",
-                               str(micro_batch), "--out", str(out)], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(entrypoints.python_m(entrypoints.MEMORY_PROBE, str(cfg_path), "--micro-batch",
+                               str(micro_batch), "--out", str(out)), capture_output=True, text=True, timeout=timeout)
         if proc.returncode == 2:
             raise UserError((proc.stderr.strip().splitlines() or ["measuring needs an NVIDIA GPU"])[-1])
         if proc.returncode not in (0, EXIT_OOM) or not out.exists():

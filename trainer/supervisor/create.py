@@ -12,7 +12,7 @@ from trainer import config as config_mod
 from trainer.config.resolved import ResolvedRunConfig, as_resolved
 from trainer.core.errors import UserError
 from trainer.launch.dsconfig import deepspeed_config
-from trainer.launch.export import write_launch_scripts
+from trainer.launch.export_scripts import write_launch_scripts
 from trainer.planning.plan import plan_run
 from trainer.rundir.events import write_json_atomic
 from trainer.supervisor import runlock

@@ -1,6 +1,6 @@
 """``trainpilot-cli doctor``: is this machine ready to train? Each check is
 ``{name, ok, detail, fix, required}``. Torch-side checks run in a child process
-(``python -m trainer.worker.doctor_checks``) so the caller (CLI, GUI) never imports torch.
+(``python -m trainer.worker.probes.doctor_checks``) so the caller (CLI, GUI) never imports torch.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from trainer.core.checks import check
 from trainer.core.units import GIB
 from trainer.hardware.source import open_probe
+from trainer.core import entrypoints
 
 MIN_FREE_DISK = 20 * GIB  # a 1B full checkpoint is ~15 GB with optimizer states
 CHILD_TIMEOUT_SECONDS = 180
@@ -57,7 +58,7 @@ def _disk_check(output_dir: str) -> dict:
 def run_torch_checks_in_child(timeout: float = CHILD_TIMEOUT_SECONDS) -> list[dict]:
     """``torch_checks()`` in a fresh interpreter; a crash or hang becomes a failed check."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "trainer.worker.doctor_checks"], capture_output=True,
+        proc = subprocess.run(entrypoints.python_m(entrypoints.DOCTOR_CHECKS), capture_output=True,
                               text=True, timeout=timeout, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     except subprocess.TimeoutExpired:
         return [check("torch", False, f"importing torch took over {timeout:.0f} s", "check the installation")]

@@ -21,6 +21,7 @@ from trainer.data.preference import read_preference_records
 from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
+from trainer.core import entrypoints
 
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
@@ -124,11 +125,11 @@ def _data_any_format(cfg, hardware):
 
 def check_hub_dataset(cfg, trainable: bool = False) -> None:
     """UserError when the hub dataset cannot be opened here (e.g. not cached while offline). Runs
-    ``python -m trainer.worker.hubcheck`` as a child: only the worker room may import ``datasets``."""
+    ``python -m trainer.worker.probes.hubcheck`` as a child: only the worker room may import ``datasets``."""
     with tempfile.TemporaryDirectory(prefix="trainpilot-hubcheck-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(dump_yaml(cfg), encoding="utf-8")
-        cmd = [sys.executable, "-m", "trainer.worker.hubcheck", str(path)] + (["--trainable"] if trainable else [])
+        cmd = entrypoints.python_m(entrypoints.HUBCHECK, str(path)) + (["--trainable"] if trainable else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HUBCHECK_TIMEOUT_S)
     if proc.returncode == 2:
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "data.hub_dataset: cannot be opened"

@@ -1,6 +1,6 @@
 """``python -m trainer.worker`` (and the DeepSpeed launcher's ``--module trainer.worker``)."""
 import sys
 
-from trainer.worker.main import main
+from trainer.worker.train.recipe import main
 
 sys.exit(main())

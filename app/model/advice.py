@@ -1,0 +1,160 @@
+"""Warnings that each say what to do, computed from a run's data and a hardware snapshot (no Qt).
+
+Inputs are plain dicts (``MachineSnapshot.to_dict()`` shape) so telemetry lines and the GUI's own
+probe feed the same rules.
+"""
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.model.facts import first_gpu, is_throttled
+from app.model.fmt import gib
+from trainer.hardware.gpu_processes import is_desktop_process
+
+if TYPE_CHECKING:  # numpy-backed; imported after the window shows
+    from app.model.run_data import RunData
+
+VRAM_FULL = 0.95
+HOT_C = 80.0
+LOW_RAM_FRACTION, LOW_RAM_BYTES = 0.10, 2 << 30
+LOW_UTIL_PCT, UTIL_WINDOW = 50.0, 30  # samples (seconds at 1 Hz)
+COLLAPSE_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One warning: ``key`` (stable id), ``level`` (info|warning|error), ``text`` (what and what to do),
+    and optionally a process the user may end (``pid``, only for their own processes)."""
+
+    key: str
+    level: str
+    text: str
+    pid: int | None = None
+    process_name: str = ""
+
+
+def collect(data: RunData | None, snapshot: dict | None, run_pids: set[int] = frozenset()) -> list[Advice]:
+    """Every warning that applies now, most severe first."""
+    snap = snapshot or (data.last_snapshot if data else None)
+    out: list[Advice] = []
+    if data is not None and data.failure:
+        out.append(failure_advice(data))
+    gpu = first_gpu(snap)
+    if gpu is not None:
+        out += other_apps(gpu, run_pids)
+        out += vram_and_heat(gpu)
+    if data is not None:
+        out += host_ram(data, snap)
+        out += spill(data)
+        out += low_util(data)
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda a: order.get(a.level, 3))
+
+
+def failure_advice(data: RunData) -> Advice:
+    """The crash message plus how to continue."""
+    err = data.failure.get("error") or data.failure.get("message") or "the worker stopped with an error"
+    return Advice("failed", "error", f"Training failed: {err}. See the log below; fix the cause, then Resume "
+                  "continues from the last checkpoint.")
+
+
+def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
+    """'Close brave to free 0.4 GiB' for each other process holding VRAM."""
+    me = _user()
+    out, desktop = [], []
+    for p in gpu.get("processes") or ():
+        pid = p.get("pid")
+        if pid in run_pids:
+            continue
+        mem = p.get("used_memory_bytes")
+        name = p.get("name") or f"pid {pid}"
+        if is_desktop_process(name):
+            desktop.append((name, mem or 0))
+            continue
+        if mem is not None and mem < 64 << 20:
+            continue  # tiny compositor contexts are not worth a warning
+        free = f" to free {gib(mem)}" if mem else " (Windows does not report how much VRAM it holds)"
+        own = bool(me) and (p.get("user") or "") == me
+        out.append(Advice(f"app:{pid}", "warning", f"Close {name}{free}: it is using this GPU.",
+                          pid=pid if own else None, process_name=name))
+    if desktop:
+        names = ", ".join(sorted({n for n, _ in desktop}))
+        out.append(Advice("desktop", "info", f"The desktop itself ({names}) holds {gib(sum(m for _, m in desktop))} "
+                          "of VRAM; that is normal and the planner counts it."))
+    return out
+
+
+def vram_and_heat(gpu: dict) -> list[Advice]:
+    """VRAM above 95 %, temperature at or above 80 °C, thermal or power throttling."""
+    out = []
+    used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
+    if used and total and used / total > VRAM_FULL:
+        out.append(Advice("vram", "warning", f"VRAM is {used / total:.0%} full ({gib(used)} of {gib(total)}): "
+                          "close other GPU apps, or Stop and lower training.micro_batch_size (the effective batch "
+                          "stays the same) before it runs out of memory."))
+    temp = gpu.get("temperature_c")
+    throttled = is_throttled(gpu)
+    if (temp is not None and temp >= HOT_C) or throttled:
+        why = ", ".join(str(r) for r in gpu.get("throttle_reasons") or ())
+        state = f"throttling ({why})" if throttled else "hot, not throttling yet"
+        laptop = " Raise the laptop for airflow, keep it plugged in, or use a cooling pad;" if gpu.get("is_laptop") else ""
+        out.append(Advice("heat", "warning", f"GPU at {temp if temp is not None else '?'} °C, {state}."
+                          f"{laptop} a lower power limit (nvidia-smi -pl) costs less speed than thermal throttling."))
+    return out
+
+
+def _offloading(data: RunData) -> bool:
+    settings = (data.plan or {}).get("settings") or {}
+    return bool(settings.get("deepspeed.offload_optimizer") or settings.get("deepspeed.offload_params"))
+
+
+def host_ram(data: RunData, snap: dict | None) -> list[Advice]:
+    """System RAM low while DeepSpeed offloads into it (the OOM users blame on the GPU)."""
+    host = (snap or {}).get("host") or {}
+    avail, total = host.get("ram_available_bytes"), host.get("ram_total_bytes")
+    if not (_offloading(data) and avail is not None and total):
+        return []
+    if avail < LOW_RAM_BYTES or avail / total < LOW_RAM_FRACTION:
+        return [Advice("ram", "warning", f"System RAM is low ({gib(avail)} free of {gib(total)}) while DeepSpeed "
+                       "offloads into it: close other programs, or Stop and turn off deepspeed.offload_params.")]
+    return []
+
+
+def spill(data: RunData) -> list[Advice]:
+    """Throughput collapsing while VRAM is full: Windows spilling VRAM into shared system memory."""
+    import numpy as np
+
+    tps = data.tokens_per_s.y[-600:]  # the last ~10 minutes of steps are what matters
+    tps = tps[~np.isnan(tps)]
+    used, total = data.vram_used.last(), data.vram_total.last()
+    if len(tps) < 20 or not used or not total or used / total <= VRAM_FULL:
+        return []
+    before, now = float(np.median(tps[:-10])), float(np.median(tps[-10:]))
+    if before > 0 and now < COLLAPSE_RATIO * before:
+        return [Advice("spill", "warning", f"Throughput fell from {before:,.0f} to {now:,.0f} tokens/s while VRAM is "
+                       "full: the driver is probably spilling into shared system memory. In the NVIDIA Control Panel "
+                       "set 'CUDA - Sysmem Fallback Policy' to 'Prefer No Sysmem Fallback', or lower the micro-batch.")]
+    return []
+
+
+def low_util(data: RunData) -> list[Advice]:
+    """GPU mostly idle while a run is training: the data pipeline cannot keep up."""
+    import numpy as np
+
+    if data.state != "running" or len(data.utilization) < UTIL_WINDOW:
+        return []
+    recent = data.utilization.y[-UTIL_WINDOW:]
+    recent = recent[~np.isnan(recent)]
+    if len(recent) and float(recent.mean()) < LOW_UTIL_PCT:
+        return [Advice("util", "info", f"The GPU is only {recent.mean():.0f}% busy while training: it is waiting "
+                       "for data. Raise data.num_workers, turn on data.packing, or use a faster disk.")]
+    return []
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""

@@ -1,0 +1,362 @@
+"""Everything known about one run directory, read incrementally (no Qt here).
+
+Reading is split in two so the GUI thread never parses JSON: ``RunReader.read()`` (any thread)
+tails ``events.jsonl`` and ``telemetry.jsonl`` in bounded chunks with the trainer's tolerant
+``JsonlTail`` and turns them into numpy columns (a ``Batch``); ``RunData.apply(batch)`` (the GUI
+thread) appends those columns to the series the dashboard binds to, which costs microseconds.
+``RunData.poll()`` does both at once for scripts and tests. Telemetry lines are
+``MachineSnapshot.to_dict()`` objects.
+
+Gaps are drawn as gaps: a NaN point goes between telemetry samples more than ``GAP_S`` apart (the
+supervisor samples at 1 Hz while alive) and before the first step of each resumed attempt.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.model.facts import first_gpu, is_throttled, pid_alive  # noqa: F401 (pid_alive re-exported)
+from app.model.series import Series
+from trainer.rundir import events as ev
+
+LOG_TAIL_BYTES = 64 * 1024
+CHUNK_BYTES = 1 << 20  # per read: ~1,000 telemetry lines, a few ms of parsing (off the GUI thread)
+GAP_S = 10.0  # telemetry samples further apart than this are separate stretches of the run
+TELE_COLUMNS = ("ram", "vram_used", "vram_total", "temp", "power", "power_limit", "util")
+
+
+@dataclass
+class Batch:
+    """New data read from a run directory, as columns (Unix seconds, steps, raw units)."""
+
+    step_x: list = field(default_factory=list)        # step numbers
+    loss: list = field(default_factory=list)
+    lr: list = field(default_factory=list)
+    tps_t: list = field(default_factory=list)          # event time of each step (a NaN tps: resume gap)
+    tps: list = field(default_factory=list)
+    reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
+    reward_accuracy: list = field(default_factory=list)
+    reward_margin: list = field(default_factory=list)
+    tele_t: np.ndarray | None = None                   # telemetry times (gap rows: values NaN)
+    tele: dict = field(default_factory=dict)           # name → column aligned with tele_t
+    gpu_t: np.ndarray | None = None                    # times of samples that had a GPU
+    gpu: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)         # every non-step event, in order
+    last_step: dict | None = None
+    last_snapshot: dict | None = None
+    throttle_periods: list | None = None               # full list when it changed
+    status: dict | None = None
+    plan: dict | None = None
+    more: bool = False                                 # a backlog remains: read again soon
+
+    def empty(self) -> bool:
+        """True when nothing new was read (status aside)."""
+        return not (self.step_x or self.events or self.tele_t is not None)
+
+
+class RunReader:
+    """The reading half (thread-safe to use from ONE worker thread at a time; no Qt, no GUI state)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._events = ev.JsonlTail(run_dir / ev.EVENTS_FILE)
+        self._tele = ev.JsonlTail(run_dir / ev.TELEMETRY_FILE)
+        self._attempts = 0
+        self._break_pending = False
+        self._last_tele_t: float | None = None
+        self._last_step_t: float | None = None
+        self._throttle: list[list] = []
+        self._plan_seen = False
+
+    def read(self, max_bytes: int = CHUNK_BYTES) -> Batch:
+        """At most ``max_bytes`` of each file, parsed into a Batch (``more`` when a backlog remains)."""
+        b = Batch()
+        for e in self._events.poll(max_bytes):
+            if isinstance(e.get("type"), str):
+                self._event(b, e)
+        self._telemetry(b, self._tele.poll(max_bytes))
+        b.status = ev.read_status(self.run_dir)
+        if not self._plan_seen and (b.events or b.step_x):
+            b.plan = ev.read_json(self.run_dir / "plan.json")
+            self._plan_seen = b.plan is not None
+        b.more = self._backlog(self._events) or self._backlog(self._tele)
+        return b
+
+    @staticmethod
+    def _backlog(tail: ev.JsonlTail) -> bool:
+        try:
+            return os.stat(tail.path).st_size - tail.offset > 1024
+        except OSError:
+            return False
+
+    def _event(self, b: Batch, e: dict) -> None:
+        kind = e["type"]
+        if kind == "step":
+            step = _num(e.get("step"))
+            if step is None:
+                return
+            b.last_step = e
+            t = _num(e.get("time"))
+            if t is not None:
+                if self._break_pending and self._last_step_t is not None:
+                    b.tps_t.append((self._last_step_t + t) / 2)
+                    b.tps.append(np.nan)
+                self._break_pending = False
+                self._last_step_t = t
+                b.tps_t.append(t)
+                b.tps.append(_nan(e.get("tokens_per_second")))
+            b.step_x.append(step)
+            b.loss.append(_nan(e.get("loss")))
+            b.lr.append(_nan(e.get("learning_rate")))
+            if "rewards_margin" in e:  # preference objectives (docs/preference.md)
+                b.reward_x.append(step)
+                b.reward_accuracy.append(_nan(e.get("reward_accuracy")))
+                b.reward_margin.append(_nan(e.get("rewards_margin")))
+            return
+        if kind == "run_started":
+            self._attempts += 1
+            self._break_pending = self._attempts > 1  # a resumed attempt: a gap, not a straight line
+        b.events.append(e)
+
+    def _telemetry(self, b: Batch, snaps: list[dict]) -> None:
+        rows = []
+        for snap in snaps:
+            t = _num(snap.get("time"))
+            if t is None:
+                continue
+            gpu = first_gpu(snap)
+            host = snap.get("host") or {}
+            g = gpu or {}
+            rows.append((t, _nan(host.get("ram_available_bytes")), gpu is not None,
+                         _nan(g.get("memory_used_bytes")), _nan(g.get("memory_total_bytes")),
+                         _nan(g.get("temperature_c")), _nan(g.get("power_w")), _nan(g.get("power_limit_w")),
+                         _nan(g.get("utilization_pct"))))
+            b.last_snapshot = snap
+            if gpu is not None and self._track_throttle(t, is_throttled(gpu)):
+                b.throttle_periods = [list(p) for p in self._throttle]
+        if not rows:
+            return
+        arr = np.array(rows, dtype=np.float64)
+        t = arr[:, 0]
+        prev = np.concatenate(([self._last_tele_t if self._last_tele_t is not None else t[0]], t[:-1]))
+        breaks = t - prev > GAP_S
+        self._last_tele_t = float(t[-1])
+        arr = _insert_gap_rows(arr, breaks, prev)
+        b.tele_t = arr[:, 0]
+        b.tele = {"ram": arr[:, 1]}
+        g = arr[arr[:, 2] == 1]
+        if len(g):
+            b.gpu_t = g[:, 0]
+            b.gpu = {name: g[:, i] for i, name in enumerate(TELE_COLUMNS[1:], start=3)}
+        if self._throttle and self._throttle[-1][1] is None and b.throttle_periods is None:
+            b.throttle_periods = [list(p) for p in self._throttle]  # an open period grows with time
+
+    def _track_throttle(self, t: float, throttled: bool) -> bool:
+        open_period = bool(self._throttle) and self._throttle[-1][1] is None
+        if throttled and not open_period:
+            self._throttle.append([t, None])
+            return True
+        if not throttled and open_period:
+            self._throttle[-1][1] = t
+            return True
+        return False
+
+
+class RunData:
+    """Series, status and events of one run directory, fed by ``apply(batch)`` (the GUI thread)."""
+
+    def __init__(self, run_dir: str | Path | None):
+        # run_dir None: the machine itself, fed only by add_snapshot() from the GUI's probe.
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.reader = RunReader(self.run_dir) if self.run_dir is not None else None
+        # step-indexed
+        self.loss, self.lr = Series(), Series()
+        self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
+        # time-indexed (Unix seconds)
+        self.tokens_per_s = Series()
+        self.vram_used, self.vram_total = Series(), Series()
+        self.temperature, self.power, self.power_limit, self.utilization = Series(), Series(), Series(), Series()
+        self.host_ram_available = Series()
+        self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
+        self.last_step: dict | None = None
+        self.last_snapshot: dict | None = None
+        self.failure: dict | None = None
+        self.finished: dict | None = None
+        self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
+        self.started: float | None = None
+        self.status: dict | None = None
+        self.plan: dict | None = None
+        self.loaded = False  # True once the backlog present at opening has been read
+        self.version = 0
+        self._last_machine_t: float | None = None
+
+    # -- reading --------------------------------------------------------------------------------
+    def poll(self) -> bool:
+        """Read everything new now, in this thread (scripts and tests; the GUI uses the Monitor's
+        reader thread). Returns True when anything changed."""
+        if self.reader is None:
+            return False
+        changed = False
+        while True:
+            batch = self.reader.read()
+            changed = self.apply(batch) or changed
+            if not batch.more:
+                return changed
+
+    def apply(self, b: Batch) -> bool:
+        """Append a Batch read by ``self.reader`` (cheap: numpy copies). True when anything changed."""
+        status_changed = b.status != self.status
+        self.status = b.status
+        if b.plan is not None:
+            self.plan = b.plan
+        for e in b.events:
+            self._on_event(e)
+        if b.step_x:
+            self.loss.extend(b.step_x, b.loss)
+            self.lr.extend(b.step_x, b.lr)
+            self.last_step = b.last_step
+        if b.reward_x:
+            self.reward_accuracy.extend(b.reward_x, b.reward_accuracy)
+            self.reward_margin.extend(b.reward_x, b.reward_margin)
+        if b.tps_t:
+            self.tokens_per_s.extend(b.tps_t, b.tps)
+        if b.tele_t is not None:
+            self.host_ram_available.extend(b.tele_t, b.tele["ram"])
+            self.last_snapshot = b.last_snapshot
+        if b.gpu_t is not None:
+            for series, name in ((self.vram_used, "vram_used"), (self.vram_total, "vram_total"),
+                                 (self.temperature, "temp"), (self.power, "power"),
+                                 (self.power_limit, "power_limit"), (self.utilization, "util")):
+                series.extend(b.gpu_t, b.gpu[name])
+        if b.throttle_periods is not None:
+            self.throttle_periods = b.throttle_periods
+        if not b.more:
+            self.loaded = True
+        if status_changed or not b.empty():
+            self.version += 1
+            return True
+        return False
+
+    def _on_event(self, e: dict) -> None:
+        kind, t = e["type"], _num(e.get("time"))
+        if kind == "run_started":
+            self.started = self.started or t
+            self.failure = None  # a resumed attempt supersedes an earlier crash
+            self.finished = None
+        elif kind == "plan" and isinstance(e.get("plan"), dict):
+            self.plan = e["plan"]
+        elif kind == "failed":
+            self.failure = e
+        elif kind == "finished":
+            self.finished = e
+        if kind != "plan":
+            self.notices.append(e)
+
+    def add_snapshot(self, snap: dict) -> None:
+        """Append one ``MachineSnapshot.to_dict()`` from the GUI's own probe (the machine view)."""
+        t = _num(snap.get("time"))
+        if t is None:
+            return
+        self.last_snapshot = snap
+        gap = self._last_machine_t is not None and t - self._last_machine_t > GAP_S
+        self._last_gap_t, self._last_machine_t = self._last_machine_t, t
+        host = snap.get("host") or {}
+        gpu = first_gpu(snap)
+        pairs = [(self.host_ram_available, host.get("ram_available_bytes"))]
+        if gpu is not None:
+            pairs += [(self.vram_used, gpu.get("memory_used_bytes")), (self.vram_total, gpu.get("memory_total_bytes")),
+                      (self.temperature, gpu.get("temperature_c")), (self.power, gpu.get("power_w")),
+                      (self.power_limit, gpu.get("power_limit_w")), (self.utilization, gpu.get("utilization_pct"))]
+        for series, value in pairs:
+            if gap:
+                series.append((t + self._last_gap_t) / 2, None)
+            series.append(t, _num(value))
+        if gpu is not None:
+            self._track_throttle(t, is_throttled(gpu))
+
+    def _track_throttle(self, t: float, throttled: bool) -> None:
+        open_period = self.throttle_periods and self.throttle_periods[-1][1] is None
+        if throttled and not open_period:
+            self.throttle_periods.append([t, None])
+        elif not throttled and open_period:
+            self.throttle_periods[-1][1] = t
+
+    # -- derived --------------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """The status state, 'failed' when a failed event came last, else 'unknown'."""
+        if self.status and self.status.get("state"):
+            return str(self.status["state"])
+        if self.run_dir is None:
+            return "machine (no run selected)"
+        if self.failure:
+            return "failed"
+        return "finished" if self.finished else "unknown"
+
+    def is_alive(self) -> bool:
+        """True when status.json names a live supervisor pid in a live state."""
+        return self.state in ("starting", "running", "stopping") and pid_alive((self.status or {}).get("pid"))
+
+    def final_model(self) -> Path | None:
+        """``<run>/final`` when the run finished and wrote its model there, else None."""
+        if self.run_dir is None or self.state != "finished":
+            return None
+        path = self.run_dir / "final"
+        return path if path.is_dir() else None
+
+    def predicted_peak_bytes(self) -> float | None:
+        """The planner's predicted peak VRAM (bytes), when plan.json has one for a GPU run."""
+        if (self.plan or {}).get("device") == "cpu":
+            return None  # a CPU plan's peak is host RAM, not VRAM
+        return _num((self.plan or {}).get("predicted_peak_bytes"))
+
+    def effective_batch(self) -> int | None:
+        """micro × accumulation from the last step (× GPUs is in the config; one GPU here)."""
+        s = self.last_step or {}
+        mb, ga = s.get("micro_batch_size"), s.get("gradient_accumulation_steps")
+        return int(mb) * int(ga) if isinstance(mb, int) and isinstance(ga, int) else None
+
+    def log_tail(self, lines: int = 40) -> list[str]:
+        """The last ``lines`` lines of train.log (reads at most 64 KiB from the end; a partial first
+        line of that window is dropped, never shown cut)."""
+        if self.run_dir is None:
+            return []
+        path = self.run_dir / "train.log"
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                start = max(0, size - LOG_TAIL_BYTES)
+                fh.seek(start)
+                data = fh.read()
+        except OSError:
+            return []
+        text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+        kept = text.splitlines()
+        if start > 0 and kept:
+            kept = kept[1:]
+        return [ln for ln in kept if ln.strip()][-lines:]
+
+
+def _insert_gap_rows(arr: np.ndarray, breaks: np.ndarray, prev_t: np.ndarray) -> np.ndarray:
+    """``arr`` with a gap row before each row where ``breaks`` is True: its time is the midpoint
+    of the gap (x stays finite and sorted for clip-to-view), every value NaN (the line breaks)."""
+    idx = np.flatnonzero(breaks)
+    if not len(idx):
+        return arr
+    rows = np.full((len(idx), arr.shape[1]), np.nan)
+    rows[:, 0] = (arr[idx, 0] + prev_t[idx]) / 2
+    rows[:, 2] = 1.0  # the gap belongs to the GPU columns too
+    return np.insert(arr, idx, rows, axis=0)
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _nan(v) -> float:
+    n = _num(v)
+    return np.nan if n is None else n

@@ -1,0 +1,91 @@
+"""The GUI's own hardware probe, sampled off the GUI thread (NVML calls cost milliseconds).
+
+Light samples every second, full snapshots (with the process list) every few seconds. A recorded
+trace (``--hardware FILE``) replays through the same ``trainer.gpu.open_probe`` API.
+"""
+from __future__ import annotations
+
+import threading
+
+from PySide6 import QtCore
+
+from app.model.fmt import gib
+from trainer.hardware.source import open_probe
+
+FULL_EVERY = 5  # samples between full snapshots (process lists are the expensive call)
+
+
+class HardwareMonitor(QtCore.QObject):
+    """Emits ``snapshot(object)`` with a ``MachineSnapshot``; ``latest`` holds the newest one."""
+    snapshot = QtCore.Signal(object)
+    failed = QtCore.Signal(str)
+
+    def __init__(self, hardware_file: str | None = None, interval_s: float = 1.0, parent=None):
+        super().__init__(parent)
+        self.hardware_file = hardware_file
+        self.interval_s = interval_s
+        self.latest = None
+        self._full = None  # the newest snapshot with processes
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.snapshot.connect(self._remember)
+
+    def start(self) -> None:
+        """Start sampling in a daemon thread (returns at once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="hardware-probe", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the sampling thread to finish (it closes the probe)."""
+        self._stop.set()
+
+    def _remember(self, snap) -> None:
+        self.latest = snap
+        if getattr(snap, "gpus", None) and any(g.processes for g in snap.gpus):
+            self._full = snap
+
+    def processes_snapshot(self):
+        """The newest snapshot that carries GPU processes (or the latest one)."""
+        return self._full or self.latest
+
+    def _loop(self) -> None:
+        try:
+
+            probe = open_probe(self.hardware_file)
+        except Exception as exc:  # a broken driver must not take the GUI down
+            self.failed.emit(f"hardware probe unavailable: {exc}")
+            return
+        try:
+            tick = 0
+            while not self._stop.is_set():
+                snap = probe.snapshot() if tick % FULL_EVERY == 0 else probe.sample()
+                self.snapshot.emit(snap)
+                tick += 1
+                self._stop.wait(self.interval_s)
+        except Exception as exc:
+            self.failed.emit(f"hardware probe stopped: {exc}")
+        finally:
+            try:
+                probe.close()
+            except Exception:
+                pass
+
+
+def describe(snap) -> dict:
+    """Header facts from a MachineSnapshot: name, badge, vram, driver, temperature (strings)."""
+    gpus = getattr(snap, "gpus", None) or ()
+    if not gpus:
+        return {"name": "no NVIDIA GPU — CPU mode", "badge": "CPU", "vram": "", "driver": "",
+                "temperature": "", "cpu_mode": True}
+    g = gpus[0]
+
+    extra = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
+    return {
+        "name": g.name + extra,
+        "badge": "Laptop" if g.is_laptop else "Desktop",
+        "vram": f"{gib(g.memory_total_bytes)} VRAM, {gib(g.memory_used_bytes)} in use",
+        "driver": f"driver {g.driver_version or '?'} · CUDA {g.cuda_driver_version or '?'}",
+        "temperature": "" if g.temperature_c is None else f"{g.temperature_c:.0f} °C",
+        "cpu_mode": False,
+    }

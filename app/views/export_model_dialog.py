@@ -1,0 +1,97 @@
+"""Export a trained model from the GUI: ``trainpilot-cli export-model ... --json`` in a child process,
+its JSON progress lines driving a progress bar (the GUI never imports torch)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+from app.ops.commands import child_env, cli_args, json_lines
+
+
+def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
+    """The CLI arguments for these choices (``--json`` for progress lines)."""
+    args = ["export-model", run_dir, "--to", to, "--json"]
+    args += ["--merge"] if merge else []
+    args += ["--gguf", gguf] if gguf else []
+    args += ["--ollama"] if ollama and gguf else []
+    return args
+
+
+class ExportModelDialog(QtWidgets.QDialog):
+    """Choices (folder, merge, GGUF type, Ollama), a progress bar fed by the child, the files written."""
+
+    def __init__(self, run_dir: str, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle(f"Export model: {Path(run_dir).name}")
+        self.run_dir = run_dir
+        self.folder = QtWidgets.QLineEdit(str(Path(run_dir).parent.parent / "exports" / Path(run_dir).name))
+        browse = QtWidgets.QPushButton("Choose…", clicked=self._browse)
+        self.merge = QtWidgets.QCheckBox("Merge the LoRA adapter into the base weights (a full model)")
+        self.merge.setChecked(True)
+        self.gguf = QtWidgets.QComboBox()
+        for label, value in (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"),
+                             ("GGUF q8_0 (half the size)", "q8_0")):
+            self.gguf.addItem(label, value)
+        self.ollama = QtWidgets.QCheckBox("Ollama Modelfile (needs a GGUF)")
+        self.progress = QtWidgets.QProgressBar(minimum=0, maximum=100, value=0)
+        self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.Close)
+        self.export_button = self.buttons.addButton("Export", QtWidgets.QDialogButtonBox.ActionRole)
+        self.export_button.clicked.connect(self.start)
+        self.buttons.rejected.connect(self.reject)
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(self.folder, 1)
+        row.addWidget(browse)
+        form = QtWidgets.QFormLayout(self)
+        form.addRow("Folder:", row)
+        form.addRow("", self.merge)
+        form.addRow("GGUF:", self.gguf)
+        form.addRow("", self.ollama)
+        form.addRow(self.progress)
+        form.addRow(self.status)
+        form.addRow(self.buttons)
+        self.proc: QtCore.QProcess | None = None
+        self._buffer = b""
+        self.files: list[str] = []
+        self.resize(560, 260)
+
+    def _browse(self) -> None:
+        chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())
+        if chosen:
+            self.folder.setText(chosen)
+
+    def start(self) -> None:
+        """Start the export child."""
+        args = cli_args(*export_model_args(self.run_dir, self.folder.text(), self.merge.isChecked(),
+                                           self.gguf.currentData(), self.ollama.isChecked()))
+        self.files, self._buffer = [], b""
+        self.progress.setValue(0)
+        self.status.setText("starting…")
+        self.export_button.setEnabled(False)
+        self.proc = QtCore.QProcess(self)
+        self.proc.setProcessEnvironment(child_env())
+        self.proc.readyReadStandardOutput.connect(self._read)
+        self.proc.finished.connect(self._finished)
+        self.proc.start(args[0], args[1:])
+
+    def _read(self) -> None:
+        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
+        for msg in msgs:
+            if isinstance(msg.get("fraction"), (int, float)):
+                self.progress.setValue(int(round(100 * msg["fraction"])))
+                self.status.setText(msg.get("message", ""))
+                self.files = msg.get("files", self.files)
+
+    def _finished(self, code: int, _status) -> None:
+        self._read()
+        self.export_button.setEnabled(True)
+        if code == 0:
+            self.progress.setValue(100)
+            self.status.setText(f"Exported {len(self.files)} files to {self.folder.text()}")
+        else:
+            err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
+            lines = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln]
+            self.status.setText("\n".join(lines[-4:]) or f"export-model exited with code {code}")

@@ -1,0 +1,60 @@
+"""The runs list: state, start time and progress of every run folder (scan + view)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtWidgets
+
+from app.model.fmt import clock
+from app.model.run_index import RunSummary, scan  # noqa: F401  (scan: re-exported for callers)
+
+
+class RunList(QtWidgets.QTreeWidget):
+    """Runs as rows; emits ``selected(path)``."""
+
+    selected = QtCore.Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setHeaderLabels(["Run", "State", "Started", "Progress"])
+        self.setRootIsDecorated(False)
+        self.setUniformRowHeights(True)
+        self.itemSelectionChanged.connect(self._on_selection)
+        self._rows: tuple = ()
+
+    def show_runs(self, rows: list[RunSummary]) -> None:
+        """Replace the rows (keeps the selection; does nothing when unchanged)."""
+        if tuple(rows) == self._rows:
+            return
+        self._rows = tuple(rows)
+        current = self.current_path()
+        self.blockSignals(True)
+        self.clear()
+        for r in rows:
+            item = QtWidgets.QTreeWidgetItem([Path(r.path).name, r.state, clock(r.started), r.progress])
+            item.setData(0, QtCore.Qt.UserRole, r.path)
+            item.setToolTip(0, r.path)
+            self.addTopLevelItem(item)
+            if r.path == current:
+                item.setSelected(True)
+        self.blockSignals(False)
+        for col in range(4):
+            self.resizeColumnToContents(col)
+
+    def select_path(self, path: str) -> None:
+        """Select the row of ``path`` (emits ``selected``)."""
+        for i in range(self.topLevelItemCount()):
+            item = self.topLevelItem(i)
+            if item.data(0, QtCore.Qt.UserRole) == path:
+                self.setCurrentItem(item)
+                return
+
+    def current_path(self) -> str | None:
+        """The selected run folder."""
+        items = self.selectedItems()
+        return items[0].data(0, QtCore.Qt.UserRole) if items else None
+
+    def _on_selection(self) -> None:
+        path = self.current_path()
+        if path:
+            self.selected.emit(path)

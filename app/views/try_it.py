@@ -1,0 +1,239 @@
+"""The **Try it** tab: ask the trained model and its base the same question, side by side.
+
+Each answer comes from a ``trainpilot-cli chat --stream-json`` child process (the GUI never imports
+torch), read with QProcess as JSON lines, so tokens appear as they are generated and the window
+stays responsive. Stop kills both children. While the run is training, the tab refuses politely:
+a second model on that GPU could push the run out of memory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.ops.commands import child_env, cli_args, json_lines
+from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
+from trainer.rundir.trained import training_pid
+
+BUSY_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: "
+             "a second model on the same GPU could push the run out of memory.")
+
+
+class ChatStream(QtCore.QObject):
+    """One ``chat --stream-json`` child. Signals: ``loaded``, ``text(str)`` per token chunk,
+    ``done(dict)`` with the whole answer, ``failed(str)`` with the child's message."""
+
+    loaded = QtCore.Signal()
+    text = QtCore.Signal(str)
+    done = QtCore.Signal(dict)
+    failed = QtCore.Signal(str)
+    ended = QtCore.Signal()  # the child exited (after done or failed, or when stopped)
+
+    def __init__(self, run_dir: Path, prompt: str, checkpoint: str, base: bool, max_new_tokens: int,
+                 temperature: float, parent=None):
+        super().__init__(parent)
+        args = ["chat", str(run_dir), "--prompt", prompt, "--stream-json", "--checkpoint", checkpoint,
+                "--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature)]
+        self.args = cli_args(*args, *(["--base"] if base else []))
+        self.proc = QtCore.QProcess(self)
+        self.proc.setProcessEnvironment(child_env())
+        self.proc.readyReadStandardOutput.connect(self._read)
+        self.proc.finished.connect(self._finished)
+        self._buffer = b""
+        self.finished = False
+        self.stopped = False
+        self.result: dict | None = None
+
+    def start(self) -> "ChatStream":
+        """Start the child; returns self."""
+        self.proc.start(self.args[0], self.args[1:])
+        return self
+
+    def stop(self) -> None:
+        """End the generation now (the child has no children of its own: kill() ends it all)."""
+        if self.proc.state() != QtCore.QProcess.NotRunning:
+            self.stopped = True
+            self.proc.kill()
+
+    def running(self) -> bool:
+        """True while the child runs."""
+        return self.proc.state() != QtCore.QProcess.NotRunning
+
+    def _read(self) -> None:
+        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
+        for msg in msgs:
+            kind = msg.get("type")
+            if kind == "token":
+                self.text.emit(msg.get("text", ""))
+            elif kind == "loaded":
+                self.loaded.emit()
+            elif kind == "done":
+                self.result = msg
+                self.done.emit(msg)
+
+    def _finished(self, code: int, _status) -> None:
+        self._read()
+        self.finished = True
+        if self.result is None and not self.stopped:
+            err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
+            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("trainpilot: loaded")]
+            self.failed.emit("\n".join(lines[-4:]) or f"chat exited with code {code}")
+        self.ended.emit()
+
+
+class AnswerPane(QtWidgets.QWidget):
+    """A titled, read-only text view that grows as tokens arrive."""
+
+    def __init__(self, title: str, parent=None):
+        super().__init__(parent)
+        self.title = QtWidgets.QLabel(f"<b>{title}</b>")
+        self.view = QtWidgets.QPlainTextEdit(readOnly=True)
+        self.info = QtWidgets.QLabel("")
+        self.info.setStyleSheet("color:#666")
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        for w in (self.title, self.view, self.info):
+            lay.addWidget(w)
+        lay.setStretch(1, 1)
+
+    def clear(self, info: str = "") -> None:
+        """Empty the answer; ``info`` under it."""
+        self.view.clear()
+        self.info.setText(info)
+
+    def append(self, text: str) -> None:
+        """Add generated text at the end (no newline)."""
+        cursor = self.view.textCursor()
+        cursor.movePosition(QtGui.QTextCursor.End)
+        cursor.insertText(text)
+        self.view.setTextCursor(cursor)
+
+    def text(self) -> str:
+        """The answer so far."""
+        return self.view.toPlainText()
+
+
+class TryItTab(QtWidgets.QWidget):
+    """Prompt box, checkpoint choice, the tuned and the base model answering side by side, Stop."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.run_dir: Path | None = None
+        self.streams: list[ChatStream] = []
+        self.checkpoint = QtWidgets.QComboBox()
+        self.max_tokens = QtWidgets.QSpinBox(minimum=1, maximum=4096, value=128)
+        self.temperature = QtWidgets.QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.1, value=0.7)
+        self.temperature.setToolTip("0 answers greedily (the same every time)")
+        self.prompt = QtWidgets.QPlainTextEdit(placeholderText="Ask the model something…")
+        self.prompt.setFixedHeight(70)
+        self.send_button = QtWidgets.QPushButton("Ask both")
+        self.stop_button = QtWidgets.QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
+        self.tuned = AnswerPane("Tuned model")
+        self.base = AnswerPane("Base model (before training)")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self._layout()
+
+    def _layout(self) -> None:
+        options = QtWidgets.QHBoxLayout()
+        for label, w in (("Model:", self.checkpoint), ("Max tokens:", self.max_tokens),
+                         ("Temperature:", self.temperature)):
+            options.addWidget(QtWidgets.QLabel(label))
+            options.addWidget(w)
+        options.addStretch(1)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.status, 1)
+        answers = QtWidgets.QSplitter()
+        answers.addWidget(self.tuned)
+        answers.addWidget(self.base)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addLayout(options)
+        lay.addWidget(self.prompt)
+        lay.addLayout(buttons)
+        lay.addWidget(answers, 1)
+
+    # -- binding --------------------------------------------------------------------------------
+    def bind(self, run_dir: str | Path | None) -> None:
+        """Show the models of ``run_dir`` (None: nothing to try)."""
+        new = Path(run_dir) if run_dir else None
+        if new != self.run_dir:
+            self.stop()
+            self.tuned.clear()
+            self.base.clear()
+            self.status.setText("")
+        self.run_dir = new
+        self._fill_checkpoints()
+
+    def _fill_checkpoints(self) -> None:
+        self.checkpoint.clear()
+        if self.run_dir is None:
+            self.send_button.setEnabled(False)
+            return
+        final = self.run_dir / "final"
+        if (final / "config.json").is_file() or (final / "adapter_config.json").is_file():
+            self.checkpoint.addItem("final", "final")
+        for ckpt in reversed(complete_checkpoints(self.run_dir / "checkpoints")):
+            self.checkpoint.addItem(f"checkpoint {checkpoint_step(ckpt)}", str(checkpoint_step(ckpt)))
+        self.send_button.setEnabled(self.checkpoint.count() > 0)
+        if not self.checkpoint.count():
+            self.status.setText("No model yet: the first checkpoint appears after checkpoints.every_steps steps.")
+
+    # -- intents --------------------------------------------------------------------------------
+    def send(self) -> bool:
+        """Ask the tuned and the base model the prompt. False (with the reason shown) when refused."""
+        text = self.prompt.toPlainText().strip()
+        if self.run_dir is None or not text or self.checkpoint.count() == 0:
+            return False
+        if training_pid(self.run_dir) is not None:
+            self.status.setText(BUSY_TEXT)
+            return False
+        self.stop()
+        checkpoint = self.checkpoint.currentData()
+        self.streams = []
+        for pane, base in ((self.tuned, False), (self.base, True)):
+            pane.clear("loading the model…")
+            stream = ChatStream(self.run_dir, text, checkpoint, base, self.max_tokens.value(),
+                                self.temperature.value(), parent=self)
+            stream.loaded.connect(lambda p=pane: p.info.setText("generating…"))
+            stream.text.connect(pane.append)
+            stream.done.connect(lambda r, p=pane: self._on_done(p, r))
+            stream.failed.connect(lambda msg, p=pane: self._on_failed(p, msg))
+            stream.ended.connect(lambda: self.stop_button.setEnabled(self.busy()))
+            self.streams.append(stream.start())
+        self.status.setText("")
+        self.stop_button.setEnabled(True)
+        return True
+
+    def stop(self) -> None:
+        """End both generations now."""
+        stopped = False
+        for s in self.streams:
+            if s.running():
+                s.stop()
+                stopped = True
+        for s in self.streams:
+            s.proc.waitForFinished(3000)
+        if stopped:
+            self.status.setText("Stopped.")
+            for pane in (self.tuned, self.base):
+                if pane.info.text() in ("loading the model…", "generating…"):
+                    pane.info.setText("stopped")
+        self.stop_button.setEnabled(False)
+
+    def busy(self) -> bool:
+        """True while an answer is being generated."""
+        return any(s.running() for s in self.streams)
+
+    def _on_done(self, pane: AnswerPane, result: dict) -> None:
+        why = "end of turn" if result.get("stop_reason") == "end_of_turn" else "token limit"
+        blank = "; nothing printable (whitespace, or ids the tokenizer has no text for)" if not pane.text().strip() else ""
+        pane.info.setText(f"{result.get('tokens')} tokens in {result.get('seconds', 0):.1f} s ({why}){blank}")
+
+    def _on_failed(self, pane: AnswerPane, message: str) -> None:
+        pane.info.setText("failed")
+        self.status.setText(message)

@@ -1,0 +1,80 @@
+"""A stacked bar of the planner's memory breakdown against the VRAM budget (a painted view)."""
+from __future__ import annotations
+
+import zlib
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.model.fmt import gib
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+# The planner's components, each with its own colour for every method and plan: a colour keeps
+# its meaning (the position in a breakdown does not decide it).
+COMPONENT_COLORS = {
+    "weights": "#1f77b4", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
+    "activations": "#9467bd", "recompute": "#c5b0d5", "logits_loss": "#8c564b", "fragmentation": "#7f7f7f",
+    "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2",
+}
+
+
+def color_for(component: str) -> str:
+    """The colour of a breakdown component (a fixed one for the planner's names; others hash to one)."""
+    return COMPONENT_COLORS.get(component) or PALETTE[zlib.crc32(component.encode("utf-8")) % len(PALETTE)]
+
+
+class MemoryBar(QtWidgets.QWidget):
+    """Segments (component, bytes) stacked left to right; a black line marks the budget."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.segments: list[tuple[str, float]] = []
+        self.budget: float | None = None
+        self.setMinimumHeight(84)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Expanding, QtWidgets.QSizePolicy.Fixed)
+
+    def set_breakdown(self, breakdown: dict[str, float], budget: float | None) -> None:
+        """Show ``breakdown`` (bytes per component) against ``budget`` (bytes)."""
+        self.segments = [(k, float(v)) for k, v in (breakdown or {}).items() if isinstance(v, (int, float)) and v > 0]
+        self.budget = float(budget) if budget else None
+        tip = "\n".join(f"{k}: {gib(v, 2)}" for k, v in self.segments)
+        self.setToolTip(tip + (f"\nbudget: {gib(self.budget, 2)}" if self.budget else ""))
+        self.update()
+
+    def total(self) -> float:
+        """Sum of the segments (bytes)."""
+        return sum(v for _, v in self.segments)
+
+    def paintEvent(self, _event) -> None:
+        p = QtGui.QPainter(self)
+        rect = self.rect().adjusted(1, 1, -1, -46)
+        scale_max = max(self.total(), self.budget or 0) * 1.05 or 1.0
+        x = float(rect.left())
+        for name, v in self.segments:
+            w = rect.width() * v / scale_max
+            p.fillRect(QtCore.QRectF(x, rect.top(), w, rect.height()), QtGui.QColor(color_for(name)))
+            x += w
+        p.setPen(QtGui.QPen(QtGui.QColor("#888"), 1))
+        p.drawRect(rect)
+        if self.budget:
+            bx = rect.left() + rect.width() * self.budget / scale_max
+            p.setPen(QtGui.QPen(QtGui.QColor("black"), 2))
+            p.drawLine(QtCore.QPointF(bx, rect.top() - 1), QtCore.QPointF(bx, rect.bottom() + 3))
+        self._legend(p, rect)
+        p.end()
+
+    def _legend(self, p: QtGui.QPainter, rect: QtCore.QRect) -> None:
+        x, y = rect.left(), rect.bottom() + 18
+        fm = p.fontMetrics()
+        items = [(color_for(name), f"{name.replace('_', ' ')} {gib(v)}") for name, v in self.segments]
+        if self.budget:
+            items.append(("#000000", f"budget {gib(self.budget)}"))
+        for color, text in items:
+            width = 13 + fm.horizontalAdvance(text) + 12
+            if x + width > rect.right() and x > rect.left():  # wrap onto a second legend line
+                x, y = rect.left(), y + fm.height() + 2
+            p.fillRect(QtCore.QRect(x, y - 9, 10, 10), QtGui.QColor(color))
+            p.setPen(QtGui.QColor("#222"))
+            p.drawText(x + 13, y, text)
+            x += width

@@ -1,0 +1,202 @@
+"""Wizard page 3, Data: file picker, the detected record format and true record count, a preview of the
+first records, and — from ``trainpilot-cli data CONFIG --json`` in a child process — the exact token
+statistics with the run's tokenizer, a token-length histogram with the seq_len line, the share cut at
+seq_len, and the first examples rendered with trained text highlighted and masked text greyed.
+
+Two things run off the GUI thread: the light scan (``trainer.data.scan``: no torch) in the thread pool,
+and the data command as a QProcess. The GUI never imports torch, transformers, datasets or tokenizers.
+"""
+from __future__ import annotations
+
+import html
+
+import pyqtgraph as pg
+from PySide6 import QtWidgets
+
+from app.ops import settings
+from app.ops.background import Latest
+from app.ops.commands import Job
+from trainer import config as tc
+from trainer.data.demo import write_sample_dataset
+from trainer.data.formats import describe
+from trainer.data.scan import scan
+
+PREVIEW_ROWS = 5
+EXAMPLES = 3
+TRAINED_STYLE = "background:#d7f5d0;color:#111"    # trained text: highlighted
+MASKED_STYLE = "color:#999"                          # masked (not trained): greyed
+
+
+def examples_html(examples: list[dict]) -> str:
+    """Rendered examples as HTML: trained segments highlighted, masked ones greyed (whitespace kept)."""
+    blocks = []
+    for i, ex in enumerate(examples, 1):
+        spans = "".join(f"<span style='{TRAINED_STYLE if s['trained'] else MASKED_STYLE}'>{html.escape(s['text'])}</span>"
+                        for s in ex["segments"])
+        extra = f"<br><i>rejected:</i> {html.escape(ex['rejected'])}" if "rejected" in ex else ""
+        extra += f"<br><i>label:</i> {'desirable' if ex['label'] else 'undesirable'}" if "label" in ex else ""
+        blocks.append(f"<p><b>Example {i}</b> ({ex.get('tokens', '?')} tokens)</p>"
+                      f"<pre style='white-space:pre-wrap'>{spans}</pre>{extra}")
+    return "".join(blocks)
+
+
+def report_summary(r: dict) -> str:
+    """Token statistics in one HTML paragraph."""
+    t = r["tokens"]
+    return (f"Tokens per record (exact, this tokenizer): median {t['median']:,.0f}, p95 {t['p95']:,.0f}, "
+            f"max {t['max']:,}.<br><b>{t['truncated_fraction']:.1%}</b> of records are longer than seq_len "
+            f"{r['seq_len']} ({'continued in the next packed block' if r['packing'] else 'cut'}); "
+            f"{t['per_epoch']:,} tokens per epoch"
+            + (f", {t['trained']:,} trained." if t.get("trained") is not None else "."))
+
+
+class DataPage(QtWidgets.QWizardPage):
+    """Binds ``data.path``; shows the format, the preview, the statistics and rendered examples."""
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.setTitle("Data")
+        self.setSubTitle("A .jsonl, .json, .txt, .csv or .parquet file: text, chat messages, ShareGPT, Alpaca, "
+                         "prompt/response, preference or KTO records. 'demo' is the bundled sample.")
+        self.path = QtWidgets.QLineEdit(str(state.values["data.path"]))
+        self.path.editingFinished.connect(self._changed)
+        browse = QtWidgets.QPushButton("File…", clicked=self._browse)
+        sample = QtWidgets.QPushButton("Create a sample dataset", clicked=self.create_sample)
+        self.stats = QtWidgets.QLabel("…")
+        self.stats.setWordWrap(False)  # explicit <br> lines; wrapped labels get one line of height in QWizard
+        self.tokens = QtWidgets.QLabel("")
+        self.preview = QtWidgets.QTableWidget()
+        self.examples = QtWidgets.QTextEdit(readOnly=True)
+        self.histogram = pg.PlotWidget(background="w")
+        self.histogram.setLabel("bottom", "tokens per record")
+        self.histogram.setLabel("left", "records")
+        self.histogram.setMinimumHeight(140)
+        self.bars: pg.BarGraphItem | None = None
+        self.seq_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#c00", width=1), label="seq_len",
+                                        labelOpts={"position": 0.9, "color": "#c00"})
+        tabs = QtWidgets.QTabWidget()
+        tabs.addTab(self.examples, "Rendered examples")
+        tabs.addTab(self.preview, "Records")
+        tabs.addTab(self.histogram, "Token lengths")
+        self.tabs = tabs
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(self.path, 1)
+        row.addWidget(browse)
+        row.addWidget(sample)
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addLayout(row)
+        lay.addWidget(self.stats)
+        lay.addWidget(self.tokens)
+        lay.addWidget(tabs, 1)
+        self._job = Latest(self._show, self._error, self)
+        self.report: dict | None = None
+        self._data_job: Job | None = None
+
+    def initializePage(self) -> None:
+        self._changed()
+
+    def _browse(self) -> None:
+        name, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Dataset", "", "Data (*.jsonl *.json *.txt *.csv *.parquet)")
+        if name:
+            self.path.setText(name)
+            self._changed()
+
+    def create_sample(self) -> str:
+        """Write the sample dataset under ``<home>/data/`` and select it. Returns its path."""
+        folder = settings.home() / "data"
+        n = 1
+        while (folder / f"sample-{n}.jsonl").exists():
+            n += 1
+        path = str(write_sample_dataset(folder / f"sample-{n}.jsonl"))
+        self.path.setText(path)
+        self._changed()
+        return path
+
+    # -- the light scan (thread pool) --------------------------------------------------------------
+    def _changed(self) -> None:
+        path = self.path.text().strip()
+        self.state.set("data.path", path)
+        self.stats.setText(f"Reading {path}…")
+        self.tokens.setText("")
+        self._cancel_report()  # the previous file's examples and statistics are not this file's
+        try:
+            data_cfg = self.state.config().data
+        except tc.ConfigError as exc:
+            self._error(exc)
+            return
+        self._job.submit(lambda: scan(path, data_cfg))
+
+    def _show(self, s) -> None:
+        skipped = f", {len(s.skipped_lines)} unreadable lines skipped" if s.skipped_lines else ""
+        self.stats.setText(f"<b>{s.records:,} records</b>{skipped}. Format: <b>{s.record_format}</b> — "
+                           f"{html.escape(describe(s.record_format))}.")
+        self._fill_preview(s.sample[:PREVIEW_ROWS])
+        self._start_report()
+
+    def _fill_preview(self, rows: list[dict]) -> None:
+        cols = sorted({k for r in rows for k in r})
+        self.preview.clear()
+        self.preview.setColumnCount(len(cols))
+        self.preview.setRowCount(len(rows))
+        self.preview.setHorizontalHeaderLabels(cols)
+        for i, r in enumerate(rows):
+            for j, c in enumerate(cols):
+                self.preview.setItem(i, j, QtWidgets.QTableWidgetItem(str(r.get(c, ""))[:200]))
+        self.preview.resizeColumnsToContents()
+
+    def _error(self, exc: Exception) -> None:
+        text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
+        self.stats.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
+        self.preview.clear()
+        self.preview.setRowCount(0)
+
+    # -- the data command (child process) -----------------------------------------------------------
+    def _start_report(self) -> None:
+        """Run ``trainpilot-cli data CONFIG --json`` for the config as edited (the newest one wins)."""
+        config_file = settings.home() / "configs" / "data-preview.yaml"  # the config as edited, for the child
+        try:
+            config_file.parent.mkdir(parents=True, exist_ok=True)
+            config_file.write_text(tc.dump_yaml(self.state.config()), encoding="utf-8")
+        except (tc.ConfigError, OSError) as exc:
+            self.tokens.setText(f"<span style='color:#b00'>token statistics need a valid config: {html.escape(str(exc))}</span>")
+            return
+        self._cancel_report()
+        self.tokens.setText("Tokenizing with the run's tokenizer…")
+        job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
+        job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
+        self._data_job = job.start()
+
+    def _report_done(self, job: Job, code: int) -> None:
+        self._data_job = None
+        report = job.json() if code == 0 else None
+        if report is None:
+            self.tokens.setText(f"<span style='color:#b00'>token statistics unavailable: "
+                                f"{html.escape(job.error_text())}</span>")
+            return
+        self.show_report(report)
+
+    def _cancel_report(self) -> None:
+        """Stop a report still running for other data, and clear what the last one showed."""
+        if self._data_job is not None:
+            self._data_job.done.disconnect()
+            self._data_job.proc.kill()
+            self._data_job = None
+        self.report = None
+        self.examples.setHtml("<i>The first examples appear here once they are tokenized.</i>")
+        if self.bars is not None:
+            self.histogram.removeItem(self.bars)
+            self.bars = None
+
+    def show_report(self, r: dict) -> None:
+        """Show a ``trainpilot-cli data --json`` report: statistics, histogram, rendered examples."""
+        self.report = r
+        self.tokens.setText(report_summary(r))
+        self.examples.setHtml(examples_html(r["examples"]))
+        edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]
+        if self.bars is not None:
+            self.histogram.removeItem(self.bars)
+        self.bars = pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush="#7aa6d8", pen=None)
+        self.histogram.addItem(self.bars)
+        if self.seq_line.scene() is None:
+            self.histogram.addItem(self.seq_line)
+        self.seq_line.setValue(r["seq_len"])

@@ -1,0 +1,86 @@
+"""Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6 import QtWidgets
+
+from app.ops import settings
+from app.ops.commands import Job
+
+ICONS = {"ok": "✔", "pass": "✔", "warn": "⚠", "warning": "⚠", "fail": "✖", "error": "✖", "info": "ℹ", "skip": "–"}
+
+
+def checks_from(doc) -> list[dict]:
+    """The list of checks in doctor's JSON (a list, or an object with 'checks')."""
+    if isinstance(doc, dict):
+        doc = doc.get("checks", [])
+    return [c for c in doc or [] if isinstance(c, dict)]
+
+
+def check_row(c: dict) -> tuple[str, str, str, str]:
+    """(icon, name, detail, fix) of one check, tolerant of field names."""
+    status = c.get("status") or c.get("level")
+    if status is None and "ok" in c:
+        status = "ok" if c["ok"] else ("fail" if c.get("required", True) else "warn")
+    status = str(status or "info").lower()
+    name = str(c.get("name") or c.get("title") or c.get("check") or "")
+    detail = str(c.get("detail") or c.get("message") or c.get("value") or "")
+    fix = str(c.get("fix") or c.get("hint") or "")
+    return ICONS.get(status, status), name, detail, fix
+
+
+class EnvironmentPage(QtWidgets.QWizardPage):
+    """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
+
+    def __init__(self, parent=None, replay_file: str | None = None):
+        super().__init__(parent)
+        self.replay_file = replay_file
+        self.setTitle("Environment")
+        self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed and disk space. You can go on meanwhile.")
+        self.status = QtWidgets.QLabel("Running trainpilot-cli doctor…")
+        self.table = QtWidgets.QTreeWidget()
+        self.table.setHeaderLabels(["", "Check", "Result", "Fix"])
+        self.table.setRootIsDecorated(False)
+        self.table.setWordWrap(True)
+        self.replay_note = QtWidgets.QLabel(
+            f"The window replays a recorded GPU ({Path(replay_file).name}) for its header and the planner; "
+            "these checks are of this machine itself." if replay_file else "")
+        self.replay_note.setWordWrap(True)
+        self.replay_note.setStyleSheet("color:#8a5a00")
+        self.replay_note.setVisible(bool(replay_file))
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.addWidget(self.replay_note)
+        lay.addWidget(self.status)
+        lay.addWidget(self.table, 1)
+        self.job: Job | None = None
+
+    def initializePage(self) -> None:
+        if self.job is None:
+            # Free disk is checked where runs go, not in the working directory.
+            self.job = Job("doctor", "--json", "--output-dir", str(settings.runs_dir()), parent=self)
+            self.job.done.connect(self._done)
+            self.job.start()
+
+    def _done(self, code: int, _out: str, _err: str) -> None:
+        checks = checks_from(self.job.json())
+        if not checks:
+            self.status.setText(f"The doctor did not answer: {self.job.error_text()}")
+            return
+        self.table.clear()
+        for c in checks:
+            item = QtWidgets.QTreeWidgetItem(list(check_row(c)))
+            for col in (2, 3):
+                item.setToolTip(col, item.text(col))
+            self.table.addTopLevelItem(item)
+        for col in range(3):
+            self.table.resizeColumnToContents(col)
+        rows = [check_row(c) for c in checks]
+        bad, warn = sum(r[0] == "✖" for r in rows), sum(r[0] == "⚠" for r in rows)
+        if bad:
+            self.status.setText(f"{bad} required check(s) failed: each says how to fix it.")
+        elif warn:
+            self.status.setText(f"Ready. {warn} optional item(s) missing (see the fixes); CPU-only machines still "
+                                "run the demo.")
+        else:
+            self.status.setText("All checks passed.")

@@ -1,0 +1,197 @@
+"""Wizard page 4, Method and plan: full / LoRA / QLoRA, sequence length, effective batch; the
+planner's preset, settings, memory breakdown against the budget, verdict, reasons, apps to close;
+and the schema-generated advanced form."""
+from __future__ import annotations
+
+import typing
+
+from PySide6 import QtCore, QtWidgets
+
+from app.model.fmt import gib
+from app.views.wizard.memory_bar import MemoryBar
+from app.views.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
+from trainer import config as tc
+
+VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
+                 "does_not_fit": ("Does not fit", "#d62728")}
+
+
+class PlanPage(QtWidgets.QWizardPage):
+    """Binds method/seq_len/batch to the state and shows each new plan."""
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.setTitle("Method and plan")
+        self.setSubTitle("Choose how to train; the planner fits it to this GPU.")
+        self.methods = QtWidgets.QButtonGroup(self)
+        method_row = QtWidgets.QHBoxLayout()
+        for m in typing.get_args(tc.MethodConfig.model_fields["type"].annotation):
+            b = QtWidgets.QRadioButton({"full": "Full fine-tune", "lora": "LoRA", "qlora": "QLoRA (4-bit)"}.get(m, m))
+            b.setProperty("method", m)
+            b.setToolTip(tc.MethodConfig.model_fields["type"].description)
+            self.methods.addButton(b)
+            method_row.addWidget(b)
+        self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
+        self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
+        fields = tc.TrainingConfig.model_fields
+        self.length_kind = QtWidgets.QComboBox()
+        self.length_kind.addItem("steps", "steps")
+        self.length_kind.addItem("epochs (passes over the data)", "epochs")
+        self.length = FieldEdit(state.values["training.max_steps"])
+        self.length.setToolTip(f"{fields['max_steps'].description} / {fields['epochs'].description}")
+        length_row = QtWidgets.QHBoxLayout()
+        length_row.addWidget(self.length, 1)
+        length_row.addWidget(self.length_kind)
+        self.learning_rate = FieldEdit(state.values["training.learning_rate"])
+        self.learning_rate.setToolTip(fields["learning_rate"].description)
+        form = QtWidgets.QFormLayout()
+        form.addRow("Method", method_row)
+        form.addRow("Train for", length_row)
+        form.addRow("Learning rate", self.learning_rate)
+        form.addRow("Sequence length (tokens)", self.seq_len)
+        form.addRow("Effective batch (samples per optimizer step)", self.batch)
+        self.verdict = QtWidgets.QLabel("Planning…")
+        self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
+        self.verdict.setWordWrap(True)
+        self.bar = MemoryBar()
+        self.details = QtWidgets.QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.advanced_toggle = QtWidgets.QPushButton("Advanced settings ▸", checkable=True)
+        self.advanced = SchemaForm(state.config())
+        self.advanced.setVisible(False)
+        self.advanced_toggle.toggled.connect(self._toggle_advanced)
+        body = QtWidgets.QWidget()
+        lay = QtWidgets.QVBoxLayout(body)
+        for w in (self.verdict, self.bar, self.details, self.advanced_toggle, self.advanced):
+            lay.addWidget(w)
+        lay.addStretch(1)
+        self.scroll = QtWidgets.QScrollArea(widgetResizable=True)
+        self.scroll.setWidget(body)
+        outer = QtWidgets.QVBoxLayout(self)
+        outer.addLayout(form)
+        outer.addWidget(self.scroll, 1)
+        self._connect()
+
+    def _connect(self) -> None:
+        self.methods.buttonToggled.connect(
+            lambda b, on: on and self.state.set("method.type", b.property("method")))
+        self.seq_len.valueChanged.connect(lambda v: self.state.set("data.seq_len", v))
+        self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
+        self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
+        self.learning_rate.committed.connect(lambda v: self.state.set("training.learning_rate", v))
+        self.length.committed.connect(self._length_committed)
+        self.length_kind.currentIndexChanged.connect(lambda _i: self._length_committed(self.length.value()))
+        self.state.values_changed.connect(self._sync)
+        self.state.plan_ready.connect(self.show_plan)
+        self.state.problems.connect(self._show_problems)
+
+    def _length_committed(self, value) -> None:
+        if self.length_kind.currentData() == "epochs":
+            self.state.update({"training.max_steps": None, "training.epochs": value})
+        else:
+            self.state.set("training.max_steps", value)
+
+    def initializePage(self) -> None:
+        self._sync("")
+        self.state.replan()
+
+    def _toggle_advanced(self, on: bool) -> None:
+        self.advanced.setVisible(on)
+        self.advanced_toggle.setText("Advanced settings ▾" if on else "Advanced settings ▸")
+
+    def _sync(self, key: str) -> None:
+        """Mirror state values into the simple widgets and the form (no feedback loops)."""
+        v = self.state.values
+        for b in self.methods.buttons():
+            if b.property("method") == v["method.type"] and not b.isChecked():
+                b.setChecked(True)
+        for spin, k in ((self.seq_len, "data.seq_len"), (self.batch, "training.effective_batch_size")):
+            if isinstance(v[k], int) and spin.value() != v[k]:
+                spin.blockSignals(True)
+                spin.setValue(v[k])
+                spin.blockSignals(False)
+        for k in ([key] if key else list(v)):
+            if k in self.advanced.editors:
+                self.advanced.set_value(k, v[k])
+        self.learning_rate.set_value(v["training.learning_rate"])
+        by_epochs = v["training.max_steps"] is None
+        self.length_kind.blockSignals(True)
+        self.length_kind.setCurrentIndex(1 if by_epochs else 0)
+        self.length_kind.blockSignals(False)
+        self.length.set_value(v["training.epochs"] if by_epochs else v["training.max_steps"])
+
+    def show_plan(self, plan) -> None:
+        """Bind a trainer.plan.Plan."""
+        d = plan.to_dict()
+        word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
+        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — predicted peak "
+                             f"{gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
+                             f"<span style='font-weight:normal'>({starting_point(d)})</span>")
+        self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
+        self.details.setText(plan_details_html(d))
+        self._show_beside([])
+
+    def _show_beside(self, problems: list) -> None:
+        self.advanced.show_problems(problems)
+        bad = dict(problems)
+        self.learning_rate.set_problem(bad.get("training.learning_rate"))
+        self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
+
+    def _show_problems(self, problems: list) -> None:
+        self._show_beside(problems)
+        if problems:
+            self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
+            self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
+            self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
+                                             for k, m in problems))
+
+
+def plan_details_html(d: dict) -> str:
+    """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
+    parts = ["<b>Settings</b>: " + ", ".join(f"{label_for(k).lower()} {_value(v)}"
+                                             for k, v in (d.get("settings") or {}).items())]
+    if d.get("host_ram_needed_bytes"):
+        parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
+    if d.get("reasons"):
+        parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{user_words(r)}</li>" for r in d["reasons"]) + "</ul>")
+    apps = d.get("close_apps") or []
+    if apps:
+        parts.append("<b>Close these apps to free VRAM</b>:<ul>" + "".join(
+            f"<li>{a.get('name')} (pid {a.get('pid')}): {gib(a.get('used_memory_bytes'))}</li>" for a in apps) + "</ul>")
+    alts = d.get("alternatives") or []
+    if alts:
+        parts.append("<b>Alternatives</b>:<ul>" + "".join(f"<li>{_alt(a)}</li>" for a in alts) + "</ul>")
+    for note in d.get("notes") or []:
+        parts.append(f"<i>{user_words(note)}</i>")
+    return "<br>".join(parts)
+
+
+def _alt(a) -> str:
+    if isinstance(a, dict):
+        text = a.get("description") or a.get("summary") or ", ".join(f"{k}: {v}" for k, v in a.items())
+    else:
+        text = str(a)
+    return user_words(text)
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
+def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:
+    s = QtWidgets.QSpinBox()
+    s.setRange(lo, hi)
+    s.setToolTip(tip)
+    return s
+
+
+def starting_point(d: dict) -> str:
+    """Where the planner started, in words: the preset of this GPU's kind, or the CPU's."""
+    form = d.get("form_factor") or ""
+    if d.get("preset") == "cpu" or form == "cpu":
+        return "starting point: the settings for training on the CPU"
+    return f"starting point: {d.get('preset')} settings for a {form} GPU" if form else f"starting point: {d.get('preset')} settings"

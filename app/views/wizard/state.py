@@ -1,0 +1,110 @@
+"""The wizard's controller: the config being built (dotted values), the hardware snapshot, and the
+planner run off the GUI thread. Pages bind to it; it never touches widgets."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6 import QtCore
+
+from app.ops import settings
+from app.ops.background import Latest
+from app.views.wizard.schema_form import nested
+from trainer import config as tc
+from trainer.core.dotted import flatten
+from app.model.planning import _plan, final_from_plan, plan_for  # noqa: F401  (plan_for: re-exported)
+
+PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
+
+
+class WizardState(QtCore.QObject):
+    """``values`` is the whole config as {dotted key: value}; ``plan_ready(plan)`` after each re-plan."""
+    values_changed = QtCore.Signal(str)       # dotted key ('' for many)
+    plan_ready = QtCore.Signal(object)        # trainer.plan.Plan
+    problems = QtCore.Signal(list)            # [(dotted key, message)] from the schema or planner
+
+    def __init__(self, hardware, parent=None):
+        super().__init__(parent)
+        self.hardware = hardware
+        self.values: dict[str, Any] = flatten(tc.to_dict(tc.RunConfig()))
+        self.plan = None
+        self.error: str | None = None
+        self._planner = Latest(self._plan_done, self._plan_failed, self)
+        self._timer = QtCore.QTimer(self, singleShot=True, interval=PLAN_DELAY_MS, timeout=self.replan)
+
+    # -- editing --------------------------------------------------------------------------------
+    def set(self, key: str, value: Any) -> None:
+        """Change one dotted key and schedule a re-plan."""
+        if self.values.get(key) != value:
+            self.values[key] = value
+            self.values_changed.emit(key)
+            self._timer.start()
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Replace several keys at once (from the advanced form)."""
+        self.values.update(values)
+        self.values_changed.emit("")
+        self._timer.start()
+
+    def config(self) -> tc.RunConfig:
+        """The config as edited (ConfigError lists every problem)."""
+        return tc.validate(nested(self.values))
+
+    def snapshot(self):
+        """The newest hardware snapshot (None until the probe has answered)."""
+        return getattr(self.hardware, "latest", None)
+
+    # -- planning -------------------------------------------------------------------------------
+    def replan(self) -> None:
+        """Validate and plan in the background; emits ``problems`` or later ``plan_ready``."""
+        try:
+            cfg = self.config()
+        except tc.ConfigError as exc:
+            self.plan, self.error = None, exc.render()
+            self.problems.emit(exc.problems)
+            return
+        self.problems.emit([])
+        snap = self.snapshot()
+        if snap is None:  # the probe answers within a second; try again then
+            self._timer.start(500)
+            return
+
+        self._planner.submit(lambda: _plan(cfg, snap))
+
+    def _plan_done(self, plan) -> None:
+        self.plan, self.error = plan, None
+        self.plan_ready.emit(plan)
+
+    def _plan_failed(self, exc: Exception) -> None:
+        self.plan = None
+        self.error = exc.render() if isinstance(exc, tc.ConfigError) else f"{type(exc).__name__}: {exc}"
+        self.problems.emit(getattr(exc, "problems", None) or [("", self.error)])
+
+    @property
+    def planning(self) -> bool:
+        """True while a plan is pending."""
+        return self._planner.busy or self._timer.isActive()
+
+    # -- output ---------------------------------------------------------------------------------
+    def final_config(self, plan=None) -> tc.RunConfig:
+        """The planned config (autos resolved, preset recorded) from ``plan`` (default: the last
+        background plan when it is for the current values). Never plans: planning runs off the GUI
+        thread (``review_check`` on the Review page); without a matching plan, the config as edited."""
+        cfg = self.config()
+        plan = plan if plan is not None else self.plan
+        return final_from_plan(cfg, plan)
+
+    def default_run_dir(self) -> str:
+        """``<runs_dir>/<name>-<yyyymmdd-hhmmss>``."""
+        name = self.values.get("name") or "run"
+        return str(settings.runs_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def write_config(self, run_dir: str, cfg: tc.RunConfig | None = None) -> Path:
+        """Write ``cfg`` (default: ``final_config()``) next to the runs (``<home>/configs/<run>.yaml``).
+        Returns its path."""
+        folder = settings.home() / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{Path(run_dir).name}.yaml"
+        path.write_text(tc.dump_yaml(cfg if cfg is not None else self.final_config()), encoding="utf-8")
+        return path

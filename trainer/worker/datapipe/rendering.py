@@ -1,0 +1,151 @@
+"""Worker side: records → token ids and labels, for every trainable record format.
+
+Conversations (chat, ShareGPT, Alpaca) are rendered with the tokenizer's own chat template through
+``apply_chat_template`` — the ids are exactly those inference would see — and labelled by the
+character spans of the assistant turns (``trainer.data.conversations.assistant_spans``) through the fast
+tokenizer's offsets. Plain text is ``bos + text + eos``; prompt/response templates as before.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.core.errors import UserError
+from trainer.data import formats
+from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, assistant_spans, template_error
+from trainer.data.scan import record_line
+
+JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
+
+
+def ensure_chat_template(tokenizer, data_cfg, fmt: str) -> str | None:
+    """Set the chat template conversations are rendered with: ``data.chat_template`` (text or a .jinja
+    file), else the tokenizer's own, else TrainPilot's default. Returns the template (None for non-chat
+    formats). The tokenizer is saved with the run, so the template travels with the trained model."""
+    if fmt not in formats.CONVERSATION_FORMATS:
+        return None
+    wanted = data_cfg.chat_template
+    if wanted:
+        p = Path(wanted).expanduser()
+        if wanted.endswith(".jinja") or (len(wanted) < 500 and "{" not in wanted):
+            try:
+                wanted = p.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise UserError(f"data.chat_template: cannot read {p} ({exc.strerror}); give the template text or an "
+                                f"existing .jinja file", field="data.chat_template", path=str(p)) from None
+        tokenizer.chat_template = wanted
+    elif not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    return tokenizer.chat_template
+
+
+def check_roles(tokenizer, src, data_cfg) -> None:
+    """Render one conversation of every distinct role sequence the scan found (``src.roles``) through
+    the chat template, so a role or an order the template refuses is bad input before the first step,
+    naming the first line that has it."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return
+    for roles, where in src.roles:
+        msgs = [{"role": r, "content": f"turn {i + 1}"} for i, r in enumerate(roles)]
+        try:
+            assistant_spans(msgs, lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen),
+                            data_cfg.train_on_prompt)
+        except ValueError as exc:
+            raise UserError(f"data.chat_template: {exc}; set data.chat_template to a template without that "
+                            f"behaviour", field="data.chat_template") from None
+        except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
+            raise template_error(exc, src.where, where) from None
+
+
+def rows_of(batch: dict) -> list[dict]:
+    """The records of a column batch (decoding the JSON column when present)."""
+    if JSON_COLUMN in batch:
+        return [json.loads(s) for s in batch[JSON_COLUMN]]
+    n = len(next(iter(batch.values())))
+    return [{k: batch[k][i] for k in batch} for i in range(n)]
+
+
+def clean_messages(msgs: list[dict]) -> list[dict]:
+    """Turns without the null keys Arrow adds for fields other turns have (e.g. ``tool_calls: None``)."""
+    return [{k: v for k, v in m.items() if v is not None or k == "content"} for m in msgs]
+
+
+class Encoder:
+    """Batched ``{"input_ids", "labels"}`` for one record format (labels -100 where not trained).
+    ``where`` names the data (file or hub id) for error messages."""
+
+    def __init__(self, cfg, tokenizer, fmt: str, where: str):
+        self.d, self.tok, self.fmt, self.where = cfg.data, tokenizer, fmt, where
+        eos = tokenizer.eos_token_id
+        self.eos = [eos] if eos is not None else []
+        self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
+
+    def __call__(self, batch: dict, indices: list[int]) -> dict:
+        rows = rows_of(batch)
+        if self.fmt == "text":
+            ids = [self.bos + t + self.eos for t in self._encode([_as_text(r.get(self.d.text_field)) for r in rows])]
+            return {"input_ids": ids, "labels": [list(x) for x in ids]}
+        if self.fmt == "template":
+            return self._templates(rows)
+        if self.fmt in formats.CONVERSATION_FORMATS:
+            return self._conversations(rows, indices)
+        raise UserError(f"data.record_format: {self.fmt} records cannot be trained by supervised fine-tuning; "
+                        f"preview them with 'trainpilot-cli data'", field="data.record_format")
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        return self.tok(texts, add_special_tokens=False)["input_ids"]
+
+    def _templates(self, rows: list[dict]) -> dict:
+        d = self.d
+        prompts = self._encode([d.prompt_template.format(**r) for r in rows])
+        answers = self._encode([d.response_template.format(**r) for r in rows])
+        ids, labels = [], []
+        for p, a in zip(prompts, answers):
+            ids.append(self.bos + p + a + self.eos)
+            masked = [-100] * (len(self.bos) + len(p)) if not d.train_on_prompt else self.bos + p
+            labels.append(masked + a + self.eos)
+        return {"input_ids": ids, "labels": labels}
+
+    def _conversations(self, rows: list[dict], indices: list[int]) -> dict:
+        texts, spans = [], []
+        for rec, index in zip(rows, indices):
+            text, trained = self.render(rec, index)
+            texts.append(text)
+            spans.append(trained)
+        enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+        labels = [token_labels(ids, offsets, s) for ids, offsets, s in zip(enc["input_ids"], enc["offset_mapping"], spans)]
+        return {"input_ids": enc["input_ids"], "labels": labels}
+
+    def render(self, rec: dict, index: int) -> tuple[str, list[tuple[int, int]]]:
+        """``(text, trained character spans)`` of one conversation record (UserError naming the record)."""
+        problem = formats.check_record(rec, self.fmt, self.d.text_field)
+        if problem:
+            name, why = problem
+            raise UserError(f"data.path: {self.where} {record_line(self.where, index)}, field '{name}': {why}; fix or "
+                            f"drop the record, or set data.record_format", field="data.path", path=self.where)
+        msgs = clean_messages(formats.to_messages(rec, self.fmt))
+
+        def render(m, gen):
+            return self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
+
+        try:
+            return assistant_spans(msgs, render, self.d.train_on_prompt)
+        except ValueError as exc:
+            raise UserError(f"data.chat_template: {exc}; set data.chat_template to a template without that "
+                            f"behaviour", field="data.chat_template") from None
+        except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
+            raise template_error(exc, self.where, record_line(self.where, index)) from None
+
+
+def token_labels(ids: list[int], offsets: list, spans: list[tuple[int, int]]) -> list[int]:
+    """Labels: the id where the token starts inside a trained character span, else -100."""
+    out, k, spans = [], 0, sorted(spans)
+    for tid, (start, _end) in zip(ids, offsets):
+        while k < len(spans) and start >= spans[k][1]:
+            k += 1
+        out.append(tid if k < len(spans) and spans[k][0] <= start < spans[k][1] else -100)
+    return out
+
+
+def _as_text(v) -> str:
+    return v if isinstance(v, str) else ("" if v is None else str(v))

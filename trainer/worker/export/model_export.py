@@ -1,0 +1,111 @@
+"""Worker side of ``trainpilot-cli export-model``: a model folder others can use without TrainPilot.
+
+Writes, into the destination: the model (LoRA merged into the base with ``--merge``, else the
+adapter) as safetensors, the tokenizer with its chat template (the run's own rendering as a Jinja
+template when the tokenizer has none), ``generation_config.json`` whose EOS ids include the end of
+turn, and optionally a GGUF file (``gguf_export``) and an Ollama ``Modelfile`` (``ollama``).
+Nothing secret is written: no config, no environment, no token.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.data import run_template
+from trainer.worker.generate import generation as chat
+from trainer.worker.export import gguf_export
+from trainer.worker.export import ollama as ollama_mod
+
+
+def merged_model(cfg, source: Path):
+    """The model of ``source`` as one full model in fp32 on the CPU (an adapter merged into its base)."""
+    model = chat.load_model(cfg, source, use_cuda=False)
+    if (source / "adapter_config.json").is_file():
+        model = model.merge_and_unload()
+    return model.float()
+
+
+def ensure_chat_template(cfg, tok) -> str:
+    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
+    if not getattr(tok, "chat_template", None):
+        bos = tok.bos_token if chat.training_bos(tok) else None
+        tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
+    return tok.chat_template
+
+
+def end_of_turn_id(tok) -> int | None:
+    """The token a chat turn ends with: the template's end token when it has one, else EOS."""
+    vocab, template = tok.get_vocab(), tok.chat_template or ""
+    for token in chat.END_OF_TURN_TOKENS:
+        if token in vocab and token in template:
+            return vocab[token]
+    return tok.eos_token_id
+
+
+class Progress:
+    """Progress for a human (stderr lines) or for the GUI (JSON lines on stdout)."""
+
+    def __init__(self, json_lines: bool, total: int):
+        self.json_lines, self.total, self.done = json_lines, total, 0
+
+    def step(self, message: str) -> None:
+        """One more unit of work is starting: ``message`` says which."""
+        self.done += 1
+        if self.json_lines:
+            print(json.dumps({"type": "progress", "fraction": (self.done - 1) / self.total, "message": message}),
+                  flush=True)
+        else:
+            print(f"[{self.done}/{self.total}] {message}", file=sys.stderr, flush=True)
+
+    def finish(self, files: list[Path]) -> None:
+        """All done; ``files`` were written."""
+        if self.json_lines:
+            print(json.dumps({"type": "done", "fraction": 1.0, "files": [str(f) for f in files]}), flush=True)
+
+
+def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str | None, ollama: bool,
+           json_progress: bool = False) -> list[Path]:
+    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written."""
+    chat.quiet_libraries()
+    cfg = config_mod.load(run_dir / "config.yaml")
+    progress = Progress(json_progress, 3 + bool(gguf_type) + ollama)
+    progress.step(f"loading {source}")
+    if gguf_type:
+        gguf_export.check_family(chat.base_model_type(cfg, source))
+    tok = chat.load_tokenizer(cfg, source)
+    is_adapter = (source / "adapter_config.json").is_file()
+    model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
+    template = ensure_chat_template(cfg, tok)
+    eot = end_of_turn_id(tok)
+    to.mkdir(parents=True, exist_ok=True)
+    progress.step("writing safetensors" + (" (merged)" if merge and is_adapter else ""))
+    model.save_pretrained(str(to), safe_serialization=True)
+    tok.save_pretrained(str(to))
+    progress.step("writing the generation config")
+    _write_generation_config(model, tok, eot, to)
+    written = sorted(p for p in to.iterdir() if p.is_file())
+    if gguf_type:
+        progress.step(f"writing GGUF ({gguf_type})")
+        gguf_path = to / f"model-{gguf_type}.gguf"
+        gguf_export.write_gguf(model, tok, gguf_path, gguf_type, chat_template=template, eot_id=eot,
+                               name=cfg.name)
+        written.append(gguf_path)
+    if ollama:
+        progress.step("writing the Ollama Modelfile")
+        written.append(ollama_mod.write_modelfile(to, gguf_path.name, cfg, tok, eot))
+    progress.finish(written)
+    return written
+
+
+def _write_generation_config(model, tok, eot: int | None, to: Path) -> None:
+    gen = model.generation_config
+    eos = [i for i in dict.fromkeys([tok.eos_token_id, eot]) if i is not None]
+    gen.eos_token_id = eos[0] if len(eos) == 1 else eos
+    gen.bos_token_id = tok.bos_token_id
+    gen.pad_token_id = tok.pad_token_id
+    gen.do_sample, gen.temperature, gen.top_p = True, chat.DEFAULTS["temperature"], chat.DEFAULTS["top_p"]
+    gen.save_pretrained(str(to))
+    model.config.use_cache = True  # training turned the KV cache off; inference wants it
+    model.config.save_pretrained(str(to))

@@ -1,0 +1,246 @@
+"""Worker side of ``trainpilot-cli chat``: load a trained model (full, or base + adapter) from a
+checkpoint or ``final/``, render a message the way the run's data was rendered, and generate,
+streaming text as tokens arrive and stopping at the model's end of turn.
+
+Rendering: a tokenizer that carries a chat template (chat-format data) renders with its own
+``apply_chat_template``; otherwise the run's prompt/response templates (or plain text) are used,
+tokenized exactly as ``sequences._tokenize_fn`` tokenized training prompts.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core.errors import UserError
+from trainer.data import run_template
+from trainer.models.sources import DEMO_MODEL, architecture_file
+from trainer.worker.loading import modeling
+
+# End-of-turn tokens of the common chat templates, stopped at when the vocabulary has them.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
+DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
+
+
+def training_precision(cfg, use_cuda: bool) -> str:
+    """The precision the run trained in (how its base model was built)."""
+    return cfg.speed.precision if cfg.speed.precision != "auto" else ("bf16" if use_cuda else "fp32")
+
+
+def base_model(cfg, use_cuda: bool):
+    """The run's base model as training built it (same seed, dtype and device for random inits)."""
+    full = config_mod.replace(cfg, **{"method.type": "full"}) if cfg.method.type != "full" else cfg
+    if cfg.method.type == "qlora":
+        full = config_mod.replace(full, **{"speed.gradient_checkpointing": False})
+    return modeling.load_model(full, training_precision(cfg, use_cuda), use_cuda)
+
+
+def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
+    """The model in ``source`` (full weights or an adapter over the base), or the base itself; eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    if base:
+        model = base_model(cfg, use_cuda)
+    elif (source / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(base_model(cfg, use_cuda), str(source))
+    elif (source / "config.json").is_file():
+        dtype = modeling.torch_dtype(cfg, training_precision(cfg, use_cuda))
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+        if use_cuda:
+            model = model.to("cuda")
+    else:
+        raise UserError(f"{source}: holds neither a model (config.json) nor an adapter (adapter_config.json)",
+                        path=str(source))
+    model.eval()  # generate() runs without gradients itself; no process-wide switch here
+    return model
+
+
+def load_tokenizer(cfg, source: Path | None):
+    """The tokenizer saved with ``source`` (it carries the chat template), else the run's own."""
+    from transformers import AutoTokenizer
+
+    if source is not None and (source / "tokenizer_config.json").is_file():
+        tok = AutoTokenizer.from_pretrained(str(source))
+    else:
+        tok = modeling.load_tokenizer(cfg)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def training_bos(tok) -> list[int]:
+    """The BOS training put in front of every sequence (none when BOS is absent or equals EOS)."""
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    return [bos] if bos is not None and bos != eos else []
+
+
+def prompt_ids(cfg, tok, message: str) -> list[int]:
+    """Token ids of ``message`` rendered as the run's data was rendered, up to where the answer starts."""
+    if getattr(tok, "chat_template", None):
+        out = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                      tokenize=True, return_dict=False)
+        return list(out["input_ids"] if isinstance(out, dict) else out)
+
+    def enc(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"] if text else []
+
+    d = cfg.data
+    return training_bos(tok) + enc(run_template.prompt_text(d, message)) + enc(run_template.response_prefix(d))
+
+
+def stop_ids(tok, model=None) -> list[int]:
+    """Token ids that end a turn: EOS, the model's configured EOS ids, and known end-of-turn tokens."""
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
+    vocab = tok.get_vocab()
+    ids.update(vocab[t] for t in END_OF_TURN_TOKENS if t in vocab and getattr(tok, "chat_template", None))
+    return sorted(i for i in ids if isinstance(i, int))
+
+
+class _TextStreamer:
+    """A ``generate`` streamer that hands out new text as tokens arrive (decoding the whole answer
+    each time, so multi-byte characters split across tokens come out whole)."""
+
+    def __init__(self, tok, stops: list[int], on_text):
+        self.tok, self.stops, self.on_text = tok, set(stops), on_text
+        self.ids: list[int] = []
+        self.sent = ""
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:  # generate() first hands over the prompt
+            self._prompt_seen = True
+            return
+        self.ids += [int(t) for t in value.reshape(-1).tolist() if int(t) not in self.stops]
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return  # half a character: wait for its other bytes
+        if len(text) > len(self.sent) and text.startswith(self.sent):
+            self.on_text(text[len(self.sent):])
+            self.sent = text
+
+    def end(self) -> None:
+        pass
+
+
+def generate(model, tok, ids: list[int], *, max_new_tokens: int, temperature: float, top_p: float,
+             seed: int | None = None, on_text=None) -> dict:
+    """Generate an answer to prompt ``ids``. Greedy when ``temperature`` is 0. Returns
+    ``{"text", "tokens", "prompt_tokens", "stop_reason", "seconds", "token_ids"}`` (tokens: generated,
+    the end-of-turn token not counted)."""
+    import torch
+
+    stops = stop_ids(tok, model)
+    if seed is not None:
+        torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=tok.pad_token_id,
+                  attention_mask=torch.ones_like(input_ids), use_cache=True, do_sample=temperature > 0)
+    if temperature > 0:
+        kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    if on_text is not None:
+        kwargs["streamer"] = _TextStreamer(tok, stops, on_text)
+    started = time.perf_counter()
+    out = model.generate(input_ids=input_ids, **kwargs)
+    new = out[0, len(ids):].tolist()
+    ended = bool(new) and new[-1] in stops
+    answer = [t for t in new if t not in stops]
+    return {"text": tok.decode(answer, skip_special_tokens=True), "tokens": len(answer), "prompt_tokens": len(ids),
+            "stop_reason": "end_of_turn" if ended else "max_new_tokens",
+            "seconds": time.perf_counter() - started, "token_ids": answer}
+
+
+def quiet_libraries() -> None:
+    """No download-style progress bars or deprecation chatter on a user's terminal."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mode: str, max_new_tokens: int,
+             temperature: float, top_p: float, seed: int | None) -> int:
+    """``trainpilot-cli chat``'s work after its light checks. ``mode``: text, json or stream-json."""
+    import torch
+
+    quiet_libraries()
+    cfg = config_mod.load(run_dir / "config.yaml")
+    use_cuda = cfg.device != "cpu" and torch.cuda.is_available()
+    started = time.perf_counter()
+    tok = load_tokenizer(cfg, source)
+    model = load_model(cfg, source, base=base, use_cuda=use_cuda)
+    where = "base model" if base else str(source)
+    meta = {"model": where, "checkpoint": source.name, "base": base}
+    if mode == "stream-json":
+        _emit({"type": "loaded", "seconds": time.perf_counter() - started, **meta})
+    else:
+        print(f"trainpilot: loaded {where} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    messages = [prompt] if prompt is not None else _stdin_messages()
+    for message in messages:
+        _answer(cfg, model, tok, message, mode, settings, meta)
+    return 0
+
+
+def _stdin_messages():
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("you> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        line = line.rstrip("\n")
+        if line.strip() in ("/exit", "/quit"):
+            return
+        if line.strip():
+            yield line
+
+
+def _answer(cfg, model, tok, message: str, mode: str, settings: dict, meta: dict) -> None:
+    ids = prompt_ids(cfg, tok, message)
+    if mode == "stream-json":
+        on_text = lambda text: _emit({"type": "token", "text": text})  # noqa: E731
+    elif mode == "text":
+        on_text = lambda text: print(text, end="", flush=True)  # noqa: E731
+    else:
+        on_text = None
+    result = generate(model, tok, ids, on_text=on_text, **settings)
+    result.pop("token_ids")
+    result.update(meta, rendered_prompt=tok.decode(ids, skip_special_tokens=False))
+    if mode == "stream-json":
+        _emit({"type": "done", **result})
+    elif mode == "json":
+        _emit(result)
+    else:
+        print(flush=True)
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def base_model_type(cfg, source: Path) -> str | None:
+    """The HF ``model_type`` of the model in ``source`` (its own config, else the run's base model's)."""
+    for path in (source / "config.json",):
+        if path.is_file():
+            return json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    m = cfg.model
+    if m.architecture or m.source == DEMO_MODEL:
+        return json.loads(architecture_file(m.architecture or "tiny-llama").read_text()).get("model_type")
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(m.source, revision=m.revision, trust_remote_code=m.trust_remote_code).model_type

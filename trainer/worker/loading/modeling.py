@@ -1,0 +1,156 @@
+"""Worker side: build the tokenizer and the model (full, LoRA or QLoRA) from the run config.
+
+Heavy imports (torch, transformers, peft) happen inside functions: only the worker calls these.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from trainer.config.resolved import resolve_dtype
+from trainer.core import secrets
+from trainer.core.errors import UserError
+from trainer.data.readers import bundled_demo_path
+from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
+from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
+
+
+def load_tokenizer(cfg):
+    """The tokenizer, with a pad token (eos when the model has none)."""
+    from transformers import AutoTokenizer
+
+    src = tokenizer_source(cfg)
+    if src == "demo":
+
+        tok = demo_tokenizer(bundled_demo_path())
+    elif src == "corpus":
+        tok = corpus_tokenizer(cfg)
+    else:
+        try:
+            tok = AutoTokenizer.from_pretrained(src, revision=cfg.model.revision, token=secrets.hub_token(cfg),
+                                                trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"model.tokenizer: cannot load a tokenizer from '{src}' ({secrets.redact(str(exc)).splitlines()[0]}); "
+                            f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def torch_dtype(cfg, precision: str):
+    """The dtype weights are loaded in."""
+    import torch
+
+    return getattr(torch, resolve_dtype(cfg.model.dtype, precision))
+
+
+def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = None, apply_method: bool = True,
+               seq2seq: bool = False):
+    """The model ready for training: full, LoRA or QLoRA; gradient checkpointing per config.
+    ``vocab_size`` (a tokenizer trained on the corpus) sizes the embeddings to that tokenizer;
+    ``apply_method=False`` returns the base model (TRL's trainers wrap it in the adapters themselves);
+    ``seq2seq`` builds an encoder-decoder (T5) with its LM head."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+
+    m = cfg.model
+    dtype = torch_dtype(cfg, precision)
+    common = dict(attn_implementation=m.attn_implementation, trust_remote_code=m.trust_remote_code)
+    if m.architecture or m.source == DEMO_MODEL:
+        arch = architecture_file(m.architecture or "tiny-llama")
+        conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
+        if vocab_size:
+            conf.vocab_size = vocab_size
+        torch.manual_seed(cfg.training.seed)
+        # Random init straight on the GPU: on the CPU it takes about a minute per billion parameters
+        # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
+        # from host memory, so its models are still built there.
+        where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
+        with torch.device(where):
+            model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
+                                             common)
+    else:
+        kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
+        if cfg.method.type == "qlora":
+            kwargs["quantization_config"] = _bnb_config(precision)
+            kwargs["device_map"] = {"": torch.cuda.current_device()}
+        try:
+            model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
+                                             common)
+        except OSError as exc:
+            raise UserError(f"model.source: cannot load '{m.source}' ({secrets.redact(str(exc)).splitlines()[0]}); "
+                            f"check the hub id, your access to it ({m.hub_token_env}) or the folder", field="model.source") from None
+    if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
+        model.resize_token_embeddings(vocab_size)
+    model.config.use_cache = False
+    if not apply_method:
+        return model
+    return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
+
+
+def _with_attention_fallback(build, common: dict):
+    """Build with the configured attention; some architectures (Gemma 2) refuse sdpa: use eager then."""
+    try:
+        return build(common)
+    except ValueError as exc:
+        if "does not support an attention implementation" not in str(exc) or common["attn_implementation"] == "eager":
+            raise
+        print(f"trainpilot: {str(exc).split('.')[0]}; using eager attention (the planner estimates it so)",
+              file=sys.stderr)
+        return build(dict(common, attn_implementation="eager"))
+
+
+def _bnb_config(precision: str):
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = torch.bfloat16 if precision == "bf16" else torch.float16
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute)
+
+
+def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
+    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks); for QLoRA the
+    4-bit model is prepared for k-bit training first (in place)."""
+    from peft import LoraConfig, prepare_model_for_kbit_training
+
+    method = cfg.method
+    _check_target_modules(method.target_modules, model)
+    if method.type == "qlora":
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
+    return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
+                      target_modules=method.target_modules, task_type=task_type)
+
+
+def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
+    if cfg.method.type == "full":
+        return model
+    from peft import get_peft_model
+
+    model = get_peft_model(model, lora_config(cfg, model, task_type))
+    if cfg.speed.gradient_checkpointing is True:
+        model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
+    return model
+
+
+def _check_target_modules(targets, model) -> None:
+    """UserError (exit 2) when a LoRA target names no Linear layer of the model; PEFT would raise for
+    all-unknown names and silently skip a single misspelled one."""
+    if targets == "all-linear":
+        return
+    import difflib
+
+    import torch
+
+    linear = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+                     if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D"})
+    unknown = [t for t in targets if t not in linear]
+    if unknown:
+        hints = [f"{t} → {m[0]}" for t in unknown if (m := difflib.get_close_matches(t, linear, n=1))]
+        raise UserError(f"method.target_modules: {', '.join(unknown)} not in this model"
+                        + (f" (did you mean {'; '.join(hints)}?)" if hints else "")
+                        + f"; its linear layers are: {', '.join(linear)} (or use all-linear)",
+                        field="method.target_modules")

@@ -1,0 +1,153 @@
+"""Worker side of ``trainpilot-cli data``: the detected format, the true record count, exact token
+statistics with the real tokenizer, and the first examples rendered as trained/masked segments.
+
+Trainable formats are tokenized by the same process and into the same cache as training
+(``trainer.worker.datapipe.producer``: the packed chunks and, beside each, every record's token counts), so the
+run that follows starts on a complete cache and a second report is instant; preference/KTO records
+are rendered here.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.data import formats
+from trainer.data.conversations import segments
+from trainer.worker.datapipe import blocks
+from trainer.worker.loading import modeling
+from trainer.worker.datapipe import pipeline
+from trainer.worker.datapipe import producer
+from trainer.worker.datapipe import rendering
+from trainer.worker.datapipe.rendering import (
+    Encoder,
+    clean_messages,
+    ensure_chat_template,
+    rows_of,
+)
+
+HISTOGRAM_BINS = 30
+
+
+def report(cfg, examples: int = 3) -> dict:
+    """The report as a JSON-able dict (see docs/data.md for the fields). Raises UserError for bad data."""
+    tokenizer = modeling.load_tokenizer(cfg)
+    src, raw = pipeline.open_source(cfg, "train", lazy=not cfg.data.hub_dataset)  # a file: read by index below
+    had_template = bool(getattr(tokenizer, "chat_template", None))
+    template = ensure_chat_template(tokenizer, cfg.data, src.record_format)
+    if src.record_format in formats.PAIR_FORMATS:
+        raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data)
+        head = rows_of(raw[: max(examples, 0)]) if examples else []
+        lengths, trained, shown = _pair_stats(tokenizer, raw, src.record_format), None, _pair_examples(tokenizer, head, src)
+    else:
+        reader = producer.record_reader(cfg, "train")[1] if raw is None else producer.ArrowRows(raw)
+        head = rows_of(reader.batch(range(min(max(examples, 0), len(reader))))) if examples else []
+        rendering.check_roles(tokenizer, src, cfg.data)
+        lengths, trained = _lengths(cfg, tokenizer, src)
+        enc = Encoder(cfg, tokenizer, src.record_format, src.where)
+        shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
+    return {
+        "format": src.record_format, "format_description": formats.describe(src.record_format),
+        "source": src.where, "records": src.records if src.records is not None else len(lengths),
+        "skipped_lines": len(src.skipped_lines), "seq_len": cfg.data.seq_len, "packing": cfg.data.packing,
+        "tokens": _stats(lengths, trained, cfg.data.seq_len),
+        "histogram": _histogram(lengths),
+        "chat_template": None if template is None else ("config" if cfg.data.chat_template else
+                                                        "tokenizer" if had_template else "default"),
+        "examples": shown,
+    }
+
+
+def _lengths(cfg, tokenizer, src):
+    """Tokens per record (every record, training order) and the trained tokens in all, from the lengths
+    the tokenizing process writes beside each chunk (it runs to the end here; cached for the run)."""
+    import numpy as np
+
+    parts, _ = blocks.open_data(cfg, tokenizer, src, "train", sized=True)
+    tokens, trained = [], 0
+    for name, part in parts.items():
+        part.total()  # waits for the whole part
+        for k in range(part.done()["chunks"]):
+            t = producer.read_table(producer.lengths_file(part.folder, name, k))
+            tokens.append(t.column("tokens").to_numpy().astype(np.int64))
+            trained += int(t.column("trained").to_numpy().sum())
+    return (np.concatenate(tokens) if tokens else np.zeros(0, np.int64)), trained
+
+
+def _stats(lengths, trained: int | None, seq_len: int) -> dict:
+    import numpy as np
+
+    if len(lengths) == 0:
+        return {"median": 0, "p95": 0, "max": 0, "mean": 0.0, "truncated_fraction": 0.0, "total": 0,
+                "per_epoch": 0, "trained": trained}
+    total = int(lengths.sum())
+    return {"median": float(np.median(lengths)), "p95": float(np.percentile(lengths, 95)), "max": int(lengths.max()),
+            "mean": float(lengths.mean()), "truncated_fraction": float((lengths > seq_len).mean()), "total": total,
+            "per_epoch": total, "trained": trained}
+
+
+def _histogram(lengths) -> dict:
+    import numpy as np
+
+    if len(lengths) == 0:
+        return {"edges": [0, 1], "counts": [0]}
+    counts, edges = np.histogram(lengths, bins=min(HISTOGRAM_BINS, max(1, int(lengths.max() - lengths.min()) + 1)))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
+    d, fmt = cfg.data, enc.fmt
+    if fmt in formats.CONVERSATION_FORMATS:
+        text, spans = enc.render(rec, index)
+        parts = segments(text, spans)
+    elif fmt == "template":
+        prompt, answer = d.prompt_template.format(**rec), d.response_template.format(**rec) + (tokenizer.eos_token or "")
+        parts = [{"text": prompt, "trained": d.train_on_prompt}, {"text": answer, "trained": True}]
+    else:
+        value = rec.get(d.text_field)
+        parts = [{"text": (value if isinstance(value, str) else "" if value is None else str(value))
+                  + (tokenizer.eos_token or ""), "trained": True}]
+    text = "".join(p["text"] for p in parts)
+    return {"segments": [p for p in parts if p["text"]], "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])}
+
+
+def _pair_text(tokenizer, value, prompt: bool) -> str:
+    if isinstance(value, list):
+        msgs = clean_messages([dict(m) for m in value])
+        if prompt:
+            return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) if msgs else ""
+        return "".join(str(m.get("content") or "") for m in msgs) + (tokenizer.eos_token or "")
+    return str(value) + ("" if prompt else (tokenizer.eos_token or ""))
+
+
+def _normalised(rec: dict, fmt: str) -> dict:
+    return formats.to_preference(rec) if fmt == "preference" else formats.to_kto(rec)
+
+
+def _pair_stats(tokenizer, raw, fmt: str):
+    """Tokens of prompt + the longer answer (chosen/rejected) or prompt + completion, every record."""
+    import numpy as np
+
+    out = []
+    for batch in raw.iter(batch_size=1000):
+        for rec in rows_of(batch):
+            r = _normalised(rec, fmt)
+            answers = [r["chosen"], r["rejected"]] if fmt == "preference" else [r["completion"]]
+            texts = [_pair_text(tokenizer, r["prompt"], True) + _pair_text(tokenizer, a, False) for a in answers]
+            out.append(max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]))
+    return np.array(out, dtype=np.int64)
+
+
+def _pair_examples(tokenizer, head: list[dict], src) -> list[dict]:
+    shown = []
+    for rec in head:
+        r = _normalised(rec, src.record_format)
+        prompt = _pair_text(tokenizer, r["prompt"], True)
+        if src.record_format == "preference":
+            chosen, rejected = _pair_text(tokenizer, r["chosen"], False), _pair_text(tokenizer, r["rejected"], False)
+            shown.append({"segments": [{"text": prompt, "trained": False}, {"text": chosen, "trained": True}],
+                          "rejected": rejected, "record": json.loads(json.dumps(r, default=str))})
+        else:
+            completion = _pair_text(tokenizer, r["completion"], False)
+            shown.append({"segments": [{"text": prompt, "trained": False}, {"text": completion, "trained": True}],
+                          "label": r["label"], "record": json.loads(json.dumps(r, default=str))})
+    return shown

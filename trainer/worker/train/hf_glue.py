@@ -1,0 +1,267 @@
+"""Worker side: our additions to HF's Trainer.
+
+- ``TrainPilotTrainer``: counts real tokens per micro-batch, writes checkpoints aside and renames them
+  into place (a killed worker never leaves a half-written ``checkpoint-N``), keeps the newest K,
+  and can inject out-of-memory for tests of the recovery ladder.
+- ``StepEvents``: one ``step`` event per optimizer step, and the graceful-stop check every step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from trainer.rundir.checkpoints import (
+    MARKER,
+    complete_checkpoints,
+    fsync_tree,
+    staging_dir,
+)
+from trainer.rundir.events import STOP_FILE
+from trainer.rundir.records import CheckpointSaved, StepEvent, StopRequested
+from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
+from trainer.worker.train.step_metrics import objective_fields
+
+INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"  # "STEP:MIN_MICRO": raise OOM at optimizer step >= STEP while micro > MIN_MICRO
+INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
+INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
+INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
+
+
+class TrainPilotMixin:
+    """Our additions, for HF's Trainer and for TRL's trainers (which subclass it): real-token counting,
+    atomic checkpoints and fault injection. Put it first in the bases: ``class X(TrainPilotMixin, DPOTrainer)``."""
+
+    def __init__(self, *args, run_meta: dict | None = None, keep_last: int = 3, shuffle: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tp_shuffle = shuffle
+        self.tp_tokens = 0  # real tokens seen by this rank since the last step event
+        self.tp_meta = run_meta or {}
+        self.tp_keep_last = keep_last
+        self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """One micro-batch forward/backward (count its real tokens first)."""
+        self.tp_tokens += _real_tokens(inputs)
+        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] \
+                and self.args.per_device_train_batch_size > self._inject_oom[1]:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
+                                         f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Evaluation step (drop our token count key)."""
+        inputs.pop(REAL_TOKENS_KEY, None)
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
+    def _get_output_dir(self, trial):
+        staging = getattr(self, "_tp_staging", None)
+        return staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        step = self.state.global_step
+        root = Path(self.args.output_dir)
+        final = root / f"checkpoint-{step}"
+        stage = staging_dir(root, step)
+        started = time.time()
+        if self.args.should_save:
+            shutil.rmtree(stage, ignore_errors=True)
+            stage.mkdir(parents=True, exist_ok=True)
+        if self.args.world_size > 1:
+            self.args.distributed_state.wait_for_everyone()
+        self._tp_staging = str(stage)
+        try:
+            self._tp_save_into(stage, step, model, trial)
+        except OSError as exc:
+            if self.args.should_save:
+                shutil.rmtree(stage, ignore_errors=True)
+            raise CheckpointWriteError(step, final, exc) from exc
+        finally:
+            self._tp_staging = None
+        if self.args.world_size > 1:
+            self.args.distributed_state.wait_for_everyone()
+        if self.args.should_save:
+            self._tp_publish(stage, final, step, started)
+        if self.args.world_size > 1:
+            self.args.distributed_state.wait_for_everyone()
+
+    def _tp_save_into(self, stage: Path, step: int, model, trial) -> None:
+        disk_full_at = os.environ.get(INJECT_DISK_FULL_ENV)
+        if disk_full_at and int(disk_full_at) == step:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", str(stage))
+        super()._save_checkpoint(model, trial)
+        pause = float(os.environ.get(INJECT_SLOW_SAVE_ENV) or 0)
+        if pause:
+            time.sleep(pause)  # the weights are written, the marker is not: the worst moment to die
+
+    def _get_train_sampler(self, train_dataset=None):
+        order = getattr(train_dataset if train_dataset is not None else self.train_dataset, "order", None)
+        if order is not None:  # blocks.Blocks: its own order (epoch 0 as tokenized, then seeded permutations)
+            return order
+        if not self.tp_shuffle:
+            return torch.utils.data.SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+        return super()._get_train_sampler(train_dataset)
+
+    def _tp_publish(self, stage: Path, final: Path, step: int, started: float) -> None:
+        # HF wrote into <stage>/checkpoint-N; move that up as the checkpoint's content.
+        inner = stage / f"checkpoint-{step}"
+        meta = dict(self.tp_meta, step=step, time=time.time())
+        (inner / MARKER).write_text(json.dumps(meta, indent=2))
+        fsync_tree(inner)
+        if final.exists():  # a re-save of the same step (after resume): replace it whole
+            shutil.rmtree(final)
+        os.replace(inner, final)
+        shutil.rmtree(stage, ignore_errors=True)
+        _fsync_dir(final.parent)
+        self.tp_last_checkpoint = (final, time.time() - started)
+        keep_also = getattr(self, "tp_keep_also", None)  # early stopping's best checkpoint
+        for old in complete_checkpoints(final.parent)[: -self.tp_keep_last]:
+            if keep_also is None or Path(old) != Path(keep_also):
+                shutil.rmtree(old, ignore_errors=True)
+
+
+class TrainPilotTrainer(TrainPilotMixin, Trainer):
+    """HF Trainer with real-token counting, atomic checkpoints and fault injection."""
+
+
+def _real_tokens(inputs: dict) -> int:
+    """Our collators count real tokens under REAL_TOKENS_KEY; TRL's batches carry attention masks
+    (chosen and rejected rows of a DPO pair, KTO's KL rows are not trained so not counted)."""
+    if REAL_TOKENS_KEY in inputs:
+        return int(inputs.pop(REAL_TOKENS_KEY))
+    masks = [inputs["attention_mask"]] if "attention_mask" in inputs else \
+        [inputs[k] for k in ("chosen_attention_mask", "rejected_attention_mask") if k in inputs]  # ORPO's batch
+    return sum(int(m.sum()) for m in masks)
+
+
+class CheckpointWriteError(Exception):
+    """Saving a checkpoint failed (disk full, permissions); the previous checkpoints are kept."""
+
+    def __init__(self, step: int, path: Path, cause: OSError):
+        self.step, self.path, self.cause = step, path, cause
+        what = "disk full" if cause.errno == errno.ENOSPC else (cause.strerror or str(cause))
+        super().__init__(f"{what} while saving the checkpoint of step {step} in {path.parent}")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # Windows cannot open folders; rename is durable there once the files are flushed
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parse_inject(value: str | None) -> tuple[int, int] | None:
+    if not value:
+        return None
+    step, _, micro = value.partition(":")
+    return int(step), int(micro or 0)
+
+
+class StepEvents(TrainerCallback):
+    """Writes DESIGN.md ``step`` events (rank 0) and requests a graceful stop when asked."""
+
+    def __init__(self, writer, run_dir: Path, trainer: TrainPilotTrainer, effective_batch: int):
+        self.writer, self.run_dir, self.trainer = writer, run_dir, trainer
+        self.effective_batch = effective_batch
+        self.stop_requested = False
+        self.stop_reason = None
+        self._t0 = None
+        self._ema = None
+        self._pending = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass
+
+    def _on_signal(self, signum, frame):
+        self.stop_requested, self.stop_reason = True, signal.Signals(signum).name
+
+    def on_train_begin(self, args, state, control, **kw):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        now = time.perf_counter()
+        seconds, self._t0 = now - (self._t0 or now), now
+        tokens = self._global_tokens(args)
+        self._ema = seconds if self._ema is None else 0.7 * self._ema + 0.3 * seconds
+        self._pending = StepEvent(step=state.global_step, max_steps=state.max_steps, epoch=state.epoch,
+                                  step_seconds=seconds, tokens_per_second=tokens / seconds if seconds > 0 else None,
+                                  samples_per_second=self.effective_batch / seconds if seconds > 0 else None,
+                                  micro_batch_size=args.per_device_train_batch_size,
+                                  gradient_accumulation_steps=args.gradient_accumulation_steps,
+                                  eta_seconds=max(0, state.max_steps - state.global_step) * self._ema, **_cuda_memory())
+        if self._should_stop(args):
+            if not control.should_training_stop:
+                control.should_save = True
+            control.should_training_stop = True
+            if state.is_world_process_zero and self.stop_reason != "reported":
+                self.writer.emit(StopRequested(step=state.global_step, source=self.stop_reason or "STOP file"))
+                self.stop_reason = "reported"
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not self._pending or logs is None or "loss" not in logs or not state.is_world_process_zero:
+            return
+        event = dataclasses.replace(self._pending, loss=logs.get("loss"), learning_rate=logs.get("learning_rate"),
+                                    grad_norm=logs.get("grad_norm"), extra=objective_fields(logs))
+        self._pending = None
+        self.writer.emit(event)
+
+    def on_save(self, args, state, control, **kw):
+        saved = getattr(self.trainer, "tp_last_checkpoint", None)
+        if saved and state.is_world_process_zero:
+            path, secs = saved
+            self.writer.emit(CheckpointSaved(step=state.global_step, path=str(path), seconds=secs,
+                                             bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file())))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kw):
+        if state.is_world_process_zero and metrics:
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            if isinstance(numbers.get("eval_loss"), (int, float)):
+                numbers["perplexity"] = math.exp(min(numbers["eval_loss"], 700.0))  # 700: no overflow
+            self.writer.write("eval", step=state.global_step, **numbers)
+
+    def _global_tokens(self, args) -> int:
+        tokens, self.trainer.tp_tokens = self.trainer.tp_tokens, 0
+        if args.world_size > 1:
+            t = torch.tensor([tokens], dtype=torch.long, device=args.device)
+            torch.distributed.all_reduce(t)
+            tokens = int(t.item())
+        return tokens
+
+    def _should_stop(self, args) -> bool:
+        inject = os.environ.get(INJECT_STOP_ENV)
+        if inject and self.trainer.state.global_step >= int(inject) and not self.stop_reason:
+            self.stop_requested, self.stop_reason = True, INJECT_STOP_ENV
+        local = self.stop_requested or (self.run_dir / STOP_FILE).exists()
+        if local and not self.stop_reason:
+            self.stop_requested, self.stop_reason = True, "STOP file"
+        if args.world_size > 1:  # every rank must stop at the same step, or the collectives hang
+            flag = torch.tensor([1 if local else 0], device=args.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            local = bool(flag.item())
+            self.stop_requested = self.stop_requested or local
+        return local
+
+
+def _cuda_memory() -> dict:
+    if not torch.cuda.is_available():
+        return {"gpu_memory_allocated_bytes": None, "gpu_memory_reserved_bytes": None, "gpu_memory_peak_bytes": None}
+    return {"gpu_memory_allocated_bytes": torch.cuda.memory_allocated(),
+            "gpu_memory_reserved_bytes": torch.cuda.memory_reserved(),
+            "gpu_memory_peak_bytes": torch.cuda.max_memory_reserved()}

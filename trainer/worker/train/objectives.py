@@ -1,0 +1,246 @@
+"""Worker side: objectives beyond decoder-only SFT, with the same supervision as every run.
+
+- ``dpo`` and ``kto`` through TRL's stable trainers (``trl.DPOTrainer``, ``trl.KTOTrainer``); ``orpo`` through
+  ``trl.experimental.orpo.ORPOTrainer`` (TRL 1.x keeps ORPO in its experimental namespace).
+- encoder-decoder models (T5 / FLAN-T5) with supervised input → target pairs through HF's Trainer.
+
+Every trainer here is ``TrainPilotMixin`` + the library's class, so checkpoints are atomic, real tokens are
+counted, faults can be injected and ``step`` events carry the objective's metrics (hf_glue.StepEvents).
+The reference model: none with LoRA/QLoRA (TRL disables the adapters to score the reference), a frozen copy for a
+full fine-tune, or none when ``training.precompute_ref_log_probs`` scores the data once before training.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+from trainer.core.errors import UserError
+from trainer.data.preference import read_preference_records
+from trainer.data.readers import check_fields, read_records
+from trainer.models.spec import is_encoder_decoder
+from trainer.worker.loading import modeling
+from trainer.worker.train.hf_glue import TrainPilotMixin, TrainPilotTrainer
+from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
+
+
+def is_seq2seq(cfg) -> bool:
+    """Whether the run's model is an encoder-decoder (decided from its config.json, found locally)."""
+    return is_encoder_decoder(cfg.model.architecture or cfg.model.source)
+
+
+def handles(cfg) -> bool:
+    """True when this module builds the run's trainer (not plain decoder-only SFT)."""
+    return cfg.training.objective != "sft" or is_seq2seq(cfg)
+
+
+def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
+    """``(trainer, info)`` for the run. ``make_args(cls, **extra)`` builds the training arguments of class
+    ``cls`` (a TrainingArguments subclass) from the run config; ``meta`` goes into every checkpoint."""
+    # TRL's trainers report usage to the hub on start unless told not to: TrainPilot sends nothing anywhere.
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    seq2seq = is_seq2seq(cfg)
+    if seq2seq and cfg.training.objective != "sft":
+        raise UserError(f"training.objective: {cfg.training.objective} trains decoder-only models (TRL's preference "
+                        f"trainers); this model is an encoder-decoder: use objective sft with data.prompt_template "
+                        f"(encoder input) and data.response_template (target)", field="training.objective")
+    common = dict(keep_last=cfg.checkpoints.keep_last, run_meta=meta, shuffle=cfg.data.shuffle)
+    if seq2seq:
+        return _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
+    return _preference_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
+
+
+# -- preference objectives ------------------------------------------------------------------------
+def _trl_classes(objective: str):
+    if objective == "dpo":
+        from trl import DPOConfig, DPOTrainer
+
+        return DPOConfig, DPOTrainer
+    if objective == "kto":
+        from trl import KTOConfig, KTOTrainer
+
+        return KTOConfig, KTOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    return ORPOConfig, ORPOTrainer
+
+
+def _trl_arguments(cfg) -> dict:
+    t, seq = cfg.training, cfg.data.seq_len
+    if t.objective == "dpo":
+        return dict(beta=t.dpo_beta, loss_type=[t.dpo_loss_type], precompute_ref_log_probs=t.precompute_ref_log_probs,
+                    max_length=seq, truncation_mode="keep_start", disable_dropout=True)
+    if t.objective == "kto":
+        return dict(beta=t.dpo_beta, desirable_weight=t.kto_desirable_weight,
+                    undesirable_weight=t.kto_undesirable_weight, precompute_ref_log_probs=t.precompute_ref_log_probs,
+                    max_length=seq, disable_dropout=True)
+    return dict(beta=t.dpo_beta, max_length=seq, disable_dropout=True)
+
+
+_CLASSES: dict = {}
+
+
+def trainer_class(base):
+    """``TrainPilotMixin`` applied to a TRL trainer class (cached, so checkpoints unpickle the same class)."""
+    if base not in _CLASSES:
+        # TRL writes a model card (README.md) into the checkpoints folder at each save; the run directory
+        # already records the run, so that is skipped.
+        _CLASSES[base] = type(f"TrainPilot{base.__name__}", (TrainPilotMixin, base),
+                              {"create_model_card": lambda self, *a, **k: None})
+    return _CLASSES[base]
+
+
+def _preference_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
+    t = cfg.training
+    if t.objective == "kto" and t.micro_batch_size < 2:
+        raise UserError("training.micro_batch_size: KTO estimates its KL term from the other examples of a "
+                        "micro-batch, so it needs at least 2; set micro_batch_size: 2 or more (or auto)",
+                        field="training.micro_batch_size")
+    train, val = _preference_datasets(cfg)
+    if _conversational(train) and not getattr(tokenizer, "chat_template", None):
+        raise UserError(f"data.path: {cfg.data.path} holds message lists but the tokenizer has no chat template; "
+                        f"use a model whose tokenizer has one, or give prompt/answers as plain text",
+                        field="data.path")
+    config_cls, trainer_cls = _trl_classes(t.objective)
+    model = modeling.load_model(cfg, precision, use_cuda, apply_method=False)
+    kwargs = dict(model=model, args=make_args(config_cls, **_trl_arguments(cfg)), train_dataset=train,
+                  eval_dataset=val, processing_class=tokenizer, **common)
+    if cfg.method.type != "full":
+        kwargs["peft_config"] = modeling.lora_config(cfg, model)  # TRL wraps it; the reference = adapters off
+    elif t.objective != "orpo" and not t.precompute_ref_log_probs:
+        kwargs["ref_model"] = _frozen_copy(model)
+    trainer = trainer_class(trainer_cls)(**kwargs)
+    info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
+            "skipped_lines": 0, "skipped_line_numbers": [], "objective": t.objective,
+            "reference_model": _reference_kind(cfg)}
+    return trainer, info
+
+
+def _reference_kind(cfg) -> str | None:
+    t = cfg.training
+    if t.objective == "orpo":
+        return None
+    if cfg.method.type != "full":
+        return "adapters_disabled"
+    return "precomputed" if t.precompute_ref_log_probs else "frozen_copy"
+
+
+def _frozen_copy(model):
+    """The reference for a full fine-tune: the initial weights, frozen, in eval mode (TRL places it)."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def _preference_datasets(cfg):
+    import datasets
+
+    datasets.disable_progress_bars()
+    d, objective = cfg.data, cfg.training.objective
+    rows = read_preference_records(d.path, objective, d.format, d.skip_bad_lines)
+    fields = ("prompt", "completion", "label") if objective == "kto" else ("prompt", "chosen", "rejected")
+    train = datasets.Dataset.from_list([{f: r[f] for f in fields} for r in rows])
+    val = None
+    if d.validation_path:
+        vrows = read_preference_records(d.validation_path, objective, d.format, d.skip_bad_lines)
+        val = datasets.Dataset.from_list([{f: r[f] for f in fields} for r in vrows])
+    elif d.validation_split > 0:
+        parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
+        train, val = parts["train"], parts["test"]
+    return train, val
+
+
+def _conversational(ds) -> bool:
+    return isinstance(ds[0]["prompt"], list)
+
+
+# -- encoder-decoder (T5) supervised ----------------------------------------------------------------
+def _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
+    from transformers import TrainingArguments
+
+    d = cfg.data
+    if d.prompt_template is None:
+        raise UserError("data.prompt_template: an encoder-decoder model (T5) reads an input and a target: set "
+                        "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template "
+                        "(the target, e.g. '{answer}')", field="data.prompt_template")
+    train, val, info = _seq2seq_datasets(cfg, tokenizer)
+    model = modeling.load_model(cfg, precision, use_cuda, seq2seq=True)
+    trainer = TrainPilotTrainer(model=model, args=make_args(TrainingArguments), train_dataset=train, eval_dataset=val,
+                                data_collator=Seq2SeqCollator(tokenizer.pad_token_id), processing_class=tokenizer,
+                                **common)
+    return trainer, info
+
+
+def _seq2seq_datasets(cfg, tokenizer):
+    import datasets
+
+    datasets.disable_progress_bars()
+    d = cfg.data
+    train_rec, val_rec = _template_records(d)
+    train = datasets.Dataset.from_list(_as_text(train_rec.rows))
+    val = datasets.Dataset.from_list(_as_text(val_rec.rows)) if val_rec else None
+    if val is None and d.validation_split > 0:
+        parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
+        train, val = parts["train"], parts["test"]
+    fn = _seq2seq_tokenize_fn(cfg, tokenizer)
+    train = train.map(fn, batched=True, remove_columns=train.column_names)
+    val = val.map(fn, batched=True, remove_columns=val.column_names) if val is not None else None
+    info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
+            "skipped_lines": len(train_rec.skipped_lines), "skipped_line_numbers": train_rec.skipped_lines[:20],
+            "objective": "sft", "encoder_decoder": True}
+    return train, val, info
+
+
+def _template_records(d):
+    """Training and validation records of an input/target (template) data set."""
+    train = read_records(d.path, d.format, d.skip_bad_lines)
+    check_fields(train, d)
+    val = None
+    if d.validation_path:
+        val = read_records(d.validation_path, d.format, d.skip_bad_lines)
+        check_fields(val, d)
+    return train, val
+
+
+def _as_text(rows: list[dict]) -> list[dict]:
+    # datasets infers one type per column; stringify values so mixed-type fields don't break it.
+    return [{k: (v if isinstance(v, str) else ("" if v is None else str(v))) for k, v in r.items()} for r in rows]
+
+
+def _seq2seq_tokenize_fn(cfg, tokenizer):
+    """Encoder input = prompt_template + EOS, labels = response_template + EOS, each cut to seq_len
+    (no packing: each example is its own pair; train_on_prompt does not apply)."""
+    d, eos, limit = cfg.data, tokenizer.eos_token_id, cfg.data.seq_len
+
+    def fn(batch):
+        n = len(next(iter(batch.values())))
+        rows = [{k: batch[k][i] for k in batch} for i in range(n)]
+        enc = tokenizer([d.prompt_template.format(**r) for r in rows], add_special_tokens=False)["input_ids"]
+        dec = tokenizer([d.response_template.format(**r) for r in rows], add_special_tokens=False)["input_ids"]
+        return {"input_ids": [x[: limit - 1] + [eos] for x in enc], "labels": [y[: limit - 1] + [eos] for y in dec]}
+
+    return fn
+
+
+class Seq2SeqCollator:
+    """Pads encoder inputs (pad id) and labels (-100) to the micro-batch's longest; counts real tokens
+    (encoder input + target)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        n_in = max(len(f["input_ids"]) for f in features)
+        n_out = max(len(f["labels"]) for f in features)
+        ids = torch.full((len(features), n_in), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(features), n_in), dtype=torch.long)
+        labels = torch.full((len(features), n_out), -100, dtype=torch.long)
+        for i, f in enumerate(features):
+            ids[i, : len(f["input_ids"])] = torch.as_tensor(f["input_ids"])
+            mask[i, : len(f["input_ids"])] = 1
+            labels[i, : len(f["labels"])] = torch.as_tensor(f["labels"])
+        real = int(mask.sum()) + int((labels != -100).sum())
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: real}

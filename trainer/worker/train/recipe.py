@@ -1,0 +1,288 @@
+"""The worker: one training process (one rank), started by the supervisor.
+
+``python -m trainer.worker --run-dir DIR [--resume-from CHECKPOINT]`` reads ``DIR/config.yaml``
+(already resolved: no 'auto' left), trains with HF's Trainer, writes events, and exits with
+0 (finished or stopped on request), 2 (bad input), 3 (out of memory) or 1 (anything else).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer import config as config_mod
+from trainer.config.resolved import ResolvedRunConfig, load_resolved
+from trainer.core import secrets
+from trainer.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAULT,
+    EXIT_OOM,
+    TrainPilotError,
+    UserError,
+)
+from trainer.launch.argv import rank_environment
+from trainer.rundir.checkpoints import latest_checkpoint
+from trainer.rundir.events import EVENTS_FILE, EventWriter
+from trainer.rundir.records import (
+    Failed,
+    Finished,
+    OomEvent,
+    RunStarted,
+    Stopped,
+    WarningEvent,
+)
+from trainer.worker.train import trackers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    ap = argparse.ArgumentParser(prog="trainer.worker")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--resume-from", default=None)
+    args = ap.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
+    writer = EventWriter(run_dir / EVENTS_FILE, redact=functools.partial(secrets.redact, values=known))
+    try:
+        cfg = load_resolved(run_dir / "config.yaml")
+        rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
+        rank = int(os.environ.get("RANK", "0"))
+        return train(cfg, run_dir, writer, args.resume_from, rank)
+    except config_mod.ConfigError as exc:
+        return _fail(writer, rank, exc.render(), EXIT_BAD_INPUT, kind="bad_input")
+    except TrainPilotError as exc:
+        return _fail(writer, rank, str(exc), exc.exit_code, kind="bad_input" if exc.exit_code == 2 else "fault")
+    except BaseException as exc:  # classify: out-of-memory, failed save, anything else
+        return _classify(exc, writer, rank)
+
+
+def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
+    from trainer.worker.train.hf_glue import CheckpointWriteError
+
+    traceback.print_exc()  # full detail goes to train.log through the supervisor
+    if is_oom(exc):
+        if rank == 0:
+            writer.emit(OomEvent(message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory")))
+        return EXIT_OOM
+    if isinstance(exc, CheckpointWriteError):
+        return _fail(writer, rank, f"{exc}; the previous checkpoint is kept. Free disk space there, then "
+                                   f"run 'trainpilot-cli resume'", EXIT_FAULT, kind="checkpoint_write")
+    if isinstance(exc, KeyboardInterrupt):
+        return _fail(writer, rank, "interrupted before training started", EXIT_FAULT, kind="interrupted")
+    return _fail(writer, rank, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                 EXIT_FAULT, kind="fault")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA/CPU out-of-memory errors (anywhere in the exception chain)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        text = str(exc).lower()
+        if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text or isinstance(exc, MemoryError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) -> int:
+    message = secrets.redact(message)
+    print(f"trainpilot worker: {message}", file=sys.stderr)
+    if rank == 0:
+        writer.emit(Failed(message=message, exit_code=code, kind=kind))
+    return code
+
+
+def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
+    """Set up, train, clean up. Returns the exit code."""
+    setup = _setup(cfg, run_dir, writer, rank)
+    trainer, steps, info = setup.trainer, setup.steps, setup.data_info
+    if rank == 0:
+        writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
+                               world_size=int(os.environ.get("WORLD_SIZE", "1")), extra=dict(info)))
+        if info["skipped_lines"]:
+            writer.emit(WarningEvent(code="skipped_lines",
+                                     message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
+                                             f"(first: {info['skipped_line_numbers'][:5]})"))
+    trainer.train(resume_from_checkpoint=resume_from)
+    code = _finish(cfg, run_dir, writer, trainer, steps, rank)
+    _close_process_group()
+    return code
+
+
+def _close_process_group() -> None:
+    """Tear the process group down before the interpreter exits: gloo's threads still running at
+    exit abort the process ("terminate called without an active exception", SIGABRT) now and then,
+    which turned a finished two-rank run into a failed one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _finish(cfg, run_dir: Path, writer: EventWriter, trainer, steps, rank: int) -> int:
+
+    state = trainer.state
+    last = latest_checkpoint(run_dir / "checkpoints")
+    if steps.stop_requested and state.global_step < state.max_steps:
+        if rank == 0:
+            writer.emit(Stopped(step=state.global_step, checkpoint=str(last) if last else None))
+        return 0
+    final = run_dir / "final"
+    if cfg.checkpoints.save_final_model:
+        trainer.save_model(str(final))
+        if rank == 0 and trainer.processing_class is not None:
+            trainer.processing_class.save_pretrained(str(final))
+    fingerprint = _weights_fingerprint(trainer)
+    if rank == 0:
+        writer.emit(Finished(step=state.global_step, final=str(final) if cfg.checkpoints.save_final_model else None,
+                             loss=next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None),
+                             extra={"wrapped_model": type(trainer.model_wrapped).__name__, **fingerprint}))
+    return 0
+
+
+def _weights_fingerprint(trainer) -> dict:
+    """SHA-256 of this rank's trainable weights, gathered from every rank (a data-parallel sync check)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    model = trainer.model_wrapped if trainer.is_deepspeed_enabled else trainer.model
+    if trainer.is_deepspeed_enabled and trainer.args.deepspeed_plugin and trainer.args.deepspeed_plugin.zero_stage == 3:
+        return {}  # ZeRO-3 shards the weights: each rank holds different slices by design
+    for name, p in sorted(trainer.model.named_parameters()):
+        if p.requires_grad:
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().numpy().tobytes())
+    mine = h.hexdigest()
+    if trainer.args.world_size > 1:
+        every = [None] * trainer.args.world_size
+        torch.distributed.all_gather_object(every, mine)
+    else:
+        every = [mine]
+    del model
+    return {"weights_sha256": every[0], "ranks_weights_sha256": every, "ranks_in_sync": len(set(every)) == 1}
+
+
+@dataclass
+class WorkerSetup:
+    """What one worker trains with, built once by ``_setup`` (the recipe's set-up step)."""
+
+    trainer: Any  # TrainPilotTrainer (HF Trainer)
+    steps: Any  # StepEvents callback: step events and the graceful-stop check
+    data_info: dict  # what the data pipeline reports (sequences, tokens, skipped lines)
+    device: str  # cuda | cpu
+    precision: str  # bf16 | fp16 | fp32
+
+
+def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
+    import torch
+
+    from trainer.worker.train import evaluation
+    from trainer.worker.loading import modeling
+    from trainer.worker.train import objectives
+    from trainer.worker.datapipe import sequences
+    from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
+
+    use_cuda = cfg.device == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise UserError("device: the config says cuda but PyTorch sees no CUDA GPU; run 'trainpilot-cli doctor', "
+                        "or set device: cpu", field="device")
+    if cfg.method.type == "qlora" and not use_cuda:
+        raise UserError("method.type: QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit is CUDA-only); use lora on "
+                        "this machine", field="method.type")
+    precision = cfg.speed.precision
+    if use_cuda and cfg.speed.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")
+    if cfg.deepspeed.enabled is not True:
+        _no_deepspeed_import()
+    tokenizer = modeling.load_tokenizer(cfg)
+    started = time.time()
+    if objectives.handles(cfg):  # DPO/KTO/ORPO through TRL, encoder-decoder models
+        make_args = functools.partial(_training_arguments, cfg, run_dir, precision, use_cuda)
+        trainer, info = objectives.build_trainer(cfg, tokenizer, precision, use_cuda, make_args,
+                                                 _checkpoint_meta(cfg))
+    else:
+        train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
+        corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
+        if corpus_vocab and rank == 0:
+            tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
+        model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
+        targs = _training_arguments(cfg, run_dir, precision, use_cuda)
+        trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
+                                    data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
+                                    keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
+                                    shuffle=cfg.data.shuffle)
+    info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
+    steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
+    trainer.add_callback(steps)
+    evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
+    return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
+                       precision=precision)
+
+
+def _no_deepspeed_import() -> None:
+    """A run without DeepSpeed does not import it. accelerate's ``extract_model_from_parallel`` (every
+    ``unwrap_model``: Trainer set-up, saving) imports ``deepspeed`` whenever it is installed, only to
+    test ``isinstance(model, DeepSpeedEngine)``; that import costs 2-3 s of every run's start (deepspeed
+    pulls in its autotuner, and mlflow through it). No model here is a DeepSpeedEngine, so accelerate is
+    told deepspeed is absent for this process. Harmless if accelerate renames it: the import then simply
+    happens again (tests/test_data_blocks.py checks that it does not)."""
+    from accelerate.utils import other
+
+    if "deepspeed" not in sys.modules and hasattr(other, "is_deepspeed_available"):
+        other.is_deepspeed_available = lambda: False
+
+
+def _checkpoint_meta(cfg) -> dict:
+    t = cfg.training
+    return {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "effective_batch_size": t.effective_batch_size, "deepspeed": cfg.deepspeed.enabled is True,
+            "zero_stage": cfg.deepspeed.zero_stage if cfg.deepspeed.enabled is True else None}
+
+
+def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):
+    """HF TrainingArguments (or ``cls``, a subclass such as TRL's DPOConfig, with ``extra`` fields) for the run."""
+    from transformers import TrainingArguments
+
+    cls = cls or TrainingArguments
+    t, s = cfg.training, cfg.speed
+    ds_path = run_dir / "ds_config.json"
+    optim = "adamw_bnb_8bit" if t.optimizer == "adamw_8bit" else (
+        "adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
+    eval_on = bool(t.eval_every_steps)
+    return cls(
+        output_dir=str(run_dir / "checkpoints"),
+        per_device_train_batch_size=t.micro_batch_size, per_device_eval_batch_size=t.micro_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        max_steps=t.max_steps or -1, num_train_epochs=t.epochs,
+        learning_rate=t.learning_rate, lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm, optim=optim,
+        seed=t.seed, data_seed=t.seed,
+        bf16=precision == "bf16", fp16=precision == "fp16", tf32=bool(s.tf32 and use_cuda) or None,
+        gradient_checkpointing=s.gradient_checkpointing is True,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if s.gradient_checkpointing is True else None,
+        torch_compile=s.torch_compile,
+        logging_steps=1, logging_first_step=True, report_to=(["tensorboard"] if cfg.output.tensorboard else []) + trackers.prepare(cfg),
+        run_name=run_dir.name,
+        save_strategy="steps", save_steps=cfg.checkpoints.every_steps, save_total_limit=None, save_only_model=False,
+        eval_strategy="steps" if eval_on else "no", eval_steps=t.eval_every_steps if eval_on else None,
+        dataloader_num_workers=cfg.data.num_workers, remove_unused_columns=False,
+        deepspeed=str(ds_path) if cfg.deepspeed.enabled is True else None,
+        use_cpu=not use_cuda, ddp_backend="gloo" if not use_cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+        disable_tqdm=True, **extra,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
