@@ -6,6 +6,7 @@ A *record format* is the shape of one record (not the file type, which is ``data
 ``text``        one text field (``data.text_field``, default ``text``)
 ``template``    prompt/response built from fields (``data.prompt_template``/``response_template``)
 ``alpaca``      ``instruction``, optional ``input``, ``output`` (optional ``system``)
+``prompt_completion``  ``prompt`` and ``completion`` text (no ``label``): the completion is trained
 ``chat``        ``messages``: a list of ``{"role", "content"}`` (OpenAI style; tool roles and extra
                 keys such as ``tool_calls`` are passed through to the chat template)
 ``sharegpt``    ``conversations``: a list of ``{"from", "value"}`` (human/gpt/system/tool...)
@@ -21,14 +22,20 @@ Public API for other rooms (the preference-training worker calls these):
 - ``to_messages(record, fmt) -> list[dict]`` (alpaca/chat/sharegpt → OpenAI messages)
 - ``to_preference(record) -> {"prompt", "chosen", "rejected"}`` (each ``str`` or ``list[dict]``)
 - ``to_kto(record) -> {"prompt", "completion", "label": bool}``
+- ``to_input_target(record, fmt) -> (input, target)`` (an encoder-decoder's pair, without templates)
+
+Which formats each objective can mean: supervised causal training takes every ``TRAINABLE_FORMATS``;
+an encoder-decoder (T5) reads an input and a target, which ``SEQ2SEQ_FORMATS`` carry in their fields
+(templates, when set, still decide); preference objectives take ``PAIR_FORMATS``.
 """
 from __future__ import annotations
 
 from trainer.core.errors import UserError
 
-RECORD_FORMATS = ("text", "template", "alpaca", "chat", "sharegpt", "preference", "kto")
+RECORD_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt", "preference", "kto")
 CONVERSATION_FORMATS = ("alpaca", "chat", "sharegpt")   # rendered through the tokenizer's chat template
-TRAINABLE_FORMATS = ("text", "template", "alpaca", "chat", "sharegpt")
+TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt")
+SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "chat", "sharegpt")  # hold an input and a target
 PAIR_FORMATS = ("preference", "kto")                     # read and previewed here; trained by preference training
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
                   "bing": "assistant", "model": "assistant", "system": "system", "tool": "tool", "function": "tool",
@@ -66,6 +73,8 @@ def format_of(rec: dict, text_field: str = "text") -> str | None:
         return "preference"
     if {"prompt", "completion", "label"} <= keys:
         return "kto"
+    if {"prompt", "completion"} <= keys:
+        return "prompt_completion"
     if {"instruction", "output"} <= keys:
         return "alpaca"
     if text_field in keys:
@@ -82,6 +91,11 @@ def check_record(rec: dict, fmt: str, text_field: str = "text") -> tuple[str, st
         for name in ("instruction", "output"):
             if not isinstance(rec.get(name), str):
                 return name, f"'{name}' must be text (Alpaca records hold instruction, optional input, output)"
+        return None
+    if fmt == "prompt_completion":
+        for name in ("prompt", "completion"):
+            if not isinstance(rec.get(name), str):
+                return name, f"'{name}' must be text (prompt/completion records; conversations go in 'messages')"
         return None
     if fmt == "chat":
         return _check_messages(rec.get("messages"), "messages", "role", "content")
@@ -177,6 +191,32 @@ def _text(content) -> str:
     return str(content)
 
 
+def to_input_target(rec: dict, fmt: str) -> tuple[str, str]:
+    """An encoder-decoder's ``(input, target)`` from a record's own fields: prompt → completion; Alpaca's
+    instruction (+ input) → output; a conversation's turns before its last assistant turn → that turn
+    (one user turn, with a system text before it, is its text; longer histories are 'role: text' lines)."""
+    if fmt == "prompt_completion":
+        return rec["prompt"], rec["completion"]
+    msgs = to_messages(rec, fmt)
+    last = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
+    before = msgs[:last]
+    if sum(m.get("role") == "user" for m in before) == 1 and all(m.get("role") in ("system", "user") for m in before):
+        source = "\n\n".join(_text(m.get("content")) for m in before)
+    else:
+        source = "\n".join(f"{m.get('role')}: {_text(m.get('content'))}" for m in before)
+    return source, _text(msgs[last].get("content"))
+
+
+def seq2seq_problem(fmt: str) -> str | None:
+    """Why an encoder-decoder (T5) cannot train on ``fmt`` records without templates, with the fix; None
+    when their fields hold an input and a target. The one wording of it (preflight and the worker)."""
+    if fmt in SEQ2SEQ_FORMATS:
+        return None
+    return (f"an encoder-decoder model (T5) reads an input and a target, and {fmt} records hold no such pair: set "
+            "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template (the target, "
+            "e.g. '{answer}'), or give alpaca, prompt/completion, chat or sharegpt records")
+
+
 def to_preference(rec: dict) -> dict:
     """``{"prompt", "chosen", "rejected"}``; with no prompt, the shared leading turns of chosen/rejected
     become the prompt (messages), and chosen/rejected keep their differing tail."""
@@ -209,6 +249,7 @@ def describe(fmt: str) -> str:
         "text": "plain text: every token is trained",
         "template": "prompt/response templates: the response (and end of text) is trained, the prompt masked",
         "alpaca": "Alpaca instruction/input/output, rendered with the chat template: the output is trained",
+        "prompt_completion": "prompt/completion text: the completion (and end of text) is trained, the prompt masked",
         "chat": "chat messages, rendered with the chat template: assistant turns are trained",
         "sharegpt": "ShareGPT conversations, rendered with the chat template: assistant (gpt) turns are trained",
         "preference": "preference pairs (prompt, chosen, rejected): read and previewed; trained by preference training",

@@ -17,8 +17,9 @@ from pathlib import Path
 from trainer.config import ConfigError, dump_yaml
 from trainer.config.resolved import as_resolved
 from trainer.core.errors import UserError
-from trainer.data.formats import check_trainable
+from trainer.data.formats import check_trainable, detect_format, seq2seq_problem
 from trainer.data.preference import read_preference_records
+from trainer.data.readers import read_records
 from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
@@ -159,15 +160,24 @@ def _data(cfg, hardware) -> None:
         read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
         return
     if cfg.data.prompt_template is None and is_encoder_decoder(cfg.model.architecture or cfg.model.source):
-        raise UserError("data.prompt_template: an encoder-decoder model (T5) reads an input and a target: set "
-                        "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template "
-                        "(the target, e.g. '{answer}')", field="data.prompt_template")
+        problem = seq2seq_problem(_peek_format(cfg.data))  # alpaca, prompt/completion, chat: their fields are the pair
+        if problem:
+            raise UserError(f"data.prompt_template: {problem}", field="data.prompt_template")
     result = _data_any_format(cfg, hardware)
     check_trainable(result.record_format, result.path)
     split, n = cfg.data.validation_split, result.records
     if split and not cfg.data.validation_path and n - math.ceil(split * n) < 1:  # the worker's split rounds up
         raise UserError(f"data.validation_split: holding out {split} of {n} record(s) leaves none to train on; "
                         f"lower it, add records, or set data.validation_path", field="data.validation_split")
+
+
+def _peek_format(d) -> str:
+    """The record format of the first records of data.path (what the worker will detect); an unreadable
+    file reads as 'template' here, so the full check below reports it with its line."""
+    try:
+        return detect_format(read_records(d.path, d.format, d.skip_bad_lines, limit=20).rows, d)
+    except UserError:
+        return "template"
 
 
 def _data_any_format(cfg, hardware):

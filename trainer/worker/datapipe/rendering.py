@@ -86,7 +86,9 @@ class Encoder:
             ids = [self.bos + t + self.eos for t in self._encode([_as_text(r.get(self.d.text_field)) for r in rows])]
             return {"input_ids": ids, "labels": [list(x) for x in ids]}
         if self.fmt == "template":
-            return self._templates(rows)
+            return self._templates(rows, self.d.prompt_template, self.d.response_template)
+        if self.fmt == "prompt_completion":  # the fields are the templates' two halves
+            return self._templates(rows, "{prompt}", "{completion}")
         if self.fmt in formats.CONVERSATION_FORMATS:
             return self._conversations(rows, indices)
         raise UserError(f"data.record_format: {self.fmt} records cannot be trained by supervised fine-tuning; "
@@ -95,10 +97,10 @@ class Encoder:
     def _encode(self, texts: list[str]) -> list[list[int]]:
         return self.tok(texts, add_special_tokens=False)["input_ids"]
 
-    def _templates(self, rows: list[dict]) -> dict:
+    def _templates(self, rows: list[dict], prompt_template: str, response_template: str) -> dict:
         d = self.d
-        prompts = self._encode([d.prompt_template.format(**r) for r in rows])
-        answers = self._encode([d.response_template.format(**r) for r in rows])
+        prompts = self._encode([prompt_template.format(**r) for r in rows])
+        answers = self._encode([response_template.format(**r) for r in rows])
         ids, labels = [], []
         for p, a in zip(prompts, answers):
             ids.append(self.bos + p + a + self.eos)

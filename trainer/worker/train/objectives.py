@@ -15,6 +15,7 @@ import copy
 import os
 
 from trainer.core.errors import UserError
+from trainer.data import formats
 from trainer.data.preference import read_preference_records
 from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
@@ -159,11 +160,6 @@ def _conversational(ds) -> bool:
 def _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
     from transformers import TrainingArguments
 
-    d = cfg.data
-    if d.prompt_template is None:
-        raise UserError("data.prompt_template: an encoder-decoder model (T5) reads an input and a target: set "
-                        "data.prompt_template (the encoder input, e.g. '{question}') and data.response_template "
-                        "(the target, e.g. '{answer}')", field="data.prompt_template")
     train, val, info = _seq2seq_datasets(cfg, tokenizer)
     model = modeling.load_model(cfg, precision, use_cuda, seq2seq=True)
     trainer = TrainPilotTrainer(model=model, args=make_args(TrainingArguments), train_dataset=train, eval_dataset=val,
@@ -178,8 +174,9 @@ def _seq2seq_datasets(cfg, tokenizer):
     datasets.disable_progress_bars()
     d = cfg.data
     train_rec, val_rec = _template_records(d)
-    train = datasets.Dataset.from_list(_as_text(train_rec.rows))
-    val = datasets.Dataset.from_list(_as_text(val_rec.rows)) if val_rec else None
+    fmt = formats.detect_format(train_rec.rows, d)
+    train = datasets.Dataset.from_list(_pairs(train_rec.rows, fmt, d))
+    val = datasets.Dataset.from_list(_pairs(val_rec.rows, fmt, d)) if val_rec else None
     if val is None and d.validation_split > 0:
         parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
         train, val = parts["train"], parts["test"]
@@ -188,36 +185,41 @@ def _seq2seq_datasets(cfg, tokenizer):
     val = val.map(fn, batched=True, remove_columns=val.column_names) if val is not None else None
     info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
             "skipped_lines": len(train_rec.skipped_lines), "skipped_line_numbers": train_rec.skipped_lines[:20],
-            "objective": "sft", "encoder_decoder": True}
+            "objective": "sft", "encoder_decoder": True, "record_format": fmt}
     return train, val, info
 
 
 def _template_records(d):
-    """Training and validation records of an input/target (template) data set."""
+    """Training and validation records of an input/target data set (template fields checked when set;
+    other formats were checked record by record in preflight)."""
     train = read_records(d.path, d.format, d.skip_bad_lines)
-    check_fields(train, d)
-    val = None
-    if d.validation_path:
-        val = read_records(d.validation_path, d.format, d.skip_bad_lines)
-        check_fields(val, d)
+    val = read_records(d.validation_path, d.format, d.skip_bad_lines) if d.validation_path else None
+    if d.prompt_template is not None:
+        check_fields(train, d)
+        if val is not None:
+            check_fields(val, d)
     return train, val
 
 
-def _as_text(rows: list[dict]) -> list[dict]:
-    # datasets infers one type per column; stringify values so mixed-type fields don't break it.
-    return [{k: (v if isinstance(v, str) else ("" if v is None else str(v))) for k, v in r.items()} for r in rows]
+def _pairs(rows: list[dict], fmt: str, d) -> list[dict]:
+    """``{"input", "target"}`` text of each record: the templates when set (they override), else the
+    record's own fields (``formats.to_input_target``)."""
+    if d.prompt_template is not None:
+        return [{"input": d.prompt_template.format(**r), "target": d.response_template.format(**r)} for r in rows]
+    problem = formats.seq2seq_problem(fmt)
+    if problem:  # preflight says so before anything starts; a worker started by hand says the same
+        raise UserError(f"data.prompt_template: {problem}", field="data.prompt_template")
+    return [dict(zip(("input", "target"), formats.to_input_target(r, fmt))) for r in rows]
 
 
 def _seq2seq_tokenize_fn(cfg, tokenizer):
-    """Encoder input = prompt_template + EOS, labels = response_template + EOS, each cut to seq_len
+    """Encoder input = the pair's input + EOS, labels = its target + EOS, each cut to seq_len
     (no packing: each example is its own pair; train_on_prompt does not apply)."""
-    d, eos, limit = cfg.data, tokenizer.eos_token_id, cfg.data.seq_len
+    eos, limit = tokenizer.eos_token_id, cfg.data.seq_len
 
     def fn(batch):
-        n = len(next(iter(batch.values())))
-        rows = [{k: batch[k][i] for k in batch} for i in range(n)]
-        enc = tokenizer([d.prompt_template.format(**r) for r in rows], add_special_tokens=False)["input_ids"]
-        dec = tokenizer([d.response_template.format(**r) for r in rows], add_special_tokens=False)["input_ids"]
+        enc = tokenizer(batch["input"], add_special_tokens=False)["input_ids"]
+        dec = tokenizer(batch["target"], add_special_tokens=False)["input_ids"]
         return {"input_ids": [x[: limit - 1] + [eos] for x in enc], "labels": [y[: limit - 1] + [eos] for y in dec]}
 
     return fn
