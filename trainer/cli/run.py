@@ -12,7 +12,6 @@ from trainer.core.paths import DEMO_CONFIG
 from trainer.hardware.source import open_probe
 from trainer.rundir.checkpoints import clean_staging, latest_checkpoint
 from trainer.rundir.events import (
-    STOP_FILE,
     EventWriter,
     read_events,
     read_json,
@@ -22,7 +21,8 @@ from trainer.rundir.records import WarningEvent
 from trainer.rundir.runstate import read_run_state
 from trainer.supervisor import create as rundir
 from trainer.supervisor import preflight
-from trainer.supervisor.supervise import Supervisor, request_stop
+from trainer.rundir.stopfile import clear_stop, request_stop
+from trainer.supervisor.supervise import Supervisor
 
 
 def register(sub) -> None:
@@ -143,7 +143,7 @@ def cmd_resume(args) -> int:
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
     cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
     preflight.check(cfg, _hardware(None))
-    (run / STOP_FILE).unlink(missing_ok=True)
+    clear_stop(run)
     clean_staging(run / "checkpoints")
     ckpt = latest_checkpoint(run / "checkpoints")
     if not args.quiet:

@@ -7,7 +7,6 @@ Light module: pydantic and PyYAML only (the GUI imports it).
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -24,7 +23,7 @@ from pydantic import (
 )
 
 from trainer.core.dotted import flatten, set_in
-from trainer.core.secrets import SECRET_ENV_VARS, TOKEN_PATTERN
+from trainer.core.secrets import TOKEN_PATTERN, secret_values
 
 SCHEMA_VERSION = 1
 Auto = Literal["auto"]
@@ -563,12 +562,9 @@ def _drop_legacy_keys(data: dict) -> dict:
 
 
 def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
-    """Secret values in the environment (tokens of any shape), longest first; no keyring lookup here.
-
-    ``extra_names``: more variables holding secrets (the config's ``model.hub_token_env``)."""
-
-    values = {os.environ.get(name) for name in SECRET_ENV_VARS + extra_names}
-    return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
+    """Secret values in the environment, longest first (``trainer.core.secrets``' one rule; no keyring
+    lookup here). ``extra_names``: more variables holding secrets (the config's ``model.hub_token_env``)."""
+    return secret_values(extra_names, keyring=False)
 
 
 def _scrub(problems: list[tuple[str, str]], values: list[str]) -> list[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """Where TrainPilot's shipped files live: ``trainer/resources`` (package data, so a wheel has them too)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
@@ -13,3 +14,14 @@ DEMO_DATA = RESOURCES_DIR / "demo.jsonl"
 def resource(name: str) -> Path:
     """A shipped file by its name relative to the resources folder."""
     return RESOURCES_DIR / name
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache folder by huggingface_hub's own rule, read now (not at import):
+    ``HF_HUB_CACHE``, else the older ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``. The one home of that rule
+    (the model spec lookup and the GUI's hub page ask it)."""
+    env = os.environ
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    return Path(os.path.expandvars(os.path.expanduser(cache)))

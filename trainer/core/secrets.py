@@ -10,7 +10,8 @@ import re
 
 # Variables whose values are secrets wherever they appear.
 SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "WANDB_API_KEY",
-                   "HF_HUB_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD")
+                   "HF_HUB_TOKEN", "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_TOKEN",
+                   "MLFLOW_TRACKING_PASSWORD")
 # The one token pattern: config validation and redaction both use it.
 TOKEN_PATTERN = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,}|"
                            r"github_pat_[A-Za-z0-9_]{20,})\b")
@@ -37,12 +38,20 @@ def hub_token(cfg=None) -> str | None:
 _SECRET_NAME = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD|WEBHOOK|WEBHOOK_URL)$")
 
 
-def secret_values(extra_env: tuple[str, ...] = ()) -> list[str]:
-    """Secret values currently known (environment and keyring), longest first. Any variable named
-    like a secret counts, so the one named by ``model.hub_token_env`` is covered too."""
-    names = set(SECRET_ENV_VARS + tuple(extra_env)) | {n for n in os.environ if _SECRET_NAME.search(n.upper())}
+def is_secret_name(name: str) -> bool:
+    """The one rule for which environment variables hold secrets: the known ones (SECRET_ENV_VARS) and
+    any variable named like one (``*_TOKEN``, ``*_API_KEY``, ``*_SECRET``, ``*_PASSWORD``, ``*_WEBHOOK_URL``)."""
+    return name in SECRET_ENV_VARS or bool(_SECRET_NAME.search(name.upper()))
+
+
+def secret_values(extra_env: tuple[str, ...] = (), keyring: bool = True) -> list[str]:
+    """Secret values currently known, longest first: every environment variable ``is_secret_name`` says
+    holds one, the ``extra_env`` names (e.g. ``model.hub_token_env``), and the keyring's hub token unless
+    ``keyring`` is False (config validation skips the keyring: a lookup can take a second)."""
+    names = set(SECRET_ENV_VARS + tuple(extra_env)) | {n for n in os.environ if is_secret_name(n)}
     values = {os.environ.get(n) for n in names}
-    values.add(_keyring_token("HF_TOKEN"))
+    if keyring:
+        values.add(_keyring_token("HF_TOKEN"))
     return sorted((v for v in values if v and len(v) >= 8), key=len, reverse=True)
 
 

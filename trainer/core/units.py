@@ -11,3 +11,28 @@ MIB = 2**20
 def gib(n: Optional[float], digits: int = 1) -> str:
     """``n`` bytes as ``"12.3 GiB"``; ``"?"`` when unknown (None)."""
     return "?" if n is None else f"{n / GIB:.{digits}f} GiB"
+
+
+def duration(seconds: Optional[float]) -> str:
+    """Seconds for people: '2 h 5 min', '3 min 4 s' or '12 s'; '?' when unknown (None). The one
+    duration formatter (CLI progress, plan, GUI)."""
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s} s"
+
+
+def count(n: Optional[float]) -> str:
+    """A parameter (or token) count for people: '1.24 B', '135 M', '4.1 M', '512 K', '158'; '?' when
+    unknown. The one count formatter (tiny models show their real count, not '0.00 B')."""
+    if n is None:
+        return "?"
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M" if n < 1e7 else f"{n / 1e6:.0f} M"
+    return f"{n / 1e3:.0f} K" if n >= 1e3 else f"{int(n)}"

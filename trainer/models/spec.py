@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from trainer.core.errors import UserError
-from trainer.core.paths import MODELS_DIR
+from trainer.core.paths import MODELS_DIR, hf_hub_cache
 from trainer.models import catalog
 
 LLAMA_LIKE = {"llama", "mistral", "qwen2", "gemma", "gemma2", "qwen3"}
@@ -174,16 +173,6 @@ def is_encoder_decoder(source_or_arch: str) -> bool:
     return bool(cfg.get("is_encoder_decoder")) or str(cfg.get("model_type", "")).lower() in ENCODER_DECODER
 
 
-def _hf_cache_dirs() -> list[Path]:
-    out = []
-    if os.environ.get("HF_HUB_CACHE"):
-        out.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        out.append(Path(os.environ["HF_HOME"]) / "hub")
-    out.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return out
-
-
 def find_config(source: str) -> Optional[Path]:
     """Path of the config.json describing ``source``, or None. Never touches the network."""
     p = Path(source).expanduser()
@@ -200,10 +189,9 @@ def find_config(source: str) -> Optional[Path]:
             return MODELS_DIR / f"{name}.json"
     if "/" in source:
         folder = "models--" + source.strip().replace("/", "--")
-        for cache in _hf_cache_dirs():
-            snaps = sorted((cache / folder / "snapshots").glob("*/config.json"), key=lambda f: f.stat().st_mtime)
-            if snaps:
-                return snaps[-1]
+        snaps = sorted((hf_hub_cache() / folder / "snapshots").glob("*/config.json"), key=lambda f: f.stat().st_mtime)
+        if snaps:
+            return snaps[-1]
     return None
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from trainer.config.schema import explicit_keys
-from trainer.core.units import gib
+from trainer.core.units import count, gib
 from trainer.planning.context import (
     Context,
     DsOption,
@@ -37,15 +37,11 @@ def _budget(ctx: Context) -> str:
             f"{gib(ctx.budget)} after keeping {gib(ctx.usable - ctx.budget)} free ({ctx.goal.replace('_', ' ')})")
 
 
-def _count(n: int) -> str:
-    return f"{n / 1e9:.2f} B" if n >= 1e9 else (f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} K")
-
-
 def _model(ctx: Context, est: Estimate) -> str:
     spec, c = ctx.spec, ctx.cfg
     states = sum(v for k, v in est.breakdown.items() if k in STATE_PARTS)
     what = {"full": "full fine-tune", "lora": f"LoRA r={c.method.lora_r}", "qlora": f"QLoRA r={c.method.lora_r}"}
-    return (f"{spec.name}: {_count(spec.params)} parameters; {what[c.method.type]} in {ctx.precision} keeps "
+    return (f"{spec.name}: {count(spec.params)} parameters; {what[c.method.type]} in {ctx.precision} keeps "
             f"{gib(states)} of weights, gradients and optimizer states on the "
             f"{'GPU' if ctx.device == 'cuda' else 'CPU'}")
 

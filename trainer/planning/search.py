@@ -11,7 +11,7 @@ from typing import Optional
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
 from trainer.core import capabilities
-from trainer.core.units import gib
+from trainer.core.units import count, gib
 from trainer.models import catalog
 from trainer.models.spec import ModelSpec, load_model_spec
 from trainer.planning.context import (
@@ -224,7 +224,7 @@ def _smaller_model(ctx: Context) -> Optional[dict]:
         if spec.params >= ctx.spec.params:
             continue
         alt = _alt(ctx, {**AUTO, "model.source": repo, "model.architecture": None},
-                   f"a smaller model: {repo} ({spec.params / 1e9:.2f} B parameters)")
+                   f"a smaller model: {repo} ({count(spec.params)} parameters)")
         if alt and alt["fits"]:
             return alt
     return None

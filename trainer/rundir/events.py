@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from trainer.rundir.records import RECORDS, STEP_FIELDS, EventRecord  # noqa: F401  (STEP_FIELDS re-exported)
+from trainer.rundir.stopfile import STOP_FILE  # noqa: F401  (re-exported: readers know it from here)
 
 STATES = ("starting", "running", "stopping", "stopped", "finished", "failed")
 
 EVENTS_FILE = "events.jsonl"
 TELEMETRY_FILE = "telemetry.jsonl"
 STATUS_FILE = "status.json"
-STOP_FILE = "STOP"
 
 
 class EventWriter:

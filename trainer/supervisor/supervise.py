@@ -18,12 +18,12 @@ from trainer import config as config_mod
 from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.core.processes import kill_tree
+from trainer.core.units import duration
 from trainer.launch.argv import worker_command, worker_env
 from trainer.planning import ladder
 from trainer.rundir.checkpoints import checkpoint_step, clean_staging, latest_checkpoint
 from trainer.rundir.events import (
     EVENTS_FILE,
-    STOP_FILE,
     TELEMETRY_FILE,
     EventWriter,
     JsonlTail,
@@ -31,6 +31,7 @@ from trainer.rundir.events import (
     write_status,
 )
 from trainer.rundir.records import Failed, RetryEvent
+from trainer.rundir.stopfile import request_stop, stop_requested  # noqa: F401 (request_stop re-exported)
 from trainer.supervisor import runlock
 from trainer.supervisor import notify
 from trainer.supervisor.create import write_config_files
@@ -192,7 +193,7 @@ class Supervisor:
         seen: dict = {}
         next_sample = 0.0
         while self.proc.poll() is None:
-            if self.interrupts == 1 and not (self.run_dir / STOP_FILE).exists():
+            if self.interrupts == 1 and not stop_requested(self.run_dir):
                 request_stop(self.run_dir, source="Ctrl+C")
             if self.interrupts >= 2:
                 self._kill_tree()
@@ -241,7 +242,7 @@ class Supervisor:
         tps = ev.get("tokens_per_second") or 0
         eta = ev.get("eta_seconds")
         self._say(f"step {step}/{total}  loss {ev.get('loss'):.4f}  {tps:,.0f} tok/s"
-                  + (f"  ETA {_fmt_seconds(eta)}" if eta is not None else ""))
+                  + (f"  ETA {duration(eta)}" if eta is not None else ""))
 
     def _say(self, text: str) -> None:
         if not self.quiet:
@@ -266,11 +267,6 @@ class Supervisor:
         self.interrupts = 1  # killing once is enough
 
 
-def request_stop(run_dir: Path, source: str = "trainpilot-cli stop") -> None:
-    """Ask the worker of ``run_dir`` to save a checkpoint and exit 0 (the STOP file)."""
-    (Path(run_dir) / STOP_FILE).write_text(f"{source} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-
-
 def _json_line(obj: dict) -> str:
     import json
 
@@ -282,8 +278,3 @@ def _signame(num: int) -> str:
         return signal.Signals(num).name
     except ValueError:
         return "unknown"
-
-
-def _fmt_seconds(s: float) -> str:
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

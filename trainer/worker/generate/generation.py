@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
@@ -25,8 +26,15 @@ DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
 
 def training_precision(cfg, use_cuda: bool) -> str:
-    """The precision the run trained in (how its base model was built)."""
-    return cfg.speed.precision if cfg.speed.precision != "auto" else ("bf16" if use_cuda else "fp32")
+    """The precision the run trained in (how its base model was built): config.yaml's, resolved when the
+    run started; an older run's 'auto' goes through the one rule (``resolve_precision``: fp16, not bf16,
+    on GPUs older than compute capability 8.0) for this GPU."""
+    cc = None
+    if use_cuda and cfg.speed.precision == "auto":
+        import torch
+
+        cc = "{}.{}".format(*torch.cuda.get_device_capability(0))
+    return resolve_precision(cfg.speed.precision, "cuda" if use_cuda else "cpu", cc)
 
 
 def base_model(cfg, use_cuda: bool):

@@ -26,7 +26,7 @@ from trainer.rundir.checkpoints import (
     fsync_tree,
     staging_dir,
 )
-from trainer.rundir.events import STOP_FILE
+from trainer.rundir import stopfile
 from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 from trainer.worker.train.step_metrics import objective_fields
@@ -250,7 +250,7 @@ class StepEvents(TrainerCallback):
         inject = os.environ.get(INJECT_STOP_ENV)
         if inject and self.trainer.state.global_step >= int(inject) and not self.stop_reason:
             self.stop_requested, self.stop_reason = True, INJECT_STOP_ENV
-        local = self.stop_requested or (self.run_dir / STOP_FILE).exists()
+        local = self.stop_requested or stopfile.stop_requested(self.run_dir)
         if local and not self.stop_reason:
             self.stop_requested, self.stop_reason = True, "STOP file"
         if args.world_size > 1:  # every rank must stop at the same step, or the collectives hang
