@@ -112,6 +112,7 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
                                              f"(first: {info['skipped_line_numbers'][:5]})"))
     trainer.train(resume_from_checkpoint=resume_from)
     code = _finish(cfg, run_dir, writer, trainer, steps, rank)
+    trackers.finish(cfg, code)
     _close_process_group()
     return code
 

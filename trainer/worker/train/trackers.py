@@ -39,3 +39,14 @@ def prepare(cfg) -> list[str]:
     if "wandb" in wanted:
         os.environ.setdefault("WANDB_PROJECT", "trainpilot")
     return wanted
+
+
+def finish(cfg, exit_code: int) -> None:
+    """Close the trackers' runs before the worker exits. HF's W&B callback leaves its run open after
+    training; without ``wandb.finish`` the run's summary (``files/wandb-summary.json``) is never written,
+    and wandb's own exit hook only tears its service down."""
+    if "wandb" in cfg.output.report_to:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
