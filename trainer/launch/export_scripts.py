@@ -6,6 +6,7 @@ ever written: tokens are read from the environment (or the OS keyring) when the 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -86,18 +87,35 @@ def _load_source(src: Path):
 
 
 def export(src: str, to: str, overwrite: bool = False) -> list[Path]:
-    """Write config, DeepSpeed config and launch scripts to ``to``. Returns the files written."""
+    """Write config, DeepSpeed config and launch scripts to ``to``. Returns the files written.
+    A folder that cannot be written is bad input (UserError naming --to, exit 2), found before writing."""
     cfg = _load_source(Path(src))
     out = Path(to)
     clash = [n for n in EXPORT_FILES if (out / n).exists()]
     if clash and not overwrite:
         raise UserError(f"--to: {out} already has {', '.join(clash)}; choose an empty folder or pass --overwrite",
                         path=str(out))
+    _writable_folder(out)
+    try:
+        return _write_export(cfg, out)
+    except OSError as exc:  # the folder changed under us, the disk filled, a file in it is read-only
+        raise UserError(f"--to: writing {exc.filename or out} failed ({exc.strerror}); choose a folder you can "
+                        f"write to", field="--to", path=str(out)) from None
+
+
+def _writable_folder(out: Path) -> None:
+    """Create ``out`` if needed; UserError when it cannot be created or written in."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--to: cannot create {out} ({exc.strerror}); choose a folder you can write to",
-                        path=str(out)) from None
+                        field="--to", path=str(out)) from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"--to: cannot write in {out} (permission denied); choose a folder you can write to",
+                        field="--to", path=str(out))
+
+
+def _write_export(cfg, out: Path) -> list[Path]:
     files = [out / "config.yaml"]
     files[0].write_text(secrets.redact(config_mod.dump_yaml(cfg)), encoding="utf-8")
     # A config with "auto" left is planned on the machine that runs it; a resolved one (a run
