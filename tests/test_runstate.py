@@ -10,10 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers_train import REPO, cli
 from trainer.rundir.checkpoints import MARKER
 from trainer.rundir.events import EventWriter, write_status
 from trainer.rundir.runstate import LOCK_FILE, read_run_state
+from trainer.rundir.runstate import pid_alive as runstate_pid_alive
 from trainer.rundir.trained import model_dir, training_pid
 
 # A stand-in supervisor: holds the run folder's lock (the real runlock), says it runs, waits to be killed.
@@ -190,3 +193,31 @@ def test_a_half_written_last_event_line_is_tolerated(tmp_path):
     with open(run / "events.jsonl", "w") as fh:
         fh.write(json.dumps({"type": "failed", "time": time.time(), "message": "boom"}) + "\n{\"type\": \"wa")
     assert read_run_state(run).error == "boom"
+
+
+@pytest.mark.slow  # a real training run whose supervisor is killed with SIGKILL
+def test_a_real_run_whose_supervisor_is_killed_reads_the_same_in_status_and_runstate(tmp_path):
+    from helpers_train import tiny_config, write_config as write_train_config
+
+    cfg = write_train_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 400},
+                                                              checkpoints={"every_steps": 2, "keep_last": 2}))
+    run = tmp_path / "run"
+    sup = subprocess.Popen([sys.executable, "-m", "trainer", "run", str(cfg), "--run-dir", str(run), "--quiet"],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while read_run_state(run).checkpoint is None:
+        assert time.monotonic() < deadline and sup.poll() is None, "no checkpoint was written"
+        time.sleep(0.5)
+    assert read_run_state(run).state == "running" and read_run_state(run).pid == sup.pid
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait(timeout=30)
+    worker = json.loads((run / "status.json").read_text())["worker_pid"]
+    if read_run_state(run).worker_pid is not None:  # the orphaned worker trains on until asked to stop
+        assert cli("stop", run, "--wait", "120", timeout=180).returncode == 0
+    state = read_run_state(run)
+    assert not state.alive and state.state in ("failed", "stopped") and state.recorded_state == "running"
+    assert state.resumable and "supervisor is gone" in state.reason
+    shown = _status_json(run)
+    for key in ("state", "alive", "crashed", "reason", "resumable", "checkpoint", "error"):
+        assert shown[key] == state.to_dict()[key], key
+    assert not runstate_pid_alive(worker)
