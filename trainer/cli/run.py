@@ -173,12 +173,14 @@ def cmd_stop(args) -> int:
 
 def run_summary(run: Path) -> dict:
     """The run's effective state (``trainer.rundir.runstate``) plus what the events say (last step, first
-    loss) and the plan's verdict. ``latest_checkpoint``/``note`` are the older names of ``checkpoint``/``reason``."""
+    loss) and the plan's verdict. ``latest_checkpoint``/``note`` are the older names of ``checkpoint``/``reason``;
+    ``last_checkpoint`` is status.json's (kept for readers of the older output)."""
     state = read_run_state(run)
     steps = [e for e in read_events(run / "events.jsonl") if e.get("type") == "step"]
     summary = state.to_dict()
     summary.update(last_step=steps[-1] if steps else None, first_loss=steps[0].get("loss") if steps else None,
                    latest_checkpoint=summary["checkpoint"], note=state.reason,
+                   last_checkpoint=(read_json(run / "status.json") or {}).get("last_checkpoint"),
                    plan_verdict=(read_json(run / "plan.json") or {}).get("verdict"))
     return summary
 
