@@ -105,3 +105,14 @@ def test_machine_problems_name_the_field_and_the_install(monkeypatch, tmp_path, 
     cfg = tc.load(write_config(tmp_path, {**changes, "device": "auto"}))
     problems = dict(preflight.machine_problems(cfg, _laptop()))
     assert package in problems[field] and "pip install" in problems[field]
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_start(monkeypatch, tmp_path):
+    write_demo_data(tmp_path / "train.jsonl", 20)
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    cfg = tc.load(write_config(tmp_path, {"output.report_to": ["wandb"]}))
+    problems = dict(preflight.machine_problems(cfg, _laptop(NO_GPU)))
+    assert "wandb is not installed" in problems["output.report_to"]
+    assert "pip install wandb" in problems["output.report_to"]
+    checks = {c["name"]: c for c in doctor.light_checks("runs", _laptop(NO_GPU))}
+    assert not checks["wandb"]["ok"] and checks["mlflow"]["ok"] is capabilities.installed("mlflow")

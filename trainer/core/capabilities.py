@@ -1,6 +1,7 @@
 """What this machine's Python environment can do: the one answer to "is DeepSpeed installed?" (and
-bitsandbytes, flash-attn, liger-kernel, llama-cpp-python, gguf) and "is there an NVIDIA GPU?", shared
-by the doctor, preflight (and so the wizard's Review), the planner and the OOM ladder.
+bitsandbytes, flash-attn, liger-kernel, llama-cpp-python, gguf, the trackers) and "is there an NVIDIA
+GPU?", shared by the doctor, preflight (and so the wizard's Review), the planner, the OOM ladder and the
+worker's trackers.
 
 Light: packages are found with ``importlib.util.find_spec`` and versioned with ``importlib.metadata``;
 nothing here imports torch or the packages themselves (importing DeepSpeed alone costs seconds). Nothing
@@ -22,6 +23,7 @@ class OptionalPackage:
     distribution: str
     needed_for: str
     install: str
+    also: tuple[str, ...] = ()  # other distributions that provide the module (their version counts too)
 
 
 OPTIONAL: dict[str, OptionalPackage] = {
@@ -36,6 +38,9 @@ OPTIONAL: dict[str, OptionalPackage] = {
     "llama-cpp-python": OptionalPackage("llama_cpp", "llama-cpp-python", "running exported GGUF files in Python",
                                   "pip install llama-cpp-python"),
     "gguf": OptionalPackage("gguf", "gguf", "export-model --gguf", "pip install gguf"),
+    "wandb": OptionalPackage("wandb", "wandb", "output.report_to: [wandb]", "pip install wandb"),
+    "mlflow": OptionalPackage("mlflow", "mlflow-skinny", "output.report_to: [mlflow]", "pip install mlflow-skinny",
+                              also=("mlflow",)),
 }
 
 
@@ -64,11 +69,12 @@ def package(name: str) -> Package:
     opt = OPTIONAL[name]
     found = installed(name)
     version = None
-    if found:
+    for dist in (opt.distribution, *opt.also) if found else ():
         try:
-            version = importlib.metadata.version(opt.distribution)
+            version = importlib.metadata.version(dist)
+            break
         except importlib.metadata.PackageNotFoundError:
-            version = None  # importable (e.g. from a source tree) without installed metadata
+            continue  # importable (e.g. from a source tree, or another distribution) without this metadata
     return Package(name, found, version, opt.needed_for, opt.install)
 
 

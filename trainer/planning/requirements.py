@@ -1,5 +1,5 @@
 """What a config needs of this machine beyond memory: an NVIDIA GPU, bitsandbytes, flash-attn,
-DeepSpeed, a hostfile. One rule set, asked by preflight (Start refuses what is unmet), the wizard's
+DeepSpeed, the trackers it reports to, a hostfile. One rule set, asked by preflight (Start refuses what is unmet), the wizard's
 Review (through preflight) and the fit verdict ("needs bitsandbytes"). Packages are answered by
 ``trainer.core.capabilities``. Light: no torch.
 """
@@ -45,6 +45,12 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
         out.append(Requirement("deepspeed.enabled", "DeepSpeed",
                                "DeepSpeed is not installed; install it (pip install --no-build-isolation deepspeed) "
                                "or set deepspeed.enabled: false (offload then is not available)"))
+    for tracker in cfg.output.report_to:
+        if tracker in capabilities.OPTIONAL and not caps.has(tracker):
+            out.append(Requirement("output.report_to", tracker,
+                                   f"{tracker} is not installed in TrainPilot's environment; "
+                                   f"{capabilities.OPTIONAL[tracker].install} there, or remove {tracker} from "
+                                   "output.report_to"))
     if cfg.device == "cuda" and caps.cuda_gpu is False:
         out.append(Requirement("device", "an NVIDIA GPU",
                                "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from trainer.core import secrets
+from trainer.core import capabilities, secrets
 from trainer.core.errors import UserError
 
 KEYS = {"wandb": ("WANDB_API_KEY",), "mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD")}
@@ -16,14 +16,12 @@ KEYS = {"wandb": ("WANDB_API_KEY",), "mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW
 
 def prepare(cfg) -> list[str]:
     """The ``report_to`` entries for the config's trackers, their keys fetched from the keyring when unset."""
-    import importlib.util
-
     wanted = list(cfg.output.report_to)
-    for tracker, package in (("wandb", "wandb"), ("mlflow", "mlflow-skinny")):
-        if tracker in wanted and importlib.util.find_spec(tracker) is None:
+    for tracker in ("wandb", "mlflow"):
+        if tracker in wanted and not capabilities.installed(tracker):
             raise UserError(f"output.report_to: {tracker} is not installed in TrainPilot's environment; "
-                            f"pip install {package} there, or remove {tracker} from output.report_to",
-                            field="output.report_to")
+                            f"{capabilities.OPTIONAL[tracker].install} there, or remove {tracker} from "
+                            f"output.report_to", field="output.report_to")
     for tracker in wanted:
         for name in KEYS.get(tracker, ()):
             if not os.environ.get(name):
