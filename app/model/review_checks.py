@@ -28,18 +28,20 @@ def review_check(cfg: tc.RunConfig, plan, snapshot) -> ReviewResult:
     """Plan ``cfg`` (unless ``plan`` is for it), then check inputs, machine, fit and downloads."""
     out = ReviewResult()
     if plan is None or getattr(plan, "config_in", None) != cfg:
-        plan = plan_for(cfg, snapshot) if snapshot is not None else None
+        try:
+            plan = plan_for(cfg, snapshot) if snapshot is not None else None
+        except tc.ConfigError as exc:  # a value the model cannot take (e.g. seq_len): beside its field
+            plan = None
+            out.blocking += exc.problems
     out.plan = plan
     out.config = final_from_plan(cfg, plan)
-    try:
-        pf.check(cfg, snapshot)
-    except tc.ConfigError as exc:
-        out.blocking += exc.problems
-    try:
-        pf.check_machine(out.config, snapshot)
-    except tc.ConfigError as exc:
-        out.blocking += [p for p in exc.problems if p not in out.blocking]
-    out.blocking += model_problems(cfg)
+    refused = {k for k, _ in out.blocking}  # not again in preflight's words
+    for check in (lambda: pf.check(cfg, snapshot), lambda: pf.check_machine(out.config, snapshot)):
+        try:
+            check()
+        except tc.ConfigError as exc:
+            out.blocking += [p for p in exc.problems if p not in out.blocking and p[0] not in refused]
+    out.blocking += [p for p in model_problems(cfg) if p not in out.blocking]
     fit = fit_problem(plan)
     if fit:
         out.blocking.append(fit)

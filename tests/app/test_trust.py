@@ -74,15 +74,17 @@ def test_review_blocks_does_not_fit_and_architecture_without_tokenizer(qtbot):
     wiz.next()
     wiz.model.use_architecture("llama-3.2-1b")
     qtbot.waitUntil(lambda: "random weights — for testing" in wiz.model.facts.text(), timeout=15000)
-    wiz.state.set("method.type", "full")  # 1B full fine-tune: does not fit a 16 GB laptop
+    wiz.state.set("method.type", "full")  # 1B full fine-tune at 2048 tokens: does not fit a 16 GB laptop
     _to_review(qtbot, wiz)
     text = wiz.review.message.text()
     assert wiz.review.result.plan.verdict == "does_not_fit"
     assert "does not fit" in text and "Method page" in text and "GiB" in text, text
     assert not wiz.review.start_button.isEnabled()
-    # LoRA fits; but an architecture (random weights) without a tokenizer must not reach for the hub.
+    # A 135M model with LoRA fits (whatever the replay's other programs hold); but an architecture
+    # (random weights) without a tokenizer must not reach for the hub.
     wiz.back()
-    wiz.state.update({"method.type": "lora", "model.tokenizer": None})
+    wiz.state.update({"method.type": "lora", "model.source": "smollm-135m", "model.architecture": "smollm-135m",
+                      "model.tokenizer": None})
     _to_review(qtbot, wiz)
     text = wiz.review.message.text()
     assert wiz.review.result.plan.verdict in ("fits", "tight")
@@ -95,7 +97,7 @@ def test_review_blocks_does_not_fit_and_architecture_without_tokenizer(qtbot):
     assert "shipped architecture" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     # With the bundled tokenizer it is allowed (and says what it is).
     wiz.back()
-    wiz.state.update({"model.architecture": "llama-3.2-1b", "model.tokenizer": "demo"})
+    wiz.state.update({"model.architecture": "smollm-135m", "model.tokenizer": "demo"})
     _to_review(qtbot, wiz)
     assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
 

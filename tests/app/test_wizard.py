@@ -25,10 +25,10 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     wiz.next()
     # Model: a shipped 1B architecture (random weights, for testing); its parameters and what fits here.
     wiz.model.use_architecture("llama-3.2-1b")
-    qtbot.waitUntil(lambda: "M parameters" in wiz.model.facts.text(), timeout=15000)
+    qtbot.waitUntil(lambda: "Here:" in wiz.model.facts.text(), timeout=15000)
     assert "random weights — for testing" in wiz.model.facts.text()
     assert wiz.state.values["model.architecture"] == "llama-3.2-1b" and wiz.state.values["model.tokenizer"] == "demo"
-    assert "1,23" in wiz.model.facts.text() and "lora:" in wiz.model.facts.text()
+    assert "1.24 B parameters" in wiz.model.facts.text() and "lora:" in wiz.model.facts.text()
     qtbot.waitUntil(lambda: wiz.model.shipped.count() > 0, timeout=30000)
     wiz.next()
     # Data: create the sample dataset; preview and statistics appear.
@@ -71,8 +71,9 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     hw.stop()
 
 
-def test_review_blocks_start_until_inputs_are_fixed(qtbot):
-    """The demo model sees 512 positions: the wizard caps seq_len, and preflight problems block Start."""
+def test_seq_len_beyond_the_model_is_refused_where_typed_never_changed(qtbot):
+    """The demo model reads 512 positions: a longer seq_len is kept as typed, refused beside the field
+    (Model page, Method page) and at Review; 'Use 512' is the user's explicit fix."""
     hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
     hw.start()
     wiz = SetupWizard(hw)
@@ -80,8 +81,43 @@ def test_review_blocks_start_until_inputs_are_fixed(qtbot):
     wiz.show()
     qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
     wiz.next()
-    qtbot.waitUntil(lambda: "maximum, 512 tokens" in wiz.model.facts.text(), timeout=15000)
+    qtbot.waitUntil(lambda: "longer than this model reads" in wiz.model.facts.text(), timeout=15000)
+    assert wiz.state.values["data.seq_len"] == 2048  # the schema's default, not silently cut
+    wiz.next(), wiz.next()
+    assert wiz.currentPage() is wiz.plan
+    spin = wiz.plan.seq_len
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, "4096")
+    qtbot.waitUntil(lambda: wiz.plan.seq_len_error.isVisible(), timeout=10000)
+    assert spin.value() == 4096 and wiz.state.values["data.seq_len"] == 4096
+    assert "512" in wiz.plan.seq_len_error.text() and "4096" in wiz.plan.seq_len_error.text()
+    assert "Fix these settings" in wiz.plan.verdict.text()
+    wiz.next()
+    qtbot.waitUntil(lambda: "Start is blocked" in wiz.review.message.text(), timeout=15000)
+    assert "<b>Sequence length</b> (Method page)" in wiz.review.message.text(), wiz.review.message.text()
+    assert not wiz.review.start_button.isEnabled() and wiz.state.values["data.seq_len"] == 4096
+    # The fix is the user's: "Use 512" on the Model page.
+    wiz.back(), wiz.back(), wiz.back()
+    assert wiz.currentPage() is wiz.model
+    qtbot.waitUntil(lambda: "Use 512" in wiz.model.facts.text(), timeout=15000)
+    wiz.model.facts.linkActivated.emit("seq:512")
     assert wiz.state.values["data.seq_len"] == 512
+    qtbot.waitUntil(lambda: "longer than" not in wiz.model.facts.text() and "Here:" in wiz.model.facts.text(),
+                    timeout=15000)
+    hw.stop()
+
+
+def test_review_blocks_start_until_inputs_are_fixed(qtbot):
+    """Preflight problems block Start, each naming the page where it is fixed."""
+    hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    wiz.state.set("data.seq_len", 256)
+    wiz.next()
     wiz.next()
     wiz.data.path.setText("no-such-file.jsonl")
     wiz.data.path.editingFinished.emit()
@@ -91,3 +127,32 @@ def test_review_blocks_start_until_inputs_are_fixed(qtbot):
     qtbot.waitUntil(lambda: "Start is blocked" in wiz.review.message.text(), timeout=15000)
     assert "<b>Path</b> (Data page)" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     hw.stop()
+
+
+def test_switching_steps_and_epochs_keeps_each_its_own_number(qtbot):
+    """100 steps never becomes 100 epochs: each kind keeps its own number, and what is typed is saved."""
+    from app.views.wizard.page_plan import PlanPage
+    from app.views.wizard.state import WizardState
+
+    state = WizardState(hardware=None)
+    page = PlanPage(state)
+    qtbot.addWidget(page)
+    page.show()
+    page._sync("")
+    steps_default = tc.TrainingConfig.model_fields["max_steps"].default
+    epochs_default = tc.TrainingConfig.model_fields["epochs"].default
+    assert page.length.text() == str(steps_default) and page.length_kind.currentData() == "steps"
+    page.length_kind.setCurrentIndex(page.length_kind.findData("epochs"))
+    assert state.values["training.max_steps"] is None and state.values["training.epochs"] == epochs_default
+    assert page.length.value() == epochs_default
+    page.length.edit.setText("3")
+    page.length.edit.editingFinished.emit()
+    assert state.values["training.epochs"] == 3 and state.config().training.epochs == 3
+    page.length_kind.setCurrentIndex(page.length_kind.findData("steps"))
+    assert state.values["training.max_steps"] == steps_default and page.length.value() == steps_default
+    page.length.edit.setText("250")
+    page.length.edit.editingFinished.emit()
+    page.length_kind.setCurrentIndex(page.length_kind.findData("epochs"))
+    assert page.length.value() == 3 and state.values["training.epochs"] == 3
+    page.length_kind.setCurrentIndex(page.length_kind.findData("steps"))
+    assert state.values["training.max_steps"] == 250 and page.length.text() == "250"

@@ -33,6 +33,7 @@ class PlanPage(QtWidgets.QWizardPage):
             self.methods.addButton(b)
             method_row.addWidget(b)
         self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
+        self.seq_len_error = _problem_label()
         self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
         fields = tc.TrainingConfig.model_fields
         self.length_kind = QtWidgets.QComboBox()
@@ -49,7 +50,10 @@ class PlanPage(QtWidgets.QWizardPage):
         form.addRow("Method", method_row)
         form.addRow("Train for", length_row)
         form.addRow("Learning rate", self.learning_rate)
-        form.addRow("Sequence length (tokens)", self.seq_len)
+        seq_row = QtWidgets.QHBoxLayout()
+        seq_row.addWidget(self.seq_len)
+        seq_row.addWidget(self.seq_len_error, 1)
+        form.addRow("Sequence length (tokens)", seq_row)
         form.addRow("Effective batch (samples per optimizer step)", self.batch)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
@@ -72,6 +76,7 @@ class PlanPage(QtWidgets.QWizardPage):
         outer = QtWidgets.QVBoxLayout(self)
         outer.addLayout(form)
         outer.addWidget(self.scroll, 1)
+        self._steps = state.values["training.max_steps"] or tc.TrainingConfig.model_fields["max_steps"].default
         self._connect()
 
     def _connect(self) -> None:
@@ -82,7 +87,7 @@ class PlanPage(QtWidgets.QWizardPage):
         self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
         self.learning_rate.committed.connect(lambda v: self.state.set("training.learning_rate", v))
         self.length.committed.connect(self._length_committed)
-        self.length_kind.currentIndexChanged.connect(lambda _i: self._length_committed(self.length.value()))
+        self.length_kind.currentIndexChanged.connect(self._length_kind_changed)
         self.state.values_changed.connect(self._sync)
         self.state.plan_ready.connect(self.show_plan)
         self.state.problems.connect(self._show_problems)
@@ -92,6 +97,13 @@ class PlanPage(QtWidgets.QWizardPage):
             self.state.update({"training.max_steps": None, "training.epochs": value})
         else:
             self.state.set("training.max_steps", value)
+
+    def _length_kind_changed(self, _index: int) -> None:
+        """Steps ↔ epochs: each keeps its own number (100 steps never becomes 100 epochs)."""
+        if self.length_kind.currentData() == "epochs":
+            self.state.update({"training.max_steps": None, "training.epochs": self.state.values["training.epochs"]})
+        else:
+            self.state.set("training.max_steps", self._steps)
 
     def initializePage(self) -> None:
         self._sync("")
@@ -116,6 +128,8 @@ class PlanPage(QtWidgets.QWizardPage):
             if k in self.advanced.editors:
                 self.advanced.set_value(k, v[k])
         self.learning_rate.set_value(v["training.learning_rate"])
+        if v["training.max_steps"] is not None:
+            self._steps = v["training.max_steps"]  # what "steps" goes back to after a look at epochs
         by_epochs = v["training.max_steps"] is None
         self.length_kind.blockSignals(True)
         self.length_kind.setCurrentIndex(1 if by_epochs else 0)
@@ -138,6 +152,10 @@ class PlanPage(QtWidgets.QWizardPage):
         bad = dict(problems)
         self.learning_rate.set_problem(bad.get("training.learning_rate"))
         self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
+        seq = bad.get("data.seq_len")
+        self.seq_len_error.setText(user_words(seq) if seq else "")
+        self.seq_len_error.setVisible(bool(seq))
+        self.seq_len.setStyleSheet("border: 1px solid #d62728" if seq else "")
 
     def _show_problems(self, problems: list) -> None:
         self._show_beside(problems)
@@ -180,6 +198,14 @@ def _value(v) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
     return str(v)
+
+
+def _problem_label() -> QtWidgets.QLabel:
+    label = QtWidgets.QLabel()
+    label.setStyleSheet("color:#c0392b")
+    label.setWordWrap(True)
+    label.hide()
+    return label
 
 
 def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:

@@ -14,12 +14,17 @@ from app.model.review_checks import ReviewResult, review_check
 from app.views.wizard.schema_form import label_for, user_words
 from trainer import config as tc
 
-PAGE_OF = {"model": "Model page", "data": "Data page", "method": "Method page", "training": "Method page"}
+# The fields the wizard's pages edit directly; every other field is under Advanced settings.
+PAGE_OF = {"model.source": "Model page", "model.architecture": "Model page", "model.tokenizer": "Model page",
+           "data.path": "Data page", "data.record_format": "Data page", "training.objective": "Data page",
+           "method.type": "Method page", "data.seq_len": "Method page", "training.max_steps": "Method page",
+           "training.epochs": "Method page", "training.learning_rate": "Method page",
+           "training.effective_batch_size": "Method page", "run_dir": "this page: Run folder"}
 
 
 def where(key: str) -> str:
     """The wizard page a dotted key is edited on."""
-    return PAGE_OF.get(key.split(".", 1)[0], "Method page → Advanced settings")
+    return PAGE_OF.get(key, "Method page → Advanced settings")
 
 
 class ReviewPage(QtWidgets.QWizardPage):

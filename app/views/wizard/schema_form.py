@@ -45,9 +45,12 @@ def top_level_fields() -> list[str]:
             if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))]
 
 
+WORDS = {"data.seq_len": "sequence length"}  # where the field's own name is not a word
+
+
 def label_for(key: str) -> str:
     """A dotted key in the user's words: 'training.micro_batch_size' → 'Micro batch size'."""
-    words = key.rsplit(".", 1)[-1].replace("_", " ")
+    words = WORDS.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
     return words[:1].upper() + words[1:]
 
 
