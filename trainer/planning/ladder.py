@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer import config as config_mod
+from trainer.core import capabilities
 
 
 @dataclass(frozen=True)
@@ -17,12 +18,6 @@ class LadderStep:
     config: object
     changes: dict
     why: str
-
-
-def _deepspeed_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is not None
 
 
 def next_step(cfg) -> LadderStep | None:
@@ -40,7 +35,7 @@ def next_step(cfg) -> LadderStep | None:
     elif cfg.speed.gradient_checkpointing is not True:
         changes = {"speed.gradient_checkpointing": True}
         why = "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)"
-    elif not _deepspeed_available():
+    elif not capabilities.installed("deepspeed"):
         return None
     elif ds.enabled is not True or not ds.offload_optimizer:
         changes = {"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage),
@@ -70,6 +65,6 @@ def exhausted_report(cfg, tried: list[dict], ladder_off: bool = False) -> dict:
     if cfg.method.type in ("full", "lora") and cfg.device == "cuda":
         suggestions.append("QLoRA (method.type: qlora): 4-bit base weights, about a quarter of the weight memory")
     suggestions.append("a smaller model, or close other apps using the GPU (trainpilot-cli probe lists them)")
-    if not _deepspeed_available():
+    if not capabilities.installed("deepspeed"):
         suggestions.append("install DeepSpeed for CPU offload: pip install --no-build-isolation deepspeed")
     return {"message": head, "tried": steps, "suggestions": suggestions}

@@ -11,6 +11,7 @@ from typing import Optional
 
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
+from trainer.core import capabilities
 from trainer.core.paths import MODELS_DIR
 from trainer.core.units import gib
 from trainer.models.spec import ModelSpec, load_model_spec
@@ -35,18 +36,12 @@ def ckpt_options(ctx: Context) -> list[bool]:
     return [False] if ctx.device == "cpu" else [False, True]
 
 
-def deepspeed_installed() -> bool:
-    """Whether DeepSpeed can be imported here (found without importing it: no torch in the planner)."""
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is not None
-
-
 def ds_options(ctx: Context) -> list[DsOption]:
     d = ctx.cfg.deepspeed
     if d.enabled is True:
         return [(True, d.zero_stage, d.offload_optimizer, d.offload_params)]
-    if d.enabled is False or ctx.device == "cpu" or ctx.cfg.method.type == "qlora" or not deepspeed_installed():
+    no_deepspeed = d.enabled is False or not capabilities.installed("deepspeed")
+    if no_deepspeed or ctx.device == "cpu" or ctx.cfg.method.type == "qlora":
         return [(False, d.zero_stage, False, False)]
     opts: list[DsOption] = [(False, d.zero_stage, False, False)]
     if ctx.cfg.world_size > 1:  # sharding only saves memory across several GPUs

@@ -31,21 +31,30 @@ def default_run_dir(cfg) -> Path:
     return Path(cfg.output.runs_dir).expanduser() / name
 
 
+def run_dir_problem(path: Path, overwrite: bool) -> UserError | None:
+    """Why ``path`` cannot become a new run's folder (it holds another run and ``overwrite`` is off; its
+    parent cannot be written), or None. Creates nothing: Review asks it before Start."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
+        return UserError(f"run directory {path} already exists; continue it with 'trainpilot-cli resume {path}', "
+                         f"choose another --run-dir, or pass --overwrite (the old one is kept as "
+                         f"{path.name}.replaced-<time>)", field="output.run_name", path=str(path))
+    parent_existing = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if parent_existing is not None and (not parent_existing.is_dir() or not os.access(parent_existing, os.W_OK)):
+        return UserError(f"output.runs_dir: cannot write in {parent_existing}; choose a folder you can write to "
+                         f"(--run-dir or output.runs_dir)", field="output.runs_dir", path=str(parent_existing))
+    return None
+
+
 def claim_run_dir(path: Path, overwrite: bool) -> Path:
     """Create ``path`` for a new run. An existing run is never lost: refused, or moved aside with --overwrite."""
     path = Path(path)
+    problem = run_dir_problem(path, overwrite)
+    if problem is not None:
+        raise problem
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        if not overwrite:
-            raise UserError(f"run directory {path} already exists; continue it with 'trainpilot-cli resume {path}', "
-                            f"choose another --run-dir, or pass --overwrite (the old one is kept as "
-                            f"{path.name}.replaced-<time>)", path=str(path))
         aside = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
-    parent = path.parent
-    parent_existing = next((p for p in [parent, *parent.parents] if p.exists()), None)
-    if parent_existing is not None and not os.access(parent_existing, os.W_OK):
-        raise UserError(f"output.runs_dir: cannot write in {parent_existing}; choose a folder you can write to "
-                        f"(--run-dir or output.runs_dir)", field="output.runs_dir", path=str(parent_existing))
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

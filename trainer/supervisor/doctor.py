@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainer.core import capabilities
 from trainer.core.checks import check
 from trainer.core.units import GIB
 from trainer.hardware.source import open_probe
@@ -41,6 +42,20 @@ def light_checks(output_dir: str = "runs", hardware=None) -> list[dict]:
     out.append(check("host ram", vm.total >= 16 * GIB, f"{vm.total / GIB:.1f} GB total, {vm.available / GIB:.1f} GB free",
                      "16 GB or more is recommended; DeepSpeed offload needs much more (see 'plan')", required=False))
     out.append(_disk_check(output_dir))
+    return out + capability_checks(capabilities.probe(snap))
+
+
+def capability_checks(caps: capabilities.Capabilities) -> list[dict]:
+    """One optional check per optional package (``trainer.core.capabilities``, the answer preflight and
+    the planner use too). DeepSpeed's line comes from the torch-side child when it is installed (its CPU
+    Adam op is checked there)."""
+    out = []
+    for name, pkg in caps.packages.items():
+        if name == "deepspeed" and pkg.installed:
+            continue
+        detail = (f"{name} {pkg.version or '(version unknown)'}" if pkg.installed
+                  else f"not installed (needed only for {pkg.needed_for})")
+        out.append(check(name, pkg.installed, detail, pkg.install, required=False))
     return out
 
 

@@ -6,15 +6,17 @@ and DeepSpeed availability. All problems are reported at once.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 import tempfile
+import dataclasses
 from pathlib import Path
 
 from trainer.config import ConfigError, dump_yaml
+from trainer.config.resolved import as_resolved
+from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable
 from trainer.data.preference import read_preference_records
@@ -22,6 +24,8 @@ from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
 from trainer.core import entrypoints
+from trainer.planning.plan import plan_run
+from trainer.supervisor import create
 
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
@@ -29,7 +33,7 @@ HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and 
 def check(cfg, hardware=None) -> None:
     """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
     problems: list[tuple[str, str]] = []
-    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _machine):
+    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len):
         if fn is _seq_len and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
             continue  # the model's config.json is already reported unusable: don't report it twice
         try:
@@ -39,8 +43,58 @@ def check(cfg, hardware=None) -> None:
             problem = (exc.field or field, msg if exc.field or field else str(exc))
             if problem not in problems:
                 problems.append(problem)
+    problems += [p for p in machine_problems(cfg, hardware) if p not in problems]
     if problems:
         raise ConfigError(problems)
+
+
+@dataclasses.dataclass
+class Readiness:
+    """What Start would say: ``problems`` ((field, message with the fix), Start's own words), the planner's
+    ``plan`` for the config (None when it could not be planned) and the ``run_dir`` Start would claim."""
+
+    problems: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    plan: object = None
+    run_dir: Path | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True when Start would start."""
+        return not self.problems
+
+
+def start_problems(cfg, hardware, run_dir: str | Path | None = None, overwrite: bool = False,
+                   plan=None) -> Readiness:
+    """Everything ``trainpilot-cli run`` (and so the GUI's Start) would refuse for ``cfg`` on ``hardware``,
+    all at once and creating nothing: the inputs (``check``), the plan, what the planned config needs of
+    this machine (``machine_problems``) and the run folder. ``plan`` reuses a plan already made for ``cfg``.
+    Seconds for a hub dataset or a big model: call it off the GUI thread."""
+    out = Readiness()
+    try:
+        check(cfg, hardware)
+    except ConfigError as exc:
+        out.problems += exc.problems
+    try:
+        out.plan = plan if plan is not None else plan_run(cfg, hardware)
+        final = as_resolved(out.plan.resolved)
+    except (UserError, ConfigError) as exc:
+        out.problems += _problems_of(exc)
+        return out
+    out.problems += [p for p in machine_problems(final, hardware) if p not in out.problems]
+    out.run_dir = Path(run_dir) if run_dir else create.default_run_dir(final)
+    refused = create.run_dir_problem(out.run_dir, overwrite)
+    if refused is not None:
+        out.problems += _problems_of(refused)
+    return out
+
+
+def _problems_of(exc: Exception) -> list[tuple[str, str]]:
+    """A ConfigError's problems, or a UserError as one (field, message) pair."""
+    if isinstance(exc, ConfigError):
+        return list(exc.problems)
+    field_name = getattr(exc, "field", None)
+    head, _, rest = str(exc).partition(": ")
+    return [(field_name, rest if rest and head == field_name else str(exc))] if field_name else [("", str(exc))]
 
 
 def check_data(cfg) -> None:
@@ -59,10 +113,9 @@ def check_data(cfg) -> None:
 def check_machine(cfg, hardware=None) -> None:
     """Raise ConfigError when this machine cannot run ``cfg`` (QLoRA without CUDA, DeepSpeed not installed,
     cuda without a GPU, missing hostfile). Cheap: for the resolved config, after ``check`` and the planner."""
-    try:
-        _machine(cfg, hardware)
-    except UserError as exc:
-        raise ConfigError([(exc.field or "", str(exc).partition(": ")[2] if exc.field else str(exc))]) from None
+    problems = machine_problems(cfg, hardware)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _model(cfg, hardware) -> None:
@@ -180,18 +233,30 @@ def _seq_len(cfg, hardware) -> None:
                         f"set data.seq_len to {limit} or less", field="data.seq_len")
 
 
-def _machine(cfg, hardware) -> None:
-    gpus = getattr(hardware, "gpus", None)
-    if cfg.method.type == "qlora" and (cfg.device == "cpu" or gpus == ()):
-        raise UserError("method.type: QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on CUDA only); use "
-                        "method.type: lora here", field="method.type")
-    if cfg.deepspeed.enabled is True and importlib.util.find_spec("deepspeed") is None:
-        raise UserError("deepspeed.enabled: DeepSpeed is not installed; install it (pip install --no-build-isolation "
-                        "deepspeed) or set deepspeed.enabled: false (offload then is not available)",
-                        field="deepspeed.enabled")
-    if cfg.device == "cuda" and gpus == ():
-        raise UserError("device: the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto",
-                        field="device")
+def machine_problems(cfg, hardware=None) -> list[tuple[str, str]]:
+    """``(field, message with the fix)`` for each thing this machine cannot do that ``cfg`` asks for (QLoRA
+    or 8-bit AdamW without CUDA or bitsandbytes, flash attention without flash-attn, DeepSpeed not installed,
+    cuda without a GPU, a missing hostfile). The installed packages are ``trainer.core.capabilities``'."""
+    caps = capabilities.probe(hardware)
+    bnb, out = caps.packages["bitsandbytes"].install, []
+    if cfg.method.type == "qlora" and (cfg.device == "cpu" or caps.cuda_gpu is False):
+        out.append(("method.type", "QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on CUDA only); use "
+                                   "method.type: lora here"))
+    elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
+        out.append(("method.type", f"QLoRA needs bitsandbytes, which is not installed; {bnb}, or use "
+                                   "method.type: lora"))
+    if cfg.training.optimizer == "adamw_8bit" and not caps.has("bitsandbytes"):
+        out.append(("training.optimizer", f"adamw_8bit needs bitsandbytes, which is not installed; {bnb}, "
+                                          "or use adamw"))
+    if cfg.model.attn_implementation == "flash_attention_2" and not caps.has("flash-attn"):
+        out.append(("model.attn_implementation", "flash_attention_2 needs flash-attn, which is not installed; "
+                                                 f"{caps.packages['flash-attn'].install}, or use sdpa"))
+    if cfg.deepspeed.enabled is True and not caps.has("deepspeed"):
+        out.append(("deepspeed.enabled", "DeepSpeed is not installed; install it (pip install --no-build-isolation "
+                                         "deepspeed) or set deepspeed.enabled: false (offload then is not available)"))
+    if cfg.device == "cuda" and caps.cuda_gpu is False:
+        out.append(("device", "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
     if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
-        raise UserError(f"distributed.hostfile: {cfg.distributed.hostfile} not found; write one 'host slots=N' line "
-                        f"per machine", field="distributed.hostfile")
+        out.append(("distributed.hostfile", f"{cfg.distributed.hostfile} not found; write one 'host slots=N' line "
+                                            "per machine"))
+    return out

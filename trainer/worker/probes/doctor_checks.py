@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainer.core import capabilities
 from trainer.core.checks import check
 
 
@@ -35,13 +36,8 @@ def torch_checks() -> list[dict]:
                           ("accelerate", "pip install accelerate", True), ("datasets", "pip install datasets", True)):
         v = _version(mod)
         out.append(check(mod, v is not None, f"{mod} {v}" if v else f"{mod} is not importable", fix, required=req))
-    out.append(_deepspeed_check())
-    v = _version("bitsandbytes")
-    out.append(check("bitsandbytes", v is not None, f"bitsandbytes {v}" if v else "not installed",
-                     "pip install bitsandbytes (needed for QLoRA and 8-bit AdamW only)", required=False))
-    v = _version("flash_attn")
-    out.append(check("flash-attn", v is not None, f"flash-attn {v}" if v else "not installed (sdpa is used)",
-                     "optional: pip install flash-attn --no-build-isolation (Linux, CUDA)", required=False))
+    if capabilities.installed("deepspeed"):  # missing optional packages are the light checks' lines
+        out.append(_deepspeed_check())
     return out
 
 
@@ -62,10 +58,11 @@ def _cuda_checks(torch) -> list[dict]:
 
 
 def _deepspeed_check() -> dict:
+    """DeepSpeed (installed, per ``trainer.core.capabilities``): does it import, can its CPU Adam op build."""
     v = _version("deepspeed")
     if v is None:
-        return check("deepspeed", False, "not installed (needed only for ZeRO/offload plans)",
-                     "pip install --no-build-isolation deepspeed (after torch)", required=False)
+        return check("deepspeed", False, "installed, but 'import deepspeed' fails",
+                     "reinstall: pip install --no-build-isolation deepspeed (after torch)", required=False)
     try:
         from deepspeed.ops.op_builder import CPUAdamBuilder
 

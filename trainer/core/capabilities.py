@@ -1,0 +1,104 @@
+"""What this machine's Python environment can do: the one answer to "is DeepSpeed installed?" (and
+bitsandbytes, flash-attn, liger-kernel, llama-cpp-python, gguf) and "is there an NVIDIA GPU?", shared
+by the doctor, preflight (and so the wizard's Review), the planner and the OOM ladder.
+
+Light: packages are found with ``importlib.util.find_spec`` and versioned with ``importlib.metadata``;
+nothing here imports torch or the packages themselves (importing DeepSpeed alone costs seconds). Nothing
+is cached either: a package installed while the GUI runs is seen on the next ask (a lookup is < 1 ms).
+A ``None`` entry in ``sys.modules`` (how tests stand in for an uninstalled package) reads as missing.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptionalPackage:
+    """An optional package: import name, distribution name, what it enables, how to install it."""
+
+    module: str
+    distribution: str
+    needed_for: str
+    install: str
+
+
+OPTIONAL: dict[str, OptionalPackage] = {
+    "deepspeed": OptionalPackage("deepspeed", "deepspeed", "ZeRO sharding and CPU offload (deepspeed.*)",
+                           "pip install --no-build-isolation deepspeed (after torch)"),
+    "bitsandbytes": OptionalPackage("bitsandbytes", "bitsandbytes", "QLoRA and 8-bit AdamW (NVIDIA GPUs)",
+                              "pip install bitsandbytes"),
+    "flash-attn": OptionalPackage("flash_attn", "flash-attn", "model.attn_implementation: flash_attention_2",
+                            "pip install flash-attn --no-build-isolation (Linux, CUDA)"),
+    "liger-kernel": OptionalPackage("liger_kernel", "liger-kernel", "fused Triton kernels (NVIDIA GPUs)",
+                              "pip install liger-kernel"),
+    "llama-cpp-python": OptionalPackage("llama_cpp", "llama-cpp-python", "running exported GGUF files in Python",
+                                  "pip install llama-cpp-python"),
+    "gguf": OptionalPackage("gguf", "gguf", "export-model --gguf", "pip install gguf"),
+}
+
+
+@dataclass(frozen=True)
+class Package:
+    """One optional package as found here: ``installed``, its ``version`` (None when missing or unknown)."""
+
+    name: str
+    installed: bool
+    version: str | None
+    needed_for: str
+    install: str
+
+
+def installed(name: str) -> bool:
+    """True when the optional package ``name`` (a key of OPTIONAL) can be imported here."""
+    module = OPTIONAL[name].module
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package, or a module without a spec
+        return False
+
+
+def package(name: str) -> Package:
+    """The optional package ``name`` with its version (from the distribution's metadata)."""
+    opt = OPTIONAL[name]
+    found = installed(name)
+    version = None
+    if found:
+        try:
+            version = importlib.metadata.version(opt.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = None  # importable (e.g. from a source tree) without installed metadata
+    return Package(name, found, version, opt.needed_for, opt.install)
+
+
+def cuda_gpu(hardware) -> bool | None:
+    """True when the hardware snapshot has an NVIDIA GPU, False when it has none, None without a snapshot."""
+    gpus = getattr(hardware, "gpus", None)
+    return None if gpus is None else len(gpus) > 0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Every optional package (by name) and whether the snapshot has an NVIDIA GPU (None: no snapshot)."""
+
+    packages: dict[str, Package]
+    cuda_gpu: bool | None
+
+    def has(self, name: str) -> bool:
+        """True when the optional package ``name`` is installed."""
+        return self.packages[name].installed
+
+    def missing(self) -> list[Package]:
+        """The optional packages that are not installed."""
+        return [p for p in self.packages.values() if not p.installed]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: ``{"cuda_gpu": ..., "packages": {name: {installed, version, needed_for, install}}}``."""
+        return {"cuda_gpu": self.cuda_gpu,
+                "packages": {n: {k: v for k, v in p.__dict__.items() if k != "name"} for n, p in self.packages.items()}}
+
+
+def probe(hardware=None) -> Capabilities:
+    """The capabilities of this environment and of ``hardware`` (a MachineSnapshot, or None)."""
+    return Capabilities({name: package(name) for name in OPTIONAL}, cuda_gpu(hardware))
