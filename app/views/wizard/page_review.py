@@ -19,7 +19,8 @@ PAGE_OF = {"model.source": "Model page", "model.architecture": "Model page", "mo
            "data.path": "Data page", "data.record_format": "Data page", "training.objective": "Data page",
            "method.type": "Method page", "data.seq_len": "Method page", "training.max_steps": "Method page",
            "training.epochs": "Method page", "training.learning_rate": "Method page",
-           "training.effective_batch_size": "Method page", "run_dir": "this page: Run folder"}
+           "training.effective_batch_size": "Method page",
+           "output.runs_dir": "this page: Run folder", "output.run_name": "this page: Run folder"}
 
 
 def where(key: str) -> str:
@@ -43,6 +44,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         self.yaml = QtWidgets.QPlainTextEdit(readOnly=True)
         self.yaml.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.FixedFont))
         self.run_dir = QtWidgets.QLineEdit()
+        self.run_dir.editingFinished.connect(self._recheck)
         self.export_button = QtWidgets.QPushButton("Export…", clicked=self._export)
         self.start_button = QtWidgets.QPushButton("Start training", clicked=self._start)
         self.start_button.setStyleSheet("font-weight: bold")
@@ -66,8 +68,16 @@ class ReviewPage(QtWidgets.QWizardPage):
     def initializePage(self) -> None:
         if not self.start_error:
             self.run_dir.setText(self.state.default_run_dir())
+        self._recheck()
+
+    def _recheck(self) -> None:
+        """Check the config and the run folder as they are now (off the GUI thread)."""
         self.result = None
         self._enable(False)
+        if self.state.snapshot() is None:  # the plan needs the hardware; the probe answers within a second
+            self.message.setText(self._error_prefix() + "Waiting for the hardware probe…")
+            QtCore.QTimer.singleShot(300, self, self._recheck)
+            return
         try:
             cfg = self.state.config()
         except tc.ConfigError as exc:
@@ -76,8 +86,8 @@ class ReviewPage(QtWidgets.QWizardPage):
             return
         self.yaml.setPlainText(tc.dump_yaml(cfg))
         self.message.setText(self._error_prefix() + "Planning and checking the model, data and machine…")
-        snap, plan = self.state.snapshot(), self.state.plan
-        self._checks.submit(lambda: review_check(cfg, plan, snap))
+        snap, plan, run_dir = self.state.snapshot(), self.state.plan, self.run_dir.text().strip()
+        self._checks.submit(lambda: review_check(cfg, plan, snap, run_dir))
 
     def show_start_failure(self, code: int, text: str) -> None:
         """A start of this config failed (exit ``code``): show why above the checks, mark the field
