@@ -15,12 +15,8 @@ from typing import Optional
 
 from trainer.core.errors import UserError
 from trainer.core.paths import MODELS_DIR
+from trainer.models import catalog
 
-ALIASES = {
-    "demo-tiny-llama": "tiny-llama", "mistralai/mistral-7b-v0.1": "mistral-7b", "microsoft/phi-2": "phi-2",
-    "google/gemma-2-2b": "gemma-2-2b", "stabilityai/stablelm-2-1_6b": "stablelm-2-1.6b",
-    "huggingfacetb/smollm-135m": "smollm-135m", "openai-community/gpt2": "gpt2",
-}
 LLAMA_LIKE = {"llama", "mistral", "qwen2", "gemma", "gemma2", "qwen3"}
 ENCODER_DECODER = {"t5"}
 FAMILIES = sorted(LLAMA_LIKE | {"phi", "stablelm", "gpt2"} | ENCODER_DECODER)
@@ -199,7 +195,7 @@ def find_config(source: str) -> Optional[Path]:
     except OSError:  # unreadable folder: preflight reports it with the fix
         return None
     key = source.strip().lower()
-    for name in (ALIASES.get(key), key, key.rsplit("/", 1)[-1]):
+    for name in (catalog.architecture_of(key), key, key.rsplit("/", 1)[-1]):
         if name and (MODELS_DIR / f"{name}.json").is_file():
             return MODELS_DIR / f"{name}.json"
     if "/" in source:

@@ -6,14 +6,13 @@ that, the largest micro-batch that divides the per-GPU batch (so the effective b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
 from trainer.core import capabilities
-from trainer.core.paths import MODELS_DIR
 from trainer.core.units import gib
+from trainer.models import catalog
 from trainer.models.spec import ModelSpec, load_model_spec
 from trainer.planning.context import (
     SMALL_TOKENS,
@@ -186,7 +185,8 @@ def alternatives(ctx: Context) -> list[dict]:
     if c.method.type == "full":
         out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
     if c.method.type != "qlora" and ctx.device == "cuda":
-        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "qlora"}, "QLoRA: 4-bit base weights with LoRA adapters"))
+        bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
+        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
     out.append(_shorter(ctx))
     out.append(_smaller_model(ctx))
     alts = [a for a in out if a]
@@ -217,13 +217,14 @@ def _shorter(ctx: Context) -> Optional[dict]:
 
 
 def _smaller_model(ctx: Context) -> Optional[dict]:
-    """The largest shipped architecture smaller than this model that fits as configured."""
-    names = sorted((load_model_spec(p.stem) for p in Path(MODELS_DIR).glob("*.json")), key=lambda s: -s.params)
-    for spec in names:
-        if spec.params >= ctx.spec.params or spec.name == "tiny-llama":
+    """The largest real model of the same kind (causal or encoder-decoder; never a random-weight test
+    architecture) smaller than this one that fits as configured. Its hub id is the source: real weights."""
+    candidates = [(load_model_spec(arch), repo) for arch, repo in catalog.real_models(ctx.spec.encoder_decoder)]
+    for spec, repo in sorted(candidates, key=lambda c: -c[0].params):
+        if spec.params >= ctx.spec.params:
             continue
-        alt = _alt(ctx, {**AUTO, "model.architecture": spec.name},
-                   f"a smaller model: {spec.name} ({spec.params / 1e9:.2f} B parameters)")
+        alt = _alt(ctx, {**AUTO, "model.source": repo, "model.architecture": None},
+                   f"a smaller model: {repo} ({spec.params / 1e9:.2f} B parameters)")
         if alt and alt["fits"]:
             return alt
     return None

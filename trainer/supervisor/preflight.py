@@ -16,7 +16,6 @@ from pathlib import Path
 
 from trainer.config import ConfigError, dump_yaml
 from trainer.config.resolved import as_resolved
-from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable
 from trainer.data.preference import read_preference_records
@@ -24,6 +23,7 @@ from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
 from trainer.core import entrypoints
+from trainer.planning import requirements
 from trainer.planning.plan import plan_run
 from trainer.supervisor import create
 
@@ -236,27 +236,5 @@ def _seq_len(cfg, hardware) -> None:
 def machine_problems(cfg, hardware=None) -> list[tuple[str, str]]:
     """``(field, message with the fix)`` for each thing this machine cannot do that ``cfg`` asks for (QLoRA
     or 8-bit AdamW without CUDA or bitsandbytes, flash attention without flash-attn, DeepSpeed not installed,
-    cuda without a GPU, a missing hostfile). The installed packages are ``trainer.core.capabilities``'."""
-    caps = capabilities.probe(hardware)
-    bnb, out = caps.packages["bitsandbytes"].install, []
-    if cfg.method.type == "qlora" and (cfg.device == "cpu" or caps.cuda_gpu is False):
-        out.append(("method.type", "QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on CUDA only); use "
-                                   "method.type: lora here"))
-    elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
-        out.append(("method.type", f"QLoRA needs bitsandbytes, which is not installed; {bnb}, or use "
-                                   "method.type: lora"))
-    if cfg.training.optimizer == "adamw_8bit" and not caps.has("bitsandbytes"):
-        out.append(("training.optimizer", f"adamw_8bit needs bitsandbytes, which is not installed; {bnb}, "
-                                          "or use adamw"))
-    if cfg.model.attn_implementation == "flash_attention_2" and not caps.has("flash-attn"):
-        out.append(("model.attn_implementation", "flash_attention_2 needs flash-attn, which is not installed; "
-                                                 f"{caps.packages['flash-attn'].install}, or use sdpa"))
-    if cfg.deepspeed.enabled is True and not caps.has("deepspeed"):
-        out.append(("deepspeed.enabled", "DeepSpeed is not installed; install it (pip install --no-build-isolation "
-                                         "deepspeed) or set deepspeed.enabled: false (offload then is not available)"))
-    if cfg.device == "cuda" and caps.cuda_gpu is False:
-        out.append(("device", "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
-    if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
-        out.append(("distributed.hostfile", f"{cfg.distributed.hostfile} not found; write one 'host slots=N' line "
-                                            "per machine"))
-    return out
+    cuda without a GPU, a missing hostfile): ``trainer.planning.requirements``, the verdict's rules too."""
+    return [(r.field, r.message) for r in requirements.unmet(cfg, hardware)]

@@ -1,0 +1,54 @@
+"""What a config needs of this machine beyond memory: an NVIDIA GPU, bitsandbytes, flash-attn,
+DeepSpeed, a hostfile. One rule set, asked by preflight (Start refuses what is unmet), the wizard's
+Review (through preflight) and the fit verdict ("needs bitsandbytes"). Packages are answered by
+``trainer.core.capabilities``. Light: no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.core import capabilities
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One unmet requirement: the config ``field`` that asks for it, what is missing in a few words
+    (``needs``: "an NVIDIA GPU", "bitsandbytes"…) and the full message with the fix."""
+
+    field: str
+    needs: str
+    message: str
+
+
+def unmet(cfg, hardware=None) -> list[Requirement]:
+    """Every requirement of ``cfg`` (resolved or not) this machine does not meet; ``hardware`` is a
+    MachineSnapshot (None: the GPU is not judged)."""
+    caps = capabilities.probe(hardware)
+    bnb = caps.packages["bitsandbytes"].install
+    out = []
+    if cfg.method.type == "qlora" and (cfg.device == "cpu" or caps.cuda_gpu is False):
+        out.append(Requirement("method.type", "an NVIDIA GPU", "QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on "
+                                                               "CUDA only); use method.type: lora here"))
+    elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
+        out.append(Requirement("method.type", "bitsandbytes", f"QLoRA needs bitsandbytes, which is not installed; "
+                                                              f"{bnb}, or use method.type: lora"))
+    if str(cfg.training.optimizer).endswith("8bit") and not caps.has("bitsandbytes"):
+        out.append(Requirement("training.optimizer", "bitsandbytes",
+                               f"{cfg.training.optimizer} needs bitsandbytes, which is not installed; {bnb}, or use "
+                               "adamw"))
+    if cfg.model.attn_implementation == "flash_attention_2" and not caps.has("flash-attn"):
+        out.append(Requirement("model.attn_implementation", "flash-attn",
+                               "flash_attention_2 needs flash-attn, which is not installed; "
+                               f"{caps.packages['flash-attn'].install}, or use sdpa"))
+    if cfg.deepspeed.enabled is True and not caps.has("deepspeed"):
+        out.append(Requirement("deepspeed.enabled", "DeepSpeed",
+                               "DeepSpeed is not installed; install it (pip install --no-build-isolation deepspeed) "
+                               "or set deepspeed.enabled: false (offload then is not available)"))
+    if cfg.device == "cuda" and caps.cuda_gpu is False:
+        out.append(Requirement("device", "an NVIDIA GPU",
+                               "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
+    if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
+        out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
+                                                                     "one 'host slots=N' line per machine"))
+    return out

@@ -1,0 +1,115 @@
+"""One fit verdict: for a model and this machine, per method (full / LoRA / QLoRA), does it fit, not
+fit, or need something this machine lacks, with the planned peak and the budget in bytes.
+
+The model page, the picker and the plan page all ask ``model_verdict`` (or ``method_verdict`` for a
+plan already made), so one model gets one answer everywhere. A verdict is the planner's (``plan_run``
+on the config with only the model and the method changed: your explicit settings still hold) plus
+``trainer.planning.requirements`` (what Start would refuse: QLoRA without bitsandbytes says "needs
+bitsandbytes", not "fits"). Light: no torch; a plan takes milliseconds to seconds (big models).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from trainer import config as config_mod
+from trainer.core.errors import UserError
+from trainer.models.spec import load_model_spec
+from trainer.planning import requirements
+from trainer.planning.plan import plan_run
+
+METHODS = ("full", "lora", "qlora")
+VERDICTS = ("fits", "tight", "does_not_fit", "needs", "unknown")
+WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does not fit", "unknown": "unknown"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodVerdict:
+    """One method's verdict (one of VERDICTS). ``needs``: what this machine lacks (verdict 'needs');
+    ``peak_bytes``/``budget_bytes``: the planned peak and the memory budget (VRAM, or host RAM on the CPU)."""
+
+    method: str
+    verdict: str
+    needs: tuple[str, ...] = ()
+    peak_bytes: Optional[int] = None
+    budget_bytes: Optional[int] = None
+    device: Optional[str] = None
+    reasons: tuple[str, ...] = ()
+    plan: Any = dataclasses.field(default=None, repr=False, compare=False)  # the Plan behind it, if any
+
+    @property
+    def fits(self) -> bool:
+        """True for 'fits' and 'tight'."""
+        return self.verdict in ("fits", "tight")
+
+    @property
+    def words(self) -> str:
+        """'fits', 'fits (tight)', 'does not fit', 'needs bitsandbytes', 'unknown'."""
+        return "needs " + " and ".join(self.needs) if self.verdict == "needs" else WORDS[self.verdict]
+
+    def to_dict(self) -> dict:
+        """JSON-ready (the plan left out)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "plan"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelVerdict:
+    """Every method's verdict for one model; ``seq_len`` is the sequence length judged (the config's,
+    capped at the model's maximum positions); ``error`` says why the model could not be judged."""
+
+    source: str
+    params: Optional[int]
+    encoder_decoder: Optional[bool]
+    seq_len: Optional[int]
+    methods: dict
+    error: Optional[str] = None
+
+    def best(self) -> Optional[MethodVerdict]:
+        """The first method that fits, in the order full, LoRA, QLoRA (the most faithful first), or None."""
+        return next((v for v in self.methods.values() if v.fits), None)
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {"source": self.source, "params": self.params, "encoder_decoder": self.encoder_decoder,
+                "seq_len": self.seq_len, "error": self.error,
+                "methods": {m: v.to_dict() for m, v in self.methods.items()}}
+
+
+def method_verdict(plan, hardware) -> MethodVerdict:
+    """The verdict of a plan already made for a config (the plan page): the planner's verdict, or
+    'needs' when the planned config needs what this machine lacks."""
+    resolved = getattr(plan, "resolved", None)
+    unmet = requirements.unmet(resolved, hardware) if resolved is not None else []
+    method = resolved.method.type if resolved is not None else "?"
+    verdict = "needs" if unmet else plan.verdict
+    return MethodVerdict(method, verdict, tuple(dict.fromkeys(r.needs for r in unmet)),
+                         plan.predicted_peak_bytes, plan.budget_bytes, plan.device,
+                         tuple(r.message for r in unmet) + tuple(plan.reasons), plan)
+
+
+def model_verdict(cfg, hardware, source: Optional[str] = None, methods=METHODS) -> ModelVerdict:
+    """Per method, does ``source`` (a hub id, folder or shipped architecture; default: the config's model)
+    fit on ``hardware`` (a MachineSnapshot) when trained as ``cfg`` says? Nothing downloads: a hub model
+    is judged from its config.json in the cache or its shipped architecture."""
+    base = cfg
+    if source is not None and source != cfg.model.source:
+        base = config_mod.replace(cfg, **{"model.source": source, "model.architecture": None,
+                                          "model.tokenizer": None})
+    name = base.model.architecture or base.model.source
+    try:
+        spec = load_model_spec(name)
+    except UserError as exc:
+        return ModelVerdict(base.model.source, None, None, None, {}, str(exc))
+    seq = min(base.data.seq_len, spec.max_positions or base.data.seq_len)
+    out = {}
+    for method in methods:
+        out[method] = _one(base, hardware, method, seq)
+    return ModelVerdict(base.model.source, spec.params, spec.encoder_decoder, seq, out)
+
+
+def _one(cfg, hardware, method: str, seq: int) -> MethodVerdict:
+    try:
+        variant = config_mod.replace(cfg, **{"method.type": method, "data.seq_len": seq})
+        return method_verdict(plan_run(variant, hardware), hardware)
+    except (UserError, config_mod.ConfigError) as exc:  # a combination the config cannot express
+        return MethodVerdict(method, "unknown", reasons=(str(exc),))
