@@ -18,6 +18,7 @@ from trainer.rundir.events import (
     read_json,
     write_status,
 )
+from trainer.rundir.records import WarningEvent
 from trainer.rundir.runstate import read_run_state
 from trainer.supervisor import create as rundir
 from trainer.supervisor import preflight
@@ -97,8 +98,8 @@ def _warn_if_plan_does_not_fit(run_dir: Path, plan: dict | None, quiet: bool) ->
     message = ("the planner predicts this does not fit (" + "; ".join(plan.get("reasons", [])[:2]) + ")"
                + (f"; what would: {alts}" if alts else "") + ". Starting anyway: out-of-memory is recovered by "
                "the ladder if recovery.oom_ladder is on")
-    EventWriter(run_dir / "events.jsonl", redact=secrets.redact).write("warning", code="plan_does_not_fit",
-                                                                      message=message)
+    EventWriter(run_dir / "events.jsonl", redact=secrets.redact).emit(WarningEvent(code="plan_does_not_fit",
+                                                                                   message=message))
     if not quiet:
         print(f"warning: {message}", flush=True)
 

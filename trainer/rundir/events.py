@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.rundir.records import STEP_FIELDS, EventRecord  # noqa: F401  (STEP_FIELDS re-exported)
+from trainer.rundir.records import RECORDS, STEP_FIELDS, EventRecord  # noqa: F401  (STEP_FIELDS re-exported)
 
 STATES = ("starting", "running", "stopping", "stopped", "finished", "failed")
 
@@ -32,9 +32,10 @@ class EventWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._redact = redact
 
-    def write(self, type: str, **fields: Any) -> dict:
-        """Append one event of ``type``; ``time`` (Unix seconds) is added. Returns the event."""
-        event = {"type": type, "time": time.time(), **fields}
+    def emit(self, record: EventRecord) -> dict:
+        """Append a typed record (``trainer.rundir.records``; ``time``, Unix seconds, is added). Returns the
+        event as written. The only way events are written: every writer shares one definition per type."""
+        event = {"type": record.TYPE, "time": time.time(), **record.fields()}
         line = json.dumps(event, default=_jsonable)
         if self._redact:
             line = self._redact(line)
@@ -46,9 +47,13 @@ class EventWriter:
             os.close(fd)
         return event
 
-    def emit(self, record: EventRecord) -> dict:
-        """Append a typed record (``trainer.rundir.records``); returns the event as written."""
-        return self.write(record.TYPE, **record.fields())
+    def write(self, type: str, **fields: Any) -> dict:
+        """``emit`` the record of ``type`` made from ``fields`` (unknown fields ride in ``extra``); a type
+        without a record raises ValueError. For tests and fixtures: product code builds the record itself."""
+        cls = RECORDS.get(type)
+        if cls is None:
+            raise ValueError(f"no event record for type '{type}' (trainer/rundir/records.py)")
+        return self.emit(cls.from_event(fields))
 
 
 def _jsonable(obj: Any) -> Any:

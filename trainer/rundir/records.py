@@ -81,6 +81,7 @@ class SampleEvent(EventRecord):
     step: Optional[int] = None
     prompt: Optional[str] = None
     text: Optional[str] = None
+    tokens: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,11 @@ class EarlyStopped(EventRecord):
     TYPE: ClassVar[str] = "early_stopped"
     step: Optional[int] = None
     best_step: Optional[int] = None
-    metric: Optional[float] = None
+    metric: Optional[str] = None  # the metric's name, e.g. "eval_loss"
+    best_value: Optional[float] = None
+    patience: Optional[int] = None
+    min_delta: Optional[float] = None
+    checkpoint: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,14 @@ class Finished(EventRecord):
 
 @dataclass(frozen=True)
 class Failed(EventRecord):
+    """The run failed: ``message`` says why and what to do. ``phase`` is "start" for a start the GUI
+    recorded because the CLI failed before the supervisor ran (no status.json then)."""
+
     TYPE: ClassVar[str] = "failed"
     message: Optional[str] = None
     exit_code: Optional[int] = None
     kind: Optional[str] = None
+    phase: Optional[str] = None
 
 
 RECORDS: dict[str, type[EventRecord]] = {c.TYPE: c for c in (

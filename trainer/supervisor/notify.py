@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainer import config as config_mod
 from trainer.core import secrets
+from trainer.rundir.records import WarningEvent
 
 TIMEOUT_SECONDS = 5.0
 ICONS = {"finished": "✅", "failed": "❌", "stopped": "⏹", "oom_recovered": "♻"}
@@ -69,8 +70,8 @@ def send(run_dir: Path, kind: str, info: dict, events) -> bool:
         return False
     url = secrets.named_secret(n.webhook_url_env)
     if not url:
-        events.write("warning", code="notify_unset", message=f"notify: {n.webhook_url_env} is not set (nor in the "
-                     f"keyring as trainpilot/{n.webhook_url_env}); no webhook message sent")
+        events.emit(WarningEvent(code="notify_unset", message=f"notify: {n.webhook_url_env} is not set (nor in the "
+                                 f"keyring as trainpilot/{n.webhook_url_env}); no webhook message sent"))
         return False
     clean = {k: secrets.redact(v, [url]) if isinstance(v, str) else v for k, v in info.items()}
     body = json.dumps(payload(detect_format(url, n.webhook_format), kind, cfg.name, clean)).encode("utf-8")
@@ -82,6 +83,6 @@ def send(run_dir: Path, kind: str, info: dict, events) -> bool:
         return True
     except (urllib.error.URLError, OSError, ValueError) as exc:
         why = secrets.redact(str(getattr(exc, "reason", None) or exc), [url])
-        events.write("warning", code="notify_failed",
-                     message=f"notify: the webhook message about '{kind}' was not delivered ({why})")
+        events.emit(WarningEvent(code="notify_failed",
+                                 message=f"notify: the webhook message about '{kind}' was not delivered ({why})"))
         return False

@@ -17,6 +17,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from trainer.rundir.events import read_events
+from trainer.rundir.records import EarlyStopped, SampleEvent, WarningEvent
 from trainer.worker.generate import generation as chat
 
 
@@ -27,8 +28,9 @@ def add_callbacks(trainer, cfg, writer, tokenizer, rank: int) -> None:
         zero3 = cfg.deepspeed.enabled is True and cfg.deepspeed.zero_stage == 3
         if zero3:
             if rank == 0:
-                writer.write("warning", code="samples_off", message="sample prompts are not generated under "
-                             "ZeRO-3 (the weights are sharded across ranks); use chat on a checkpoint instead")
+                writer.emit(WarningEvent(code="samples_off", message="sample prompts are not generated under "
+                                         "ZeRO-3 (the weights are sharded across ranks); use chat on a checkpoint "
+                                         "instead"))
         else:
             trainer.add_callback(SampleEvents(writer, cfg, tokenizer, trainer, rank))
     if ev.early_stopping_patience:
@@ -68,7 +70,7 @@ class SampleEvents(TrainerCallback):
                     ids = chat.prompt_ids(self.cfg, self.tok, prompt)
                     out = chat.generate(model, self.tok, ids, max_new_tokens=self.cfg.evaluation.max_new_tokens,
                                         temperature=0.0, top_p=1.0)
-                    self.writer.write("sample", step=step, prompt=prompt, text=out["text"], tokens=out["tokens"])
+                    self.writer.emit(SampleEvent(step=step, prompt=prompt, text=out["text"], tokens=out["tokens"]))
         finally:
             if was_training:
                 model.train()
@@ -109,10 +111,9 @@ class EarlyStopping(TrainerCallback):
             self.stopped = True
             control.should_training_stop = True
             if self.rank == 0:
-                self.writer.write("early_stopped", step=state.global_step, best_step=self.best_step,
-                                  metric=self.metric, best_value=self.best, patience=self.patience,
-                                  min_delta=self.min_delta,
-                                  checkpoint=str(self.trainer.tp_keep_also))
+                self.writer.emit(EarlyStopped(step=state.global_step, best_step=self.best_step, metric=self.metric,
+                                              best_value=self.best, patience=self.patience, min_delta=self.min_delta,
+                                              checkpoint=str(self.trainer.tp_keep_also)))
 
     def _judge(self, value: float, step: int, args) -> bool:
         """Count one evaluation; True when it is the new best."""

@@ -27,7 +27,7 @@ from trainer.rundir.checkpoints import (
     staging_dir,
 )
 from trainer.rundir.events import STOP_FILE
-from trainer.rundir.records import CheckpointSaved, StepEvent, StopRequested
+from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 from trainer.worker.train.step_metrics import objective_fields
 
@@ -234,7 +234,9 @@ class StepEvents(TrainerCallback):
             numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
             if isinstance(numbers.get("eval_loss"), (int, float)):
                 numbers["perplexity"] = math.exp(min(numbers["eval_loss"], 700.0))  # 700: no overflow
-            self.writer.write("eval", step=state.global_step, **numbers)
+            other = {k: v for k, v in numbers.items() if k not in ("eval_loss", "perplexity")}  # e.g. eval_runtime
+            self.writer.emit(EvalEvent(step=state.global_step, eval_loss=numbers.get("eval_loss"),
+                                       perplexity=numbers.get("perplexity"), extra=other))
 
     def _global_tokens(self, args) -> int:
         tokens, self.trainer.tp_tokens = self.trainer.tp_tokens, 0
