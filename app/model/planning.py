@@ -1,14 +1,13 @@
 """The wizard's planning (plain Python, no Qt; call it off the GUI thread: seconds for big models):
-the plan for a config, and the fit verdict per method that the Model page, the picker's rows and
-the Plan page all show."""
+the plan for a config, and the sequence length refused where it is typed. The fit verdicts the Model
+page, the picker's rows and the Plan page show are ``trainer.planning.verdict``'s (one function)."""
 from __future__ import annotations
 
 from trainer import config as tc
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
 from trainer.planning.plan import plan_run
-
-METHODS = ("full", "lora", "qlora")
+from trainer.planning.verdict import method_verdict
 
 
 def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
@@ -27,13 +26,15 @@ def plan_for(cfg: tc.RunConfig, snapshot):
 
 
 def _plan(cfg: tc.RunConfig, snapshot):
-    """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for. Raises ConfigError
+    """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for and carries its
+    ``method_verdict`` (``trainer.planning.verdict``: 'needs bitsandbytes' as well as fits). Raises ConfigError
     (shown beside the field) for a value the model cannot take, e.g. a sequence beyond its positions."""
     problem = seq_len_problem(cfg)
     if problem:
         raise tc.ConfigError([problem])
     plan = plan_run(cfg, snapshot)
     plan.config_in = cfg
+    plan.method_verdict = method_verdict(plan, snapshot)  # the verdict the Model page and the picker show
     return plan
 
 
@@ -52,24 +53,3 @@ def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
         return ("data.seq_len", f"{cfg.data.seq_len} is longer than this model reads ({limit} positions, its "
                                 f"max_position_embeddings); set {limit} or less")
     return None
-
-
-def fit_verdicts(cfg: tc.RunConfig, snapshot, methods: tuple[str, ...] = METHODS) -> dict[str, str]:
-    """{method: 'fits' | 'tight' | 'does_not_fit' | 'n/a: why'} for ``cfg``'s model with each method on
-    this machine: ``cfg`` as it is, only ``method.type`` changed, so the verdict for the chosen method is
-    the Plan page's."""
-    out = {}
-    for method in methods:
-        try:
-            out[method] = plan_run(tc.replace(cfg, **{"method.type": method}), snapshot).verdict
-        except Exception as exc:  # e.g. QLoRA on a CPU-only machine: say so, don't crash
-            out[method] = f"n/a: {exc}"
-    return out
-
-
-VERDICT_WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does not fit"}
-
-
-def verdict_words(verdict: str) -> str:
-    """A verdict in the words every wizard page uses ('n/a' with its reason cut off)."""
-    return VERDICT_WORDS.get(verdict) or ("n/a" if verdict.startswith("n/a") else verdict)

@@ -17,9 +17,9 @@ from PySide6 import QtCore, QtWidgets
 from app.model import hub
 from app.model.fmt import count, gib
 from app.model.hub import bytes_in_cache
-from app.model.picker_rows import METHODS, popular_rows, search_rows
-from app.model.planning import verdict_words
-from app.ops.background import Latest
+from app.model.picker_rows import cells, popular_rows, search_rows
+from app.ops.background import Latest, own_pool
+from app.views.wizard.schema_form import user_words
 from trainer import config as tc
 from trainer.core import entrypoints
 
@@ -61,18 +61,33 @@ class ModelPicker(QtWidgets.QWidget):
         lay.addWidget(self.status)
         lay.addWidget(self.table, 1)
         lay.addLayout(row)
-        self._rows = Latest(self._show_rows, self._rows_failed, self)
+        # Judging a dozen models takes seconds: in a pool of its own, so the model the user picked and the
+        # plan never wait behind it in the global pool.
+        self.pool = own_pool(1)
+        self._rows = Latest(self._show_rows, self._rows_failed, self, pool=self.pool)
         self.proc: QtCore.QProcess | None = None
         self._speed: list[tuple[float, int]] = []
         self._failure: str | None = None
         self.downloading: str | None = None
+        self.rows: dict[str, dict] = {}  # repo id → its row (verdicts), for the rows shown
+        self.snapshot = None  # the machine the verdicts judge (the Model page's one per visit); None: live
+        self._listing = "popular"
 
     # -- listing --------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Judge the popular models again for the current settings and machine (a search stays as it is)."""
+        if self._listing == "popular":
+            self.load_popular()
+
+    def _snapshot(self):
+        return self.snapshot or self.state.snapshot()
+
     def load_popular(self) -> None:
         """Fill the table with the popular models (verdicts computed in the background)."""
-        cfg, snap = self._config(), self.state.snapshot()
+        cfg, snap = self._config(), self._snapshot()
         if cfg is None:
             return
+        self._listing = "popular"
         self.status.setText("Popular open models — checking what fits this GPU…")
         self._rows.submit(lambda: popular_rows(cfg, snap))
 
@@ -81,9 +96,10 @@ class ModelPicker(QtWidgets.QWidget):
         text = self.search.text().strip()
         if not text:
             return self.load_popular()
-        cfg, snap = self._config(), self.state.snapshot()
+        cfg, snap = self._config(), self._snapshot()
         if cfg is None:
             return
+        self._listing = "search"
         self.status.setText(f"Searching the hub for “{text}”…")
         self._rows.submit(lambda: search_rows(text, cfg, snap))
 
@@ -101,15 +117,16 @@ class ModelPicker(QtWidgets.QWidget):
 
     def _show_rows(self, rows: list[dict]) -> None:
         self.table.clear()
+        self.rows = {}
         for r in rows:
-            verdicts = (verdict_words(r[m]) if m in r else r.get("error", "?") for m in METHODS)
-            cells = [r["repo"], count(r.get("params")), f"≈ {gib(r['bytes'])}" if "bytes" in r else "",
-                     *verdicts, r.get("here", "")]
-            item = QtWidgets.QTreeWidgetItem(cells)
-            item.setData(0, QtCore.Qt.UserRole, r)
-            for i, m in enumerate(METHODS, start=3):
-                if str(r.get(m, "")).startswith("n/a"):
-                    item.setToolTip(i, r[m])
+            item = QtWidgets.QTreeWidgetItem([r["repo"], count(r.get("params")),
+                                              f"≈ {gib(r['bytes'])}" if "bytes" in r else "", *cells(r),
+                                              r.get("here", "")])
+            item.setData(0, QtCore.Qt.UserRole, r["repo"])  # plain text in Qt; the row stays in Python
+            self.rows[r["repo"]] = r
+            v = r.get("verdict")
+            for i, mv in enumerate((v.methods.values() if v is not None else ()), start=3):
+                item.setToolTip(i, "\n".join(user_words(r) for r in mv.reasons[:3]))
             self.table.addTopLevelItem(item)
         for c in range(len(COLUMNS)):
             self.table.resizeColumnToContents(c)
@@ -132,7 +149,7 @@ class ModelPicker(QtWidgets.QWidget):
     def current_repo(self) -> str | None:
         """The selected row's hub id."""
         item = self.table.currentItem()
-        return item.data(0, QtCore.Qt.UserRole)["repo"] if item is not None else None
+        return item.data(0, QtCore.Qt.UserRole) if item is not None else None
 
     # -- downloading ----------------------------------------------------------------------------
     def ask_download(self) -> None:
@@ -140,7 +157,7 @@ class ModelPicker(QtWidgets.QWidget):
         repo = self.current_repo()
         if repo is None or hub.is_cached(repo):
             return
-        row = self.table.currentItem().data(0, QtCore.Qt.UserRole)
+        row = self.rows.get(repo, {})
         size = f"about {gib(row['bytes'])}" if "bytes" in row else "its size is shown when it starts"
         answer = QtWidgets.QMessageBox.question(
             self, "Download the model?", f"Download {repo} ({size}) into the Hugging Face cache at "

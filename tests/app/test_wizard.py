@@ -23,12 +23,12 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     # Environment: the doctor runs in the background; the page never blocks Next.
     assert wiz.currentPage() is wiz.env and wiz.button(QtWidgets.QWizard.NextButton).isEnabled()
     wiz.next()
-    # Model: a shipped 1B architecture (random weights, for testing); its parameters and what fits here.
-    wiz.model.use_architecture("llama-3.2-1b")
+    # Model: a shipped 0.5B architecture (random weights, for testing); its parameters and what fits here.
+    wiz.model.use_architecture("qwen2.5-0.5b")
     qtbot.waitUntil(lambda: "Here:" in wiz.model.facts.text(), timeout=15000)
     assert "random weights — for testing" in wiz.model.facts.text()
-    assert wiz.state.values["model.architecture"] == "llama-3.2-1b" and wiz.state.values["model.tokenizer"] == "demo"
-    assert "1.24 B parameters" in wiz.model.facts.text() and "lora:" in wiz.model.facts.text()
+    assert wiz.state.values["model.architecture"] == "qwen2.5-0.5b" and wiz.state.values["model.tokenizer"] == "demo"
+    assert "494 M parameters" in wiz.model.facts.text() and "lora:" in wiz.model.facts.text()
     qtbot.waitUntil(lambda: wiz.model.shipped.count() > 0, timeout=30000)
     wiz.next()
     # Data: create the sample dataset; preview and statistics appear.
@@ -37,7 +37,9 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     qtbot.waitUntil(lambda: "2,000 records" in wiz.data.stats.text(), timeout=10000)
     assert wiz.data.preview.rowCount() == 5
     wiz.next()
-    # Method and plan: LoRA; the planner picks the laptop preset and shows its breakdown.
+    # Method and plan: 512 tokens, LoRA (fits whatever the replay's other programs hold); the planner
+    # picks the laptop preset and shows its breakdown.
+    wiz.plan.seq_len.setValue(512)
     lora = next(b for b in wiz.plan.methods.buttons() if b.property("method") == "lora")
     lora.click()
     qtbot.waitUntil(lambda: wiz.state.plan is not None and not wiz.state.planning
@@ -60,8 +62,10 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
     text = wiz.review.yaml.toPlainText()
     data = yaml.safe_load(text)
     assert data["preset"] == "laptop_16gb" and data["method"]["type"] == "lora"
-    assert data["model"]["source"] == "llama-3.2-1b" and data["data"]["path"] == path
-    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=15000)  # preflight passed
+    assert data["model"]["source"] == "qwen2.5-0.5b" and data["data"]["path"] == path and data["data"]["seq_len"] == 512
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=15000)
+    assert wiz.review.start_button.isEnabled(), wiz.review.message.text()  # preflight passed
+
     assert "checks passed" in wiz.review.message.text()
     with qtbot.waitSignal(wiz.start_requested) as sig:
         wiz.review.start_button.click()
@@ -156,3 +160,37 @@ def test_switching_steps_and_epochs_keeps_each_its_own_number(qtbot):
     assert page.length.value() == 3 and state.values["training.epochs"] == 3
     page.length_kind.setCurrentIndex(page.length_kind.findData("steps"))
     assert state.values["training.max_steps"] == 250 and page.length.text() == "250"
+
+
+def test_one_verdict_on_the_picker_row_the_model_page_and_the_plan_page(qtbot):
+    """The same model judged in three places gives the same words (trainer.planning.verdict), including
+    what this machine lacks: QLoRA on a machine without an NVIDIA GPU 'needs an NVIDIA GPU'."""
+    hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    wiz.state.set("data.seq_len", 512)
+    wiz.next()
+    table = wiz.model.picker.table
+    qtbot.waitUntil(lambda: table.topLevelItemCount() > 5, timeout=60000)
+    row = next(table.topLevelItem(i) for i in range(table.topLevelItemCount())
+               if table.topLevelItem(i).text(0) == "HuggingFaceTB/SmolLM-135M")
+    table.setCurrentItem(row)  # a click: the Model field takes the id
+    assert wiz.model.source.text() == "HuggingFaceTB/SmolLM-135M"
+    qtbot.waitUntil(lambda: "Here:" in wiz.model.facts.text(), timeout=30000)
+    words = {m: row.text(c) for c, m in ((3, "full"), (4, "lora"), (5, "qlora"))}
+    assert words["qlora"] == "needs an NVIDIA GPU", words
+    for method, word in words.items():
+        assert f"{method}: {word}" in wiz.model.facts.text()
+    wiz.data._start_report = lambda: None  # the token report (a child importing torch) is another test's
+    wiz.next(), wiz.next()
+    assert wiz.currentPage() is wiz.plan
+    for method in ("lora", "qlora"):
+        wiz.state.set("method.type", method)
+        qtbot.waitUntil(lambda: wiz.state.plan is not None and not wiz.state.planning
+                        and wiz.state.plan.config_in.method.type == method, timeout=20000)
+        qtbot.waitUntil(lambda: words[method][:1].upper() + words[method][1:] in wiz.plan.verdict.text(), timeout=5000)
+    assert "QLoRA needs an NVIDIA GPU" in wiz.plan.verdict.text()
+    hw.stop()

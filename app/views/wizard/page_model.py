@@ -9,33 +9,33 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
 from app.model.fmt import count
-from app.model.planning import METHODS, fit_verdicts, seq_len_limit, verdict_words
+from app.model.planning import seq_len_limit
 from app.ops.background import Latest
 from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
+from trainer.models import catalog
 from trainer.models.spec import load_model_spec, spec_for_run
+from trainer.planning.verdict import model_verdict
 
 
 def fits_table(cfg: tc.RunConfig, snapshot) -> dict:
-    """{'spec': ModelSpec, 'verdicts': {method: verdict}, 'limit': positions or None} for ``cfg``'s model
-    on this machine (the verdicts the picker's row and the Plan page show for the same config)."""
-    return {"spec": spec_for_run(cfg), "verdicts": fit_verdicts(cfg, snapshot), "limit": seq_len_limit(cfg)}
+    """{'spec': ModelSpec, 'verdict': ModelVerdict, 'limit': positions or None} for ``cfg``'s model on this
+    machine: ``trainer.planning.verdict``'s answer, the one the picker's row and the Plan page give."""
+    return {"spec": spec_for_run(cfg), "verdict": model_verdict(cfg, snapshot), "limit": seq_len_limit(cfg)}
 
 
 def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
-    """(name, parameters, best method) for each shipped architecture that fits (random weights, for testing)."""
+    """(name, parameters, best method) for each shipped test architecture that fits (random weights)."""
     out = []
     for path in sorted(MODELS_DIR.glob("*.json")):
         try:
             spec = load_model_spec(path.stem)
-            cfg = tc.replace(base_cfg, **{"model.source": path.stem, "model.architecture": path.stem,
-                                          "model.tokenizer": "demo"})
         except Exception:
             continue
-        best = next((m for m in METHODS if fit_verdicts(cfg, snapshot, (m,))[m] in ("fits", "tight")), None)
-        if best:
-            out.append((path.stem, spec.params, best))
+        best = model_verdict(base_cfg, snapshot, source=path.stem).best()
+        if best is not None:
+            out.append((path.stem, spec.params, best.method))
     return sorted(out, key=lambda r: -r[1])
 
 
@@ -67,9 +67,9 @@ class ModelPage(QtWidgets.QWizardPage):
         lay.addWidget(QtWidgets.QLabel("Shipped architectures — <b>random weights, for testing</b> (no trained "
                                        "knowledge; the bundled demo tokenizer). Double-click to use:"))
         lay.addWidget(self.shipped, 1)
-        self._popular_loaded = False
         self._model_job = Latest(self._show_facts, self._show_error, self)
-        self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
+        self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self,
+                                   pool=self.picker.pool)  # listings share one thread, off the global pool
         self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
         self.source.textChanged.connect(self._edited)
         self.state.values_changed.connect(lambda key: key == "data.seq_len" and self._debounce.start())
@@ -89,15 +89,16 @@ class ModelPage(QtWidgets.QWizardPage):
             self.facts.setText("Waiting for the hardware probe…")
             QtCore.QTimer.singleShot(300, self.initializePage)
             return
+        # One snapshot for every verdict on this page (the picker's rows, the facts, the shipped list):
+        # a replayed or live machine that changes meanwhile must not make them disagree.
+        self.picker.snapshot = snap = self.state.snapshot()
         self._look_up()
         try:
-            snap, cfg = self.state.snapshot(), self.state.config()
+            cfg = self.state.config()
         except tc.ConfigError:
             return  # _look_up shows the problem
         self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
-        if not self._popular_loaded:
-            self._popular_loaded = True
-            self.picker.load_popular()
+        self.picker.refresh()
 
     def use_architecture(self, name: str) -> None:
         """Train the shipped architecture ``name`` from random weights with the bundled demo
@@ -116,7 +117,7 @@ class ModelPage(QtWidgets.QWizardPage):
                 changes.update({"model.architecture": None, "model.tokenizer": None})  # set here, undone here
             self.state.update(changes) if len(changes) > 1 else self.state.set("model.source", text)
         self.facts.setText(f"Reading {html.escape(text)}…")
-        snap = self.state.snapshot()
+        snap = self.picker.snapshot or self.state.snapshot()
         try:
             cfg = self.state.config()
         except tc.ConfigError as exc:
@@ -125,8 +126,8 @@ class ModelPage(QtWidgets.QWizardPage):
         self._model_job.submit(lambda: fits_table(cfg, snap))
 
     def _show_facts(self, result: dict) -> None:
-        spec, text = result["spec"], self.source.text().strip()
-        verdicts = ", ".join(f"{m}: {verdict_words(v)}" for m, v in result["verdicts"].items())
+        spec, verdict, text = result["spec"], result["verdict"], self.source.text().strip()
+        verdicts = ", ".join(f"{m}: {v.words}" for m, v in verdict.methods.items()) or html.escape(verdict.error or "")
         kind = (" — <span style='color:#b35900'><b>random weights — for testing</b></span> (a shipped "
                 "architecture: no trained knowledge; trained with the bundled demo tokenizer)"
                 if hub.is_shipped_architecture(text) else "")
@@ -140,6 +141,8 @@ class ModelPage(QtWidgets.QWizardPage):
         if limit and isinstance(seq, int) and seq > limit:
             lines.append(f"<span style='color:#b00'>The sequence length is {seq:,} tokens, longer than this model "
                          f"reads.</span> <a href='seq:{limit}'>Use {limit:,}</a> (or set it on the Method page).")
+        if verdict.seq_len and verdict.seq_len != self.state.values.get("data.seq_len"):
+            lines[1] = lines[1][:-1] + f" (judged at {verdict.seq_len:,} tokens, the most it reads)."
         self.facts.setText("<br>".join(lines))
 
     def _link(self, href: str) -> None:
@@ -154,7 +157,8 @@ class ModelPage(QtWidgets.QWizardPage):
     def _show_shipped(self, rows) -> None:
         self.shipped.clear()
         for name, params, method in rows:
-            item = QtWidgets.QListWidgetItem(f"{name} — {count(params)} parameters, random weights — for "
+            shape = f", the shape of {catalog.hub_id(name)}" if catalog.hub_id(name) else ""
+            item = QtWidgets.QListWidgetItem(f"{name} — {count(params)} parameters{shape}, random weights — for "
                                              f"testing ({method} fits here)")
             item.setData(QtCore.Qt.UserRole, name)
             self.shipped.addItem(item)

@@ -11,9 +11,9 @@ from app.model.fmt import gib
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
 from trainer import config as tc
+from trainer.planning.verdict import method_verdict
 
-VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
-                 "does_not_fit": ("Does not fit", "#d62728")}
+VERDICT_COLOR = {"fits": "#2ca02c", "tight": "#d68910", "does_not_fit": "#d62728", "needs": "#d62728"}
 
 
 class PlanPage(QtWidgets.QWizardPage):
@@ -139,10 +139,13 @@ class PlanPage(QtWidgets.QWizardPage):
     def show_plan(self, plan) -> None:
         """Bind a trainer.plan.Plan."""
         d = plan.to_dict()
-        word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
-        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — predicted peak "
-                             f"{gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
-                             f"<span style='font-weight:normal'>({starting_point(d)})</span>")
+        mv = getattr(plan, "method_verdict", None) or method_verdict(plan, self.state.snapshot())
+        word = mv.words[:1].upper() + mv.words[1:]
+        needs = "".join(f"<br><span style='font-weight:normal'>{user_words(r)}</span>"
+                        for r in mv.reasons[:len(mv.needs)]) if mv.verdict == "needs" else ""
+        self.verdict.setText(f"<span style='color:{VERDICT_COLOR.get(mv.verdict, '#333')}'>{word}</span> — predicted "
+                             f"peak {gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
+                             f"<span style='font-weight:normal'>({starting_point(d)})</span>{needs}")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
         self.details.setText(plan_details_html(d))
         self._show_beside([])
