@@ -1,11 +1,12 @@
 """Presets: the partial configs shipped per hardware tier (``trainer/resources/presets``)."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
 
-from trainer.config.schema import RunConfig, explicit_keys, replace, to_dict
+from trainer.config.schema import ConfigError, RunConfig, explicit_keys, replace, to_dict
 from trainer.core.dotted import flatten, get_in
 from trainer.core.errors import UserError
 from trainer.core.paths import PRESETS_DIR
@@ -50,9 +51,30 @@ def layer(cfg: RunConfig, name: str) -> tuple[RunConfig, dict[str, Any]]:
     """The preset as the base layer under ``cfg``: every machine setting the user did not set comes
     from the preset (the user's values win). ``PLANNER_CHOICES`` the user left unset are layered as
     "auto": the preset's value is where the planner starts and what its report compares with.
-    Returns the layered config and the preset values that were not the user's."""
+    Returns the layered config and the preset values that were layered (see ``layer_with_rulings``)."""
+    layered, applied, _ = layer_with_rulings(cfg, name)
+    return layered, applied
+
+
+def layer_with_rulings(cfg: RunConfig, name: str) -> tuple[RunConfig, dict[str, Any], dict[str, str]]:
+    """``layer``, and which preset values the user's explicit settings rule out: a preset value that
+    would contradict one of yours is never layered (your ``deepspeed.enabled: false`` rules out the
+    preset's optimizer offload). Returns (layered config, preset values layered, ruled-out key → the
+    settings of yours that rule it out, e.g. 'deepspeed.enabled: false')."""
     mine, current = explicit_keys(cfg), to_dict(cfg)
-    applied = {k: v for k, v in machine_values(name).items() if k not in mine}
-    changes = {k: ("auto" if k in PLANNER_CHOICES else v) for k, v in applied.items()}
-    changes = {k: v for k, v in changes.items() if get_in(current, k) != v}
-    return (replace(cfg, **changes) if changes else cfg), applied
+    out, applied, ruled = cfg, {}, {}
+    values = machine_values(name)
+    for key in sorted(values, key=lambda k: k not in PLANNER_CHOICES):  # "deepspeed.enabled: auto" before offload
+        value = values[key]
+        if key in mine:
+            continue
+        wanted = "auto" if key in PLANNER_CHOICES else value
+        if get_in(current, key) != wanted:
+            try:
+                out = replace(out, **{key: wanted})
+            except ConfigError as exc:  # it contradicts a value of yours: yours win, the preset's is dropped
+                ruled[key] = ", ".join(f"{f}: {json.dumps(get_in(current, f))}" for f, _ in exc.problems
+                                       if f in mine) or "; ".join(m for _, m in exc.problems)
+                continue
+        applied[key] = value
+    return out, applied, ruled

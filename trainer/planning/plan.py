@@ -70,9 +70,9 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
     tier, form, preset = classify(gpu if device == "cuda" else None)
     # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
-    layered, _ = presets.layer(cfg, preset)
+    layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
     plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset))
-    plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg))
+    plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     return plan
 
 
@@ -80,15 +80,17 @@ REASON_WORDS = {"training.micro_batch_size": "micro-batch", "training.gradient_a
                 "speed.gradient_checkpointing": "gradient checkpointing", "deepspeed": "DeepSpeed"}
 
 
-def _preset_report(preset: str, plan: Plan, mine: frozenset) -> list[dict]:
+def _preset_report(preset: str, plan: Plan, mine: frozenset, ruled: dict) -> list[dict]:
     """One line per machine setting of the preset: kept, changed by the planner (with the plan's
-    reason), or yours (your config sets it; the preset's value is shown beside yours)."""
+    reason), or yours (your config sets it, or a value of yours rules the preset's out)."""
     final = config_mod.to_dict(plan.resolved)
     out = []
     for key, value in presets.machine_values(preset).items():
         planned = get_in(final, key)
         if key in mine:
             status, reason = "yours", ""
+        elif key in ruled:
+            status, reason = "yours", f"not layered: your {ruled[key]} rules it out"
         elif value == "auto":
             status, reason = "kept", f"the planner chose {json.dumps(planned)}"
         elif value == planned:
