@@ -21,7 +21,7 @@ def test_data_page_shows_format_examples_histogram_and_truncation(qtbot, tmp_pat
     data = tmp_path / "chat.jsonl"
     data.write_text("".join(json.dumps(CHAT) + "\n" for _ in range(7)) + json.dumps({"messages": CHAT["messages"][1:3]}) + "\n")
     state = WizardState(hardware=None)
-    state.values.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 40,
+    state.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 40,
                          "device": "cpu"})
     page = DataPage(state)
     qtbot.addWidget(page)
@@ -61,7 +61,7 @@ def test_data_page_reports_a_bad_record_without_a_traceback(qtbot, tmp_path, mon
     data = tmp_path / "chat.jsonl"
     data.write_text(json.dumps(CHAT) + "\n" + json.dumps({"messages": []}) + "\n")
     state = WizardState(hardware=None)
-    state.values.update({"model.source": "demo-tiny-llama", "data.path": str(data)})
+    state.update({"model.source": "demo-tiny-llama", "data.path": str(data)})
     page = DataPage(state)
     qtbot.addWidget(page)
     page.initializePage()
@@ -75,7 +75,7 @@ def test_a_400000_record_file_shows_its_true_count(qtbot, tmp_path, monkeypatch)
     data = tmp_path / "big.jsonl"
     data.write_text("".join(f'{{"text": "record {i}"}}\n' for i in range(400_000)))
     state = WizardState(hardware=None)
-    state.values.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 64,
+    state.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 64,
                          "device": "cpu"})
     page = DataPage(state)
     qtbot.addWidget(page)
@@ -112,7 +112,7 @@ def test_the_objective_is_chosen_on_the_data_page_for_preference_and_kto_data(qt
     kto.write_text("".join(json.dumps(r) + "\n" for r in KTO))
     text.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(4)))
     state = WizardState(hardware=None)
-    state.values.update({"model.source": "demo-tiny-llama", "device": "cpu"})
+    state.update({"model.source": "demo-tiny-llama", "device": "cpu"})
     page = _page(qtbot, state)
     _show(qtbot, page, pairs)
     # Preference pairs: the objective is asked for here, nothing is chosen for the user.
@@ -144,7 +144,7 @@ def test_preference_examples_keep_prompt_and_answers_apart_with_a_legend(qtbot, 
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps(r) + "\n" for r in PAIRS))
     state = WizardState(hardware=None)
-    state.values.update({"model.source": "demo-tiny-llama", "device": "cpu", "training.objective": "dpo",
+    state.update({"model.source": "demo-tiny-llama", "device": "cpu", "training.objective": "dpo",
                          "data.seq_len": 64})
     page = _page(qtbot, state, report=True)
     _show(qtbot, page, pairs)

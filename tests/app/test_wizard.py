@@ -194,3 +194,39 @@ def test_one_verdict_on_the_picker_row_the_model_page_and_the_plan_page(qtbot):
         qtbot.waitUntil(lambda: words[method][:1].upper() + words[method][1:] in wiz.plan.verdict.text(), timeout=5000)
     assert "QLoRA needs an NVIDIA GPU" in wiz.plan.verdict.text()
     hw.stop()
+
+
+def test_the_users_explicit_settings_reach_the_planner_as_theirs(qtbot):
+    """Only what the user set is theirs (a preset layers under the rest); 'no DeepSpeed' chosen in the
+    advanced form is planned as the user's: no preset offload under it, no 'offload needs DeepSpeed'."""
+    from trainer.config.schema import explicit_keys
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    wiz.data._start_report = lambda: None  # the token report (a child importing torch) is another test's
+    wiz.next()
+    wiz.model.use_architecture("llama-3.2-1b")
+    wiz.next(), wiz.next()
+    assert wiz.currentPage() is wiz.plan
+    wiz.plan.advanced_toggle.setChecked(True)
+    field = wiz.plan.advanced.editors["deepspeed.enabled"]
+    assert field.text() == "false"  # the schema's default, shown
+    field.edit.selectAll()
+    qtbot.keyClicks(field.edit, "false")  # typed by the user over it: now it is the user's "no DeepSpeed"
+    field.edit.editingFinished.emit()  # the field is left
+    qtbot.waitUntil(lambda: wiz.state.plan is not None and not wiz.state.planning
+                    and wiz.state.plan.config_in.deepspeed.enabled is False, timeout=20000)
+    cfg = wiz.state.config()
+    mine = explicit_keys(cfg)
+    assert "deepspeed.enabled" in mine and cfg.deepspeed.enabled is False
+    assert not {"deepspeed.offload_optimizer", "speed.gradient_checkpointing", "training.learning_rate"} & mine, mine
+    planned = wiz.state.plan.resolved.deepspeed
+    assert planned.enabled is False and not planned.offload_optimizer and not planned.offload_params
+    assert "Fix these settings" not in wiz.plan.verdict.text() and "offload needs" not in wiz.plan.details.text()
+    report = {r["key"]: r for r in wiz.state.plan.preset_values}
+    assert report["deepspeed.enabled"]["status"] == "yours", report.get("deepspeed.enabled")
+    hw.stop()

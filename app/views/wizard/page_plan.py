@@ -84,8 +84,8 @@ class PlanPage(QtWidgets.QWizardPage):
             lambda b, on: on and self.state.set("method.type", b.property("method")))
         self.seq_len.valueChanged.connect(lambda v: self.state.set("data.seq_len", v))
         self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
-        self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
-        self.learning_rate.committed.connect(lambda v: self.state.set("training.learning_rate", v))
+        self.advanced.changed.connect(lambda key: self.state.commit(key, self.advanced.values()[key]))
+        self.learning_rate.committed.connect(lambda v: self.state.commit("training.learning_rate", v))
         self.length.committed.connect(self._length_committed)
         self.length_kind.currentIndexChanged.connect(self._length_kind_changed)
         self.state.values_changed.connect(self._sync)
@@ -94,9 +94,10 @@ class PlanPage(QtWidgets.QWizardPage):
 
     def _length_committed(self, value) -> None:
         if self.length_kind.currentData() == "epochs":
-            self.state.update({"training.max_steps": None, "training.epochs": value})
+            self.state.set("training.max_steps", None)
+            self.state.commit("training.epochs", value)
         else:
-            self.state.set("training.max_steps", value)
+            self.state.commit("training.max_steps", value)
 
     def _length_kind_changed(self, _index: int) -> None:
         """Steps ↔ epochs: each keeps its own number (100 steps never becomes 100 epochs)."""

@@ -77,7 +77,8 @@ class _LineEdit(QtWidgets.QLineEdit):
 
 class FieldEdit(QtWidgets.QWidget):
     """A line edit with its problem shown beside it. ``committed(value)`` when left or on Enter
-    (only when the text changed since the last commit); never rewrites the text while focused."""
+    (when the user typed in it since the last commit, even the same text again: a value typed is the
+    user's); never rewrites the text while focused."""
 
     committed = QtCore.Signal(object)
 
@@ -93,6 +94,8 @@ class FieldEdit(QtWidgets.QWidget):
         lay.addWidget(self.edit, 1)
         lay.addWidget(self.error, 1)
         self._last = self.edit.text()
+        self._typed = False  # the user edited the text since the last commit (textEdited: never programmatic)
+        self.edit.textEdited.connect(lambda _t: setattr(self, "_typed", True))
         self.edit.editingFinished.connect(self._finish)
 
     def text(self) -> str:
@@ -117,16 +120,16 @@ class FieldEdit(QtWidgets.QWidget):
         self.edit.setStyleSheet("border: 1px solid #d62728" if message else "")
 
     def _finish(self) -> None:
-        if self.edit.text() != self._last:
-            self._last = self.edit.text()
+        if self.edit.text() != self._last or self._typed:
+            self._last, self._typed = self.edit.text(), False
             self.committed.emit(self.value())
 
 
 class SchemaForm(QtWidgets.QWidget):
     """One group per config section, stacked (room to read). ``values()`` → {dotted key: value};
-    ``changed`` when a field is committed."""
+    ``changed(key)`` when the user commits a field."""
 
-    changed = QtCore.Signal()
+    changed = QtCore.Signal(str)
 
     def __init__(self, cfg: tc.RunConfig, parent=None):
         super().__init__(parent)
@@ -168,7 +171,7 @@ class SchemaForm(QtWidgets.QWidget):
         if ann is bool:
             w = QtWidgets.QCheckBox()
             w.setChecked(bool(value))
-            w.toggled.connect(self.changed)
+            w.toggled.connect(lambda _on, key=key: self.changed.emit(key))
             self._kinds[key] = "bool"
             return w
         choices = _literal_choices(ann)
@@ -177,11 +180,11 @@ class SchemaForm(QtWidgets.QWidget):
             for c in choices:
                 w.addItem(str(c), c)
             w.setCurrentIndex(choices.index(value) if value in choices else 0)
-            w.currentIndexChanged.connect(self.changed)
+            w.currentIndexChanged.connect(lambda _i, key=key: self.changed.emit(key))
             self._kinds[key] = "choice"
             return w
         w = FieldEdit(value)
-        w.committed.connect(lambda _v: self.changed.emit())
+        w.committed.connect(lambda _v, key=key: self.changed.emit(key))
         self._kinds[key] = "yaml"
         return w
 
