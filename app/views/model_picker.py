@@ -71,7 +71,7 @@ class ModelPicker(QtWidgets.QWidget):
         self.downloading: str | None = None
         self.rows: dict[str, dict] = {}  # repo id → its row (verdicts), for the rows shown
         self.snapshot = None  # the machine the verdicts judge (the Model page's one per visit); None: live
-        self._listing = "popular"
+        self._listing = self._asked = "popular"
 
     # -- listing --------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -87,7 +87,7 @@ class ModelPicker(QtWidgets.QWidget):
         cfg, snap = self._config(), self._snapshot()
         if cfg is None:
             return
-        self._listing = "popular"
+        self._asked = "popular"
         self.status.setText("Popular open models — checking what fits this GPU…")
         self._rows.submit(lambda: popular_rows(cfg, snap))
 
@@ -99,7 +99,7 @@ class ModelPicker(QtWidgets.QWidget):
         cfg, snap = self._config(), self._snapshot()
         if cfg is None:
             return
-        self._listing = "search"
+        self._asked = "search"
         self.status.setText(f"Searching the hub for “{text}”…")
         self._rows.submit(lambda: search_rows(text, cfg, snap))
 
@@ -118,6 +118,7 @@ class ModelPicker(QtWidgets.QWidget):
     def _show_rows(self, rows: list[dict]) -> None:
         self.table.clear()
         self.rows = {}
+        self._listing = self._asked  # what the table shows now (a failed search leaves the last listing)
         for r in rows:
             item = QtWidgets.QTreeWidgetItem([r["repo"], count(r.get("params")),
                                               f"≈ {gib(r['bytes'])}" if "bytes" in r else "", *cells(r),

@@ -48,7 +48,7 @@ def test_qlora_without_bitsandbytes_is_blocked_on_the_method_page(qtbot, laptop,
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # not installed (capabilities reads it so)
     wiz = _wizard_at_review(qtbot, laptop, tmp_path, "qlora")
     text = wiz.review.message.text()
-    assert "Start is blocked" in text and "bitsandbytes" in text and "(Method page)" in text, text
+    assert "Start is blocked" in text and "<b>Method</b> (Method page)" in text and "bitsandbytes" in text, text
     assert "pip install bitsandbytes" in text and not wiz.review.start_button.isEnabled()
     # LoRA needs no bitsandbytes: the same config is ready.
     wiz.back()
@@ -69,7 +69,7 @@ def test_a_run_folder_that_cannot_be_written_is_blocked_beside_it(qtbot, laptop,
     assert not wiz.review.start_button.isEnabled()
     _checked(qtbot, wiz)
     text = wiz.review.message.text()
-    assert "Start is blocked" in text and "this page: Run folder" in text and str(blocker) in text, text
+    assert "Start is blocked" in text and "<b>Run folder</b> (this page)" in text and str(blocker) in text, text
     assert not wiz.review.start_button.isEnabled()
     wiz.review.run_dir.setText(str(tmp_path / "runs" / "mine"))
     wiz.review.run_dir.editingFinished.emit()

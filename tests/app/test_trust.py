@@ -161,6 +161,8 @@ def test_failed_start_returns_to_the_wizard_with_values_kept(qtbot, tmp_path):
     text = wiz.review.message.text()
     assert "last start failed" in text and "exit code 2" in text and "not found" in text, text
     assert "<b>Path</b> (Data page)" in text  # and the field that caused it
+    # The folder now holds the failed start (listed below): the next start gets a fresh one.
+    assert wiz.review.run_dir.text() != run_dir and "already exists" not in text, text
     # The failed run is listed, with its log.
     qtbot.waitUntil(lambda: any(w.run_list.topLevelItem(i).text(0) == Path(run_dir).name
                                 for i in range(w.run_list.topLevelItemCount())), timeout=5000)

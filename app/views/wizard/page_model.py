@@ -135,8 +135,8 @@ class ModelPage(QtWidgets.QWizardPage):
                  f"{spec.layers} layers, hidden {spec.hidden}, vocabulary {spec.vocab:,}, reads up to "
                  f"{spec.max_positions:,} tokens.", f"Here: {verdicts}."]
         if "/" in text and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
-            lines.append(f"{html.escape(text)} is {hub.cached_state(text)}: select it below and press "
-                         "Download… (it asks first and shows the size).")
+            lines.append(f"{html.escape(text)} is {hub.cached_state(text)}: press "
+                         "Download… below (it asks first and shows the size).")
         limit, seq = result["limit"], self.state.values.get("data.seq_len")
         if limit and isinstance(seq, int) and seq > limit:
             lines.append(f"<span style='color:#b00'>The sequence length is {seq:,} tokens, longer than this model "

@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model.fmt import gib
 from app.views.wizard.memory_bar import MemoryBar
-from app.views.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
+from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
 from trainer import config as tc
 from trainer.planning.verdict import method_verdict
 
@@ -51,7 +51,7 @@ class PlanPage(QtWidgets.QWizardPage):
         form.addRow("Train for", length_row)
         form.addRow("Learning rate", self.learning_rate)
         seq_row = QtWidgets.QHBoxLayout()
-        seq_row.addWidget(self.seq_len)
+        seq_row.addWidget(self.seq_len, 1)
         seq_row.addWidget(self.seq_len_error, 1)
         form.addRow("Sequence length (tokens)", seq_row)
         form.addRow("Effective batch (samples per optimizer step)", self.batch)
@@ -148,6 +148,7 @@ class PlanPage(QtWidgets.QWizardPage):
                              f"peak {gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
                              f"<span style='font-weight:normal'>({starting_point(d)})</span>{needs}")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
+        self.bar.show()
         self.details.setText(plan_details_html(d))
         self._show_beside([])
 
@@ -159,12 +160,12 @@ class PlanPage(QtWidgets.QWizardPage):
         seq = bad.get("data.seq_len")
         self.seq_len_error.setText(user_words(seq) if seq else "")
         self.seq_len_error.setVisible(bool(seq))
-        self.seq_len.setStyleSheet("border: 1px solid #d62728" if seq else "")
 
     def _show_problems(self, problems: list) -> None:
         self._show_beside(problems)
         if problems:
             self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
+            self.bar.hide()
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))
@@ -172,7 +173,7 @@ class PlanPage(QtWidgets.QWizardPage):
 
 def plan_details_html(d: dict) -> str:
     """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
-    parts = ["<b>Settings</b>: " + ", ".join(f"{label_for(k).lower()} {_value(v)}"
+    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_value(v)}"
                                              for k, v in (d.get("settings") or {}).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")

@@ -6,6 +6,7 @@ comes back here with the error."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -20,7 +21,8 @@ PAGE_OF = {"model.source": "Model page", "model.architecture": "Model page", "mo
            "method.type": "Method page", "data.seq_len": "Method page", "training.max_steps": "Method page",
            "training.epochs": "Method page", "training.learning_rate": "Method page",
            "training.effective_batch_size": "Method page",
-           "output.runs_dir": "this page: Run folder", "output.run_name": "this page: Run folder"}
+           "output.runs_dir": "this page", "output.run_name": "this page"}
+RUN_FOLDER_KEYS = ("output.runs_dir", "output.run_name")  # what Review's Run folder field sets
 
 
 def where(key: str) -> str:
@@ -94,6 +96,9 @@ class ReviewPage(QtWidgets.QWizardPage):
         the message names (``trainpilot-cli: data.path: …``), then re-check."""
         self.start_error = f"exit code {code}: {text.strip() or 'no message'}"
         self.start_field = failed_field(text)
+        folder = Path(self.run_dir.text().strip())
+        if folder.is_dir() and any(folder.iterdir()):  # it now holds the failed start (listed with its log)
+            self.run_dir.setText(self.state.default_run_dir())
         self.initializePage()
 
     def _error_prefix(self) -> str:
@@ -115,7 +120,7 @@ class ReviewPage(QtWidgets.QWizardPage):
             self.state.problems.emit([p for p in blocking if p[0]])  # beside the fields that caused them
             self.message.setText(self._error_prefix() + "<span style='color:#b00'>Start is blocked until these are "
                                  "fixed (Back to change them):</span><br>" + "<br>".join(
-                                     f"<b>{label_for(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
+                                     f"<b>{_label(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
                                      else _html(user_words(m))
                                      for k, m in blocking))
         elif self.start_error:
@@ -155,6 +160,10 @@ def failed_field(text: str) -> tuple[str, str] | None:
         if m and m.group(1) in keys:
             return m.group(1), m.group(2)
     return None
+
+
+def _label(key: str) -> str:
+    return "Run folder" if key in RUN_FOLDER_KEYS else label_for(key)
 
 
 def _html(text: str) -> str:

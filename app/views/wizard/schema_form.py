@@ -45,13 +45,22 @@ def top_level_fields() -> list[str]:
             if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))]
 
 
-WORDS = {"data.seq_len": "sequence length"}  # where the field's own name is not a word
+# Where the field's own name is not a word, or not enough of one.
+WORDS = {"data.seq_len": "sequence length", "method.type": "method", "deepspeed.enabled": "DeepSpeed"}
 
 
 def label_for(key: str) -> str:
     """A dotted key in the user's words: 'training.micro_batch_size' → 'Micro batch size'."""
     words = WORDS.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
+    if key in WORDS:
+        return words[:1].upper() + words[1:] if words.islower() else words
     return words[:1].upper() + words[1:]
+
+
+def inline_label(key: str) -> str:
+    """A dotted key in the middle of a sentence: 'micro batch size', 'DeepSpeed'."""
+    word = WORDS.get(key)
+    return word if word and not word.islower() else label_for(key).lower()
 
 
 _DOTTED = re.compile(r"\b(?:" + "|".join(sorted((re.escape(k) for k, *_ in tc.field_docs() if "." in k),
@@ -62,7 +71,7 @@ _GB = re.compile(r"(\d(?:[\d.,]*\d)?) ?GB\b")
 def user_words(text: str) -> str:
     """Planner text for people: dotted config keys become words ('training.micro_batch_size' →
     'micro batch size') and every memory figure reads GiB (the planner computes in 2**30 bytes)."""
-    text = _DOTTED.sub(lambda m: label_for(m.group(0)).lower(), str(text))
+    text = _DOTTED.sub(lambda m: inline_label(m.group(0)), str(text))
     return _GB.sub(lambda m: f"{m.group(1)} GiB", text)
 
 
