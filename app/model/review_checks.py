@@ -60,7 +60,7 @@ def fit_problem(plan) -> tuple[str, str] | None:
     alts = [a.get("description") for a in d.get("alternatives") or [] if isinstance(a, dict) and a.get("description")]
     fix = f" What would fit: {alts[0]}." if alts else " Choose a smaller model, LoRA or QLoRA, or a shorter sequence."
     return ("method.type", f"does not fit: predicted peak {gib(d.get('predicted_peak_bytes'))} of a "
-                           f"{gib(d.get('budget_bytes'))} budget on this GPU.{fix} (Method page)")
+                           f"{gib(d.get('budget_bytes'))} budget on this GPU.{fix}")
 
 
 def model_problems(cfg: tc.RunConfig) -> list[tuple[str, str]]:
