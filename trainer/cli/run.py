@@ -137,8 +137,8 @@ def cmd_resume(args) -> int:
     run = _existing_run(args.run_dir)
     state = read_run_state(run)
     if state.alive:
-        raise UserError(f"{run} is still running (pid {state.pid or state.worker_pid}); stop it first with "
-                        f"'trainpilot-cli stop {run}'", path=str(run))
+        raise UserError(f"{run} is already being run (pid {state.pid or state.worker_pid}); one run per folder: stop "
+                        f"it first with 'trainpilot-cli stop {run}'", path=str(run))
     if state.state == "finished":
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
     cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
