@@ -23,3 +23,14 @@ def clock(t: float | None) -> str:
     if not t:
         return ""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def count(n: float | None) -> str:
+    """A parameter (or token) count for people: '135 M', '1.24 B', '4.1 M', '512 K'; '?' when unknown."""
+    if n is None:
+        return "?"
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M" if n < 1e7 else f"{n / 1e6:.0f} M"
+    return f"{n / 1e3:.0f} K" if n >= 1e3 else f"{int(n)}"

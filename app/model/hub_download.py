@@ -4,7 +4,7 @@ Hugging Face cache, config.json first, printing one JSON line per event on stdou
     {"event": "start", "total": BYTES, "files": N}
     {"event": "progress", "done": BYTES, "total": BYTES}     (every 0.25 s)
     {"event": "done", "path": SNAPSHOT_FOLDER}
-    {"event": "error", "message": TEXT}                       (exit 1)
+    {"event": "error", "message": TEXT[, "offline": true]}    (exit 1)
 
 A child process, so the GUI never waits on the network and Cancel is a kill. Files land in the
 standard cache layout (``blobs/<etag>``, ``snapshots/<commit>/<file>`` links, ``refs/<revision>``),
@@ -22,8 +22,10 @@ import threading
 import urllib.request
 from pathlib import Path
 
-from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import build_hf_headers
+
+from app.model.hub import HubOffline, bytes_in_cache, repo_cache, require_online
 
 CHUNK = 1 << 20
 
@@ -33,20 +35,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".json", ".model", ".txt", ".tiktoken", ".py"
 def say(**event) -> None:
     """One event line (flushed: the GUI reads it as it comes)."""
     print(json.dumps(event), flush=True)
-
-
-def repo_cache(repo_id: str) -> Path:
-    """``<HF_HUB_CACHE>/models--org--name``."""
-    return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
-
-
-def bytes_in_cache(repo_id: str) -> int:
-    """Bytes of this repo's blobs, finished and partial (``*.incomplete``)."""
-    blobs = repo_cache(repo_id) / "blobs"
-    try:
-        return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file())
-    except OSError:
-        return 0
 
 
 def fetch(repo_id: str, filename: str, commit: str) -> Path:
@@ -92,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--revision")
     args = p.parse_args(argv)
     try:
+        require_online()  # at once, instead of huggingface_hub's ~25 s of retries and a socket error
         info = HfApi().model_info(args.repo, revision=args.revision, files_metadata=True)
         files = wanted(info.siblings or [])
         total = sum(f.size or 0 for f in files)
@@ -113,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         say(event="progress", done=total, total=total)
         say(event="done", path=str(repo_cache(args.repo) / "snapshots" / commit))
         return 0
+    except HubOffline as exc:
+        say(event="error", message=str(exc), offline=True)
+        return 1
     except Exception as exc:  # reported to the GUI in words, never a traceback
         say(event="error", message=f"{type(exc).__name__}: {exc}")
         return 1

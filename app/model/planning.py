@@ -1,8 +1,13 @@
-"""The wizard's plan for a config (plain Python, no Qt; call it off the GUI thread: seconds for big models)."""
+"""The wizard's planning (plain Python, no Qt; call it off the GUI thread: seconds for big models):
+the plan for a config, and the sequence length refused where it is typed. The fit verdicts the Model
+page, the picker's rows and the Plan page show are ``trainer.planning.verdict``'s (one function)."""
 from __future__ import annotations
 
 from trainer import config as tc
+from trainer.core.errors import UserError
+from trainer.models.spec import spec_for_run
 from trainer.planning.plan import plan_run
+from trainer.planning.verdict import method_verdict
 
 
 def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
@@ -21,8 +26,30 @@ def plan_for(cfg: tc.RunConfig, snapshot):
 
 
 def _plan(cfg: tc.RunConfig, snapshot):
-    """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for."""
+    """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for and carries its
+    ``method_verdict`` (``trainer.planning.verdict``: 'needs bitsandbytes' as well as fits). Raises ConfigError
+    (shown beside the field) for a value the model cannot take, e.g. a sequence beyond its positions."""
+    problem = seq_len_problem(cfg)
+    if problem:
+        raise tc.ConfigError([problem])
     plan = plan_run(cfg, snapshot)
     plan.config_in = cfg
+    plan.method_verdict = method_verdict(plan, snapshot)  # the verdict the Model page and the picker show
     return plan
 
+
+def seq_len_limit(cfg: tc.RunConfig) -> int | None:
+    """The most positions ``cfg``'s model reads (max_position_embeddings, tokens); None when unknown."""
+    try:
+        return spec_for_run(cfg).max_positions or None
+    except UserError:  # no config.json here yet: the planner says "unknown" and Review names the download
+        return None
+
+
+def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
+    """('data.seq_len', why and the fix) when the sequence is longer than the model reads; never changed."""
+    limit = seq_len_limit(cfg)
+    if limit and cfg.data.seq_len > limit:
+        return ("data.seq_len", f"{cfg.data.seq_len} is longer than this model reads ({limit} positions, its "
+                                f"max_position_embeddings); set {limit} or less")
+    return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from app.model import hub
 from app.model.fmt import gib
-from app.model.planning import final_from_plan, plan_for
+from app.model.planning import final_from_plan
 from trainer import config as tc
 from trainer.core.errors import UserError
 from trainer.models import sources
@@ -24,26 +24,29 @@ class ReviewResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def review_check(cfg: tc.RunConfig, plan, snapshot) -> ReviewResult:
-    """Plan ``cfg`` (unless ``plan`` is for it), then check inputs, machine, fit and downloads."""
+def review_check(cfg: tc.RunConfig, plan, snapshot, run_dir: str | None = None) -> ReviewResult:
+    """Everything Start would refuse for ``cfg`` in ``run_dir`` (``preflight.start_problems``: inputs, plan,
+    this machine's packages and GPU, the run folder), plus what the wizard asks before it: a plan that does
+    not fit, a model that is not downloaded. ``plan`` is reused when it was made for ``cfg``."""
     out = ReviewResult()
-    if plan is None or getattr(plan, "config_in", None) != cfg:
-        plan = plan_for(cfg, snapshot) if snapshot is not None else None
-    out.plan = plan
-    out.config = final_from_plan(cfg, plan)
+    if plan is not None and getattr(plan, "config_in", None) != cfg:
+        plan = None
     try:
-        pf.check(cfg, snapshot)
-    except tc.ConfigError as exc:
-        out.blocking += exc.problems
-    try:
-        pf.check_machine(out.config, snapshot)
-    except tc.ConfigError as exc:
-        out.blocking += [p for p in exc.problems if p not in out.blocking]
-    out.blocking += model_problems(cfg)
-    fit = fit_problem(plan)
+        ready = pf.start_problems(cfg, snapshot, run_dir=run_dir, plan=plan)
+    except Exception as exc:  # e.g. no hardware snapshot yet: say so instead of a traceback
+        out.config = cfg
+        out.blocking.append(("", f"the checks could not run ({type(exc).__name__}: {exc})"))
+        return out
+    out.plan = ready.plan
+    if out.plan is not None:
+        out.plan.config_in = cfg
+    out.config = final_from_plan(cfg, out.plan)
+    out.blocking = list(ready.problems)
+    out.blocking += [p for p in model_problems(cfg) if p not in out.blocking]
+    fit = fit_problem(out.plan)
     if fit:
         out.blocking.append(fit)
-    elif plan is not None and plan.verdict == "tight":
+    elif out.plan is not None and out.plan.verdict == "tight":
         out.warnings.append("The plan fits, but tightly: if memory runs out, TrainPilot lowers the micro-batch and "
                             "continues from the last checkpoint (the effective batch stays the same).")
     return out
@@ -57,7 +60,7 @@ def fit_problem(plan) -> tuple[str, str] | None:
     alts = [a.get("description") for a in d.get("alternatives") or [] if isinstance(a, dict) and a.get("description")]
     fix = f" What would fit: {alts[0]}." if alts else " Choose a smaller model, LoRA or QLoRA, or a shorter sequence."
     return ("method.type", f"does not fit: predicted peak {gib(d.get('predicted_peak_bytes'))} of a "
-                           f"{gib(d.get('budget_bytes'))} budget on this GPU.{fix} (Method page)")
+                           f"{gib(d.get('budget_bytes'))} budget on this GPU.{fix}")
 
 
 def model_problems(cfg: tc.RunConfig) -> list[tuple[str, str]]:

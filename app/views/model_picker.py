@@ -1,86 +1,35 @@
-"""The model picker: popular open models and a hub search, each with its size and the plan's
-verdict for full / LoRA / QLoRA on this GPU; downloads with consent, progress (size, speed),
+"""The model picker: popular open models and a hub search, each with its size, the verdict for
+full / LoRA / QLoRA on this GPU (``app.model.picker_rows``: the Model page's verdicts) and whether it
+is on this computer; a click fills the Model field; downloads with consent, progress (size, speed),
 cancel and resume, into the standard Hugging Face cache.
 
 Searching and verdicts run off the GUI thread; a download runs in a child process
 (``app.model.hub_download``) whose JSON lines drive the progress bar."""
 from __future__ import annotations
 
+import html
 import json
 import sys
 import time
 
-from huggingface_hub import HfApi, hf_hub_download
 from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
-from app.ops.background import Latest
-from app.model.hub_download import bytes_in_cache, repo_cache
-from app.model.fmt import gib
+from app.model.fmt import count, gib
+from app.model.hub import bytes_in_cache
+from app.model.picker_rows import cells, popular_rows, search_rows
+from app.ops.background import Latest, own_pool
+from app.views.wizard.schema_form import user_words
 from trainer import config as tc
-from trainer.models.spec import load_model_spec
-from trainer.planning.plan import plan_run
 from trainer.core import entrypoints
 
-# Popular open models, each with the shipped architecture of the same shape (the planner's verdict
-# needs only the shape, so it is known before anything downloads).
-POPULAR = (
-    ("HuggingFaceTB/SmolLM-135M", "smollm-135m"), ("Qwen/Qwen2.5-0.5B", "qwen2.5-0.5b"),
-    ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"), ("Qwen/Qwen2.5-1.5B", "qwen2.5-1.5b"),
-    ("stabilityai/stablelm-2-1_6b", "stablelm-2-1.6b"), ("google/gemma-2-2b", "gemma-2-2b"),
-    ("microsoft/phi-2", "phi-2"), ("meta-llama/Llama-3.2-3B", "llama-3.2-3b"),
-    ("mistralai/Mistral-7B-v0.1", "mistral-7b"), ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),
-    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
-)
-METHODS = ("full", "lora", "qlora")
-WORDS = {"fits": "fits", "tight": "tight", "does_not_fit": "does not fit"}
 COLUMNS = ("Model", "Parameters", "Download", "Full", "LoRA", "QLoRA", "Here")
-
-
-def verdicts(shape: str, base_cfg, snapshot) -> dict:
-    """{'params': N, 'bytes': bf16 download size, method: verdict} for a model of ``shape`` (a
-    shipped architecture name, a folder or a cached hub id). Seconds of CPU: off the GUI thread."""
-    spec = load_model_spec(shape)
-    out = {"params": spec.params, "bytes": spec.params * 2}
-    seq = min(base_cfg.data.seq_len, spec.max_positions or base_cfg.data.seq_len)
-    for m in METHODS:
-        try:
-            cfg = tc.replace(base_cfg, **{"model.source": shape, "model.architecture": None, "model.tokenizer": None,
-                                         "method.type": m, "data.seq_len": seq})
-            out[m] = WORDS.get(plan_run(cfg, snapshot).verdict, "?")
-        except Exception as exc:  # e.g. QLoRA without a GPU
-            out[m] = "n/a" if "cuda" in str(exc).lower() or "gpu" in str(exc).lower() else "?"
-    return out
-
-
-def popular_rows(base_cfg, snapshot) -> list[dict]:
-    """The popular models with sizes and verdicts."""
-    rows = []
-    for repo, shape in POPULAR:
-        try:
-            rows.append({"repo": repo, **verdicts(shape, base_cfg, snapshot)})
-        except Exception:
-            continue
-    return rows
-
-
-def search_rows(text: str, base_cfg, snapshot, limit: int = 15) -> list[dict]:
-    """Hub search results; each one's config.json is fetched (a few KB: "config first") so its size
-    and verdicts are real. Weights download only when the user asks."""
-    rows = []
-    for m in HfApi().list_models(search=text, limit=limit):
-        row = {"repo": m.id}
-        try:
-            hf_hub_download(m.id, "config.json")
-            row.update(verdicts(m.id, base_cfg, snapshot))
-        except Exception as exc:
-            row["error"] = str(exc).splitlines()[0][:120]
-        rows.append(row)
-    return rows
+HERE_TIP = "Whether the model is in the Hugging Face cache on this computer"
 
 
 class ModelPicker(QtWidgets.QWidget):
-    """Emits ``chosen(repo_id)`` when a downloaded (or cached) model is picked."""
+    """Emits ``chosen(repo_id)`` when a row is clicked (the Model field takes it) and when a download
+    of the chosen model completes."""
 
     chosen = QtCore.Signal(str)
 
@@ -91,6 +40,7 @@ class ModelPicker(QtWidgets.QWidget):
         self.search.returnPressed.connect(self.run_search)
         self.table = QtWidgets.QTreeWidget()
         self.table.setHeaderLabels(COLUMNS)
+        self.table.headerItem().setToolTip(len(COLUMNS) - 1, HERE_TIP)
         self.table.setRootIsDecorated(False)
         self.table.itemSelectionChanged.connect(self._selected)
         self.download_button = QtWidgets.QPushButton("Download…", clicked=self.ask_download)
@@ -111,69 +61,104 @@ class ModelPicker(QtWidgets.QWidget):
         lay.addWidget(self.status)
         lay.addWidget(self.table, 1)
         lay.addLayout(row)
-        self._rows = Latest(self._show_rows, lambda e: self.status.setText(f"Search failed: {e}"), self)
+        # Judging a dozen models takes seconds: in a pool of its own, so the model the user picked and the
+        # plan never wait behind it in the global pool.
+        self.pool = own_pool(1)
+        self._rows = Latest(self._show_rows, self._rows_failed, self, pool=self.pool)
         self.proc: QtCore.QProcess | None = None
         self._speed: list[tuple[float, int]] = []
+        self._failure: str | None = None
         self.downloading: str | None = None
+        self.rows: dict[str, dict] = {}  # repo id → its row (verdicts), for the rows shown
+        self.snapshot = None  # the machine the verdicts judge (the Model page's one per visit); None: live
+        self._listing = self._asked = "popular"
 
     # -- listing --------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Judge the popular models again for the current settings and machine (a search stays as it is)."""
+        if self._listing == "popular":
+            self.load_popular()
+
+    def _snapshot(self):
+        return self.snapshot or self.state.snapshot()
+
     def load_popular(self) -> None:
         """Fill the table with the popular models (verdicts computed in the background)."""
-        cfg, snap = self.state.config(), self.state.snapshot()
+        cfg, snap = self._config(), self._snapshot()
+        if cfg is None:
+            return
+        self._asked = "popular"
         self.status.setText("Popular open models — checking what fits this GPU…")
         self._rows.submit(lambda: popular_rows(cfg, snap))
 
     def run_search(self) -> None:
-        """Search the hub for the text in the search box."""
+        """Search the hub for the text in the search box (says "offline" at once when it cannot)."""
         text = self.search.text().strip()
         if not text:
             return self.load_popular()
-        cfg, snap = self.state.config(), self.state.snapshot()
+        cfg, snap = self._config(), self._snapshot()
+        if cfg is None:
+            return
+        self._asked = "search"
         self.status.setText(f"Searching the hub for “{text}”…")
         self._rows.submit(lambda: search_rows(text, cfg, snap))
 
+    def _config(self):
+        try:
+            return self.state.config()
+        except tc.ConfigError:
+            self.status.setText("<span style='color:#b00'>Verdicts need valid settings: fix the fields marked in "
+                                "red first.</span>")
+            return None
+
+    def _rows_failed(self, exc: Exception) -> None:
+        text = str(exc) if isinstance(exc, hub.HubOffline) else f"the search failed ({type(exc).__name__}: {exc})"
+        self.status.setText(f"<span style='color:#b00'>{html.escape(text[:1].upper() + text[1:])}</span>")
+
     def _show_rows(self, rows: list[dict]) -> None:
         self.table.clear()
+        self.rows = {}
+        self._listing = self._asked  # what the table shows now (a failed search leaves the last listing)
         for r in rows:
-            cached = hub.is_cached(r["repo"])
-            cells = [r["repo"], f"{r['params'] / 1e9:.2f} B" if "params" in r else "?",
-                     f"≈ {gib(r['bytes'])}" if "bytes" in r else "",
-                     *(r.get(m, r.get("error", "?")) for m in METHODS), "downloaded" if cached else ""]
-            item = QtWidgets.QTreeWidgetItem(cells)
-            item.setData(0, QtCore.Qt.UserRole, r)
+            item = QtWidgets.QTreeWidgetItem([r["repo"], count(r.get("params")),
+                                              f"≈ {gib(r['bytes'])}" if "bytes" in r else "", *cells(r),
+                                              r.get("here", "")])
+            item.setData(0, QtCore.Qt.UserRole, r["repo"])  # plain text in Qt; the row stays in Python
+            self.rows[r["repo"]] = r
+            v = r.get("verdict")
+            for i, mv in enumerate((v.methods.values() if v is not None else ()), start=3):
+                item.setToolTip(i, "\n".join(user_words(r) for r in mv.reasons[:3]))
             self.table.addTopLevelItem(item)
         for c in range(len(COLUMNS)):
             self.table.resizeColumnToContents(c)
-        self.status.setText(f"{len(rows)} model(s). Select one: downloaded models are used at once; others "
+        self.status.setText(f"{len(rows)} model(s). Click one to use it: downloaded models are ready; others "
                             "download after you agree (into the Hugging Face cache).")
 
     def _selected(self) -> None:
-        item = self.table.currentItem()
-        if item is None:
+        repo = self.current_repo()
+        if repo is None:
             return
-        repo = item.data(0, QtCore.Qt.UserRole)["repo"]
-        cached = hub.is_cached(repo)
-        partial = any((repo_cache(repo) / "blobs").glob("*.incomplete")) if repo_cache(repo).exists() else False
-        self.download_button.setText("Use this model" if cached else "Resume download…" if partial else "Download…")
-        self.download_button.setEnabled(self.proc is None)
-        if cached:
-            self.chosen.emit(repo)
+        self._set_button(repo)
+        self.chosen.emit(repo)
+
+    def _set_button(self, repo: str) -> None:
+        here = hub.cached_state(repo)
+        self.download_button.setText({"downloaded": "Downloaded", "partly downloaded": "Resume download…"}.get(
+            here, "Download…"))
+        self.download_button.setEnabled(self.proc is None and here != "downloaded")
 
     def current_repo(self) -> str | None:
         """The selected row's hub id."""
         item = self.table.currentItem()
-        return item.data(0, QtCore.Qt.UserRole)["repo"] if item is not None else None
+        return item.data(0, QtCore.Qt.UserRole) if item is not None else None
 
     # -- downloading ----------------------------------------------------------------------------
     def ask_download(self) -> None:
         """Ask first (size, where), then download the selected model."""
         repo = self.current_repo()
-        if repo is None:
+        if repo is None or hub.is_cached(repo):
             return
-        if hub.is_cached(repo):
-            self.chosen.emit(repo)
-            return
-        row = self.table.currentItem().data(0, QtCore.Qt.UserRole)
+        row = self.rows.get(repo, {})
         size = f"about {gib(row['bytes'])}" if "bytes" in row else "its size is shown when it starts"
         answer = QtWidgets.QMessageBox.question(
             self, "Download the model?", f"Download {repo} ({size}) into the Hugging Face cache at "
@@ -191,6 +176,7 @@ class ModelPicker(QtWidgets.QWidget):
         self.proc.readyReadStandardOutput.connect(self._read)
         self.proc.finished.connect(self._finished)
         self._speed = [(time.monotonic(), bytes_in_cache(repo))]
+        self._failure = None
         self.progress.setRange(0, 0)
         self.progress.setFormat(f"{repo}: starting…")
         self.progress.show()
@@ -226,25 +212,34 @@ class ModelPicker(QtWidgets.QWidget):
         elif e.get("event") == "done":
             self.status.setText(f"Downloaded {self.downloading} to {e.get('path')}.")
         elif e.get("event") == "error":
-            self.status.setText(f"<span style='color:#b00'>Download failed: {e.get('message')}</span>")
+            self._failure = str(e.get("message") or "no message")
 
     def _finished(self, code: int, status) -> None:
         self._read()
         repo, self.downloading = self.downloading, None
         self.proc = None
         self.cancel_button.hide()
-        self.download_button.setEnabled(True)
         if code == 0 and status == QtCore.QProcess.NormalExit and repo and hub.is_cached(repo):
             self.progress.hide()
-            self._mark(repo, "downloaded")
+            self._mark(repo)
+            self._set_button(repo)
             self.chosen.emit(repo)
         elif status != QtCore.QProcess.NormalExit:
             self.progress.setFormat(f"{repo}: cancelled at {gib(bytes_in_cache(repo), 2)} — Resume download continues")
-            self.download_button.setText("Resume download…")
-            self._mark(repo, "partly downloaded")
+            self._mark(repo)
+            self._set_button(repo)
+        else:  # it failed: no bar left half full or spinning; the reason in words
+            self.progress.reset()
+            self.progress.hide()
+            why = self._failure or f"the download stopped with exit code {code}"
+            self.status.setText(f"<span style='color:#b00'>{html.escape(repo or '')} was not downloaded: "
+                                f"{html.escape(why)}</span>")
+            self._mark(repo)
+            self._set_button(repo)
 
-    def _mark(self, repo: str, text: str) -> None:
+    def _mark(self, repo: str) -> None:
+        """Refresh the "Here" cell of ``repo``'s row."""
         for i in range(self.table.topLevelItemCount()):
             item = self.table.topLevelItem(i)
             if item.text(0) == repo:
-                item.setText(len(COLUMNS) - 1, text)
+                item.setText(len(COLUMNS) - 1, hub.cached_state(repo))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 from conftest import FIXTURES
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
 from fake_hub import FakeHub
@@ -54,7 +54,7 @@ def test_popular_models_show_size_and_verdicts(qtbot, local_hub):
     rows = {picker.table.topLevelItem(i).text(0): picker.table.topLevelItem(i) for i in range(picker.table.topLevelItemCount())}
     one_b = rows["meta-llama/Llama-3.2-1B"]
     assert one_b.text(1) == "1.24 B" and "GiB" in one_b.text(2)
-    assert one_b.text(3) == "does not fit" and one_b.text(4) in ("fits", "tight")  # 16 GB laptop: full 1B does not
+    assert one_b.text(3) == "does not fit" and one_b.text(4) in ("fits", "fits (tight)")  # 16 GB laptop: full 1B does not
     assert rows["Qwen/Qwen2.5-7B"].text(3) == "does not fit"
     hw.stop()
 
@@ -66,6 +66,8 @@ def test_search_download_with_progress_cancel_and_resume(qtbot, local_hub, monke
     qtbot.waitUntil(lambda: picker.table.topLevelItemCount() == 1, timeout=30000)
     item = picker.table.topLevelItem(0)
     assert item.text(0) == REPO and item.text(4) == "fits"  # config.json first: real size and verdicts
+    assert item.text(1) == "158 K"  # a tiny model's real parameter count (it read "0.00 B")
+    assert item.text(6) == "not downloaded"
     picker.table.setCurrentItem(item)
     assert picker.download_button.text() == "Download…" and not hub.is_cached(REPO)
     # Consent: "No" downloads nothing.
@@ -81,14 +83,79 @@ def test_search_download_with_progress_cancel_and_resume(qtbot, local_hub, monke
     qtbot.waitUntil(lambda: picker.proc is None, timeout=10000)
     partial = list((hub.cache_dir() / "models--tiny-org--tiny-llama" / "blobs").glob("*.incomplete"))
     assert partial and 0 < partial[0].stat().st_size < WEIGHTS and "cancelled" in picker.progress.format()
-    assert picker.download_button.text() == "Resume download…"
+    assert picker.download_button.text() == "Resume download…" and item.text(6) == "partly downloaded"
     before = len([r for r in local_hub.requests if r.startswith("GET /tiny-org/tiny-llama/resolve/main/model")])
     with qtbot.waitSignal(picker.chosen, timeout=60000) as chosen:
         picker.ask_download()
-    assert chosen.args == [REPO] and hub.is_cached(REPO)
+    assert chosen.args == [REPO] and hub.is_cached(REPO) and item.text(6) == "downloaded"
     snapshot = hub.cache_dir() / "models--tiny-org--tiny-llama" / "snapshots"
     weights = next(snapshot.glob("*/model.safetensors"))
     assert weights.stat().st_size == WEIGHTS  # the standard cache layout, complete
     assert len([r for r in local_hub.requests if "resolve" in r and "model.safetensors" in r]) > before
     assert any(r.startswith("bytes=") and r != "bytes=0-" for r in local_hub.ranges)  # continued, not restarted
+    hw.stop()
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """HF_ENDPOINT at a local port nobody listens on: what a machine without a network sees."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "ENDPOINT", endpoint)
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return endpoint
+
+
+def test_offline_search_and_download_say_offline_at_once(qtbot, offline):
+    """huggingface_hub retries a refused connection for ~25 s, then raises a socket error; the picker
+    says "offline" at once, and a failed download leaves no bar behind."""
+    picker, hw = _picker(qtbot)
+    picker.search.setText("qwen")
+    picker.run_search()
+    qtbot.waitUntil(lambda: "offline" in picker.status.text().lower(), timeout=10000)  # well before the 25 s of retries
+    text = picker.status.text()
+    assert "Downloaded models still work" in text and "Errno" not in text and "ConnectError" not in text, text
+    picker.start_download(REPO)
+    assert picker.progress.isVisible()
+    qtbot.waitUntil(lambda: picker.proc is None, timeout=10000)
+    assert not picker.progress.isVisible() and picker.progress.value() == picker.progress.minimum() - 1  # reset
+    text = picker.status.text()
+    assert "was not downloaded" in text and "offline" in text and "Errno" not in text, text
+    hw.stop()
+
+
+def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, local_hub):
+    """A click on a picker row puts its id in the Model field; the Model page then shows the same
+    verdicts as the row (one verdict function), and every row says whether it is on this computer."""
+    from app.views.wizard.page_model import ModelPage
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    state = WizardState(hw)
+    page = ModelPage(state)
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    table = page.picker.table
+    qtbot.waitUntil(lambda: table.topLevelItemCount() > 5, timeout=60000)
+    assert all(table.topLevelItem(i).text(6) == "not downloaded" for i in range(table.topLevelItemCount()))
+    item = next(table.topLevelItem(i) for i in range(table.topLevelItemCount())
+                if table.topLevelItem(i).text(0) == "meta-llama/Llama-3.2-1B")
+    rect = table.visualItemRect(item)
+    qtbot.mouseClick(table.viewport(), QtCore.Qt.LeftButton, pos=rect.center())
+    assert page.source.text() == "meta-llama/Llama-3.2-1B"
+    qtbot.waitUntil(lambda: "Here:" in page.facts.text(), timeout=30000)
+    assert state.values["model.source"] == "meta-llama/Llama-3.2-1B"
+    facts = page.facts.text()
+    for column, method in ((3, "full"), (4, "lora"), (5, "qlora")):
+        assert f"{method}: {item.text(column)}" in facts, (method, item.text(column), facts)
+    assert "not downloaded" in facts and "Download…" in facts
     hw.stop()

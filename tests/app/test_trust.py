@@ -74,15 +74,17 @@ def test_review_blocks_does_not_fit_and_architecture_without_tokenizer(qtbot):
     wiz.next()
     wiz.model.use_architecture("llama-3.2-1b")
     qtbot.waitUntil(lambda: "random weights — for testing" in wiz.model.facts.text(), timeout=15000)
-    wiz.state.set("method.type", "full")  # 1B full fine-tune: does not fit a 16 GB laptop
+    wiz.state.set("method.type", "full")  # 1B full fine-tune at 2048 tokens: does not fit a 16 GB laptop
     _to_review(qtbot, wiz)
     text = wiz.review.message.text()
     assert wiz.review.result.plan.verdict == "does_not_fit"
     assert "does not fit" in text and "Method page" in text and "GiB" in text, text
     assert not wiz.review.start_button.isEnabled()
-    # LoRA fits; but an architecture (random weights) without a tokenizer must not reach for the hub.
+    # A 135M model with LoRA fits (whatever the replay's other programs hold); but an architecture
+    # (random weights) without a tokenizer must not reach for the hub.
     wiz.back()
-    wiz.state.update({"method.type": "lora", "model.tokenizer": None})
+    wiz.state.update({"method.type": "lora", "model.source": "smollm-135m", "model.architecture": "smollm-135m",
+                      "model.tokenizer": None})
     _to_review(qtbot, wiz)
     text = wiz.review.message.text()
     assert wiz.review.result.plan.verdict in ("fits", "tight")
@@ -95,7 +97,7 @@ def test_review_blocks_does_not_fit_and_architecture_without_tokenizer(qtbot):
     assert "shipped architecture" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     # With the bundled tokenizer it is allowed (and says what it is).
     wiz.back()
-    wiz.state.update({"model.architecture": "llama-3.2-1b", "model.tokenizer": "demo"})
+    wiz.state.update({"model.architecture": "smollm-135m", "model.tokenizer": "demo"})
     _to_review(qtbot, wiz)
     assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
 
@@ -159,6 +161,8 @@ def test_failed_start_returns_to_the_wizard_with_values_kept(qtbot, tmp_path):
     text = wiz.review.message.text()
     assert "last start failed" in text and "exit code 2" in text and "not found" in text, text
     assert "<b>Path</b> (Data page)" in text  # and the field that caused it
+    # The folder now holds the failed start (listed below): the next start gets a fresh one.
+    assert wiz.review.run_dir.text() != run_dir and "already exists" not in text, text
     # The failed run is listed, with its log.
     qtbot.waitUntil(lambda: any(w.run_list.topLevelItem(i).text(0) == Path(run_dir).name
                                 for i in range(w.run_list.topLevelItemCount())), timeout=5000)

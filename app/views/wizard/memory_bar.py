@@ -24,6 +24,9 @@ def color_for(component: str) -> str:
     return COMPONENT_COLORS.get(component) or PALETTE[zlib.crc32(component.encode("utf-8")) % len(PALETTE)]
 
 
+BAR_HEIGHT = 38  # pixels; the legend's lines go below it
+
+
 class MemoryBar(QtWidgets.QWidget):
     """Segments (component, bytes) stacked left to right; a black line marks the budget."""
 
@@ -46,9 +49,27 @@ class MemoryBar(QtWidgets.QWidget):
         """Sum of the segments (bytes)."""
         return sum(v for _, v in self.segments)
 
+    def _items(self) -> list[tuple[str, str]]:
+        items = [(color_for(name), f"{name.replace('_', ' ')} {gib(v)}") for name, v in self.segments]
+        return items + ([("#000000", f"budget {gib(self.budget)}")] if self.budget else [])
+
+    def _legend_lines(self, fm: QtGui.QFontMetrics, width: int) -> int:
+        """How many lines the legend wraps onto at ``width`` pixels."""
+        x, lines = 0, 1
+        for _color, text in self._items():
+            w = 13 + fm.horizontalAdvance(text) + 12
+            if x + w > width and x > 0:
+                x, lines = 0, lines + 1
+            x += w
+        return lines
+
     def paintEvent(self, _event) -> None:
         p = QtGui.QPainter(self)
-        rect = self.rect().adjusted(1, 1, -1, -46)
+        fm = p.fontMetrics()
+        legend_h = 8 + self._legend_lines(fm, self.width() - 2) * (fm.height() + 2)
+        if BAR_HEIGHT + legend_h > self.minimumHeight():  # a long legend wraps: make room, never clip it
+            self.setMinimumHeight(BAR_HEIGHT + legend_h)
+        rect = self.rect().adjusted(1, 1, -1, -legend_h)
         scale_max = max(self.total(), self.budget or 0) * 1.05 or 1.0
         x = float(rect.left())
         for name, v in self.segments:
@@ -65,12 +86,9 @@ class MemoryBar(QtWidgets.QWidget):
         p.end()
 
     def _legend(self, p: QtGui.QPainter, rect: QtCore.QRect) -> None:
-        x, y = rect.left(), rect.bottom() + 18
         fm = p.fontMetrics()
-        items = [(color_for(name), f"{name.replace('_', ' ')} {gib(v)}") for name, v in self.segments]
-        if self.budget:
-            items.append(("#000000", f"budget {gib(self.budget)}"))
-        for color, text in items:
+        x, y = rect.left(), rect.bottom() + 6 + fm.ascent()
+        for color, text in self._items():
             width = 13 + fm.horizontalAdvance(text) + 12
             if x + width > rect.right() and x > rect.left():  # wrap onto a second legend line
                 x, y = rect.left(), y + fm.height() + 2

@@ -13,6 +13,9 @@ import html
 import pyqtgraph as pg
 from PySide6 import QtWidgets
 
+from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for the tests)
+    MASKED_STYLE, OBJECTIVE_WORDS, TRAINED_STYLE, examples_html, is_pair_format, objectives_for, report_summary,
+)
 from app.ops import settings
 from app.ops.background import Latest
 from app.ops.commands import Job
@@ -23,31 +26,6 @@ from trainer.data.scan import scan
 
 PREVIEW_ROWS = 5
 EXAMPLES = 3
-TRAINED_STYLE = "background:#d7f5d0;color:#111"    # trained text: highlighted
-MASKED_STYLE = "color:#999"                          # masked (not trained): greyed
-
-
-def examples_html(examples: list[dict]) -> str:
-    """Rendered examples as HTML: trained segments highlighted, masked ones greyed (whitespace kept)."""
-    blocks = []
-    for i, ex in enumerate(examples, 1):
-        spans = "".join(f"<span style='{TRAINED_STYLE if s['trained'] else MASKED_STYLE}'>{html.escape(s['text'])}</span>"
-                        for s in ex["segments"])
-        extra = f"<br><i>rejected:</i> {html.escape(ex['rejected'])}" if "rejected" in ex else ""
-        extra += f"<br><i>label:</i> {'desirable' if ex['label'] else 'undesirable'}" if "label" in ex else ""
-        blocks.append(f"<p><b>Example {i}</b> ({ex.get('tokens', '?')} tokens)</p>"
-                      f"<pre style='white-space:pre-wrap'>{spans}</pre>{extra}")
-    return "".join(blocks)
-
-
-def report_summary(r: dict) -> str:
-    """Token statistics in one HTML paragraph."""
-    t = r["tokens"]
-    return (f"Tokens per record (exact, this tokenizer): median {t['median']:,.0f}, p95 {t['p95']:,.0f}, "
-            f"max {t['max']:,}.<br><b>{t['truncated_fraction']:.1%}</b> of records are longer than seq_len "
-            f"{r['seq_len']} ({'continued in the next packed block' if r['packing'] else 'cut'}); "
-            f"{t['per_epoch']:,} tokens per epoch"
-            + (f", {t['trained']:,} trained." if t.get("trained") is not None else "."))
 
 
 class DataPage(QtWidgets.QWizardPage):
@@ -62,6 +40,19 @@ class DataPage(QtWidgets.QWizardPage):
         self.path.editingFinished.connect(self._changed)
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
         sample = QtWidgets.QPushButton("Create a sample dataset", clicked=self.create_sample)
+        self.objective = QtWidgets.QComboBox()
+        self.objective.setToolTip(tc.TrainingConfig.model_fields["objective"].description)
+        self.objective.activated.connect(self._objective_chosen)
+        self.objective_note = QtWidgets.QLabel()
+        self.objective_note.setWordWrap(True)
+        self.objective_row = QtWidgets.QWidget()
+        objective_lay = QtWidgets.QHBoxLayout(self.objective_row)
+        objective_lay.setContentsMargins(0, 0, 0, 0)
+        objective_lay.addWidget(QtWidgets.QLabel("Objective:"))
+        objective_lay.addWidget(self.objective)
+        objective_lay.addWidget(self.objective_note, 1)
+        self.objective_row.hide()
+        self.record_format: str | None = None
         self.stats = QtWidgets.QLabel("…")
         self.stats.setWordWrap(False)  # explicit <br> lines; wrapped labels get one line of height in QWizard
         self.tokens = QtWidgets.QLabel("")
@@ -86,6 +77,7 @@ class DataPage(QtWidgets.QWizardPage):
         lay = QtWidgets.QVBoxLayout(self)
         lay.addLayout(row)
         lay.addWidget(self.stats)
+        lay.addWidget(self.objective_row)
         lay.addWidget(self.tokens)
         lay.addWidget(tabs, 1)
         self._job = Latest(self._show, self._error, self)
@@ -131,7 +123,42 @@ class DataPage(QtWidgets.QWizardPage):
         self.stats.setText(f"<b>{s.records:,} records</b>{skipped}. Format: <b>{s.record_format}</b> — "
                            f"{html.escape(describe(s.record_format))}.")
         self._fill_preview(s.sample[:PREVIEW_ROWS])
+        self.show_objectives(s.record_format)
         self._start_report()
+
+    # -- the objective (what preference and KTO records are trained with) ----------------------------
+    def show_objectives(self, record_format: str | None) -> None:
+        """Offer the objectives that read ``record_format``; nothing is chosen for the user: a config whose
+        objective cannot read the file says so here (and Review blocks it) until one is picked."""
+        self.record_format = record_format
+        allowed = objectives_for(record_format)
+        current = self.state.values.get("training.objective")
+        if not allowed or (current in allowed and not is_pair_format(record_format)):
+            self.objective_row.hide()
+            return
+        self.objective.clear()
+        if current not in allowed:
+            self.objective.addItem("Choose how to learn from these records…", None)
+        for o in allowed:
+            self.objective.addItem(OBJECTIVE_WORDS.get(o, o), o)
+        self.objective.setCurrentIndex(max(self.objective.findData(current), 0))
+        self._objective_note(current in allowed, allowed)
+        self.objective_row.show()
+
+    def _objective_note(self, ok: bool, allowed: tuple[str, ...]) -> None:
+        names = " or ".join(o.upper() for o in allowed)
+        self.objective_note.setText("" if ok else f"<span style='color:#b00'>{self.record_format} records are trained "
+                                    f"with {names}: choose one.</span>")
+
+    def _objective_chosen(self, _index: int) -> None:
+        choice = self.objective.currentData()
+        if choice is None:
+            return
+        self.state.set("training.objective", choice)
+        placeholder = self.objective.findData(None)
+        if placeholder >= 0:
+            self.objective.removeItem(placeholder)
+        self._objective_note(True, objectives_for(self.record_format))
 
     def _fill_preview(self, rows: list[dict]) -> None:
         cols = sorted({k for r in rows for k in r})
@@ -145,6 +172,7 @@ class DataPage(QtWidgets.QWizardPage):
         self.preview.resizeColumnsToContents()
 
     def _error(self, exc: Exception) -> None:
+        self.objective_row.hide()
         text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
         self.stats.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
         self.preview.clear()

@@ -2,54 +2,40 @@
 and the shipped architectures that fit this GPU (work runs off the GUI thread)."""
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
+from app.model.fmt import count
+from app.model.planning import seq_len_limit
 from app.ops.background import Latest
 from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
-from trainer.models.spec import load_model_spec
-from trainer.planning.plan import plan_run
-
-METHODS = ("full", "lora", "qlora")
-VERDICT_WORDS = {"fits": "fits", "tight": "fits (tight)", "does_not_fit": "does not fit"}
+from trainer.models import catalog
+from trainer.models.spec import load_model_spec, spec_for_run
+from trainer.planning.verdict import model_verdict
 
 
-def fits_table(source: str, base_cfg, snapshot) -> dict:
-    """{'spec': ModelSpec, 'verdicts': {method: verdict}} for ``source`` on this machine."""
-    spec = load_model_spec(source)
-    if spec.max_positions and base_cfg.data.seq_len > spec.max_positions:
-        base_cfg = tc.replace(base_cfg, **{"data.seq_len": spec.max_positions})  # as the page will set it
-    verdicts = {}
-    for method in METHODS:
-        try:
-
-            cfg = tc.replace(base_cfg, **{"model.source": source, "method.type": method})
-            verdicts[method] = plan_run(cfg, snapshot).verdict
-        except Exception as exc:  # e.g. QLoRA on a CPU-only machine: say so, don't crash
-            verdicts[method] = f"n/a ({exc})"
-    return {"spec": spec, "verdicts": verdicts}
+def fits_table(cfg: tc.RunConfig, snapshot) -> dict:
+    """{'spec': ModelSpec, 'verdict': ModelVerdict, 'limit': positions or None} for ``cfg``'s model on this
+    machine: ``trainer.planning.verdict``'s answer, the one the picker's row and the Plan page give."""
+    return {"spec": spec_for_run(cfg), "verdict": model_verdict(cfg, snapshot), "limit": seq_len_limit(cfg)}
 
 
 def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
-    """(name, parameters, best method) for each configs/models architecture that fits."""
+    """(name, parameters, best method) for each shipped test architecture that fits (random weights)."""
     out = []
     for path in sorted(MODELS_DIR.glob("*.json")):
         try:
             spec = load_model_spec(path.stem)
         except Exception:
             continue
-        for method in METHODS:
-            try:
-                cfg = tc.replace(base_cfg, **{"model.source": path.stem, "method.type": method})
-                if plan_run(cfg, snapshot).verdict in ("fits", "tight"):
-                    out.append((path.stem, spec.params, method))
-                    break
-            except Exception:
-                continue
+        best = model_verdict(base_cfg, snapshot, source=path.stem).best()
+        if best is not None:
+            out.append((path.stem, spec.params, best.method))
     return sorted(out, key=lambda r: -r[1])
 
 
@@ -65,6 +51,7 @@ class ModelPage(QtWidgets.QWizardPage):
         browse = QtWidgets.QPushButton("Folder…", clicked=self._browse)
         self.facts = QtWidgets.QLabel("…")
         self.facts.setWordWrap(True)
+        self.facts.linkActivated.connect(self._link)
         self.shipped = QtWidgets.QListWidget()
         self.shipped.itemDoubleClicked.connect(lambda item: self.use_architecture(item.data(QtCore.Qt.UserRole)))
         self.picker = ModelPicker(state)
@@ -80,11 +67,12 @@ class ModelPage(QtWidgets.QWizardPage):
         lay.addWidget(QtWidgets.QLabel("Shipped architectures — <b>random weights, for testing</b> (no trained "
                                        "knowledge; the bundled demo tokenizer). Double-click to use:"))
         lay.addWidget(self.shipped, 1)
-        self._popular_loaded = False
         self._model_job = Latest(self._show_facts, self._show_error, self)
-        self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self)
+        self._shipped_job = Latest(self._show_shipped, lambda e: self.shipped.addItem(f"({e})"), self,
+                                   pool=self.picker.pool)  # listings share one thread, off the global pool
         self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
         self.source.textChanged.connect(self._edited)
+        self.state.values_changed.connect(lambda key: key == "data.seq_len" and self._debounce.start())
 
     def _edited(self, _text: str) -> None:
         self._model_job.cancel()  # a result for the old text must not show under the new one
@@ -101,12 +89,16 @@ class ModelPage(QtWidgets.QWizardPage):
             self.facts.setText("Waiting for the hardware probe…")
             QtCore.QTimer.singleShot(300, self.initializePage)
             return
+        # One snapshot for every verdict on this page (the picker's rows, the facts, the shipped list):
+        # a replayed or live machine that changes meanwhile must not make them disagree.
+        self.picker.snapshot = snap = self.state.snapshot()
         self._look_up()
-        snap, cfg = self.state.snapshot(), self.state.config()
+        try:
+            cfg = self.state.config()
+        except tc.ConfigError:
+            return  # _look_up shows the problem
         self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
-        if not self._popular_loaded:
-            self._popular_loaded = True
-            self.picker.load_popular()
+        self.picker.refresh()
 
     def use_architecture(self, name: str) -> None:
         """Train the shipped architecture ``name`` from random weights with the bundled demo
@@ -124,32 +116,49 @@ class ModelPage(QtWidgets.QWizardPage):
                     self.state.values.get("model.architecture")):
                 changes.update({"model.architecture": None, "model.tokenizer": None})  # set here, undone here
             self.state.update(changes) if len(changes) > 1 else self.state.set("model.source", text)
-        snap, cfg = self.state.snapshot(), self.state.config()
-        self.facts.setText(f"Reading {text}…")
-        self._model_job.submit(lambda: fits_table(text, cfg, snap))
+        self.facts.setText(f"Reading {html.escape(text)}…")
+        snap = self.picker.snapshot or self.state.snapshot()
+        try:
+            cfg = self.state.config()
+        except tc.ConfigError as exc:
+            self._show_error(exc)
+            return
+        self._model_job.submit(lambda: fits_table(cfg, snap))
 
     def _show_facts(self, result: dict) -> None:
-        spec = result["spec"]
-        verdicts = ", ".join(f"{m}: {VERDICT_WORDS.get(v, v)}" for m, v in result["verdicts"].items())
-        capped = ""
-        seq = self.state.values.get("data.seq_len")
-        if spec.max_positions and isinstance(seq, int) and seq > spec.max_positions:
-            self.state.set("data.seq_len", spec.max_positions)  # the model cannot see further back
-            capped = f"<br>Sequence length set to this model's maximum, {spec.max_positions} tokens."
+        spec, verdict, text = result["spec"], result["verdict"], self.source.text().strip()
+        verdicts = ", ".join(f"{m}: {v.words}" for m, v in verdict.methods.items()) or html.escape(verdict.error or "")
         kind = (" — <span style='color:#b35900'><b>random weights — for testing</b></span> (a shipped "
                 "architecture: no trained knowledge; trained with the bundled demo tokenizer)"
-                if hub.is_shipped_architecture(self.source.text().strip()) else "")
-        self.facts.setText(f"<b>{spec.name or self.source.text()}</b>{kind} — {spec.family}, "
-                           f"{spec.params / 1e6:,.1f} M parameters, {spec.layers} layers, hidden {spec.hidden}, "
-                           f"vocabulary {spec.vocab:,}.<br>Here: {verdicts}.{capped}")
+                if hub.is_shipped_architecture(text) else "")
+        lines = [f"<b>{html.escape(spec.name or text)}</b>{kind} — {spec.family}, {count(spec.params)} parameters, "
+                 f"{spec.layers} layers, hidden {spec.hidden}, vocabulary {spec.vocab:,}, reads up to "
+                 f"{spec.max_positions:,} tokens.", f"Here: {verdicts}."]
+        if "/" in text and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
+            lines.append(f"{html.escape(text)} is {hub.cached_state(text)}: press "
+                         "Download… below (it asks first and shows the size).")
+        limit, seq = result["limit"], self.state.values.get("data.seq_len")
+        if limit and isinstance(seq, int) and seq > limit:
+            lines.append(f"<span style='color:#b00'>The sequence length is {seq:,} tokens, longer than this model "
+                         f"reads.</span> <a href='seq:{limit}'>Use {limit:,}</a> (or set it on the Method page).")
+        if verdict.seq_len and verdict.seq_len != self.state.values.get("data.seq_len"):
+            lines[1] = lines[1][:-1] + f" (judged at {verdict.seq_len:,} tokens, the most it reads)."
+        self.facts.setText("<br>".join(lines))
+
+    def _link(self, href: str) -> None:
+        """'seq:N': the user asked to use the model's limit as the sequence length."""
+        if href.startswith("seq:"):
+            self.state.set("data.seq_len", int(href[4:]))  # the facts follow (values_changed)
 
     def _show_error(self, exc: Exception) -> None:
-        self.facts.setText(f"<span style='color:#b00'>{exc}</span>")
+        text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
+        self.facts.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
 
     def _show_shipped(self, rows) -> None:
         self.shipped.clear()
         for name, params, method in rows:
-            item = QtWidgets.QListWidgetItem(f"{name} — {params / 1e6:,.0f} M parameters, random weights — for "
+            shape = f", the shape of {catalog.hub_id(name)}" if catalog.hub_id(name) else ""
+            item = QtWidgets.QListWidgetItem(f"{name} — {count(params)} parameters{shape}, random weights — for "
                                              f"testing ({method} fits here)")
             item.setData(QtCore.Qt.UserRole, name)
             self.shipped.addItem(item)

@@ -9,11 +9,11 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model.fmt import gib
 from app.views.wizard.memory_bar import MemoryBar
-from app.views.wizard.schema_form import FieldEdit, SchemaForm, label_for, user_words
+from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
 from trainer import config as tc
+from trainer.planning.verdict import method_verdict
 
-VERDICT_STYLE = {"fits": ("Fits", "#2ca02c"), "tight": ("Fits, but tight", "#d68910"),
-                 "does_not_fit": ("Does not fit", "#d62728")}
+VERDICT_COLOR = {"fits": "#2ca02c", "tight": "#d68910", "does_not_fit": "#d62728", "needs": "#d62728"}
 
 
 class PlanPage(QtWidgets.QWizardPage):
@@ -33,6 +33,7 @@ class PlanPage(QtWidgets.QWizardPage):
             self.methods.addButton(b)
             method_row.addWidget(b)
         self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
+        self.seq_len_error = _problem_label()
         self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
         fields = tc.TrainingConfig.model_fields
         self.length_kind = QtWidgets.QComboBox()
@@ -49,7 +50,10 @@ class PlanPage(QtWidgets.QWizardPage):
         form.addRow("Method", method_row)
         form.addRow("Train for", length_row)
         form.addRow("Learning rate", self.learning_rate)
-        form.addRow("Sequence length (tokens)", self.seq_len)
+        seq_row = QtWidgets.QHBoxLayout()
+        seq_row.addWidget(self.seq_len, 1)
+        seq_row.addWidget(self.seq_len_error, 1)
+        form.addRow("Sequence length (tokens)", seq_row)
         form.addRow("Effective batch (samples per optimizer step)", self.batch)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
@@ -72,6 +76,7 @@ class PlanPage(QtWidgets.QWizardPage):
         outer = QtWidgets.QVBoxLayout(self)
         outer.addLayout(form)
         outer.addWidget(self.scroll, 1)
+        self._steps = state.values["training.max_steps"] or tc.TrainingConfig.model_fields["max_steps"].default
         self._connect()
 
     def _connect(self) -> None:
@@ -79,19 +84,27 @@ class PlanPage(QtWidgets.QWizardPage):
             lambda b, on: on and self.state.set("method.type", b.property("method")))
         self.seq_len.valueChanged.connect(lambda v: self.state.set("data.seq_len", v))
         self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
-        self.advanced.changed.connect(lambda: self.state.update(self.advanced.values()))
-        self.learning_rate.committed.connect(lambda v: self.state.set("training.learning_rate", v))
+        self.advanced.changed.connect(lambda key: self.state.commit(key, self.advanced.values()[key]))
+        self.learning_rate.committed.connect(lambda v: self.state.commit("training.learning_rate", v))
         self.length.committed.connect(self._length_committed)
-        self.length_kind.currentIndexChanged.connect(lambda _i: self._length_committed(self.length.value()))
+        self.length_kind.currentIndexChanged.connect(self._length_kind_changed)
         self.state.values_changed.connect(self._sync)
         self.state.plan_ready.connect(self.show_plan)
         self.state.problems.connect(self._show_problems)
 
     def _length_committed(self, value) -> None:
         if self.length_kind.currentData() == "epochs":
-            self.state.update({"training.max_steps": None, "training.epochs": value})
+            self.state.set("training.max_steps", None)
+            self.state.commit("training.epochs", value)
         else:
-            self.state.set("training.max_steps", value)
+            self.state.commit("training.max_steps", value)
+
+    def _length_kind_changed(self, _index: int) -> None:
+        """Steps ↔ epochs: each keeps its own number (100 steps never becomes 100 epochs)."""
+        if self.length_kind.currentData() == "epochs":
+            self.state.update({"training.max_steps": None, "training.epochs": self.state.values["training.epochs"]})
+        else:
+            self.state.set("training.max_steps", self._steps)
 
     def initializePage(self) -> None:
         self._sync("")
@@ -116,6 +129,8 @@ class PlanPage(QtWidgets.QWizardPage):
             if k in self.advanced.editors:
                 self.advanced.set_value(k, v[k])
         self.learning_rate.set_value(v["training.learning_rate"])
+        if v["training.max_steps"] is not None:
+            self._steps = v["training.max_steps"]  # what "steps" goes back to after a look at epochs
         by_epochs = v["training.max_steps"] is None
         self.length_kind.blockSignals(True)
         self.length_kind.setCurrentIndex(1 if by_epochs else 0)
@@ -125,11 +140,15 @@ class PlanPage(QtWidgets.QWizardPage):
     def show_plan(self, plan) -> None:
         """Bind a trainer.plan.Plan."""
         d = plan.to_dict()
-        word, color = VERDICT_STYLE.get(d.get("verdict"), (str(d.get("verdict")), "#333"))
-        self.verdict.setText(f"<span style='color:{color}'>{word}</span> — predicted peak "
-                             f"{gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
-                             f"<span style='font-weight:normal'>({starting_point(d)})</span>")
+        mv = getattr(plan, "method_verdict", None) or method_verdict(plan, self.state.snapshot())
+        word = mv.words[:1].upper() + mv.words[1:]
+        needs = "".join(f"<br><span style='font-weight:normal'>{user_words(r)}</span>"
+                        for r in mv.reasons[:len(mv.needs)]) if mv.verdict == "needs" else ""
+        self.verdict.setText(f"<span style='color:{VERDICT_COLOR.get(mv.verdict, '#333')}'>{word}</span> — predicted "
+                             f"peak {gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
+                             f"<span style='font-weight:normal'>({starting_point(d)})</span>{needs}")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
+        self.bar.show()
         self.details.setText(plan_details_html(d))
         self._show_beside([])
 
@@ -138,11 +157,15 @@ class PlanPage(QtWidgets.QWizardPage):
         bad = dict(problems)
         self.learning_rate.set_problem(bad.get("training.learning_rate"))
         self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
+        seq = bad.get("data.seq_len")
+        self.seq_len_error.setText(user_words(seq) if seq else "")
+        self.seq_len_error.setVisible(bool(seq))
 
     def _show_problems(self, problems: list) -> None:
         self._show_beside(problems)
         if problems:
             self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
+            self.bar.hide()
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))
@@ -150,7 +173,7 @@ class PlanPage(QtWidgets.QWizardPage):
 
 def plan_details_html(d: dict) -> str:
     """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
-    parts = ["<b>Settings</b>: " + ", ".join(f"{label_for(k).lower()} {_value(v)}"
+    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_value(v)}"
                                              for k, v in (d.get("settings") or {}).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
@@ -180,6 +203,14 @@ def _value(v) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
     return str(v)
+
+
+def _problem_label() -> QtWidgets.QLabel:
+    label = QtWidgets.QLabel()
+    label.setStyleSheet("color:#c0392b")
+    label.setWordWrap(True)
+    label.hide()
+    return label
 
 
 def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:

@@ -6,6 +6,7 @@ comes back here with the error."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
@@ -14,12 +15,19 @@ from app.model.review_checks import ReviewResult, review_check
 from app.views.wizard.schema_form import label_for, user_words
 from trainer import config as tc
 
-PAGE_OF = {"model": "Model page", "data": "Data page", "method": "Method page", "training": "Method page"}
+# The fields the wizard's pages edit directly; every other field is under Advanced settings.
+PAGE_OF = {"model.source": "Model page", "model.architecture": "Model page", "model.tokenizer": "Model page",
+           "data.path": "Data page", "data.record_format": "Data page", "training.objective": "Data page",
+           "method.type": "Method page", "data.seq_len": "Method page", "training.max_steps": "Method page",
+           "training.epochs": "Method page", "training.learning_rate": "Method page",
+           "training.effective_batch_size": "Method page",
+           "output.runs_dir": "this page", "output.run_name": "this page"}
+RUN_FOLDER_KEYS = ("output.runs_dir", "output.run_name")  # what Review's Run folder field sets
 
 
 def where(key: str) -> str:
     """The wizard page a dotted key is edited on."""
-    return PAGE_OF.get(key.split(".", 1)[0], "Method page → Advanced settings")
+    return PAGE_OF.get(key, "Method page → Advanced settings")
 
 
 class ReviewPage(QtWidgets.QWizardPage):
@@ -38,6 +46,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         self.yaml = QtWidgets.QPlainTextEdit(readOnly=True)
         self.yaml.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.FixedFont))
         self.run_dir = QtWidgets.QLineEdit()
+        self.run_dir.editingFinished.connect(self._recheck)
         self.export_button = QtWidgets.QPushButton("Export…", clicked=self._export)
         self.start_button = QtWidgets.QPushButton("Start training", clicked=self._start)
         self.start_button.setStyleSheet("font-weight: bold")
@@ -61,8 +70,16 @@ class ReviewPage(QtWidgets.QWizardPage):
     def initializePage(self) -> None:
         if not self.start_error:
             self.run_dir.setText(self.state.default_run_dir())
+        self._recheck()
+
+    def _recheck(self) -> None:
+        """Check the config and the run folder as they are now (off the GUI thread)."""
         self.result = None
         self._enable(False)
+        if self.state.snapshot() is None:  # the plan needs the hardware; the probe answers within a second
+            self.message.setText(self._error_prefix() + "Waiting for the hardware probe…")
+            QtCore.QTimer.singleShot(300, self, self._recheck)
+            return
         try:
             cfg = self.state.config()
         except tc.ConfigError as exc:
@@ -71,14 +88,17 @@ class ReviewPage(QtWidgets.QWizardPage):
             return
         self.yaml.setPlainText(tc.dump_yaml(cfg))
         self.message.setText(self._error_prefix() + "Planning and checking the model, data and machine…")
-        snap, plan = self.state.snapshot(), self.state.plan
-        self._checks.submit(lambda: review_check(cfg, plan, snap))
+        snap, plan, run_dir = self.state.snapshot(), self.state.plan, self.run_dir.text().strip()
+        self._checks.submit(lambda: review_check(cfg, plan, snap, run_dir))
 
     def show_start_failure(self, code: int, text: str) -> None:
         """A start of this config failed (exit ``code``): show why above the checks, mark the field
         the message names (``trainpilot-cli: data.path: …``), then re-check."""
         self.start_error = f"exit code {code}: {text.strip() or 'no message'}"
         self.start_field = failed_field(text)
+        folder = Path(self.run_dir.text().strip())
+        if folder.is_dir() and any(folder.iterdir()):  # it now holds the failed start (listed with its log)
+            self.run_dir.setText(self.state.default_run_dir())
         self.initializePage()
 
     def _error_prefix(self) -> str:
@@ -100,7 +120,7 @@ class ReviewPage(QtWidgets.QWizardPage):
             self.state.problems.emit([p for p in blocking if p[0]])  # beside the fields that caused them
             self.message.setText(self._error_prefix() + "<span style='color:#b00'>Start is blocked until these are "
                                  "fixed (Back to change them):</span><br>" + "<br>".join(
-                                     f"<b>{label_for(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
+                                     f"<b>{_label(k)}</b> ({where(k)}): {_html(user_words(m))}" if k
                                      else _html(user_words(m))
                                      for k, m in blocking))
         elif self.start_error:
@@ -140,6 +160,10 @@ def failed_field(text: str) -> tuple[str, str] | None:
         if m and m.group(1) in keys:
             return m.group(1), m.group(2)
     return None
+
+
+def _label(key: str) -> str:
+    return "Run folder" if key in RUN_FOLDER_KEYS else label_for(key)
 
 
 def _html(text: str) -> str:

@@ -45,10 +45,22 @@ def top_level_fields() -> list[str]:
             if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))]
 
 
+# Where the field's own name is not a word, or not enough of one.
+WORDS = {"data.seq_len": "sequence length", "method.type": "method", "deepspeed.enabled": "DeepSpeed"}
+
+
 def label_for(key: str) -> str:
     """A dotted key in the user's words: 'training.micro_batch_size' → 'Micro batch size'."""
-    words = key.rsplit(".", 1)[-1].replace("_", " ")
+    words = WORDS.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
+    if key in WORDS:
+        return words[:1].upper() + words[1:] if words.islower() else words
     return words[:1].upper() + words[1:]
+
+
+def inline_label(key: str) -> str:
+    """A dotted key in the middle of a sentence: 'micro batch size', 'DeepSpeed'."""
+    word = WORDS.get(key)
+    return word if word and not word.islower() else label_for(key).lower()
 
 
 _DOTTED = re.compile(r"\b(?:" + "|".join(sorted((re.escape(k) for k, *_ in tc.field_docs() if "." in k),
@@ -59,7 +71,7 @@ _GB = re.compile(r"(\d(?:[\d.,]*\d)?) ?GB\b")
 def user_words(text: str) -> str:
     """Planner text for people: dotted config keys become words ('training.micro_batch_size' →
     'micro batch size') and every memory figure reads GiB (the planner computes in 2**30 bytes)."""
-    text = _DOTTED.sub(lambda m: label_for(m.group(0)).lower(), str(text))
+    text = _DOTTED.sub(lambda m: inline_label(m.group(0)), str(text))
     return _GB.sub(lambda m: f"{m.group(1)} GiB", text)
 
 
@@ -74,7 +86,8 @@ class _LineEdit(QtWidgets.QLineEdit):
 
 class FieldEdit(QtWidgets.QWidget):
     """A line edit with its problem shown beside it. ``committed(value)`` when left or on Enter
-    (only when the text changed since the last commit); never rewrites the text while focused."""
+    (when the user typed in it since the last commit, even the same text again: a value typed is the
+    user's); never rewrites the text while focused."""
 
     committed = QtCore.Signal(object)
 
@@ -90,6 +103,8 @@ class FieldEdit(QtWidgets.QWidget):
         lay.addWidget(self.edit, 1)
         lay.addWidget(self.error, 1)
         self._last = self.edit.text()
+        self._typed = False  # the user edited the text since the last commit (textEdited: never programmatic)
+        self.edit.textEdited.connect(lambda _t: setattr(self, "_typed", True))
         self.edit.editingFinished.connect(self._finish)
 
     def text(self) -> str:
@@ -114,16 +129,16 @@ class FieldEdit(QtWidgets.QWidget):
         self.edit.setStyleSheet("border: 1px solid #d62728" if message else "")
 
     def _finish(self) -> None:
-        if self.edit.text() != self._last:
-            self._last = self.edit.text()
+        if self.edit.text() != self._last or self._typed:
+            self._last, self._typed = self.edit.text(), False
             self.committed.emit(self.value())
 
 
 class SchemaForm(QtWidgets.QWidget):
     """One group per config section, stacked (room to read). ``values()`` → {dotted key: value};
-    ``changed`` when a field is committed."""
+    ``changed(key)`` when the user commits a field."""
 
-    changed = QtCore.Signal()
+    changed = QtCore.Signal(str)
 
     def __init__(self, cfg: tc.RunConfig, parent=None):
         super().__init__(parent)
@@ -165,7 +180,7 @@ class SchemaForm(QtWidgets.QWidget):
         if ann is bool:
             w = QtWidgets.QCheckBox()
             w.setChecked(bool(value))
-            w.toggled.connect(self.changed)
+            w.toggled.connect(lambda _on, key=key: self.changed.emit(key))
             self._kinds[key] = "bool"
             return w
         choices = _literal_choices(ann)
@@ -174,11 +189,11 @@ class SchemaForm(QtWidgets.QWidget):
             for c in choices:
                 w.addItem(str(c), c)
             w.setCurrentIndex(choices.index(value) if value in choices else 0)
-            w.currentIndexChanged.connect(self.changed)
+            w.currentIndexChanged.connect(lambda _i, key=key: self.changed.emit(key))
             self._kinds[key] = "choice"
             return w
         w = FieldEdit(value)
-        w.committed.connect(lambda _v: self.changed.emit())
+        w.committed.connect(lambda _v, key=key: self.changed.emit(key))
         self._kinds[key] = "yaml"
         return w
 

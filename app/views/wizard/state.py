@@ -28,6 +28,7 @@ class WizardState(QtCore.QObject):
         super().__init__(parent)
         self.hardware = hardware
         self.values: dict[str, Any] = flatten(tc.to_dict(tc.RunConfig()))
+        self.explicit: set[str] = set()  # the keys the user set: only these reach the config as the user's
         self.plan = None
         self.error: str | None = None
         self._planner = Latest(self._plan_done, self._plan_failed, self)
@@ -35,21 +36,37 @@ class WizardState(QtCore.QObject):
 
     # -- editing --------------------------------------------------------------------------------
     def set(self, key: str, value: Any) -> None:
-        """Change one dotted key and schedule a re-plan."""
+        """The user set one dotted key: remember it as theirs and schedule a re-plan."""
         if self.values.get(key) != value:
             self.values[key] = value
+            self.explicit.add(key)
             self.values_changed.emit(key)
             self._timer.start()
 
+    def commit(self, key: str, value: Any) -> None:
+        """The user committed ``value`` in a field of ``key``: theirs even when it equals what was shown
+        (typing 'false' over the default false means "no DeepSpeed", which a preset must not overrule)."""
+        if key in self.explicit and self.values.get(key) == value:
+            return
+        self.explicit.add(key)
+        self.set(key, value) if self.values.get(key) != value else self._timer.start()
+
     def update(self, values: dict[str, Any]) -> None:
-        """Replace several keys at once (from the advanced form)."""
-        self.values.update(values)
+        """The user set several keys at once (the advanced form sends all its fields: only the ones that
+        changed become theirs)."""
+        changed = {k: v for k, v in values.items() if k not in self.values or self.values[k] != v}
+        if not changed:
+            return
+        self.values.update(changed)
+        self.explicit |= set(changed)
         self.values_changed.emit("")
         self._timer.start()
 
     def config(self) -> tc.RunConfig:
-        """The config as edited (ConfigError lists every problem)."""
-        return tc.validate(nested(self.values))
+        """The config as edited: the user's keys as theirs (``explicit_keys``), every other value the
+        schema's default, so a preset layers under what the user left alone and never over what they set
+        (ConfigError lists every problem)."""
+        return tc.validate(nested({k: self.values[k] for k in self.explicit}))
 
     def snapshot(self):
         """The newest hardware snapshot (None until the probe has answered)."""
@@ -66,8 +83,9 @@ class WizardState(QtCore.QObject):
             return
         self.problems.emit([])
         snap = self.snapshot()
-        if snap is None:  # the probe answers within a second; try again then
-            self._timer.start(500)
+        if snap is None:  # the probe answers within a second; try again then (no probe: nothing to plan for)
+            if self.hardware is not None:
+                self._timer.start(500)
             return
 
         self._planner.submit(lambda: _plan(cfg, snap))

@@ -1,0 +1,89 @@
+"""The Data page's words and HTML (no Qt): which objectives can train a detected record format, the
+token statistics of a ``trainpilot-cli data --json`` report, and its rendered examples with prompt and
+answer kept apart and a legend for what is trained and what is masked."""
+from __future__ import annotations
+
+import html
+
+from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
+from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
+
+TRAINED_STYLE = "background:#d7f5d0;color:#111"    # trained text: highlighted
+MASKED_STYLE = "color:#999"                          # masked (read as context, not trained): greyed
+REJECTED_STYLE = "background:#f8d7d3;color:#111"   # a preference pair's rejected answer (pushed down)
+OBJECTIVE_WORDS = {
+    "sft": "SFT — learn to write the answers (next-token loss)",
+    "dpo": "DPO — prefer the chosen answer over the rejected one (a frozen reference model)",
+    "orpo": "ORPO — prefer the chosen answer, no reference model (less memory)",
+    "kto": "KTO — learn from answers labelled desirable or undesirable",
+}
+
+
+def objectives_for(record_format: str | None) -> tuple[str, ...]:
+    """The ``training.objective`` values that read ``record_format`` records (() when unknown)."""
+    if record_format == "preference":
+        return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == PAIR_FIELDS)
+    if record_format == "kto":
+        return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == KTO_FIELDS)
+    return ("sft",) if record_format in TRAINABLE_FORMATS else ()
+
+
+def is_pair_format(record_format: str | None) -> bool:
+    """True for preference pairs and KTO records (trained by preference objectives, not SFT)."""
+    return record_format in PAIR_FORMATS
+
+
+def legend_html(pairs: bool) -> str:
+    """What the colours of the rendered examples mean."""
+    items = [(TRAINED_STYLE, "chosen answer: trained towards" if pairs else "trained"),
+             (MASKED_STYLE, "prompt: read as context, not trained" if pairs else "masked: read, not trained")]
+    if pairs:
+        items.append((REJECTED_STYLE, "rejected answer: trained away from"))
+    return "Colours: " + " · ".join(f"<span style='{s}'>&nbsp;{html.escape(t)}&nbsp;</span>" for s, t in items)
+
+
+def examples_html(examples: list[dict]) -> str:
+    """Rendered examples as HTML, after a legend: trained segments highlighted, masked ones greyed
+    (whitespace kept); a preference or KTO example shows its prompt and answers as separate blocks."""
+    pairs = any("rejected" in ex or "label" in ex for ex in examples)
+    blocks = [f"<p>{legend_html(pairs)}</p>"] if examples else []
+    for i, ex in enumerate(examples, 1):
+        tokens = f" ({ex['tokens']:,} tokens)" if isinstance(ex.get("tokens"), int) else ""
+        blocks.append(f"<p><b>Example {i}</b>{tokens}</p>")
+        blocks.append(_pair_html(ex) if "rejected" in ex or "label" in ex else _pre(ex["segments"]))
+    return "".join(blocks)
+
+
+def _pre(segments: list[dict]) -> str:
+    spans = "".join(f"<span style='{TRAINED_STYLE if s['trained'] else MASKED_STYLE}'>{html.escape(s['text'])}</span>"
+                    for s in segments)
+    return f"<pre style='white-space:pre-wrap'>{spans}</pre>"
+
+
+def _block(title: str, text: str, style: str) -> str:
+    return (f"<p style='margin:4px 0 0 0'><i>{title}</i></p><pre style='white-space:pre-wrap;margin-top:0'>"
+            f"<span style='{style}'>{html.escape(text)}</span></pre>")
+
+
+def _pair_html(ex: dict) -> str:
+    """Prompt, then the answer(s), each in its own block with its own colour."""
+    prompt = "".join(s["text"] for s in ex["segments"] if not s["trained"])
+    answer = "".join(s["text"] for s in ex["segments"] if s["trained"])
+    out = _block("prompt", prompt, MASKED_STYLE)
+    if "rejected" in ex:
+        return out + _block("chosen", answer, TRAINED_STYLE) + _block("rejected", ex["rejected"], REJECTED_STYLE)
+    label = "desirable" if ex["label"] else "undesirable"
+    return out + _block(f"completion — labelled {label}", answer, TRAINED_STYLE if ex["label"] else REJECTED_STYLE)
+
+
+def report_summary(r: dict) -> str:
+    """Token statistics in one HTML paragraph (a pair's tokens: the prompt with its longer answer)."""
+    t = r["tokens"]
+    pairs = is_pair_format(r.get("format"))
+    what = "prompt + longer answer" if pairs else "record"
+    packed = r["packing"] and not pairs  # preference training never packs
+    return (f"Tokens per {what} (exact, this tokenizer): median {t['median']:,.0f}, p95 {t['p95']:,.0f}, "
+            f"max {t['max']:,}.<br><b>{t['truncated_fraction']:.1%}</b> of records are longer than seq_len "
+            f"{r['seq_len']} ({'continued in the next packed block' if packed else 'cut'}); "
+            f"{t['per_epoch']:,} tokens per epoch"
+            + (f", {t['trained']:,} trained." if t.get("trained") is not None else "."))

@@ -1,0 +1,92 @@
+"""Review blocks what Start would refuse (``preflight.start_problems``: the same checks ``trainpilot-cli
+run`` makes) and names the page where each problem is fixed: QLoRA without bitsandbytes, a run folder
+that cannot be written. Real widgets, offscreen."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+from app.ops.hardware_feed import HardwareMonitor
+from app.views.wizard.wizard import SetupWizard
+
+LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
+
+
+@pytest.fixture
+def laptop():
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    yield hw
+    hw.stop()
+
+
+def _wizard_at_review(qtbot, hw, tmp_path, method: str) -> SetupWizard:
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
+    wiz.next(), wiz.next(), wiz.next()  # past the data page, which sets data.path from its own field
+    wiz.state.update({"model.source": "smollm-135m", "model.architecture": "smollm-135m", "model.tokenizer": "demo",
+                      "data.path": str(data), "data.seq_len": 256, "method.type": method})
+    wiz.next()
+    assert wiz.currentPage() is wiz.review
+    _checked(qtbot, wiz)
+    return wiz
+
+
+def _checked(qtbot, wiz) -> None:
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+
+
+def test_qlora_without_bitsandbytes_is_blocked_on_the_method_page(qtbot, laptop, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # not installed (capabilities reads it so)
+    wiz = _wizard_at_review(qtbot, laptop, tmp_path, "qlora")
+    text = wiz.review.message.text()
+    assert "Start is blocked" in text and "<b>Method</b> (Method page)" in text and "bitsandbytes" in text, text
+    assert "pip install bitsandbytes" in text and not wiz.review.start_button.isEnabled()
+    # LoRA needs no bitsandbytes: the same config is ready.
+    wiz.back()
+    wiz.state.set("method.type", "lora")
+    wiz.next()
+    _checked(qtbot, wiz)
+    assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+    assert "checks passed" in wiz.review.message.text()
+
+
+def test_a_run_folder_that_cannot_be_written_is_blocked_beside_it(qtbot, laptop, tmp_path):
+    wiz = _wizard_at_review(qtbot, laptop, tmp_path, "lora")
+    assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+    blocker = tmp_path / "a-file"  # a run folder inside a file: no one, not even root, can create it
+    blocker.write_text("not a folder")
+    wiz.review.run_dir.setText(str(blocker / "runs" / "mine"))
+    wiz.review.run_dir.editingFinished.emit()  # as when the user leaves the field
+    assert not wiz.review.start_button.isEnabled()
+    _checked(qtbot, wiz)
+    text = wiz.review.message.text()
+    assert "Start is blocked" in text and "<b>Run folder</b> (this page)" in text and str(blocker) in text, text
+    assert not wiz.review.start_button.isEnabled()
+    wiz.review.run_dir.setText(str(tmp_path / "runs" / "mine"))
+    wiz.review.run_dir.editingFinished.emit()
+    _checked(qtbot, wiz)
+    assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes anywhere; POSIX permissions")
+def test_a_read_only_runs_folder_is_blocked(qtbot, laptop, tmp_path):
+    wiz = _wizard_at_review(qtbot, laptop, tmp_path, "lora")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        wiz.review.run_dir.setText(str(locked / "mine"))
+        wiz.review.run_dir.editingFinished.emit()
+        _checked(qtbot, wiz)
+        assert "cannot write in" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
+    finally:
+        locked.chmod(0o700)
