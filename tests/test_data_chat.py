@@ -60,13 +60,16 @@ def encode(tok, records: list[dict], fmt: str = "chat", **data):
 
 
 def expected_labels(tok, msgs: list[dict]) -> list[int]:
-    """Labels built independently: token counts of apply_chat_template on conversation prefixes."""
+    """Labels built independently: token counts of apply_chat_template on conversation prefixes; each turn is
+    trained through its first eos token (where generation stops), not the newline the template adds after."""
     ids = tok.apply_chat_template(msgs, tokenize=True)["input_ids"]
     labels = [-100] * len(ids)
     for i, m in enumerate(msgs):
         if m["role"] == "assistant":
             start = len(tok.apply_chat_template(msgs[:i], tokenize=True, add_generation_prompt=True)["input_ids"])
             end = len(tok.apply_chat_template(msgs[: i + 1], tokenize=True)["input_ids"])
+            if tok.eos_token_id in ids[start:end]:
+                end = ids.index(tok.eos_token_id, start) + 1
             labels[start:end] = ids[start:end]
     return labels
 

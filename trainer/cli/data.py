@@ -57,6 +57,10 @@ def render_text(r: dict) -> str:
         lines.append(f"template: the {r['chat_template']} chat template")
     for i, ex in enumerate(r["examples"], 1):
         lines.append(f"\n--- example {i} ({ex.get('tokens', '?')} tokens; [masked] text is not trained) ---")
+        if ex.get("training_examples", 1) > 1:
+            lines.append(f"(trained as {ex['training_examples']} sequences, one per assistant turn, each with its "
+                         f"context as the template renders it at inference: the template changes earlier turns "
+                         f"once later ones exist)")
         lines.append("".join(s["text"] if s["trained"] else f"[{s['text']}]" for s in ex["segments"]))
         if "rejected" in ex:
             lines.append(f"--- rejected: {ex['rejected']}")

@@ -2,8 +2,11 @@
 
 Conversations (chat, ShareGPT, Alpaca) are rendered with the tokenizer's own chat template through
 ``apply_chat_template`` — the ids are exactly those inference would see — and labelled by the
-character spans of the assistant turns (``trainer.data.conversations.assistant_spans``) through the fast
-tokenizer's offsets. Plain text is ``bos + text + eos``; prompt/response templates as before.
+character spans of the assistant turns (``trainer.data.conversations.conversation_examples``: one
+example, or one per assistant turn for templates that rewrite history) through the fast tokenizer's
+offsets. The text is tokenized without the tokenizer's own special tokens, as ``apply_chat_template``
+does at inference, so a template that writes ``bos_token`` never gets a second BOS. Plain text is
+``bos + text + eos``; prompt/response templates as before.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 
 from trainer.core.errors import UserError
 from trainer.data import formats
-from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, assistant_spans, template_error
+from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, conversation_examples, template_error
 from trainer.data.scan import record_line
 
 JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
@@ -48,11 +51,9 @@ def check_roles(tokenizer, src, data_cfg) -> None:
     for roles, where in src.roles:
         msgs = [{"role": r, "content": f"turn {i + 1}"} for i, r in enumerate(roles)]
         try:
-            assistant_spans(msgs, lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen),
-                            data_cfg.train_on_prompt)
-        except ValueError as exc:
-            raise UserError(f"data.chat_template: {exc}; set data.chat_template to a template without that "
-                            f"behaviour", field="data.chat_template") from None
+            conversation_examples(msgs, lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False,
+                                                                                     add_generation_prompt=gen),
+                                  (), data_cfg.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, src.where, where) from None
 
@@ -79,6 +80,7 @@ class Encoder:
         eos = tokenizer.eos_token_id
         self.eos = [eos] if eos is not None else []
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
+        self.stops = end_of_turn_texts(tokenizer, cfg) if fmt in formats.CONVERSATION_FORMATS else ()
 
     def __call__(self, batch: dict, indices: list[int]) -> dict:
         rows = rows_of(batch)
@@ -109,15 +111,16 @@ class Encoder:
     def _conversations(self, rows: list[dict], indices: list[int]) -> dict:
         texts, spans = [], []
         for rec, index in zip(rows, indices):
-            text, trained = self.render(rec, index)
-            texts.append(text)
-            spans.append(trained)
+            for text, trained in self.render(rec, index):
+                texts.append(text)
+                spans.append(trained)
         enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
         labels = [token_labels(ids, offsets, s) for ids, offsets, s in zip(enc["input_ids"], enc["offset_mapping"], spans)]
         return {"input_ids": enc["input_ids"], "labels": labels}
 
-    def render(self, rec: dict, index: int) -> tuple[str, list[tuple[int, int]]]:
-        """``(text, trained character spans)`` of one conversation record (UserError naming the record)."""
+    def render(self, rec: dict, index: int) -> list[tuple[str, list[tuple[int, int]]]]:
+        """``[(text, trained character spans)]``: the training examples of one conversation record (one, or one
+        per assistant turn; ``conversation_examples``). UserError naming the record."""
         problem = formats.check_record(rec, self.fmt, self.d.text_field)
         if problem:
             name, why = problem
@@ -129,12 +132,27 @@ class Encoder:
             return self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
 
         try:
-            return assistant_spans(msgs, render, self.d.train_on_prompt)
-        except ValueError as exc:
-            raise UserError(f"data.chat_template: {exc}; set data.chat_template to a template without that "
-                            f"behaviour", field="data.chat_template") from None
+            return conversation_examples(msgs, render, self.stops, self.d.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, self.where, record_line(self.where, index)) from None
+
+
+def end_of_turn_texts(tokenizer, cfg) -> tuple[str, ...]:
+    """The texts generation stops at: the tokenizer's eos and the model's ``generation_config.json``
+    ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``, ``<end_of_turn>``, ``<|end|>``), read from the
+    local folder or cache only (the tokenizing process never downloads)."""
+    ids = set()
+    source = getattr(cfg.model, "source", None)
+    if source and source != "demo":
+        from transformers import GenerationConfig
+        try:
+            gen = GenerationConfig.from_pretrained(source, revision=cfg.model.revision, local_files_only=True)
+            eos = gen.eos_token_id
+            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        except (OSError, ValueError):
+            pass  # no generation_config.json: the eos token alone
+    texts = [tokenizer.convert_ids_to_tokens(int(i)) for i in sorted(ids)]
+    return tuple(dict.fromkeys([t for t in [tokenizer.eos_token, *texts] if isinstance(t, str) and t]))
 
 
 def token_labels(ids: list[int], offsets: list, spans: list[tuple[int, int]]) -> list[int]:

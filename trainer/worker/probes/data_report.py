@@ -95,10 +95,12 @@ def _histogram(lengths) -> dict:
 
 
 def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
-    d, fmt = cfg.data, enc.fmt
+    """One shown record: its ``segments``, ``tokens`` and ``training_examples`` (a conversation whose template
+    rewrites history is trained as one example per assistant turn: their segments follow one another)."""
+    d, fmt, n = cfg.data, enc.fmt, 1
     if fmt in formats.CONVERSATION_FORMATS:
-        text, spans = enc.render(rec, index)
-        parts = segments(text, spans)
+        examples = enc.render(rec, index)
+        parts, n = [p for text, spans in examples for p in segments(text, spans)], len(examples)
     elif fmt == "template":
         prompt, answer = d.prompt_template.format(**rec), d.response_template.format(**rec) + (tokenizer.eos_token or "")
         parts = [{"text": prompt, "trained": d.train_on_prompt}, {"text": answer, "trained": True}]
@@ -107,7 +109,8 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
         parts = [{"text": (value if isinstance(value, str) else "" if value is None else str(value))
                   + (tokenizer.eos_token or ""), "trained": True}]
     text = "".join(p["text"] for p in parts)
-    return {"segments": [p for p in parts if p["text"]], "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])}
+    return {"segments": [p for p in parts if p["text"]], "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            "training_examples": n}
 
 
 def _pair_text(tokenizer, value, prompt: bool) -> str:
