@@ -110,3 +110,21 @@ def test_tool_calls_and_results(name):
     prompt_ids, answer_ids = inference(name, TOOLS, 3, OPENS.get(name, "") + "It is sunny in Paris." + END[name])
     n = len(prompt_ids)
     assert any(ids[:n] == prompt_ids and labels[n:] [:len(answer_ids)] == answer_ids for ids, labels in examples)
+
+
+def test_generation_markers_decide_what_is_trained_where_the_template_has_them():
+    from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE
+    tok = _tok("qwen2.5")
+    marked = DEFAULT_CHAT_TEMPLATE.replace(
+        "{%- if message['content'] is string %}",
+        "{%- if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}"
+        "{%- elif message['content'] is string %}")
+    saved, tok.chat_template = tok.chat_template, marked
+    try:
+        [(ids, labels)] = encode("qwen2.5", [SYSTEM] + TURNS)
+        want = tok.apply_chat_template([SYSTEM] + TURNS, return_dict=True, return_assistant_tokens_mask=True)
+    finally:
+        tok.chat_template = saved
+    assert ids == want["input_ids"]
+    assert [lab != -100 for lab in labels] == [bool(m) for m in want["assistant_masks"]]
+    assert tok.decode([t for t in labels if t != -100]) == "4.<|im_end|>6, of course.<|im_end|>"

@@ -11,6 +11,7 @@ does at inference, so a template that writes ``bos_token`` never gets a second B
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from trainer.core.errors import UserError
@@ -18,6 +19,7 @@ from trainer.data import formats
 from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, conversation_examples, template_error
 from trainer.data.scan import record_line
 
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transformers looks for (same regex)
 JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
 
 
@@ -132,9 +134,25 @@ class Encoder:
             return self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
 
         try:
-            return conversation_examples(msgs, render, self.stops, self.d.train_on_prompt)
+            marked = None if self.d.train_on_prompt else marker_spans(self.tok, msgs)
+            return [marked] if marked else conversation_examples(msgs, render, self.stops, self.d.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, self.where, record_line(self.where, index)) from None
+
+
+def marker_spans(tokenizer, msgs: list[dict]) -> tuple[str, list[tuple[int, int]]] | None:
+    """``(text, trained spans)`` from the template's own ``{% generation %}`` markers (what its authors mark
+    as the assistant's output; transformers' ``return_assistant_tokens_mask`` reads the same), or None when
+    the template has none or marks a text other than what ``apply_chat_template`` renders."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not GENERATION_MARKER.search(template):
+        return None
+    from transformers.utils.chat_template_utils import render_jinja_template
+    rendered, indices = render_jinja_template(conversations=[msgs], chat_template=template,
+                                              return_assistant_tokens_mask=True, **tokenizer.special_tokens_map)
+    if rendered[0] != tokenizer.apply_chat_template(msgs, tokenize=False):
+        return None
+    return rendered[0], [(int(a), int(b)) for a, b in indices[0]]
 
 
 def end_of_turn_texts(tokenizer, cfg) -> tuple[str, ...]:
