@@ -113,11 +113,21 @@ def test_sharegpt_and_alpaca_go_through_the_same_template(base_tokenizer_dir):
 
 def test_role_the_template_rejects_names_file_line_and_field(base_tokenizer_dir):
     tok = tokenizer(base_tokenizer_dir, "gemma")
+    tool_turn = CONVERSATION[1:3] + [{"role": "tool", "content": "42"}]
     with pytest.raises(UserError) as err:
-        encode(tok, [{"messages": CONVERSATION}])
+        encode(tok, [{"messages": tool_turn}])
     msg = str(err.value)
-    assert "x.jsonl" in msg and "record 1" in msg and "'messages'" in msg and "system role not supported" in msg
+    assert "x.jsonl" in msg and "record 1" in msg and "'messages'" in msg and "tool role not supported" in msg
     assert "data.chat_template" in msg
+
+
+def test_system_role_the_template_rejects_is_merged_or_refused_as_configured(base_tokenizer_dir):
+    tok = tokenizer(base_tokenizer_dir, "gemma")
+    merged = [{"role": "user", "content": "Answer briefly.\n\nWhere does the cat sleep?"}] + CONVERSATION[2:]
+    assert encode(tok, [{"messages": CONVERSATION}]) == encode(tok, [{"messages": merged}])
+    with pytest.raises(UserError) as err:
+        encode(tok, [{"messages": CONVERSATION}], system_message="error")
+    assert "record 1" in str(err.value) and "data.system_message" in str(err.value)
 
 
 def test_default_template_for_a_tokenizer_without_one(base_tokenizer_dir, tmp_path):

@@ -40,10 +40,10 @@ def _tok(name):
     return AutoTokenizer.from_pretrained(rm.family_dir(name))
 
 
-def encode(name: str, msgs: list[dict]) -> list[tuple[list[int], list[int]]]:
+def encode(name: str, msgs: list[dict], **data) -> list[tuple[list[int], list[int]]]:
     """``[(input_ids, labels)]`` of one conversation, as the training data pipeline makes them."""
     from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder
-    cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir(name))}, "data": {"path": "x.jsonl"}})
+    cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir(name))}, "data": {"path": "x.jsonl", **data}})
     out = Encoder(cfg, _tok(name), "chat", "x.jsonl")({JSON_COLUMN: [json.dumps({"messages": msgs})]}, [0])
     return list(zip(out["input_ids"], out["labels"]))
 
@@ -128,3 +128,47 @@ def test_generation_markers_decide_what_is_trained_where_the_template_has_them()
     assert ids == want["input_ids"]
     assert [lab != -100 for lab in labels] == [bool(m) for m in want["assistant_masks"]]
     assert tok.decode([t for t in labels if t != -100]) == "4.<|im_end|>6, of course.<|im_end|>"
+
+
+MERGED = [{"role": "user", "content": "You are terse.\n\nWhat is 2+2?"}] + TURNS[1:]
+
+
+def test_gemma_without_a_system_role_gets_the_system_text_in_the_first_user_turn():
+    assert encode("gemma-2", [SYSTEM] + TURNS) == encode("gemma-2", MERGED)  # data.system_message: auto
+    check_turns("gemma-2", MERGED, {1: "4.<end_of_turn>", 3: "6, of course.<end_of_turn>"})
+    assert encode("gemma-2", [SYSTEM] + TURNS, system_message="drop") == encode("gemma-2", TURNS)
+
+
+def test_system_message_error_names_the_line_and_the_setting():
+    from trainer.core.errors import UserError
+    with pytest.raises(UserError) as err:
+        encode("gemma-2", [SYSTEM] + TURNS, system_message="error")
+    msg = str(err.value)
+    assert "x.jsonl" in msg and "record 1" in msg and "data.system_message" in msg and "merge" in msg
+    assert encode("qwen2.5", [SYSTEM] + TURNS, system_message="error")  # a template with a system role takes it
+
+
+def test_merge_and_drop_apply_to_templates_with_a_system_role_too():
+    assert encode("qwen2.5", [SYSTEM] + TURNS, system_message="merge") == encode("qwen2.5", MERGED)
+    assert encode("llama-3.2", [SYSTEM] + TURNS, system_message="drop") == encode("llama-3.2", TURNS)
+    assert encode("qwen2.5", [SYSTEM] + TURNS) != encode("qwen2.5", MERGED)  # auto keeps it where it can
+
+
+@pytest.mark.slow  # the report tokenizes in a child process (~8 s)
+def test_data_report_says_what_happens_to_system_messages(tmp_path, monkeypatch):
+    from trainer.cli.data import render_text
+    from trainer.worker.probes.data_report import report
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": [SYSTEM] + TURNS}) + "\n", encoding="utf-8")
+    cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir("gemma-2"))},
+                                    "data": {"path": str(path), "seq_len": 256}})
+    r = report(cfg, examples=1)
+    assert r["system_message"] == {"setting": "auto", "template_has_system_role": False, "action": "merged"}
+    masked = "".join(s["text"] for s in r["examples"][0]["segments"] if not s["trained"])
+    trained = "".join(s["text"] for s in r["examples"][0]["segments"] if s["trained"])
+    assert "<start_of_turn>user\nYou are terse.\n\nWhat is 2+2?<end_of_turn>" in masked
+    assert trained == "4.<end_of_turn>6, of course.<end_of_turn>"
+    assert "system:   system text put at the start of the first user turn (the chat template has no system role; " \
+           "data.system_message: auto)" in render_text(r)

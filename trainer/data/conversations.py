@@ -105,6 +105,45 @@ def cut_after_stop(answer: str, stops: tuple[str, ...]) -> str:
     return answer[:min(ends)] if ends else answer
 
 
+SYSTEM_PROBE = "TRAINPILOT_SYSTEM_PROBE_51C2"
+
+
+def template_takes_system(render: Render) -> bool:
+    """Whether the template renders a system message's text (Gemma's raises; some templates drop it)."""
+    try:
+        text = render([{"role": "system", "content": SYSTEM_PROBE}, {"role": "user", "content": "hi"}], True)
+    except Exception:  # jinja2's TemplateError from raise_exception, or any template error on that role
+        return False
+    return SYSTEM_PROBE in text
+
+
+def system_action(messages: list[dict], mode: str, takes_system: bool) -> str:
+    """What ``data.system_message`` does to a conversation: ``none`` (no system message), ``kept``,
+    ``merged`` (into the first user turn), ``dropped``, or ``refused`` (mode 'error', template without one)."""
+    if not any(m.get("role") == "system" for m in messages):
+        return "none"
+    if mode == "drop":
+        return "dropped"
+    if mode == "merge" or (mode == "auto" and not takes_system):
+        return "merged"
+    return "kept" if takes_system else "refused"
+
+
+def with_system_message(messages: list[dict], action: str) -> list[dict]:
+    """``messages`` after ``system_action``: merged system text goes before the first user turn's text
+    (separated by a blank line, what Gemma's authors do), or becomes that turn when there is none."""
+    if action not in ("merged", "dropped"):
+        return messages
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [m for m in messages if m.get("role") != "system"]
+    if action == "dropped" or not system:
+        return rest
+    for i, m in enumerate(rest):
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            return rest[:i] + [{**m, "content": f"{system}\n\n{m['content']}"}] + rest[i + 1:]
+    return [{"role": "user", "content": system}] + rest
+
+
 def segments(text: str, spans: list[tuple[int, int]]) -> list[dict]:
     """``text`` cut into ``{"text", "trained"}`` pieces, in order (they concatenate to ``text``)."""
     out, pos = [], 0

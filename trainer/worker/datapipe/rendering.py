@@ -16,7 +16,14 @@ from pathlib import Path
 
 from trainer.core.errors import UserError
 from trainer.data import formats
-from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, conversation_examples, template_error
+from trainer.data.conversations import (
+    DEFAULT_CHAT_TEMPLATE,
+    conversation_examples,
+    system_action,
+    template_error,
+    template_takes_system,
+    with_system_message,
+)
 from trainer.data.scan import record_line
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transformers looks for (same regex)
@@ -50,14 +57,32 @@ def check_roles(tokenizer, src, data_cfg) -> None:
     naming the first line that has it."""
     if src.record_format not in formats.CONVERSATION_FORMATS:
         return
+    render = renderer(tokenizer)
+    takes_system = template_takes_system(render)
     for roles, where in src.roles:
         msgs = [{"role": r, "content": f"turn {i + 1}"} for i, r in enumerate(roles)]
+        msgs = system_message(msgs, data_cfg.system_message, takes_system, src.where, where)
         try:
-            conversation_examples(msgs, lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False,
-                                                                                     add_generation_prompt=gen),
-                                  (), data_cfg.train_on_prompt)
+            conversation_examples(msgs, render, (), data_cfg.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, src.where, where) from None
+
+
+def renderer(tokenizer):
+    """``render(messages, add_generation_prompt) -> text`` through the tokenizer's own chat template."""
+    return lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
+
+
+def system_message(msgs: list[dict], mode: str, takes_system: bool, path: str, where: str) -> list[dict]:
+    """``msgs`` after ``data.system_message`` (``conversations.system_action``); UserError naming the file and
+    line (``where``) when the mode is 'error' and the template has no system role."""
+    action = system_action(msgs, mode, takes_system)
+    if action == "refused":
+        raise UserError(f"data.path: {path} {where}, field 'messages': the chat template has no system role and "
+                        f"data.system_message is 'error'; set data.system_message to 'merge' (the system text opens "
+                        f"the first user turn) or 'drop', or remove the system message", field="data.system_message",
+                        path=path)
+    return with_system_message(msgs, action)
 
 
 def rows_of(batch: dict) -> list[dict]:
@@ -82,7 +107,9 @@ class Encoder:
         eos = tokenizer.eos_token_id
         self.eos = [eos] if eos is not None else []
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
-        self.stops = end_of_turn_texts(tokenizer, cfg) if fmt in formats.CONVERSATION_FORMATS else ()
+        chat = fmt in formats.CONVERSATION_FORMATS
+        self.stops = end_of_turn_texts(tokenizer, cfg) if chat else ()
+        self.takes_system = template_takes_system(renderer(tokenizer)) if chat else True
 
     def __call__(self, batch: dict, indices: list[int]) -> dict:
         rows = rows_of(batch)
@@ -128,16 +155,15 @@ class Encoder:
             name, why = problem
             raise UserError(f"data.path: {self.where} {record_line(self.where, index)}, field '{name}': {why}; fix or "
                             f"drop the record, or set data.record_format", field="data.path", path=self.where)
-        msgs = clean_messages(formats.to_messages(rec, self.fmt))
-
-        def render(m, gen):
-            return self.tok.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
-
+        where = record_line(self.where, index)
+        msgs = system_message(clean_messages(formats.to_messages(rec, self.fmt)), self.d.system_message,
+                              self.takes_system, self.where, where)
         try:
             marked = None if self.d.train_on_prompt else marker_spans(self.tok, msgs)
-            return [marked] if marked else conversation_examples(msgs, render, self.stops, self.d.train_on_prompt)
+            return [marked] if marked else conversation_examples(msgs, renderer(self.tok), self.stops,
+                                                                 self.d.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
-            raise template_error(exc, self.where, record_line(self.where, index)) from None
+            raise template_error(exc, self.where, where) from None
 
 
 def marker_spans(tokenizer, msgs: list[dict]) -> tuple[str, list[tuple[int, int]]] | None:

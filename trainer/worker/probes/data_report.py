@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from trainer.data import formats
-from trainer.data.conversations import segments
+from trainer.data.conversations import segments, system_action, template_takes_system
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
@@ -53,8 +53,20 @@ def report(cfg, examples: int = 3) -> dict:
         "histogram": _histogram(lengths),
         "chat_template": None if template is None else ("config" if cfg.data.chat_template else
                                                         "tokenizer" if had_template else "default"),
+        "system_message": _system_message(tokenizer, src, cfg.data),
         "examples": shown,
     }
+
+
+def _system_message(tokenizer, src, d) -> dict | None:
+    """What ``data.system_message`` does to this data: ``setting``, ``template_has_system_role`` and
+    ``action`` (none: no record has one; kept, merged into the first user turn, dropped, refused)."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return None
+    takes = template_takes_system(rendering.renderer(tokenizer))
+    has = any("system" in roles for roles, _where in src.roles)
+    return {"setting": d.system_message, "template_has_system_role": takes,
+            "action": system_action([{"role": "system"}] if has else [], d.system_message, takes)}
 
 
 def _lengths(cfg, tokenizer, src):
