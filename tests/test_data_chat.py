@@ -182,3 +182,47 @@ def test_packed_documents_do_not_attend_into_each_other():
         crossed = model(input_ids=batch["input_ids"], use_cache=False).logits[0]  # plain causal: attends across
     assert torch.allclose(packed[4:7], alone, atol=1e-5)
     assert not torch.allclose(crossed[4:7], alone, atol=1e-3), "the check can tell the two apart"
+
+
+def _history_rewriting_render(msgs: list[dict], gen: bool) -> str:
+    """A Qwen3-shaped template in Python: reasoning is kept only after the last user turn; a system
+    message goes into the last user turn (Mistral Nemo's habit)."""
+    last_user = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=-1)
+    system = next((m["content"] for m in msgs if m["role"] == "system"), None)
+    out = ""
+    for i, m in enumerate(msgs):
+        if m["role"] == "user":
+            text = f"{system}\n\n{m['content']}" if system and i == last_user else m["content"]
+            out += f"<u>{text}<eot>\n"
+        elif m["role"] == "assistant":
+            text = m["content"] if i > last_user else m["content"].split("</think>")[-1]
+            out += f"<a>{text}<eot>\n"
+    return out + ("<a>" if gen else "")
+
+
+def test_templates_that_rewrite_history_give_one_sequence_per_turn_as_inference_sees_it():
+    from trainer.data.conversations import conversation_examples
+
+    msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "<think>add</think>4."}, {"role": "user", "content": "3+3?"},
+            {"role": "assistant", "content": "<think>again</think>6."}]
+    got = conversation_examples(msgs, _history_rewriting_render, ("<eot>",))
+    prompts = ["<u>Be terse.\n\n2+2?<eot>\n<a>", "<u>2+2?<eot>\n<a>4.<eot>\n<u>Be terse.\n\n3+3?<eot>\n<a>"]
+    answers = ["<think>add</think>4.<eot>", "<think>again</think>6.<eot>"]
+    assert got == [(p + a, [(len(p), len(p + a))]) for p, a in zip(prompts, answers)]
+    plain = [m if m["role"] != "assistant" else {**m, "content": m["content"].split("</think>")[-1]} for m in msgs[1:]]
+    [(text, spans)] = conversation_examples(plain, _history_rewriting_render, ("<eot>",))
+    assert [text[a:b] for a, b in spans] == ["4.<eot>", "6.<eot>"], "a prefix-consistent render stays one sequence"
+
+
+def test_system_message_actions():
+    from trainer.data.conversations import system_action, with_system_message
+
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+    assert [system_action(msgs, mode, False) for mode in ("auto", "merge", "drop", "error")] == \
+        ["merged", "merged", "dropped", "refused"]
+    assert [system_action(msgs, mode, True) for mode in ("auto", "merge", "drop", "error")] == \
+        ["kept", "merged", "dropped", "kept"]
+    assert system_action(msgs[1:], "error", False) == "none"
+    assert with_system_message(msgs, "merged") == [{"role": "user", "content": "S\n\nU"}, msgs[2]]
+    assert with_system_message(msgs, "dropped") == msgs[1:]
