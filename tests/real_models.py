@@ -9,8 +9,8 @@ the family's real vocabulary size), ``tokenizer.json`` (+ ``tokenizer.model`` fo
 vocabularies), ``tokenizer_config.json`` with the family's special tokens and the real template, and
 ``generation_config.json`` with the end-of-turn ids. Nothing is downloaded: a missing sdist skips.
 
-Built once, under ``${XDG_CACHE_HOME:-~/.cache}/trainpilot-dev/real-models/<sdist>/<family>/``, written
-aside and renamed into place. ``python tests/real_models.py --build [FAMILY...]`` prebuilds the cache.
+Built once, under ``${XDG_CACHE_HOME:-~/.cache}/trainpilot-dev/real-models/<sdist>-f<format>-<builder hash>/<family>/``,
+written aside and renamed into place. ``python tests/real_models.py --build [FAMILY...]`` prebuilds the cache.
 
 Where a family's own vocabulary is not among the GGUFs, the closest one is used and said so in
 ``Family.note`` (Mistral Nemo's Tekken vocabulary -> Llama 2's SentencePiece; Gemma 2's SentencePiece
@@ -19,6 +19,7 @@ Qwen2's vocabulary with DeepSeek's special tokens at its reserved ids, as the re
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +32,16 @@ SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}"
 TEST_SEPARATOR = "\n__ggml_vocab_test__\n"  # llama.cpp's tests/test-tokenizer-0 file format
 FORMAT = 3  # bump when what a family folder holds changes (old caches are rebuilt, not reused)
+
+
+def builder_hash() -> str:
+    """Short hash of this builder's source (this file and real_tokenizers.py): part of the cache folder's
+    name, so folders built by another version of the builder are never reused."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in ("real_models.py", "real_tokenizers.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:10]
 
 QWEN_RESERVED = ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
                  "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
@@ -155,11 +166,12 @@ def family_dir(name: str) -> Path:
     """The folder of one family's tiny model, built on first use (skips when the sdist is absent)."""
     fam = FAMILIES[name]
     src = models_dir()
-    out = cache_root() / "real-models" / f"{SDIST_VERSION}-f{FORMAT}" / name
+    out = cache_root() / "real-models" / f"{SDIST_VERSION}-f{FORMAT}-{builder_hash()}" / name
     if (out / "config.json").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep the folder from other users' tools
     try:
         _build(fam, src, tmp)
         try:
