@@ -60,13 +60,16 @@ def encode(tok, records: list[dict], fmt: str = "chat", **data):
 
 
 def expected_labels(tok, msgs: list[dict]) -> list[int]:
-    """Labels built independently: token counts of apply_chat_template on conversation prefixes."""
+    """Labels built independently: token counts of apply_chat_template on conversation prefixes; each turn is
+    trained through its first eos token (where generation stops), not the newline the template adds after."""
     ids = tok.apply_chat_template(msgs, tokenize=True)["input_ids"]
     labels = [-100] * len(ids)
     for i, m in enumerate(msgs):
         if m["role"] == "assistant":
             start = len(tok.apply_chat_template(msgs[:i], tokenize=True, add_generation_prompt=True)["input_ids"])
             end = len(tok.apply_chat_template(msgs[: i + 1], tokenize=True)["input_ids"])
+            if tok.eos_token_id in ids[start:end]:
+                end = ids.index(tok.eos_token_id, start) + 1
             labels[start:end] = ids[start:end]
     return labels
 
@@ -110,11 +113,21 @@ def test_sharegpt_and_alpaca_go_through_the_same_template(base_tokenizer_dir):
 
 def test_role_the_template_rejects_names_file_line_and_field(base_tokenizer_dir):
     tok = tokenizer(base_tokenizer_dir, "gemma")
+    tool_turn = CONVERSATION[1:3] + [{"role": "tool", "content": "42"}]
     with pytest.raises(UserError) as err:
-        encode(tok, [{"messages": CONVERSATION}])
+        encode(tok, [{"messages": tool_turn}])
     msg = str(err.value)
-    assert "x.jsonl" in msg and "record 1" in msg and "'messages'" in msg and "system role not supported" in msg
+    assert "x.jsonl" in msg and "record 1" in msg and "'messages'" in msg and "tool role not supported" in msg
     assert "data.chat_template" in msg
+
+
+def test_system_role_the_template_rejects_is_merged_or_refused_as_configured(base_tokenizer_dir):
+    tok = tokenizer(base_tokenizer_dir, "gemma")
+    merged = [{"role": "user", "content": "Answer briefly.\n\nWhere does the cat sleep?"}] + CONVERSATION[2:]
+    assert encode(tok, [{"messages": CONVERSATION}]) == encode(tok, [{"messages": merged}])
+    with pytest.raises(UserError) as err:
+        encode(tok, [{"messages": CONVERSATION}], system_message="error")
+    assert "record 1" in str(err.value) and "data.system_message" in str(err.value)
 
 
 def test_default_template_for_a_tokenizer_without_one(base_tokenizer_dir, tmp_path):
@@ -169,3 +182,47 @@ def test_packed_documents_do_not_attend_into_each_other():
         crossed = model(input_ids=batch["input_ids"], use_cache=False).logits[0]  # plain causal: attends across
     assert torch.allclose(packed[4:7], alone, atol=1e-5)
     assert not torch.allclose(crossed[4:7], alone, atol=1e-3), "the check can tell the two apart"
+
+
+def _history_rewriting_render(msgs: list[dict], gen: bool) -> str:
+    """A Qwen3-shaped template in Python: reasoning is kept only after the last user turn; a system
+    message goes into the last user turn (Mistral Nemo's habit)."""
+    last_user = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=-1)
+    system = next((m["content"] for m in msgs if m["role"] == "system"), None)
+    out = ""
+    for i, m in enumerate(msgs):
+        if m["role"] == "user":
+            text = f"{system}\n\n{m['content']}" if system and i == last_user else m["content"]
+            out += f"<u>{text}<eot>\n"
+        elif m["role"] == "assistant":
+            text = m["content"] if i > last_user else m["content"].split("</think>")[-1]
+            out += f"<a>{text}<eot>\n"
+    return out + ("<a>" if gen else "")
+
+
+def test_templates_that_rewrite_history_give_one_sequence_per_turn_as_inference_sees_it():
+    from trainer.data.conversations import conversation_examples
+
+    msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "<think>add</think>4."}, {"role": "user", "content": "3+3?"},
+            {"role": "assistant", "content": "<think>again</think>6."}]
+    got = conversation_examples(msgs, _history_rewriting_render, ("<eot>",))
+    prompts = ["<u>Be terse.\n\n2+2?<eot>\n<a>", "<u>2+2?<eot>\n<a>4.<eot>\n<u>Be terse.\n\n3+3?<eot>\n<a>"]
+    answers = ["<think>add</think>4.<eot>", "<think>again</think>6.<eot>"]
+    assert got == [(p + a, [(len(p), len(p + a))]) for p, a in zip(prompts, answers)]
+    plain = [m if m["role"] != "assistant" else {**m, "content": m["content"].split("</think>")[-1]} for m in msgs[1:]]
+    [(text, spans)] = conversation_examples(plain, _history_rewriting_render, ("<eot>",))
+    assert [text[a:b] for a, b in spans] == ["4.<eot>", "6.<eot>"], "a prefix-consistent render stays one sequence"
+
+
+def test_system_message_actions():
+    from trainer.data.conversations import system_action, with_system_message
+
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+    assert [system_action(msgs, mode, False) for mode in ("auto", "merge", "drop", "error")] == \
+        ["merged", "merged", "dropped", "refused"]
+    assert [system_action(msgs, mode, True) for mode in ("auto", "merge", "drop", "error")] == \
+        ["kept", "merged", "dropped", "kept"]
+    assert system_action(msgs[1:], "error", False) == "none"
+    assert with_system_message(msgs, "merged") == [{"role": "user", "content": "S\n\nU"}, msgs[2]]
+    assert with_system_message(msgs, "dropped") == msgs[1:]

@@ -216,9 +216,17 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
                                "{{ raise_exception('Conversation roles must be user or assistant') }}{% endif %}"
                                "[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}{% endfor %}")
     (tok / "tokenizer_config.json").write_text(json.dumps(config))
-    write_jsonl(tmp_path / "train.jsonl", [SAMPLES["chat"][0]])
-    cfg = write_config(tmp_path, {"model.tokenizer": str(tok)})
+    write_jsonl(tmp_path / "train.jsonl", [SAMPLES["chat"][0]])  # it has a system message
+    cfg = write_config(tmp_path, {"model.tokenizer": str(tok), "data.system_message": "error"})
     proc = cli(tmp_path, "data", cfg, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    for needle in ("train.jsonl line 1", "field 'messages'", "no system role", "data.system_message", "'merge'"):
+        assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    write_jsonl(tmp_path / "train.jsonl", [{"messages": [{"role": "user", "content": "Where is the cat?"},
+                                                         {"role": "tool", "content": "Near the river."},
+                                                         {"role": "assistant", "content": "Near the river."}]}])
+    proc = cli(tmp_path, "data", write_config(tmp_path, {"model.tokenizer": str(tok)}), timeout=300)
     assert proc.returncode == 2, proc.stderr
     for needle in ("train.jsonl line 1", "field 'messages'", "roles must be user or assistant", "data.chat_template"):
         assert needle in proc.stderr

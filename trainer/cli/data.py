@@ -43,6 +43,17 @@ def cmd_data(args) -> int:
     return 0
 
 
+SYSTEM_ACTIONS = {"none": "no record has a system message", "kept": "system messages kept",
+                  "merged": "system text put at the start of the first user turn", "dropped": "system messages dropped",
+                  "refused": "system messages refused"}
+
+
+def system_line(s: dict) -> str:
+    """One line on what data.system_message does to this data."""
+    why = "the chat template has a system role" if s["template_has_system_role"] else "the chat template has no system role"
+    return f"{SYSTEM_ACTIONS[s['action']]} ({why}; data.system_message: {s['setting']})"
+
+
 def render_text(r: dict) -> str:
     """The report for a terminal: trained text as is, masked text in [brackets]."""
     t = r["tokens"]
@@ -55,8 +66,14 @@ def render_text(r: dict) -> str:
              f"epoch:    {t['per_epoch']:,} tokens" + (f", {t['trained']:,} of them trained" if t.get("trained") is not None else "")]
     if r.get("chat_template"):
         lines.append(f"template: the {r['chat_template']} chat template")
+    if r.get("system_message"):
+        lines.append(f"system:   {system_line(r['system_message'])}")
     for i, ex in enumerate(r["examples"], 1):
         lines.append(f"\n--- example {i} ({ex.get('tokens', '?')} tokens; [masked] text is not trained) ---")
+        if ex.get("training_examples", 1) > 1:
+            lines.append(f"(trained as {ex['training_examples']} sequences, one per assistant turn, each with its "
+                         f"context as the template renders it at inference: the template changes earlier turns "
+                         f"once later ones exist)")
         lines.append("".join(s["text"] if s["trained"] else f"[{s['text']}]" for s in ex["segments"]))
         if "rejected" in ex:
             lines.append(f"--- rejected: {ex['rejected']}")

@@ -122,6 +122,12 @@ class DataConfig(_Section):
         None, description="Jinja chat template (text, or a .jinja file) used instead of the tokenizer's; a tokenizer "
         "without one gets TrainPilot's default. Saved with the trained model."
     )
+    system_message: Literal["auto", "merge", "drop", "error"] = Field(
+        "auto", description="System messages in conversations: 'auto' keeps them where the chat template has a "
+        "system role and puts their text at the start of the first user turn where it has none (Gemma); 'merge' "
+        "always does that; 'drop' removes them; 'error' stops at the first one the template cannot take.",
+        json_schema_extra=DETECTED,
+    )
     hub_dataset: Optional[str] = Field(
         None, description="Hugging Face hub dataset id (or a local dataset folder) loaded through 'datasets' and its "
         "cache instead of data.path; the token comes from model.hub_token_env."

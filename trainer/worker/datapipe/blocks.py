@@ -28,6 +28,7 @@ from trainer.core.errors import TrainPilotError, UserError
 from trainer.data.demo import cache_dir
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import producer
+from trainer.worker.datapipe import rendering
 from trainer.worker.datapipe.producer import (
     CHUNK_RECORDS,
     ERROR_FILE,
@@ -38,7 +39,7 @@ from trainer.worker.datapipe.producer import (
     split_counts,
 )
 
-BLOCKS_VERSION = 2  # 2: per-record lengths beside each chunk
+BLOCKS_VERSION = 3  # 2: per-record lengths beside each chunk; 3: turns trained as inference prompts them
 POLL_SECONDS = 0.02
 
 
@@ -181,7 +182,8 @@ class BlockOrder:
 def folder_for(cfg, tokenizer, src, which: str) -> Path:
     d = cfg.data
     settings = [src.fingerprint, pipeline.tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
-                d.prompt_template, d.response_template, d.train_on_prompt, d.seq_len, d.packing, CHUNK_RECORDS, which]
+                d.prompt_template, d.response_template, d.train_on_prompt, d.seq_len, d.packing, CHUNK_RECORDS, which,
+                d.system_message, rendering.end_of_turn_texts(tokenizer, cfg)]
     if which == "train":
         settings += [d.shuffle, cfg.training.seed if d.shuffle else None, held_out(cfg)]
     key = pipeline.cache_key("blocks", BLOCKS_VERSION, *settings)

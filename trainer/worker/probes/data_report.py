@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from trainer.data import formats
-from trainer.data.conversations import segments
+from trainer.data.conversations import segments, system_action, template_takes_system
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
@@ -53,8 +53,20 @@ def report(cfg, examples: int = 3) -> dict:
         "histogram": _histogram(lengths),
         "chat_template": None if template is None else ("config" if cfg.data.chat_template else
                                                         "tokenizer" if had_template else "default"),
+        "system_message": _system_message(tokenizer, src, cfg.data),
         "examples": shown,
     }
+
+
+def _system_message(tokenizer, src, d) -> dict | None:
+    """What ``data.system_message`` does to this data: ``setting``, ``template_has_system_role`` and
+    ``action`` (none: no record has one; kept, merged into the first user turn, dropped, refused)."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return None
+    takes = template_takes_system(rendering.renderer(tokenizer))
+    has = any("system" in roles for roles, _where in src.roles)
+    return {"setting": d.system_message, "template_has_system_role": takes,
+            "action": system_action([{"role": "system"}] if has else [], d.system_message, takes)}
 
 
 def _lengths(cfg, tokenizer, src):
@@ -95,10 +107,12 @@ def _histogram(lengths) -> dict:
 
 
 def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
-    d, fmt = cfg.data, enc.fmt
+    """One shown record: its ``segments``, ``tokens`` and ``training_examples`` (a conversation whose template
+    rewrites history is trained as one example per assistant turn: their segments follow one another)."""
+    d, fmt, n = cfg.data, enc.fmt, 1
     if fmt in formats.CONVERSATION_FORMATS:
-        text, spans = enc.render(rec, index)
-        parts = segments(text, spans)
+        examples = enc.render(rec, index)
+        parts, n = [p for text, spans in examples for p in segments(text, spans)], len(examples)
     elif fmt == "template":
         prompt, answer = d.prompt_template.format(**rec), d.response_template.format(**rec) + (tokenizer.eos_token or "")
         parts = [{"text": prompt, "trained": d.train_on_prompt}, {"text": answer, "trained": True}]
@@ -107,7 +121,8 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
         parts = [{"text": (value if isinstance(value, str) else "" if value is None else str(value))
                   + (tokenizer.eos_token or ""), "trained": True}]
     text = "".join(p["text"] for p in parts)
-    return {"segments": [p for p in parts if p["text"]], "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])}
+    return {"segments": [p for p in parts if p["text"]], "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            "training_examples": n}
 
 
 def _pair_text(tokenizer, value, prompt: bool) -> str:
