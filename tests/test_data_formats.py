@@ -121,6 +121,12 @@ def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, f
         assert True in kinds and all(isinstance(s["text"], str) and s["text"] for s in ex["segments"])
         if fmt != "text":
             assert False in kinds, "something is masked"
+        # every example says its token count, pairs too (the prompt with its longer answer, as the statistics)
+        assert isinstance(ex["tokens"], int) and 0 < ex["tokens"] <= t["max"]
+    if fmt in ("preference", "kto"):  # prompt and answer kept apart: the prompt is not inside the trained text
+        ex = r["examples"][0]
+        assert [s["trained"] for s in ex["segments"]] == [False, True]
+        assert ("rejected" in ex) == (fmt == "preference") and ("label" in ex) == (fmt == "kto")
     if fmt in ("chat", "sharegpt", "alpaca"):
         assert r["chat_template"] == "default"
         trained = "".join(s["text"] for s in r["examples"][0]["segments"] if s["trained"])

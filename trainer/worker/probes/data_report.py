@@ -153,16 +153,20 @@ def _pair_stats(tokenizer, raw, fmt: str):
 
 
 def _pair_examples(tokenizer, head: list[dict], src) -> list[dict]:
+    """Shown preference/KTO records: prompt and answer apart, and ``tokens`` counted as the statistics count
+    them (the prompt with its longer answer), so an example's number matches the histogram's."""
     shown = []
     for rec in head:
         r = _normalised(rec, src.record_format)
         prompt = _pair_text(tokenizer, r["prompt"], True)
+        answers = [r["chosen"], r["rejected"]] if src.record_format == "preference" else [r["completion"]]
+        texts = [_pair_text(tokenizer, a, False) for a in answers]
+        tokens = max(len(ids) for ids in tokenizer([prompt + a for a in texts], add_special_tokens=False)["input_ids"])
+        item = {"segments": [{"text": prompt, "trained": False}, {"text": texts[0], "trained": True}],
+                "tokens": tokens, "record": json.loads(json.dumps(r, default=str))}
         if src.record_format == "preference":
-            chosen, rejected = _pair_text(tokenizer, r["chosen"], False), _pair_text(tokenizer, r["rejected"], False)
-            shown.append({"segments": [{"text": prompt, "trained": False}, {"text": chosen, "trained": True}],
-                          "rejected": rejected, "record": json.loads(json.dumps(r, default=str))})
+            item["rejected"] = texts[1]
         else:
-            completion = _pair_text(tokenizer, r["completion"], False)
-            shown.append({"segments": [{"text": prompt, "trained": False}, {"text": completion, "trained": True}],
-                          "label": r["label"], "record": json.loads(json.dumps(r, default=str))})
+            item["label"] = r["label"]
+        shown.append(item)
     return shown
