@@ -252,8 +252,8 @@ class NvmlProbe(Probe):
             cuda_driver_version=None if not cuda else f"{cuda // 1000}.{(cuda % 1000) // 10}",
             compute_capability=None if not cc else f"{cc[0]}.{cc[1]}",
             is_laptop=looks_like_laptop(name, None if limit is None else limit / 1000.0, total),
-            pcie_max_gen=_nvml_call(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
-            pcie_max_width=_nvml_call(n.nvmlDeviceGetMaxPcieLinkWidth, h),
+            pcie_max_gen=_nvml_call(getattr(n, "nvmlDeviceGetMaxPcieLinkGeneration", None), h),
+            pcie_max_width=_nvml_call(getattr(n, "nvmlDeviceGetMaxPcieLinkWidth", None), h),
         )
 
     def _memory(self, h: Any) -> Any:
