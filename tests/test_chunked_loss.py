@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from trainer.planning.memory import loss_chunk_tokens  # noqa: E402
-from trainer.worker.train import chunked_loss  # noqa: E402
+from trainer.worker.loading import chunked_loss  # noqa: E402
 
 VOCAB = 151_936
 SHAPES = {

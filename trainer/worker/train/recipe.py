@@ -240,7 +240,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
 
 def _loss_kernel(cfg, model, use_cuda: bool) -> str:
     """Install the run's loss (see chunked_loss.loss_path); returns "liger", "chunked" or "hf" (run_started says)."""
-    from trainer.worker.train import chunked_loss
+    from trainer.worker.loading import chunked_loss
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     path = chunked_loss.loss_path(cfg.speed.chunked_loss is True, "cuda" if use_cuda else "cpu",
