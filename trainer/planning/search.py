@@ -30,6 +30,7 @@ from trainer.planning.context import (
 )
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
+from trainer.planning.savings import savings, savings_reasons
 
 
 def ckpt_options(ctx: Context) -> list[bool]:
@@ -154,8 +155,6 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
 
 
 def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict) -> Choice:
-    from trainer.planning.savings import savings, savings_reasons
-
     ds, off, opt = level
     settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt)
     verdict = verdict_of(ctx, est)
