@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from trainer import config as C
 from trainer.core.units import GIB
 from trainer.hardware.source import open_probe
@@ -82,3 +84,20 @@ def test_activation_offload_is_chosen_before_deepspeed_with_its_host_ram_and_pci
     assert row["pcie_bytes_per_step"] == 2 * row["host_ram_bytes"] * steps
     assert row["pcie_seconds_per_step"] == round(row["pcie_bytes_per_step"] / (1.969e9 * 16), 3)  # PCIe 4.0 x16
     assert any("activation offload: saves" in x and "an estimate" in x for x in plan.reasons)
+
+
+def test_activation_offload_without_a_pcie_reading_gives_no_seconds():
+    h100 = open_probe(str(FIX / "h100_training.jsonl")).snapshot()  # a real recording from before the PCIe fields
+    assert h100.gpus[0].pcie_bytes_per_second is None
+    plan = plan_run(cfg("llama-3.1-8b", data={"seq_len": 16384}, speed={"gradient_checkpointing": False}), h100)
+    row = next((x for x in plan.savings if x["saver"] == "activation_offload"), None)
+    assert row is not None and row["pcie_seconds_per_step"] is None and row["pcie_bytes_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_activation_offload_on_the_cpu_is_bad_input(tmp_path):
+    from helpers_train import cli, tiny_config, write_config
+
+    path = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 2}, speed={"activation_offload": True}))
+    proc = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+    assert proc.returncode == 2 and "speed.activation_offload" in proc.stderr and "Traceback" not in proc.stderr
