@@ -116,3 +116,49 @@ def test_loss_path_takes_liger_only_on_cuda_with_the_package_and_a_family_it_pat
     assert path(True, "cuda", "gemma2", liger_installed=True) == "liger"  # Liger soft-caps in its kernel
     assert path(True, "cpu", "gemma2", liger_installed=False) == "hf"  # ours would not be exact
     assert path(False, "cuda", "llama", liger_installed=True) == "hf"  # speed.chunked_loss: false
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_t5_chunked_loss_and_gradients_equal_hf(lora):
+    conf = transformers.AutoConfig.for_model(model_type="t5", d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2,
+                                             num_decoder_layers=2, vocab_size=32128, dropout_rate=0.0,
+                                             feed_forward_proj="gated-gelu", tie_word_embeddings=True,
+                                             decoder_start_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(conf, dtype=torch.float32)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
+                                                 task_type="SEQ_2_SEQ_LM"))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, 32128, (2, 40), generator=g)
+    labels = torch.randint(3, 32128, (2, 300), generator=g)
+    labels[1, -50:] = -100  # padded target
+    want = _loss_and_grads(model, ids, labels, None)
+    assert chunked_loss.install(model)
+    got = _loss_and_grads(model, ids, labels, None)
+    assert abs(float(got[0] - want[0])) <= 1e-5
+    assert max(float((got[1][k] - want[1][k]).abs().max()) for k in want[1]) <= 1e-5
+
+
+@pytest.mark.slow
+def test_cli_t5_run_with_chunked_loss_gives_the_same_losses(tmp_path):
+    from helpers_pref import t5_config
+    from helpers_train import cli, events, losses, write_config
+
+    runs = {}
+    for chunked in (False, True):
+        cfg = write_config(tmp_path / f"{chunked}.yaml", t5_config(tmp_path, training={"max_steps": 3},
+                                                                   speed={"chunked_loss": chunked}))
+        run = tmp_path / f"run-{chunked}"
+        proc = cli("run", cfg, "--run-dir", run, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert events(run, "run_started")[0]["loss_kernel"] == ("chunked" if chunked else "hf")
+        runs[chunked] = losses(run)
+    assert runs[False].keys() == runs[True].keys() and len(runs[True]) == 3
+    for step, loss in runs[False].items():
+        assert runs[True][step] == pytest.approx(loss, abs=1e-5), step

@@ -216,7 +216,7 @@ class SpeedConfig(_Section):
     chunked_loss: Union[bool, Auto] = Field(
         "auto", description="Supervised loss over chunks of tokens, never the full tokens × vocabulary logits (same "
         "loss and gradients; Liger's fused kernel on CUDA when liger-kernel is installed). 'auto': on where exact "
-        "(Llama, Mistral, Qwen, Phi, StableLM families); false: HF's loss."
+        "(Llama, Mistral, Qwen, Phi, StableLM, T5 families); false: HF's loss."
     )
     activation_offload: Union[bool, Auto] = Field(
         "auto", description="Move saved activations to pinned host RAM in forward and back in backward (TRL's "

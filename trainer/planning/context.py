@@ -9,7 +9,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.models.spec import ModelSpec, spec_for_run
 from trainer.planning.budget import HOST_RAM_USABLE, budget_for
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, Estimate, TrainSetup
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, Estimate, TrainSetup
 
 SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
 
@@ -68,7 +68,7 @@ def chunked_loss(cfg, spec: Optional[ModelSpec]) -> bool:
     v = cfg.speed.chunked_loss
     if isinstance(v, bool):
         return v
-    return cfg.training.objective == "sft" and (spec is None or spec.family in CHUNKED_LOSS_FAMILIES)
+    return cfg.training.objective == "sft" and (spec is None or spec.family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES)
 
 
 def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Optional[bool] = None,

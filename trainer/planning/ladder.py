@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from trainer import config as config_mod
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def _chunked_loss_applies(cfg) -> bool:
     if cfg.training.objective != "sft":
         return False
     try:
-        return spec_for_run(cfg).family in CHUNKED_LOSS_FAMILIES
+        return spec_for_run(cfg).family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES
     except UserError:
         return True
 

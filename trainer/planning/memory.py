@@ -33,10 +33,11 @@ FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob
 CHUNK_LOGIT_BYTES = 64 * 2**20
 LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)
 # Families whose causal-LM head is a plain lm_head on model.model's last hidden state with HF's ForCausalLM
-# loss (no soft-capped or scaled logits): there the chunked loss is exact. Gemma 2 soft-caps its logits,
-# GPT-2 keeps its decoder elsewhere, T5 is an encoder-decoder: they keep HF's loss.
+# loss (no soft-capped or scaled logits): there the chunked loss is exact. Gemma 2 soft-caps its logits and
+# GPT-2 keeps its decoder elsewhere: they keep HF's loss.
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 CHUNKED_LOSS_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "stablelm"})
+SEQ2SEQ_CHUNKED_FAMILIES = frozenset({"t5"})  # encoder-decoders whose chunked loss is exact (T5's mean CE)
 
 
 def loss_chunk_tokens(vocab: int) -> int:
@@ -311,7 +312,7 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
     if s.fused_head and not spec.encoder_decoder:  # fp32 logits of one tile at a time, with their gradient
         return 8 * min(tokens, FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
-    if s.chunked_loss and not spec.encoder_decoder:  # one chunk's logits, its log-softmax and their gradients
+    if s.chunked_loss:  # one chunk's logits, its log-softmax and their gradients
         return LOSS_BYTES_PER_LOGIT * min(tokens, loss_chunk_tokens(spec.vocab)) * spec.vocab
     return 8 * tokens * spec.vocab
 

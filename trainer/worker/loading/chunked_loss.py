@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, loss_chunk_tokens
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, loss_chunk_tokens
 
 IGNORE_INDEX = -100  # HF's label for "not trained"
 # model_types liger-kernel 0.8.5 patches through HF's use_liger_kernel (its fused linear cross-entropy,
@@ -39,7 +39,7 @@ def loss_path(chunked: bool, device: str, model_type: str | None, liger_installe
         return "hf"
     if device == "cuda" and liger_installed and model_type in LIGER_FAMILIES:
         return "liger"
-    return "chunked" if model_type in CHUNKED_LOSS_FAMILIES else "hf"
+    return "chunked" if model_type in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES else "hf"
 
 
 def liger_installed() -> bool:
@@ -58,9 +58,11 @@ def supported(model) -> bool:
 
 
 def install(model) -> bool:
-    """Make ``model`` (a causal LM, or a PEFT model around one) compute its training loss in chunks.
+    """Make ``model`` (a causal LM or T5, or a PEFT model around one) compute its training loss in chunks.
     Returns False (nothing changed) where that would not be exact."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "model_type", None) in SEQ2SEQ_CHUNKED_FAMILIES:
+        return _install_seq2seq(base)
     if not supported(base):
         return False
     original = base.forward
@@ -78,6 +80,49 @@ def install(model) -> bool:
     base.forward = types.MethodType(forward, base)
     base.tp_chunked_loss = True
     return True
+
+
+def _install_seq2seq(base) -> bool:
+    """T5: the encoder and decoder as HF runs them, then the chunked loss over the (scaled) decoder output.
+    T5's own loss is the mean over labelled target tokens (it ignores ``num_items_in_batch``): kept so."""
+    original = base.forward
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                labels=None, use_cache=None, **kwargs):
+        args = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                    decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+                    past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+                    decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache)
+        if labels is None or encoder_outputs is not None:  # generation, or a caller's own encoder pass
+            return original(labels=labels, **args, **kwargs)
+        return _seq2seq_with_loss(self, args, labels, kwargs)
+
+    base.forward = types.MethodType(forward, base)
+    base.tp_chunked_loss = True
+    return True
+
+
+def _seq2seq_with_loss(model, a: dict, labels, kwargs: dict):
+    from transformers.modeling_outputs import Seq2SeqLMOutput
+
+    enc = model.encoder(input_ids=a["input_ids"], attention_mask=a["attention_mask"], inputs_embeds=a["inputs_embeds"],
+                        **kwargs)
+    dec_ids = a["decoder_input_ids"]
+    if dec_ids is None and a["decoder_inputs_embeds"] is None:
+        dec_ids = model._shift_right(labels)
+    dec = model.decoder(input_ids=dec_ids, attention_mask=a["decoder_attention_mask"],
+                        inputs_embeds=a["decoder_inputs_embeds"], past_key_values=a["past_key_values"],
+                        encoder_hidden_states=enc.last_hidden_state, encoder_attention_mask=a["attention_mask"],
+                        use_cache=a["use_cache"], **kwargs)
+    out = dec.last_hidden_state
+    if model.config.scale_decoder_outputs:
+        out = out * (model.model_dim ** -0.5)
+    loss = chunked_causal_lm_loss(out, model.lm_head, None, shift_labels=labels, vocab=model.config.vocab_size)
+    return Seq2SeqLMOutput(loss=loss, logits=None, past_key_values=dec.past_key_values,
+                           decoder_hidden_states=dec.hidden_states, decoder_attentions=dec.attentions,
+                           cross_attentions=dec.cross_attentions, encoder_last_hidden_state=enc.last_hidden_state,
+                           encoder_hidden_states=enc.hidden_states, encoder_attentions=enc.attentions)
 
 
 def _forward_with_loss(model, inputs: dict, labels, kwargs: dict):
