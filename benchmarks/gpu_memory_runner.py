@@ -38,7 +38,9 @@ def run_config(c: dict):
             "method": {"type": c["method"], "lora_r": 16},
             "training": {"effective_batch_size": 8 * (c["mb"] or 1), "micro_batch_size": mb,
                          "gradient_accumulation_steps": "auto"},
-            "speed": {"precision": "bf16", "gradient_checkpointing": "auto" if c["auto"] else c["ckpt"]},
+            # the runner measures HF's own loss with every activation on the GPU: the planner must judge that
+            "speed": {"precision": "bf16", "gradient_checkpointing": "auto" if c["auto"] else c["ckpt"],
+                      "chunked_loss": False, "activation_offload": False},
             "deepspeed": {"enabled": c["ds"] > 0, "zero_stage": c["ds"] or 2, "offload_optimizer": c["off_opt"],
                           "offload_params": c["off_par"]}}
     return config_mod.validate(data)

@@ -53,7 +53,7 @@ def test_no_deepspeed_on_the_16gb_laptop_plans_the_best_fit_without_it(tmp_path)
 
 
 def test_no_deepspeed_says_does_not_fit_when_nothing_fits_without_it():
-    plan = plan_run(C.validate(_no_deepspeed("Qwen/Qwen2.5-1.5B")), _laptop())
+    plan = plan_run(C.validate(_no_deepspeed("Qwen/Qwen2.5-7B")), _laptop())
     assert plan.verdict == "does_not_fit" and plan.predicted_peak_bytes > plan.budget_bytes
     resolved = plan.resolved.deepspeed
     assert resolved.enabled is False and not resolved.offload_optimizer and not resolved.offload_params

@@ -177,8 +177,10 @@ class TrainingConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
-    optimizer: Literal["adamw", "adamw_8bit"] = Field(
-        "adamw", description="adamw (fused when speed.fused_adamw) or adamw_8bit (bitsandbytes, CUDA)."
+    optimizer: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = Field(
+        "adamw", description="adamw (fused when speed.fused_adamw), adamw_8bit or paged_adamw_8bit (bitsandbytes, "
+        "CUDA: 8-bit states; paged ones move to host RAM under memory pressure). The planner proposes adamw_8bit "
+        "when it does not fit otherwise and plan_allow_approximate is true."
     )
     seed: int = Field(42, description="Seed for weights init, data order and dropout.")
     eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")
@@ -216,6 +218,15 @@ class SpeedConfig(_Section):
     torch_compile: bool = Field(False, description="torch.compile the model (slow first steps, faster after).")
     gradient_checkpointing: Union[bool, Auto] = Field(
         "auto", description="Recompute activations in backward to save memory; 'auto' lets the planner decide."
+    )
+    chunked_loss: Union[bool, Auto] = Field(
+        "auto", description="Supervised loss over chunks of tokens, never the full tokens × vocabulary logits (same "
+        "loss and gradients; Liger's fused kernel on CUDA when liger-kernel is installed). 'auto': on where exact "
+        "(Llama, Mistral, Qwen, Phi, StableLM, T5 families); false: HF's loss."
+    )
+    activation_offload: Union[bool, Auto] = Field(
+        "auto", description="Move saved activations to pinned host RAM in forward and back in backward (TRL's "
+        "activation offloading; CUDA only). Costs host RAM and PCIe time; 'auto' lets the planner decide."
     )
 
 
@@ -323,6 +334,10 @@ class RunConfig(_Section):
     preset: Optional[str] = Field(None, description="Preset the config was derived from (informational).")
     plan_goal: Literal["fastest", "most_headroom"] = Field(
         "fastest", description="What the planner optimises when values are 'auto'."
+    )
+    plan_allow_approximate: bool = Field(
+        False, description="Let the planner propose savings that change the numerics: 8-bit (and paged) AdamW "
+        "through bitsandbytes on CUDA, whose optimizer states are quantised to 8 bits per value."
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)

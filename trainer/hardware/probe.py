@@ -34,6 +34,10 @@ class GpuProcess:
                    str(d.get("type") or "compute"))
 
 
+# One lane, one direction, per PCIe generation (8b/10b coding for 1-2, 128b/130b from 3): bytes/second.
+PCIE_LANE_BYTES_PER_SECOND = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+
+
 @dataclass(frozen=True)
 class GpuSnapshot:
     """One GPU at one moment. Bytes, °C, watts, percent, MHz; None where not supported."""
@@ -59,6 +63,16 @@ class GpuSnapshot:
     cuda_driver_version: Optional[str] = None
     compute_capability: Optional[str] = None  # "8.9"
     processes: tuple[GpuProcess, ...] = ()
+    pcie_max_gen: Optional[int] = None  # the fastest PCIe generation the GPU and the slot both support
+    pcie_max_width: Optional[int] = None  # lanes of that link
+
+    @property
+    def pcie_bytes_per_second(self) -> Optional[float]:
+        """The PCIe link's signalling rate in one direction (bytes/second) after line coding: what
+        host ↔ GPU copies can reach at best (pinned memory gets close). None when not reported."""
+        if not self.pcie_max_gen or not self.pcie_max_width:
+            return None
+        return PCIE_LANE_BYTES_PER_SECOND.get(self.pcie_max_gen, 0.0) * self.pcie_max_width or None
 
     @property
     def is_throttled(self) -> bool:
@@ -238,6 +252,8 @@ class NvmlProbe(Probe):
             cuda_driver_version=None if not cuda else f"{cuda // 1000}.{(cuda % 1000) // 10}",
             compute_capability=None if not cc else f"{cc[0]}.{cc[1]}",
             is_laptop=looks_like_laptop(name, None if limit is None else limit / 1000.0, total),
+            pcie_max_gen=_nvml_call(getattr(n, "nvmlDeviceGetMaxPcieLinkGeneration", None), h),
+            pcie_max_width=_nvml_call(getattr(n, "nvmlDeviceGetMaxPcieLinkWidth", None), h),
         )
 
     def _memory(self, h: Any) -> Any:

@@ -9,7 +9,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.models.spec import ModelSpec, spec_for_run
 from trainer.planning.budget import HOST_RAM_USABLE, budget_for
-from trainer.planning.memory import Estimate, TrainSetup
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, Estimate, TrainSetup
 
 SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
 
@@ -61,12 +61,28 @@ def weights_16bit(cfg, precision: str) -> bool:
     return cfg.model.dtype == "auto" and precision == "bf16"
 
 
-def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption) -> TrainSetup:
+def chunked_loss(cfg, spec: Optional[ModelSpec]) -> bool:
+    """Whether the run computes its loss in chunks: ``speed.chunked_loss`` when set; ``auto`` is on where it
+    is exact — supervised training of a decoder-only family whose head is a plain lm_head (an unknown
+    architecture too: the worker checks the loaded model and keeps HF's loss where it is not exact)."""
+    v = cfg.speed.chunked_loss
+    if isinstance(v, bool):
+        return v
+    return cfg.training.objective == "sft" and (spec is None or spec.family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES)
+
+
+def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Optional[bool] = None,
+               optimizer: Optional[str] = None) -> TrainSetup:
+    """The memory model's setup for one candidate; ``offload`` (activation offload) and ``optimizer`` default
+    to the config's values (``auto`` offload: off)."""
     c = ctx.cfg
     targets = c.method.target_modules
+    if offload is None:
+        offload = c.speed.activation_offload is True
     return TrainSetup(
         micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
-        weights_16bit=weights_16bit(c, ctx.precision), optimizer=c.training.optimizer, checkpointing=ckpt,
+        weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
+        chunked_loss=chunked_loss(c, ctx.spec) and c.training.objective == "sft", activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,

@@ -1,7 +1,9 @@
 """The out-of-memory recovery ladder (light): each rung keeps the effective batch exact.
 
-Order: halve the micro-batch and double accumulation (down to 1); then gradient checkpointing;
-then DeepSpeed ZeRO-2 with optimizer offload; then ZeRO-3 with parameter offload.
+Rungs in order of cost: the chunked loss (free and exact); halve the micro-batch and double
+accumulation (down to 1); gradient checkpointing (recompute); activation offload to pinned host RAM
+(PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
+ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
 """
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from dataclasses import dataclass
 
 from trainer import config as config_mod
 from trainer.core import capabilities
+from trainer.core.errors import UserError
+from trainer.models.spec import spec_for_run
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -20,27 +25,65 @@ class LadderStep:
     why: str
 
 
-def next_step(cfg) -> LadderStep | None:
-    """The next rung for ``cfg`` (resolved: no 'auto'), or None when the ladder is exhausted."""
-    t, ds = cfg.training, cfg.deepspeed
+def _chunked_loss_applies(cfg) -> bool:
+    """Supervised training of a family where the chunked loss is exact (an unknown one: try it; the worker
+    keeps HF's loss where it would not be exact)."""
+    if cfg.training.objective != "sft":
+        return False
+    try:
+        return spec_for_run(cfg).family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES
+    except UserError:
+        return True
+
+
+def _cheap_rung(cfg) -> tuple[dict, str] | None:
+    """The free and the exact rungs: chunked loss, smaller micro-batch, checkpointing."""
+    t = cfg.training
     per_rank = t.effective_batch_size // cfg.world_size
     mb = t.micro_batch_size
     floor = 2 if t.objective == "kto" else 1  # KTO estimates its KL term within a micro-batch
     smaller = [d for d in range(floor, mb // 2 + 1) if per_rank % d == 0]
+    if cfg.speed.chunked_loss is not True and _chunked_loss_applies(cfg):
+        return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
+                                              "logits; same loss and gradients)")
     if mb > floor and smaller:
         new_mb = max(smaller)
-        changes = {"training.micro_batch_size": new_mb, "training.gradient_accumulation_steps": per_rank // new_mb}
-        why = (f"micro-batch {mb} → {new_mb}, accumulation {t.gradient_accumulation_steps} → {per_rank // new_mb} "
-               f"(effective batch stays {t.effective_batch_size})")
-    elif cfg.speed.gradient_checkpointing is not True:
-        changes = {"speed.gradient_checkpointing": True}
-        why = "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)"
+        return ({"training.micro_batch_size": new_mb, "training.gradient_accumulation_steps": per_rank // new_mb},
+                f"micro-batch {mb} → {new_mb}, accumulation {t.gradient_accumulation_steps} → {per_rank // new_mb} "
+                f"(effective batch stays {t.effective_batch_size})")
+    if cfg.speed.gradient_checkpointing is not True:
+        return ({"speed.gradient_checkpointing": True},
+                "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)")
+    return None
+
+
+def _gpu_rung(cfg) -> tuple[dict, str] | None:
+    """The CUDA-only rungs before DeepSpeed: activation offload, then 8-bit AdamW where allowed."""
+    if cfg.device != "cuda" or cfg.deepspeed.enabled is True:
+        return None
+    if cfg.speed.activation_offload is not True:
+        return ({"speed.activation_offload": True},
+                "checkpointing is on: offload saved activations to pinned host RAM (TRL's activation offloading)")
+    if (cfg.plan_allow_approximate and cfg.training.optimizer == "adamw" and cfg.method.type == "full"
+            and capabilities.installed("bitsandbytes")):
+        return ({"training.optimizer": "adamw_8bit"},
+                "activations are offloaded: keep AdamW's states in 8 bits (bitsandbytes; plan_allow_approximate "
+                "allows it; updates differ slightly from 32-bit AdamW)")
+    return None
+
+
+def next_step(cfg) -> LadderStep | None:
+    """The next rung for ``cfg`` (resolved: no 'auto'), or None when the ladder is exhausted."""
+    ds = cfg.deepspeed
+    rung = _cheap_rung(cfg) or _gpu_rung(cfg)
+    if rung:
+        changes, why = rung
     elif not capabilities.installed("deepspeed"):
         return None
     elif ds.enabled is not True or not ds.offload_optimizer:
         changes = {"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage),
                    "deepspeed.offload_optimizer": True}
-        why = "checkpointing is on: move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)"
+        why = "on the GPU nothing cheaper is left: move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)"
     elif not ds.offload_params:
         changes = {"deepspeed.zero_stage": 3, "deepspeed.offload_params": True}
         why = "optimizer is offloaded: keep weights in CPU RAM too (ZeRO-3 parameter offload)"

@@ -28,6 +28,22 @@ QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
+# Chunked loss (trainer/worker/train/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
+# many bytes; the loss's working memory is then 12 bytes per logit of one chunk instead of the whole micro-batch.
+CHUNK_LOGIT_BYTES = 64 * 2**20
+LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)
+# Families whose causal-LM head is a plain lm_head on model.model's last hidden state with HF's ForCausalLM
+# loss (no soft-capped or scaled logits): there the chunked loss is exact. Gemma 2 soft-caps its logits and
+# GPT-2 keeps its decoder elsewhere: they keep HF's loss.
+EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
+CHUNKED_LOSS_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "stablelm"})
+SEQ2SEQ_CHUNKED_FAMILIES = frozenset({"t5"})  # encoder-decoders whose chunked loss is exact (T5's mean CE)
+
+
+def loss_chunk_tokens(vocab: int) -> int:
+    """Tokens per chunk of the chunked loss: fp32 logits of at most ``CHUNK_LOGIT_BYTES``, a multiple of 8
+    (tensor-core friendly), at least 8. 104 for Qwen's 151,936-token vocabulary, 128 for Llama 3's."""
+    return max(8, CHUNK_LOGIT_BYTES // (4 * vocab) // 8 * 8)
 
 
 @dataclass(frozen=True)
@@ -39,8 +55,10 @@ class TrainSetup:
     method: str = "full"  # full | lora | qlora
     precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
     weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
-    optimizer: str = "adamw"  # adamw | adamw_8bit
+    optimizer: str = "adamw"  # adamw | adamw_8bit | paged_adamw_8bit
     checkpointing: bool = False
+    chunked_loss: bool = False  # the loss over chunks of tokens (or Liger's fused kernel): no full logits
+    activation_offload: bool = False  # saved activations in pinned host RAM (TRL's activation offloading)
     attn: str = "sdpa"  # sdpa | eager | flash_attention_2
     deepspeed: bool = False
     zero_stage: int = 2
@@ -116,7 +134,7 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     if s.deepspeed and s.device == "cuda":
         return _zero_states(spec, s)
     wb = 2 if s.weights_16bit else 4
-    opt = 2 if s.optimizer == "adamw_8bit" else 2 * wb
+    opt = 2 if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb
     return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt * P}, {}
 
 
@@ -245,6 +263,9 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         norm = 8 * h
     if s.fused_head:  # TRL's chunked log-probs keep the head's input, log Z, entropy (fp32) and the targets (int64)
         return norm + FUSED_HEAD_PER_TOKEN + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
+    if s.chunked_loss:  # each chunk's checkpoint keeps its rows of the head's input (16-bit, or fp32) and int64 targets
+        kept = 0 if s.method == "full" else (4 if s.precision == "fp32" else 2) * h  # full: the input is kept anyway
+        return norm + kept + 8 + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
     return norm + 4 * spec.vocab + family
 
@@ -271,6 +292,16 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     return {"layers": layers, "head": head, "recompute": 0}
 
 
+def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> int:
+    """Bytes of saved activations TRL's activation offloading moves to pinned host RAM (per micro-batch):
+    every decoder layer's (or checkpointed input's) saved tensors but one layer's worth, which is in flight
+    (its forward stash of 5 tensors, or the layer brought back for backward). The head stays: TRL keeps the
+    output Linear's tensors on the GPU."""
+    if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
+        return 0
+    return acts["layers"] * (spec.layers - 1) // spec.layers
+
+
 def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Loss transient beyond the saved fp32 log-softmax (4·b·s·V, counted in the head's activations).
     The peak is in the loss's backward: the gradient arriving from the NLL and the one log-softmax's
@@ -281,6 +312,8 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
     if s.fused_head and not spec.encoder_decoder:  # fp32 logits of one tile at a time, with their gradient
         return 8 * min(tokens, FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
+    if s.chunked_loss:  # one chunk's logits, its log-softmax and their gradients
+        return LOSS_BYTES_PER_LOGIT * min(tokens, loss_chunk_tokens(spec.vocab)) * spec.vocab
     return 8 * tokens * spec.vocab
 
 
@@ -323,7 +356,10 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     breakdown["reference_forward"] = objective_transient_bytes(spec, s)
     if ref_host:
         host_states = dict(host_states, reference_model=ref_host)
-    breakdown["activations"] = acts["layers"] + acts["head"]
+    offloaded = offloaded_activation_bytes(spec, s, acts)
+    if offloaded:
+        host_states = dict(host_states, offloaded_activations=offloaded)
+    breakdown["activations"] = acts["layers"] - offloaded + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
@@ -342,7 +378,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         host["training"] = sum(breakdown.values())
     trainable = spec.params if s.method == "full" else lora_params(spec, s)
     notes = []
-    if s.deepspeed and s.optimizer == "adamw_8bit":
+    if s.deepspeed and s.optimizer in EIGHT_BIT_OPTIMIZERS:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
                     int(sum(host.values())), trainable, tuple(notes))

@@ -48,12 +48,13 @@ class Plan:
     host_breakdown: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
     preset_values: list = field(default_factory=list)  # the preset's machine settings: kept, changed, yours
+    savings: list = field(default_factory=list)  # per memory saver: what it saves, what it would need without it
 
     def to_dict(self) -> dict:
         """JSON-ready ``plan.json`` content."""
         keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
                 "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
-                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values")
+                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values", "savings")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -119,15 +120,18 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     if cfg.device == "cuda" and gpu is None:
         choice.verdict = "does_not_fit"
         choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")
-    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer == "adamw_8bit"):
+    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer != "adamw"
+                            or cfg.speed.activation_offload is True):
         choice.verdict = "does_not_fit"
-        choice.reasons.append("QLoRA and 8-bit AdamW run only on an NVIDIA GPU (bitsandbytes)")
+        choice.reasons.append("QLoRA, 8-bit AdamW (bitsandbytes) and activation offload (to host RAM from the GPU) "
+                              "run only on an NVIDIA GPU")
     plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
                 choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
                 close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
-                host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec))
+                host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
+                savings=choice.savings or [])
     if choice.verdict != "fits":
         plan.alternatives = ps.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits":

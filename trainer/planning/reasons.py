@@ -15,12 +15,13 @@ from trainer.planning.memory import Estimate, estimate
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")
 
 
-def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verdict: str, found: dict) -> list[str]:
+def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verdict: str, found: dict,
+            offload: bool = False, optimizer: str | None = None) -> list[str]:
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
-    out.append(_batch(ctx, mb, ckpt, ds))
-    out.append(_checkpointing(ctx, mb, ckpt, ds, found))
+    out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer))
+    out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer))
     out += _deepspeed(ctx, ds, est)
     out += _explicit(ctx, est, verdict)
     if verdict != "fits":
@@ -77,7 +78,7 @@ def objective_reasons(ctx: Context, est: Estimate) -> list[str]:
     return out
 
 
-def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
+def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: str | None = None) -> str:
     c = ctx.cfg
     per = per_rank_batch(c)
     accum = max(1, per // mb)
@@ -89,12 +90,13 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption) -> str:
     if not bigger:
         return f"micro-batch {mb} is the whole per-GPU batch; {tail}"
     nxt = min(bigger)
-    e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds))
+    e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds, offload, optimizer))
     what = e.peak_bytes if ctx.device == "cuda" else e.host_ram_bytes
     return f"micro-batch {mb} is the largest that fits ({nxt} would need {gib(what)}); {tail}"
 
 
-def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict) -> str:
+def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict, offload: bool = False,
+                   optimizer: str | None = None) -> str:
     if ctx.cfg.speed.gradient_checkpointing != "auto":
         return f"gradient checkpointing {'on' if ckpt else 'off'} as set {_source(ctx, 'speed.gradient_checkpointing')}"
     if not ckpt:
@@ -102,7 +104,7 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict)
     if False in found:
         return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
                 f"({found[False][0] * ctx.cfg.data.seq_len} tokens), with it {mb}; the bigger batch uses the GPU better")
-    e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds))
+    e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds, offload, optimizer))
     return f"gradient checkpointing on: without it even the smallest micro-batch needs {gib(e.peak_bytes)}"
 
 

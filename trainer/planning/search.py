@@ -1,7 +1,9 @@
 """The planner's search: the fastest settings that fit, and the nearest thing that fits when
-nothing does. Preference (goal "fastest"): no DeepSpeed, then ZeRO sharding (several GPUs), then
-optimizer offload, then parameter offload; within each, checkpointing off before on; within
-that, the largest micro-batch that divides the per-GPU batch (so the effective batch is exact).
+nothing does. Preference (goal "fastest"): no DeepSpeed, then activation offload (CUDA), then 8-bit
+AdamW (only with ``plan_allow_approximate``), then ZeRO sharding (several GPUs), then optimizer
+offload, then parameter offload; within each, checkpointing off before on; within that, the largest
+micro-batch that divides the per-GPU batch (so the effective batch is exact). The chunked loss is
+not searched: it is free and exact, so it is on wherever it applies (``context.chunked_loss``).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Optional
 
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
+from trainer.config.schema import explicit_keys
 from trainer.core import capabilities
 from trainer.core.units import count, gib
 from trainer.models import catalog
@@ -18,6 +21,7 @@ from trainer.planning.context import (
     SMALL_TOKENS,
     Context,
     DsOption,
+    chunked_loss,
     fits,
     make_setup,
     micro_options,
@@ -26,6 +30,7 @@ from trainer.planning.context import (
 )
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
+from trainer.planning.savings import savings, savings_reasons
 
 
 def ckpt_options(ctx: Context) -> list[bool]:
@@ -48,6 +53,42 @@ def ds_options(ctx: Context) -> list[DsOption]:
     return opts + [(True, 2, True, False), (True, 3, True, False), (True, 3, True, True)]
 
 
+def offload_options(ctx: Context) -> list[bool]:
+    """Activation offload as set, else off and then on (CUDA only: TRL offloads from the GPU to the host)."""
+    v = ctx.cfg.speed.activation_offload
+    if isinstance(v, bool):
+        return [v]
+    return [False, True] if ctx.device == "cuda" else [False]
+
+
+def optimizer_options(ctx: Context) -> list[str]:
+    """The configured optimizer, then 8-bit AdamW where the user allows approximate savings
+    (``plan_allow_approximate``), did not choose the optimizer, trains all weights, and bitsandbytes can run (CUDA)."""
+    c = ctx.cfg
+    mine = c.training.optimizer if "training.optimizer" in explicit_keys(c) else None
+    if mine or not c.plan_allow_approximate or ctx.device != "cuda" or c.method.type != "full" or \
+            c.training.optimizer != "adamw":
+        return [c.training.optimizer]
+    return ["adamw", "adamw_8bit"]
+
+
+Level = tuple[DsOption, bool, str]  # (DeepSpeed option, activation offload, optimizer)
+
+
+def levels(ctx: Context) -> list[Level]:
+    """The memory savers in the order they are tried: plain, activation offload, 8-bit AdamW (if allowed),
+    then DeepSpeed's (its own optimizer: the configured optimizer, no activation offload unless set)."""
+    out: list[Level] = []
+    offload, optims = offload_options(ctx), optimizer_options(ctx)
+    for ds in ds_options(ctx):
+        if ds[0]:
+            out.append((ds, offload[0] if len(offload) == 1 else False, optims[0]))
+            continue
+        out += [(ds, off, optims[0]) for off in offload]
+        out += [(ds, offload[-1], opt) for opt in optims[1:]]
+    return out
+
+
 @dataclass
 class Choice:
     micro: int
@@ -58,12 +99,16 @@ class Choice:
     verdict: str
     settings: dict
     reasons: list
+    offload: bool = False  # activation offload
+    optimizer: str = "adamw"
+    savings: list = None  # what each memory saver in this choice saves (planning.savings)
 
 
-def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None) -> Optional[tuple[int, Estimate]]:
+def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None, offload: Optional[bool] = None,
+               optimizer: Optional[str] = None) -> Optional[tuple[int, Estimate]]:
     """The largest micro-batch (of the allowed ones) that fits with these settings."""
     for mb in micro_options(ctx.cfg):
-        est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds))
+        est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer))
         if fits(ctx, est, budget):
             return mb, est
     return None
@@ -71,20 +116,20 @@ def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = N
 
 def search(ctx: Context) -> Choice:
     """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit."""
-    for ds in ds_options(ctx):
-        found = {ck: best_micro(ctx, ck, ds) for ck in ckpt_options(ctx)}
+    for ds, off, opt in levels(ctx):
+        found = {ck: best_micro(ctx, ck, ds, None, off, opt) for ck in ckpt_options(ctx)}
         found = {ck: v for ck, v in found.items() if v}
         if not found:
             continue
         ckpt = _pick_ckpt(ctx, found)
         mb, est = found[ckpt]
-        return _choice(ctx, mb, ckpt, ds, est, found)
+        return _choice(ctx, mb, ckpt, (ds, off, opt), est, found)
     # nothing fits: report the least memory we could try, with the reasons
-    options = [(ds, ck, min(micro_options(ctx.cfg))) for ds in ds_options(ctx) for ck in ckpt_options(ctx)]
-    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, ds)), ds, ck, mb) for ds, ck, mb in options]
+    mb = min(micro_options(ctx.cfg))
+    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, *lvl)), lvl, ck) for lvl in levels(ctx) for ck in ckpt_options(ctx)]
     host_ok = [s for s in scored if s[0].host_ram_bytes <= ctx.host_budget] or scored
-    est, ds, ck, mb = min(host_ok, key=lambda s: need(ctx, s[0]))
-    return _choice(ctx, mb, ck, ds, est, {})
+    est, lvl, ck = min(host_ok, key=lambda s: need(ctx, s[0]))
+    return _choice(ctx, mb, ck, lvl, est, {})
 
 
 def _pick_ckpt(ctx: Context, found: dict) -> bool:
@@ -103,14 +148,18 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
     return "tight" if host_ok and need(ctx, est) <= ctx.usable else "does_not_fit"
 
 
-def _choice(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, found: dict) -> Choice:
-    settings = _auto_settings(ctx.cfg, mb, ckpt, ds)
+def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict) -> Choice:
+    ds, off, opt = level
+    settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt)
     verdict = verdict_of(ctx, est)
-    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings,
-                  reasons(ctx, mb, ckpt, ds, est, verdict, found))
+    saved = savings(ctx, mb, ckpt, level, est)
+    why = reasons(ctx, mb, ckpt, ds, est, verdict, found, off, opt)
+    at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
+    why[at:at] = savings_reasons(ctx, saved)
+    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved)
 
 
-def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption) -> dict:
+def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: Optional[str] = None) -> dict:
     """The search's values for the fields the config leaves "auto" (the effective batch kept exact)."""
     settings: dict = {}
     if cfg.training.micro_batch_size == "auto":
@@ -122,6 +171,10 @@ def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption) -> dict:
     if cfg.deepspeed.enabled == "auto":
         settings.update({"deepspeed.enabled": ds[0], "deepspeed.zero_stage": ds[1],
                          "deepspeed.offload_optimizer": ds[2], "deepspeed.offload_params": ds[3]})
+    if cfg.speed.activation_offload == "auto":
+        settings["speed.activation_offload"] = offload
+    if optimizer and optimizer != cfg.training.optimizer:
+        settings["training.optimizer"] = optimizer
     return settings
 
 
@@ -129,6 +182,8 @@ def device_settings(cfg, ctx: Context) -> dict:
     """The auto values that follow the machine rather than the memory search: device, precision and
     the weights' dtype."""
     out = {}
+    if cfg.speed.chunked_loss == "auto":
+        out["speed.chunked_loss"] = chunked_loss(cfg, ctx.spec)
     if cfg.device == "auto":
         out["device"] = ctx.device
     if cfg.speed.precision == "auto":

@@ -132,14 +132,22 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
                                                  lora_dropout=cfg.method.lora_dropout,
                                                  target_modules=cfg.method.target_modules))
+    if cfg.speed.chunked_loss is True:  # as the worker's loss (ours; Liger's keeps a similar single chunk)
+        from trainer.worker.loading import chunked_loss
+
+        chunked_loss.install(model)
+    offload = contextlib.nullcontext()
+    if cfg.speed.activation_offload is True:
+        from trl.models.activation_offloading import get_act_offloading_ctx_manager
+
+        offload = get_act_offloading_ctx_manager(model=model)
     torch.cuda.reset_peak_memory_stats()
     if ds.enabled is True:
         engine = deepspeed_engine(model, micro_batch, ds.zero_stage, ds.offload_optimizer, ds.offload_params, accum)
         forward, backward, update = engine, engine.backward, engine.step
     else:
         model.to("cuda")
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5,
-                                fused=bool(cfg.speed.fused_adamw))
+        opt = _optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
         forward, backward = model, (lambda loss: (loss / accum).backward())
         pending = [0]
 
@@ -155,13 +163,26 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         t0 = time.perf_counter()
         for _ in range(accum):
             ids = torch.randint(0, vocab, (micro_batch, seq), device="cuda")
-            backward(forward(input_ids=ids, labels=ids, use_cache=False).loss)
+            with offload:
+                backward(forward(input_ids=ids, labels=ids, use_cache=False).loss)
             update()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return {"micro_batch": micro_batch, "steps": steps, "accumulation": accum, "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
             "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()), "step_seconds": times,
             "device": torch.cuda.get_device_name(0)}
+
+
+def _optimizer(cfg, params):
+    """The run's optimizer as the Trainer builds it: torch AdamW, or bitsandbytes' 8-bit / paged 8-bit AdamW."""
+    import torch
+
+    if cfg.training.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5, fused=bool(cfg.speed.fused_adamw))
+    import bitsandbytes as bnb
+
+    cls = bnb.optim.PagedAdamW8bit if cfg.training.optimizer == "paged_adamw_8bit" else bnb.optim.AdamW8bit
+    return cls(params, lr=1e-5)
 
 
 def main(argv: list[str] | None = None) -> int:

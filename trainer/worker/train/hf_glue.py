@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -31,7 +32,9 @@ from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRe
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 from trainer.worker.train.step_metrics import objective_fields
 
-INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"  # "STEP:MIN_MICRO": raise OOM at optimizer step >= STEP while micro > MIN_MICRO
+# "STEP:MIN_MICRO[:chunked]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO (or, with ":chunked",
+# while the model computes HF's full-logits loss)
+INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
 INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
 INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
@@ -48,15 +51,30 @@ class TrainPilotMixin:
         self.tp_meta = run_meta or {}
         self.tp_keep_last = keep_last
         self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
+        self._tp_offload = contextlib.nullcontext()
+
+    def tp_offload_activations(self) -> None:
+        """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
+        from torchtune: the output head's tensors stay on the GPU; copies overlap compute on a second stream)."""
+        from trl.models.activation_offloading import get_act_offloading_ctx_manager
+
+        self._tp_offload = get_act_offloading_ctx_manager(model=self.model)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""
         self.tp_tokens += _real_tokens(inputs)
-        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] \
-                and self.args.per_device_train_batch_size > self._inject_oom[1]:
+        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] and self._oom_now(model):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
                                          f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
-        return super().training_step(model, inputs, num_items_in_batch)
+        with self._tp_offload:
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _oom_now(self, model) -> bool:
+        """The injected OOM's condition: micro-batch above the floor, or (``:chunked``) HF's full-logits loss."""
+        _, floor, needs = self._inject_oom
+        base = self.accelerator.unwrap_model(model)
+        base = base.get_base_model() if hasattr(base, "get_base_model") else base
+        return self.args.per_device_train_batch_size > floor or (needs == "chunked" and not getattr(base, "tp_chunked_loss", False))
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation step (drop our token count key)."""
@@ -164,11 +182,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _parse_inject(value: str | None) -> tuple[int, int] | None:
+def _parse_inject(value: str | None) -> tuple[int, int, str] | None:
+    """``STEP:MIN_MICRO[:chunked]`` → (step, micro-batch floor, "chunked" or "")."""
     if not value:
         return None
-    step, _, micro = value.partition(":")
-    return int(step), int(micro or 0)
+    step, _, rest = value.partition(":")
+    micro, _, needs = rest.partition(":")
+    return int(step), int(micro or 0), needs
 
 
 class StepEvents(TrainerCallback):

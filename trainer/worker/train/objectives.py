@@ -19,7 +19,7 @@ from trainer.data import formats
 from trainer.data.preference import read_preference_records
 from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
-from trainer.worker.loading import modeling
+from trainer.worker.loading import chunked_loss, modeling
 from trainer.worker.train.hf_glue import TrainPilotMixin, TrainPilotTrainer
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 
@@ -162,6 +162,7 @@ def _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
 
     train, val, info = _seq2seq_datasets(cfg, tokenizer)
     model = modeling.load_model(cfg, precision, use_cuda, seq2seq=True)
+    info["loss_kernel"] = "chunked" if cfg.speed.chunked_loss is True and chunked_loss.install(model) else "hf"
     trainer = TrainPilotTrainer(model=model, args=make_args(TrainingArguments), train_dataset=train, eval_dataset=val,
                                 data_collator=Seq2SeqCollator(tokenizer.pad_token_id), processing_class=tokenizer,
                                 **common)

@@ -194,6 +194,10 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"
+    if cfg.speed.activation_offload is True and not use_cuda:
+        raise UserError("speed.activation_offload: offloading moves activations from the GPU to host RAM; on the CPU "
+                        "there is nothing to offload: set speed.activation_offload: false (or auto)",
+                        field="speed.activation_offload")
     if use_cuda and not torch.cuda.is_available():
         raise UserError("device: the config says cuda but PyTorch sees no CUDA GPU; run 'trainpilot-cli doctor', "
                         "or set device: cpu", field="device")
@@ -219,17 +223,32 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         if corpus_vocab and rank == 0:
             tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
         model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
-        targs = _training_arguments(cfg, run_dir, precision, use_cuda)
+        info["loss_kernel"] = _loss_kernel(cfg, model, use_cuda)
+        targs = _training_arguments(cfg, run_dir, precision, use_cuda, use_liger_kernel=info["loss_kernel"] == "liger")
         trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
                                     data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
                                     keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
                                     shuffle=cfg.data.shuffle)
+    if cfg.speed.activation_offload is True:
+        trainer.tp_offload_activations()
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision)
+
+
+def _loss_kernel(cfg, model, use_cuda: bool) -> str:
+    """Install the run's loss (see chunked_loss.loss_path); returns "liger", "chunked" or "hf" (run_started says)."""
+    from trainer.worker.loading import chunked_loss
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    path = chunked_loss.loss_path(cfg.speed.chunked_loss is True, "cuda" if use_cuda else "cpu",
+                                  getattr(base.config, "model_type", None), chunked_loss.liger_installed())
+    if path == "chunked":
+        chunked_loss.install(model)
+    return path
 
 
 def _no_deepspeed_import() -> None:
@@ -259,7 +278,7 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=
     cls = cls or TrainingArguments
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
-    optim = "adamw_bnb_8bit" if t.optimizer == "adamw_8bit" else (
+    optim = {"adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit"}.get(t.optimizer) or (
         "adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
     eval_on = bool(t.eval_every_steps)
     return cls(

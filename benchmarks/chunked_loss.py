@@ -1,0 +1,167 @@
+"""What the chunked loss saves and costs, on the CPU (issue 21). Prints its figures; not a pass/fail test.
+
+    python benchmarks/chunked_loss.py                       # memory at seq 2048 x micro 4, then speed
+    python benchmarks/chunked_loss.py --micro 1 --pairs 3   # less host RAM (HF's loss needs ~16 bytes per logit)
+    python benchmarks/chunked_loss.py --skip-speed | --skip-memory
+
+Memory: one training step (forward, backward, AdamW step) of a Qwen2-shaped tiny model with Qwen's
+151,936-token vocabulary (hidden 64, 2 layers), fp32, each path in its own process: HF's loss
+(``speed.chunked_loss: false``) and the chunked one. Each child reports its peak RSS (``ru_maxrss``) and the
+bytes autograd saves for backward (unique storages through ``saved_tensors_hooks``, parameters excluded;
+a chunk's checkpoint keeps its rows of the head's input outside those hooks, ≈4·tokens·h bytes, not counted).
+The RSS saving is compared with the planner's: its ``logits_loss`` term plus the fp32 log-softmax that the
+head's activations keep (both from ``trainer.planning.memory.estimate``, host ``training`` bytes).
+
+Speed: ``python -m trainer run`` (what users run: supervisor + worker, separate processes) of the shipped
+demo at sequence 128, alternating chunked / standard, tokens/s from the worker's ``step`` events (median of
+steps after the first 5); the figure is the median over pairs of chunked/standard.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+VOCAB = 151_936
+SHAPE = dict(model_type="qwen2", hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=4096, tie_word_embeddings=True)
+GIB = 2**30
+
+
+def one_step(chunked: bool, seq: int, micro: int) -> dict:
+    """Child: one training step; peak RSS and autograd-saved bytes (bytes)."""
+    import torch
+    import transformers
+
+    from trainer.worker.loading import chunked_loss
+    from trainer.worker.probes.memory_probe import saved_storages
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**SHAPE),
+                                                          dtype=torch.float32, attn_implementation="sdpa")
+    if chunked:
+        assert chunked_loss.install(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, VOCAB, (micro, seq))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with saved_storages(model) as seen:
+        loss = model(input_ids=ids, labels=ids).loss  # the Trainer keeps the loss, not the outputs
+    saved = sum(seen.values())
+    loss.backward()
+    opt.step()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"chunked": chunked, "loss": float(loss), "saved_bytes": saved, "peak_rss_bytes": peak,
+            "rss_before_step_bytes": before}
+
+
+def planner_saving(seq: int, micro: int) -> dict:
+    """The planner's host bytes for the same step, HF's loss against the chunked one."""
+    from trainer.models.spec import spec_from_config
+    from trainer.planning.memory import TrainSetup, estimate
+
+    spec = spec_from_config(dict(SHAPE, architectures=["Qwen2ForCausalLM"]), name="qwen2-tiny-151k")
+    out = {}
+    for chunked in (False, True):
+        s = TrainSetup(micro_batch=micro, seq_len=seq, precision="fp32", weights_16bit=False, device="cpu",
+                       chunked_loss=chunked)
+        b = estimate(spec, s).breakdown
+        out[chunked] = {"logits_loss": b.get("logits_loss", 0), "activations": b.get("activations", 0)}
+    f, t = out[False], out[True]
+    return {"logits_loss_standard": f["logits_loss"], "logits_loss_chunked": t["logits_loss"],
+            "saving": (f["logits_loss"] + f["activations"]) - (t["logits_loss"] + t["activations"])}
+
+
+def memory(seq: int, micro: int) -> dict:
+    rows = {}
+    for chunked in (False, True):
+        proc = subprocess.run([sys.executable, __file__, "--one", json.dumps([chunked, seq, micro])],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-2000:])
+        rows[chunked] = json.loads(proc.stdout.strip().splitlines()[-1])
+    plan = planner_saving(seq, micro)
+    std, chk = rows[False], rows[True]
+    rss_saving = std["peak_rss_bytes"] - chk["peak_rss_bytes"]
+    print(f"memory: one training step, Qwen2-shaped tiny model, V={VOCAB}, seq {seq} x micro {micro}, fp32, CPU")
+    for name, r in (("standard (HF loss)", std), ("chunked", chk)):
+        print(f"  {name:20s} peak RSS {r['peak_rss_bytes'] / GIB:6.2f} GiB   autograd-saved {r['saved_bytes'] / GIB:6.3f} GiB"
+              f"   loss {r['loss']:.6f}")
+    print(f"  peak RSS saving {rss_saving / GIB:.2f} GiB; autograd-saved saving {(std['saved_bytes'] - chk['saved_bytes']) / GIB:.3f} GiB")
+    print(f"  planner: logits_loss {plan['logits_loss_standard'] / GIB:.2f} GiB -> {plan['logits_loss_chunked'] / GIB:.3f} GiB; "
+          f"saving with the head's log-softmax {plan['saving'] / GIB:.2f} GiB; measured/planned = {rss_saving / plan['saving']:.3f}")
+    return {"seq": seq, "micro": micro, "standard": std, "chunked": chk, "planner": plan,
+            "rss_saving_bytes": rss_saving, "ratio_measured_to_planned": rss_saving / plan["saving"]}
+
+
+def demo_run(chunked: bool, steps: int, tmp: Path, tag: str) -> float:
+    """Median tokens/s of one ``trainpilot-cli run`` of the demo (steps after the first 5)."""
+    cfg = yaml.safe_load((ROOT / "trainer" / "resources" / "demo.yaml").read_text())
+    cfg["training"]["max_steps"] = steps
+    cfg["speed"]["chunked_loss"] = chunked
+    cfg["checkpoints"] = {"every_steps": 10_000, "keep_last": 1, "save_final_model": False}
+    cfg["output"] = {"tensorboard": False}
+    path = tmp / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = tmp / tag
+    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(path), "--run-dir", str(run), "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-2000:])
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x.strip()]
+    started = next(e for e in events if e["type"] == "run_started")
+    assert started["loss_kernel"] == ("chunked" if chunked else "hf"), started
+    return statistics.median(e["tokens_per_second"] for e in events if e["type"] == "step" and e["step"] > 5)
+
+
+def speed(pairs: int, steps: int) -> dict:
+    ratios, tps = [], {True: [], False: []}
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(pairs):
+            order = (True, False) if i % 2 == 0 else (False, True)  # alternate who goes first
+            got = {c: demo_run(c, steps, Path(d), f"{i}-{c}") for c in order}
+            for c in got:
+                tps[c].append(got[c])
+            ratios.append(got[True] / got[False])
+            print(f"  pair {i + 1}: chunked {got[True]:,.0f} tok/s, standard {got[False]:,.0f} tok/s, ratio {ratios[-1]:.3f}")
+    med = statistics.median(ratios)
+    print(f"speed: demo at seq 128 through trainpilot-cli run, {pairs} alternating pairs of {steps} steps: "
+          f"chunked/standard tokens/s median ratio {med:.3f} (each pair: {', '.join(f'{r:.3f}' for r in ratios)})")
+    return {"pairs": pairs, "steps": steps, "ratios": ratios, "median_ratio": med, "tokens_per_second": tps}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--out", help="also write the figures as JSON here")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # child: [chunked, seq, micro]
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(one_step(*json.loads(a.one))))
+        return 0
+    out = {}
+    if not a.skip_memory:
+        out["memory"] = memory(a.seq, a.micro)
+    if not a.skip_speed:
+        out["speed"] = speed(a.pairs, a.steps)
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

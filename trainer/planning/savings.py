@@ -1,0 +1,86 @@
+"""What each memory saver in a plan saves: "without X it would need Y GiB". Bytes and seconds. No torch.
+
+A saver's saving is the planned peak with that saver taken out (everything else, micro-batch included,
+kept) minus the planned peak. Activation offload also costs host RAM and PCIe time: the bytes moved
+(out in forward, back in backward, every micro-batch of an optimizer step) over the link's one-way rate
+from the hardware snapshot, an upper bound of the time added (TRL overlaps the copies with compute on a
+second CUDA stream, so the real cost is lower whenever compute is the longer of the two).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainer.core.units import gib
+from trainer.planning.context import Context, make_setup, need, per_rank_batch
+from trainer.planning.memory import EIGHT_BIT_OPTIMIZERS, Estimate, TrainSetup, estimate
+
+WORDS = {"chunked_loss": "chunked loss (exact)", "gradient_checkpointing": "gradient checkpointing",
+         "activation_offload": "activation offload", "optimizer_8bit": "8-bit AdamW (approximate)",
+         "deepspeed_offload": "DeepSpeed offload"}
+
+
+def _without(s: TrainSetup) -> list[tuple[str, TrainSetup]]:
+    """(saver, the same setup without it) for every saver ``s`` uses."""
+    out = []
+    if s.chunked_loss and s.objective == "sft":
+        out.append(("chunked_loss", replace(s, chunked_loss=False)))
+    if s.checkpointing:
+        out.append(("gradient_checkpointing", replace(s, checkpointing=False)))
+    if s.activation_offload and s.device == "cuda":
+        out.append(("activation_offload", replace(s, activation_offload=False)))
+    if s.optimizer in EIGHT_BIT_OPTIMIZERS and not s.deepspeed and s.method == "full":
+        out.append(("optimizer_8bit", replace(s, optimizer="adamw")))
+    if s.deepspeed and (s.offload_optimizer or s.offload_params):
+        out.append(("deepspeed_offload", replace(s, deepspeed=False, offload_optimizer=False, offload_params=False)))
+    return out
+
+
+def savings(ctx: Context, mb: int, ckpt: bool, level, est: Estimate) -> list[dict]:
+    """One dict per saver in the chosen settings: ``saver``, ``label``, ``saves_bytes``, ``without_bytes``
+    (the need without it: GPU peak, or host RAM on the CPU); activation offload adds ``host_ram_bytes`` and
+    ``pcie_bytes_per_step``, and ``pcie_seconds_per_step`` when the snapshot reports the PCIe link."""
+    if ctx.spec is None:
+        return []
+    ds, off, opt = level
+    setup = make_setup(ctx, mb, ckpt, ds, off, opt)
+    have = need(ctx, est)
+    out = []
+    for saver, other in _without(setup):
+        without = need(ctx, estimate(ctx.spec, other))
+        row = {"saver": saver, "label": WORDS[saver], "saves_bytes": without - have, "without_bytes": without}
+        if saver == "activation_offload":
+            row.update(_offload_cost(ctx, mb, est))
+        out.append(row)
+    return out
+
+
+def _offload_cost(ctx: Context, mb: int, est: Estimate) -> dict:
+    """Host RAM held and PCIe traffic of activation offload, per optimizer step (an estimate)."""
+    per_micro = est.host_breakdown.get("offloaded_activations", 0)
+    steps = max(1, per_rank_batch(ctx.cfg) // mb)
+    moved = 2 * per_micro * steps  # out in forward, back in backward
+    rate = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
+    row = {"host_ram_bytes": per_micro, "pcie_bytes_per_step": moved, "pcie_seconds_per_step": None}
+    if rate:
+        row["pcie_seconds_per_step"] = round(moved / rate, 3)
+        row["pcie_bytes_per_second"] = int(rate)
+    return row
+
+
+def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
+    """One sentence per saver: what it saves and what the run would need without it."""
+    where = "VRAM" if ctx.device == "cuda" else "host RAM"
+    out = []
+    for r in rows:
+        text = f"{r['label']}: saves {gib(r['saves_bytes'])}; without it this would need {gib(r['without_bytes'])} of {where}"
+        if r["saver"] == "activation_offload":
+            text += f"; it holds {gib(r['host_ram_bytes'])} of pinned host RAM and moves {gib(r['pcie_bytes_per_step'])} " \
+                    "over PCIe per optimizer step"
+            if r.get("pcie_seconds_per_step") is not None:
+                text += (f", about {r['pcie_seconds_per_step']:.2f} s at the link's {r['pcie_bytes_per_second'] / 1e9:.0f} GB/s "
+                         "(an estimate and an upper bound: the copies overlap compute)")
+        if r["saver"] == "optimizer_8bit":
+            text += ("; numerics change: AdamW's two moment states are kept in 8 bits with block-wise scales "
+                     "(bitsandbytes), so updates differ slightly from 32-bit AdamW")
+        out.append(text)
+    return out
