@@ -1,8 +1,9 @@
 """The **Try it** tab: ask the trained model and its base the same question, side by side.
 
 Each answer comes from a ``trainpilot-cli chat --stream-json`` child process (the GUI never imports
-torch), read with QProcess as JSON lines, so tokens appear as they are generated and the window
-stays responsive. Stop kills both children. While the run is training, the tab refuses politely:
+torch), run by the GUI's one child-process helper (``app.ops.child``) whose JSON lines arrive as they
+are written, so tokens appear as they are generated and the window stays responsive. Stop kills both
+children. While the run is training, the tab refuses politely:
 a second model on that GPU could push the run out of memory.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.ops.commands import child_env, cli_args, json_lines
+from app.ops.commands import Job
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
 from trainer.rundir.trained import training_pid
 
@@ -20,7 +21,7 @@ BUSY_TEXT = ("This run is training right now. Try it opens when training finishe
 
 
 class ChatStream(QtCore.QObject):
-    """One ``chat --stream-json`` child. Signals: ``loaded``, ``text(str)`` per token chunk,
+    """One ``chat --stream-json`` child (a ``Job``). Signals: ``loaded``, ``text(str)`` per token chunk,
     ``done(dict)`` with the whole answer, ``failed(str)`` with the child's message."""
 
     loaded = QtCore.Signal()
@@ -34,51 +35,40 @@ class ChatStream(QtCore.QObject):
         super().__init__(parent)
         args = ["chat", str(run_dir), "--prompt", prompt, "--stream-json", "--checkpoint", checkpoint,
                 "--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature)]
-        self.args = cli_args(*args, *(["--base"] if base else []))
-        self.proc = QtCore.QProcess(self)
-        self.proc.setProcessEnvironment(child_env())
-        self.proc.readyReadStandardOutput.connect(self._read)
-        self.proc.finished.connect(self._finished)
-        self._buffer = b""
-        self.finished = False
-        self.stopped = False
+        self.job = Job(*args, *(["--base"] if base else []), parent=self)
+        self.job.line.connect(self._on_line)
+        self.job.failed.connect(self._on_failed)
+        self.job.done.connect(lambda *_: self.ended.emit())
         self.result: dict | None = None
 
     def start(self) -> "ChatStream":
         """Start the child; returns self."""
-        self.proc.start(self.args[0], self.args[1:])
+        self.job.start()
         return self
 
     def stop(self) -> None:
-        """End the generation now (the child has no children of its own: kill() ends it all)."""
-        if self.proc.state() != QtCore.QProcess.NotRunning:
-            self.stopped = True
-            self.proc.kill()
+        """End the generation now (the child and anything under it)."""
+        self.job.cancel()
 
     def running(self) -> bool:
         """True while the child runs."""
-        return self.proc.state() != QtCore.QProcess.NotRunning
+        return self.job.running()
 
-    def _read(self) -> None:
-        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
-        for msg in msgs:
-            kind = msg.get("type")
-            if kind == "token":
-                self.text.emit(msg.get("text", ""))
-            elif kind == "loaded":
-                self.loaded.emit()
-            elif kind == "done":
-                self.result = msg
-                self.done.emit(msg)
+    def _on_line(self, msg: dict) -> None:
+        if self.job.cancelled:  # what a stopped child had already written is not shown
+            return
+        kind = msg.get("type")
+        if kind == "token":
+            self.text.emit(msg.get("text", ""))
+        elif kind == "loaded":
+            self.loaded.emit()
+        elif kind == "done":
+            self.result = msg
+            self.done.emit(msg)
 
-    def _finished(self, code: int, _status) -> None:
-        self._read()
-        self.finished = True
-        if self.result is None and not self.stopped:
-            err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
-            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("trainpilot: loaded")]
-            self.failed.emit("\n".join(lines[-4:]) or f"chat exited with code {code}")
-        self.ended.emit()
+    def _on_failed(self, message: str) -> None:
+        if self.result is None:
+            self.failed.emit(message)
 
 
 class AnswerPane(QtWidgets.QWidget):
@@ -216,8 +206,6 @@ class TryItTab(QtWidgets.QWidget):
             if s.running():
                 s.stop()
                 stopped = True
-        for s in self.streams:
-            s.proc.waitForFinished(3000)
         if stopped:
             self.status.setText("Stopped.")
             for pane in (self.tuned, self.base):

@@ -145,7 +145,7 @@ def test_export_model_dialog_reports_progress_to_the_end(qtbot, runs, tmp_path):
     seen = []
     dialog.progress.valueChanged.connect(seen.append)
     dialog.export_button.click()
-    qtbot.waitUntil(lambda: dialog.proc.state() == QtCore.QProcess.NotRunning and dialog.export_button.isEnabled(),
+    qtbot.waitUntil(lambda: not dialog.job.running() and dialog.export_button.isEnabled(),
                     timeout=240000)
     assert dialog.progress.value() == 100 and "Exported" in dialog.status.text(), dialog.status.text()
     assert len(set(seen)) >= 4, seen  # the bar moved through the steps, not straight to the end
