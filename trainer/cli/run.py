@@ -16,9 +16,9 @@ from trainer.rundir.events import (
     EventWriter,
     read_events,
     read_json,
-    read_status,
     write_status,
 )
+from trainer.rundir.runstate import read_run_state
 from trainer.supervisor import create as rundir
 from trainer.supervisor import preflight
 from trainer.supervisor.supervise import Supervisor, request_stop
@@ -134,11 +134,11 @@ def _existing_run(path: str) -> Path:
 
 def cmd_resume(args) -> int:
     run = _existing_run(args.run_dir)
-    status = read_status(run) or {}
-    if _alive(status):
-        raise UserError(f"{run} is still running (pid {status.get('pid')}); stop it first with "
+    state = read_run_state(run)
+    if state.alive:
+        raise UserError(f"{run} is still running (pid {state.pid or state.worker_pid}); stop it first with "
                         f"'trainpilot-cli stop {run}'", path=str(run))
-    if status.get("state") == "finished":
+    if state.state == "finished":
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
     cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
     preflight.check(cfg, _hardware(None))
@@ -148,54 +148,37 @@ def cmd_resume(args) -> int:
     if not args.quiet:
         print(f"resuming {run} from {ckpt}" if ckpt else f"{run} has no complete checkpoint: starting from step 0",
               flush=True)
-    return _supervise(run, ckpt, args.quiet, attempt=int(status.get("attempt") or 1) + 1)
+    return _supervise(run, ckpt, args.quiet, attempt=(state.attempt or 1) + 1)
 
 
 def cmd_stop(args) -> int:
 
     run = _existing_run(args.run_dir)
-    status = read_status(run) or {}
-    if status.get("state") in ("finished", "stopped", "failed") and not _alive(status):
-        print(f"{run} is not running ({status.get('state')})")
+    state = read_run_state(run)
+    if not state.alive:
+        print(f"{run} is not running ({state.state})")
         return 0
     request_stop(run)
     print(f"stop requested: {run} saves a checkpoint at the end of the current step, then exits")
     deadline = time.monotonic() + args.wait
     while args.wait and time.monotonic() < deadline:
-        if not _alive(read_status(run) or {}):
-            print(f"stopped: {(read_status(run) or {}).get('state')}")
+        state = read_run_state(run)
+        if not state.alive:
+            print(f"stopped: {state.state}")
             return 0
         time.sleep(0.5)
     return 0
 
 
-def _alive(status: dict) -> bool:
-    import psutil
-
-    if status.get("state") not in ("starting", "running", "stopping"):
-        return False
-    pid = status.get("pid")
-    try:
-        return bool(pid) and psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def run_summary(run: Path) -> dict:
-    """status.json plus what the events say (last step, loss, checkpoint), and whether it is alive."""
-    status = read_status(run) or {"state": "unknown"}
-    events = read_events(run / "events.jsonl")
-    steps = [e for e in events if e.get("type") == "step"]
-    last_fail = next((e for e in reversed(events) if e.get("type") == "failed"), None)
-    summary = dict(status, alive=_alive(status), last_step=steps[-1] if steps else None,
-                   first_loss=steps[0].get("loss") if steps else None,
-                   latest_checkpoint=str(latest_checkpoint(run / "checkpoints") or "") or None,
+    """The run's effective state (``trainer.rundir.runstate``) plus what the events say (last step, first
+    loss) and the plan's verdict. ``latest_checkpoint``/``note`` are the older names of ``checkpoint``/``reason``."""
+    state = read_run_state(run)
+    steps = [e for e in read_events(run / "events.jsonl") if e.get("type") == "step"]
+    summary = state.to_dict()
+    summary.update(last_step=steps[-1] if steps else None, first_loss=steps[0].get("loss") if steps else None,
+                   latest_checkpoint=summary["checkpoint"], note=state.reason,
                    plan_verdict=(read_json(run / "plan.json") or {}).get("verdict"))
-    if status.get("state") in ("starting", "running", "stopping") and not summary["alive"]:
-        summary["state"] = "failed"
-        summary["note"] = "the supervisor is gone (killed or crashed); resume with trainpilot-cli resume"
-    if last_fail:
-        summary["error"] = last_fail.get("message")
     return summary
 
 
@@ -211,7 +194,11 @@ def cmd_status(args) -> int:
         print(f"  loss {last.get('loss')}  {last.get('tokens_per_second') or 0:,.0f} tok/s")
     if s.get("latest_checkpoint"):
         print(f"  newest checkpoint: {s['latest_checkpoint']}")
-    for key in ("note", "error"):
+    for key in ("reason", "error"):
         if s.get(key):
-            print(f"  {key}: {s[key]}")
+            print(f"  {'note' if key == 'reason' else key}: {s[key]}")
+    if s.get("model"):
+        print(f"  Try it / chat loads: {s['model']['label']}")
+    if s.get("resumable"):
+        print(f"  resumable: trainpilot-cli resume {run}")
     return 0

@@ -1,5 +1,5 @@
 """Which trained model of a run directory a command means: ``final/`` or a complete checkpoint,
-and whether the run is still training. Light module (standard library + psutil).
+and whether the run is still training (both answered by ``trainer.rundir.runstate``). Light module.
 """
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from pathlib import Path
 
 from trainer.core.errors import UserError
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
-from trainer.rundir.events import read_status
-
-LIVE_STATES = ("starting", "running", "stopping")
+from trainer.rundir.runstate import LIVE_STATES, read_run_state, trained_model  # noqa: F401 (re-exported)
 
 
 def model_dir(run_dir: str | Path, checkpoint: str | None = None) -> Path:
@@ -22,15 +20,12 @@ def model_dir(run_dir: str | Path, checkpoint: str | None = None) -> Path:
         raise UserError(f"{run_dir}: not a run directory (no config.yaml); pass a folder under runs/", path=str(run_dir))
     done = complete_checkpoints(run_dir / "checkpoints")
     have = ", ".join(str(checkpoint_step(p)) for p in done) or "none"
-    final = run_dir / "final"
-    final_ok = (final / "config.json").is_file() or (final / "adapter_config.json").is_file()
+    default = trained_model(run_dir, done)
     if checkpoint in (None, "final"):
-        if final_ok:
-            return final
-        if checkpoint is None and done:
-            return done[-1]
+        if default is not None and (checkpoint is None or default.label == "final"):
+            return default.path
         raise UserError(f"{run_dir}: no final/ model yet (complete checkpoints: {have}); "
-                        f"pass --checkpoint STEP, or let the run finish", path=str(final))
+                        f"pass --checkpoint STEP, or let the run finish", path=str(run_dir / "final"))
     if not str(checkpoint).isdigit():
         raise UserError(f"--checkpoint: '{checkpoint}' is not a step number or 'final' "
                         f"(complete checkpoints: {have})", field="--checkpoint")
@@ -42,17 +37,9 @@ def model_dir(run_dir: str | Path, checkpoint: str | None = None) -> Path:
 
 
 def training_pid(run_dir: str | Path) -> int | None:
-    """The supervisor's pid while the run is training (state starting/running/stopping and alive), else None."""
-    import psutil
-
-    status = read_status(run_dir) or {}
-    pid = status.get("pid")
-    if status.get("state") not in LIVE_STATES or not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        return pid if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE else None
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
+    """The pid training the run (its supervisor, or an orphaned worker) while it is effectively live, else None."""
+    state = read_run_state(run_dir)
+    return (state.pid or state.worker_pid) if state.live else None
 
 
 def refuse_while_training(run_dir: str | Path, what: str) -> None:

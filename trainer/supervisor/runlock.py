@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 from trainer.core.errors import UserError
-
-LOCK_FILE = ".supervisor.lock"
+from trainer.rundir.runstate import LOCK_FILE
 _held: dict[str, int] = {}  # resolved run dir → open descriptor, kept until the process exits
 
 
