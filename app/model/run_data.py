@@ -7,24 +7,31 @@ thread) appends those columns to the series the dashboard binds to, which costs 
 ``RunData.poll()`` does both at once for scripts and tests. Telemetry lines are
 ``MachineSnapshot.to_dict()`` objects.
 
+The run's state is ``trainer.rundir.runstate``'s answer (the one ``trainpilot-cli status``, the runs list
+and every button use), asked on the reader thread: when status.json or the events changed, and at
+least once a second for liveness (a kill -9 changes no file).
+
 Gaps are drawn as gaps: a NaN point goes between telemetry samples more than ``GAP_S`` apart (the
 supervisor samples at 1 Hz while alive) and before the first step of each resumed attempt.
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from app.model.facts import first_gpu, is_throttled, pid_alive  # noqa: F401 (pid_alive re-exported)
+from app.model.facts import first_gpu, is_throttled
 from app.model.series import Series
 from trainer.rundir import events as ev
+from trainer.rundir.runstate import RunState, read_run_state
 
 LOG_TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 1 << 20  # per read: ~1,000 telemetry lines, a few ms of parsing (off the GUI thread)
 GAP_S = 10.0  # telemetry samples further apart than this are separate stretches of the run
+STATE_EVERY_S = 1.0  # liveness is asked at least this often while a run is shown (seconds)
 TELE_COLUMNS = ("ram", "vram_used", "vram_total", "temp", "power", "power_limit", "util")
 
 
@@ -49,6 +56,7 @@ class Batch:
     last_snapshot: dict | None = None
     throttle_periods: list | None = None               # full list when it changed
     status: dict | None = None
+    run_state: RunState | None = None                  # the effective state, when asked this read
     plan: dict | None = None
     more: bool = False                                 # a backlog remains: read again soon
 
@@ -70,6 +78,8 @@ class RunReader:
         self._last_step_t: float | None = None
         self._throttle: list[list] = []
         self._plan_seen = False
+        self._state_asked = 0.0  # time.monotonic() of the last runstate read
+        self._state_status: dict | None = None
 
     def read(self, max_bytes: int = CHUNK_BYTES) -> Batch:
         """At most ``max_bytes`` of each file, parsed into a Batch (``more`` when a backlog remains)."""
@@ -83,7 +93,17 @@ class RunReader:
             b.plan = ev.read_json(self.run_dir / "plan.json")
             self._plan_seen = b.plan is not None
         b.more = self._backlog(self._events) or self._backlog(self._tele)
+        if not b.more:
+            b.run_state = self._ask_state(b)
         return b
+
+    def _ask_state(self, b: Batch) -> RunState | None:
+        """runstate's answer when something it reads changed or a second has passed, else None."""
+        now = time.monotonic()
+        if b.status == self._state_status and not b.events and not b.step_x and now - self._state_asked < STATE_EVERY_S:
+            return None
+        self._state_asked, self._state_status = now, b.status
+        return read_run_state(self.run_dir)
 
     @staticmethod
     def _backlog(tail: ev.JsonlTail) -> bool:
@@ -183,11 +203,10 @@ class RunData:
         self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
         self.last_step: dict | None = None
         self.last_snapshot: dict | None = None
-        self.failure: dict | None = None
-        self.finished: dict | None = None
         self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
         self.started: float | None = None
         self.status: dict | None = None
+        self.run_state: RunState | None = None  # runstate's answer; None until first read (or the machine)
         self.plan: dict | None = None
         self.loaded = False  # True once the backlog present at opening has been read
         self.version = 0
@@ -208,8 +227,10 @@ class RunData:
 
     def apply(self, b: Batch) -> bool:
         """Append a Batch read by ``self.reader`` (cheap: numpy copies). True when anything changed."""
-        status_changed = b.status != self.status
+        status_changed = b.status != self.status or (b.run_state is not None and b.run_state != self.run_state)
         self.status = b.status
+        if b.run_state is not None:
+            self.run_state = b.run_state
         if b.plan is not None:
             self.plan = b.plan
         for e in b.events:
@@ -244,14 +265,8 @@ class RunData:
         kind, t = e["type"], _num(e.get("time"))
         if kind == "run_started":
             self.started = self.started or t
-            self.failure = None  # a resumed attempt supersedes an earlier crash
-            self.finished = None
         elif kind == "plan" and isinstance(e.get("plan"), dict):
             self.plan = e["plan"]
-        elif kind == "failed":
-            self.failure = e
-        elif kind == "finished":
-            self.finished = e
         if kind != "plan":
             self.notices.append(e)
 
@@ -287,29 +302,45 @@ class RunData:
     # -- derived --------------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """The status state, 'failed' when a failed event came last, else 'unknown'."""
-        if self.status and self.status.get("state"):
-            return str(self.status["state"])
+        """The run's effective state (runstate: status.json and liveness); 'unknown' before the first
+        read; for the machine view, 'machine (no run selected)'."""
         if self.run_dir is None:
             return "machine (no run selected)"
-        if self.failure:
-            return "failed"
-        return "finished" if self.finished else "unknown"
+        return self.run_state.state if self.run_state is not None else "unknown"
 
     def is_alive(self) -> bool:
-        """True when status.json names a live supervisor pid in a live state."""
-        return self.state in ("starting", "running", "stopping") and pid_alive((self.status or {}).get("pid"))
+        """True while a process of the run (its supervisor or its worker) is alive."""
+        return self.run_state is not None and self.run_state.alive
+
+    def is_live(self) -> bool:
+        """True while the run is effectively starting, running or stopping (Stop means something)."""
+        return self.run_state is not None and self.run_state.live
+
+    def resumable(self) -> bool:
+        """True when Resume can continue the run: nothing of it alive, not finished, a checkpoint."""
+        return self.run_state is not None and self.run_state.resumable
+
+    def error_text(self) -> str | None:
+        """Why the run failed (the failed event's message, or why a killed run reads failed), else None."""
+        rs = self.run_state
+        if rs is None or rs.state != "failed":
+            return None
+        return rs.error or rs.reason or "the worker stopped with an error"
 
     def final_model(self) -> Path | None:
         """``<run>/final`` when the run finished and wrote its model there, else None."""
-        if self.run_dir is None or self.state != "finished":
+        rs = self.run_state
+        if rs is None or rs.state != "finished" or rs.model is None or rs.model.label != "final":
             return None
-        path = self.run_dir / "final"
-        return path if path.is_dir() else None
+        return rs.model.path
+
+    def on_cpu(self) -> bool:
+        """True for a run planned for the CPU (its GPU samples, if any, are not the run's)."""
+        return (self.plan or {}).get("device") == "cpu"
 
     def predicted_peak_bytes(self) -> float | None:
         """The planner's predicted peak VRAM (bytes), when plan.json has one for a GPU run."""
-        if (self.plan or {}).get("device") == "cpu":
+        if self.on_cpu():
             return None  # a CPU plan's peak is host RAM, not VRAM
         return _num((self.plan or {}).get("predicted_peak_bytes"))
 

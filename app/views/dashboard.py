@@ -317,7 +317,7 @@ def headline_text(d: RunData) -> str:
     The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
     parts = []
     s = d.last_step
-    alive = d.is_alive()
+    alive = d.is_live()
     if s:
         parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
         eb = d.effective_batch()
@@ -335,13 +335,14 @@ def headline_text(d: RunData) -> str:
 
 
 def state_words(d: RunData) -> str:
-    """The run's state for people, true for dead runs too (a 'running' status with no live process
-    is a run that crashed or was killed: Resume continues it)."""
+    """The run's effective state (runstate's word, as the runs list and ``trainpilot-cli status`` say
+    it) and what Resume can do for it."""
     state = d.state
-    if d.run_dir is not None and state in ("starting", "running", "stopping") and not d.is_alive():
-        return "not running (ended without a final status; Resume continues from the last checkpoint)"
-    if state == "stopped":
-        return "stopped (Resume continues from the last checkpoint)"
+    rs = d.run_state
+    if rs is not None and rs.resumable:
+        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
+    if d.run_dir is not None and state in ("stopped", "failed"):
+        return f"{state} (no complete checkpoint to resume from)"
     return state
 
 

@@ -21,6 +21,7 @@ class RunList(QtWidgets.QTreeWidget):
         self.setUniformRowHeights(True)
         self.itemSelectionChanged.connect(self._on_selection)
         self._rows: tuple = ()
+        self._wanted: str | None = None  # a folder to select once a scan lists it
 
     def show_runs(self, rows: list[RunSummary]) -> None:
         """Replace the rows (keeps the selection; does nothing when unchanged)."""
@@ -34,20 +35,26 @@ class RunList(QtWidgets.QTreeWidget):
             item = QtWidgets.QTreeWidgetItem([Path(r.path).name, r.state, clock(r.started), r.progress])
             item.setData(0, QtCore.Qt.UserRole, r.path)
             item.setToolTip(0, r.path)
+            item.setToolTip(1, r.reason or "")  # why it differs from status.json (a killed supervisor)
             self.addTopLevelItem(item)
             if r.path == current:
                 item.setSelected(True)
         self.blockSignals(False)
         for col in range(4):
             self.resizeColumnToContents(col)
+        if self._wanted is not None:
+            self.select_path(self._wanted)
 
     def select_path(self, path: str) -> None:
-        """Select the row of ``path`` (emits ``selected``)."""
+        """Select the row of ``path`` (emits ``selected``); a folder not listed yet (the scan runs off
+        the GUI thread) is selected when a scan lists it."""
         for i in range(self.topLevelItemCount()):
             item = self.topLevelItem(i)
             if item.data(0, QtCore.Qt.UserRole) == path:
+                self._wanted = None
                 self.setCurrentItem(item)
                 return
+        self._wanted = path
 
     def current_path(self) -> str | None:
         """The selected run folder."""
@@ -57,4 +64,5 @@ class RunList(QtWidgets.QTreeWidget):
     def _on_selection(self) -> None:
         path = self.current_path()
         if path:
+            self._wanted = None
             self.selected.emit(path)

@@ -91,9 +91,10 @@ class RunView(QtWidgets.QWidget):
         self.model_bar.show_model(d.final_model())
         self._refresh_log(d)
         self.samples.refresh(d)
-        if d.failure:
+        self.try_it.follow(d.run_state)
+        err = d.error_text()
+        if err:
             tail = "\n".join(d.log_tail(8))
-            err = d.failure.get("error") or d.failure.get("message") or "the worker stopped with an error"
             self.failure.setText(f"Training failed: {err}\n\nLast log lines:\n{tail}")
             self.failure.show()
         else:

@@ -14,10 +14,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.ops.commands import Job
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
-from trainer.rundir.trained import training_pid
+from trainer.rundir.runstate import RunState, read_run_state
 
 BUSY_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: "
              "a second model on the same GPU could push the run out of memory.")
+NO_MODEL_TEXT = "No model yet: the first checkpoint appears after checkpoints.every_steps steps."
 
 
 class ChatStream(QtCore.QObject):
@@ -109,6 +110,8 @@ class TryItTab(QtWidgets.QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.run_dir: Path | None = None
+        self.training = False
+        self._followed: tuple | None = None  # the RunState facts the tab last showed
         self.streams: list[ChatStream] = []
         self.checkpoint = QtWidgets.QComboBox()
         self.max_tokens = QtWidgets.QSpinBox(minimum=1, maximum=4096, value=128)
@@ -149,29 +152,49 @@ class TryItTab(QtWidgets.QWidget):
 
     # -- binding --------------------------------------------------------------------------------
     def bind(self, run_dir: str | Path | None) -> None:
-        """Show the models of ``run_dir`` (None: nothing to try)."""
+        """Show ``run_dir`` (None: nothing to try). Its models and whether it trains arrive with
+        ``follow(run_state)``."""
         new = Path(run_dir) if run_dir else None
         if new != self.run_dir:
             self.stop()
             self.tuned.clear()
             self.base.clear()
             self.status.setText("")
-        self.run_dir = new
-        self._fill_checkpoints()
-
-    def _fill_checkpoints(self) -> None:
-        self.checkpoint.clear()
-        if self.run_dir is None:
+            self._followed = None
+            self.tuned.title.setText("<b>Tuned model</b>")
+            self.checkpoint.clear()
             self.send_button.setEnabled(False)
+        self.run_dir = new
+
+    def follow(self, rs: RunState | None) -> None:
+        """Follow the run's state (runstate): the models offered (final and every complete checkpoint,
+        the one chat loads by default first; the user's choice kept while it exists), and "Ask both"
+        enabled only while no process of the run trains, saying why when it is not."""
+        if self.run_dir is None or rs is None:
             return
-        final = self.run_dir / "final"
-        if (final / "config.json").is_file() or (final / "adapter_config.json").is_file():
+        key = (rs.alive, rs.state, rs.checkpoint, rs.model)
+        if key == self._followed:
+            return
+        self._followed = key
+        self.training = rs.alive
+        self._fill_models(rs)
+        if self.training:
+            self.status.setText(BUSY_TEXT)
+        elif not self.checkpoint.count():
+            self.status.setText(NO_MODEL_TEXT)
+        elif self.status.text() in (BUSY_TEXT, NO_MODEL_TEXT):
+            self.status.setText("")
+        self.send_button.setEnabled(self.checkpoint.count() > 0 and not self.training and not self.busy())
+
+    def _fill_models(self, rs: RunState) -> None:
+        chosen = self.checkpoint.currentData()
+        self.checkpoint.clear()
+        if rs.model is not None and rs.model.label == "final":
             self.checkpoint.addItem("final", "final")
         for ckpt in reversed(complete_checkpoints(self.run_dir / "checkpoints")):
             self.checkpoint.addItem(f"checkpoint {checkpoint_step(ckpt)}", str(checkpoint_step(ckpt)))
-        self.send_button.setEnabled(self.checkpoint.count() > 0)
-        if not self.checkpoint.count():
-            self.status.setText("No model yet: the first checkpoint appears after checkpoints.every_steps steps.")
+        keep = self.checkpoint.findData(chosen) if chosen is not None else -1
+        self.checkpoint.setCurrentIndex(keep if keep >= 0 else 0)
 
     # -- intents --------------------------------------------------------------------------------
     def send(self) -> bool:
@@ -179,11 +202,14 @@ class TryItTab(QtWidgets.QWidget):
         text = self.prompt.toPlainText().strip()
         if self.run_dir is None or not text or self.checkpoint.count() == 0:
             return False
-        if training_pid(self.run_dir) is not None:
-            self.status.setText(BUSY_TEXT)
+        rs = read_run_state(self.run_dir)  # a run may have been started from a terminal meanwhile
+        if rs.alive:
+            self._followed = None
+            self.follow(rs)
             return False
         self.stop()
         checkpoint = self.checkpoint.currentData()
+        self.tuned.title.setText(f"<b>Tuned model ({self.checkpoint.currentText()})</b>")
         self.streams = []
         for pane, base in ((self.tuned, False), (self.base, True)):
             pane.clear("loading the model…")
@@ -193,11 +219,16 @@ class TryItTab(QtWidgets.QWidget):
             stream.text.connect(pane.append)
             stream.done.connect(lambda r, p=pane: self._on_done(p, r))
             stream.failed.connect(lambda msg, p=pane: self._on_failed(p, msg))
-            stream.ended.connect(lambda: self.stop_button.setEnabled(self.busy()))
+            stream.ended.connect(self._stream_ended)
             self.streams.append(stream.start())
         self.status.setText("")
         self.stop_button.setEnabled(True)
+        self.send_button.setEnabled(False)
         return True
+
+    def _stream_ended(self) -> None:
+        self.stop_button.setEnabled(self.busy())
+        self.send_button.setEnabled(not self.busy() and not self.training and self.checkpoint.count() > 0)
 
     def stop(self) -> None:
         """End both generations now."""

@@ -43,7 +43,7 @@ def test_crashed_worker_shows_error_and_last_log_lines(qtbot, fixture_run):
     assert "illegal memory access" in text and "step 7/40 loss 2.30" in text and "Traceback" in text
     assert any("illegal memory access" in t for t in w.run_view.warnings.texts())
     assert "RuntimeError" in w.run_view.log.toPlainText()
-    assert w.act_resume.isEnabled() and not w.act_stop.isEnabled()
+    assert not w.act_resume.isEnabled() and not w.act_stop.isEnabled()  # no checkpoint to resume from
     assert settings.settings().value("last_run") == str(Path(run).resolve())
     assert str(Path(run).resolve()) in settings.extra_runs()
     qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 1, timeout=3000)

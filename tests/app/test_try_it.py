@@ -22,6 +22,7 @@ from app.views.learning_view import RunEndNotifier, SamplesView  # noqa: E402
 from app.model.run_data import RunData  # noqa: E402
 from app.views.try_it import BUSY_TEXT, TryItTab  # noqa: E402
 from trainer.rundir.events import EventWriter  # noqa: E402
+from trainer.rundir.runstate import read_run_state  # noqa: E402
 
 # The GUI thread only reads pipes; a stall this long means it blocked (seconds; generous for a
 # busy 2-core CI machine, where the children's torch threads compete for the cores).
@@ -53,6 +54,7 @@ def _tab(qtbot, run_dir) -> TryItTab:
     qtbot.addWidget(tab)
     tab.show()
     tab.bind(run_dir)
+    tab.follow(read_run_state(run_dir))
     return tab
 
 
