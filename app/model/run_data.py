@@ -12,7 +12,8 @@ and every button use), asked on the reader thread: when status.json or the event
 least once a second for liveness (a kill -9 changes no file).
 
 Gaps are drawn as gaps: a NaN point goes between telemetry samples more than ``GAP_S`` apart (the
-supervisor samples at 1 Hz while alive) and before the first step of each resumed attempt.
+supervisor samples at 1 Hz while alive; ``app.model.telemetry``, the one home of snapshot → series) and
+before the first step of each resumed attempt.
 """
 from __future__ import annotations
 
@@ -23,16 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from app.model.facts import first_gpu, is_throttled
 from app.model.series import Series
+from app.model.telemetry import GAP_S, GPU_FIELDS, Columns, TelemetryColumns  # noqa: F401 (GAP_S re-exported)
 from trainer.rundir import events as ev
 from trainer.rundir.runstate import RunState, read_run_state
 
 LOG_TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 1 << 20  # per read: ~1,000 telemetry lines, a few ms of parsing (off the GUI thread)
-GAP_S = 10.0  # telemetry samples further apart than this are separate stretches of the run
 STATE_EVERY_S = 1.0  # liveness is asked at least this often while a run is shown (seconds)
-TELE_COLUMNS = ("ram", "vram_used", "vram_total", "temp", "power", "power_limit", "util")
 
 
 @dataclass
@@ -47,13 +46,9 @@ class Batch:
     reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
     reward_accuracy: list = field(default_factory=list)
     reward_margin: list = field(default_factory=list)
-    tele_t: np.ndarray | None = None                   # telemetry times (gap rows: values NaN)
-    tele: dict = field(default_factory=dict)           # name → column aligned with tele_t
-    gpu_t: np.ndarray | None = None                    # times of samples that had a GPU
-    gpu: dict = field(default_factory=dict)
+    telemetry: Columns | None = None                   # new telemetry samples as columns
     events: list = field(default_factory=list)         # every non-step event, in order
     last_step: dict | None = None
-    last_snapshot: dict | None = None
     throttle_periods: list | None = None               # full list when it changed
     status: dict | None = None
     run_state: RunState | None = None                  # the effective state, when asked this read
@@ -62,7 +57,7 @@ class Batch:
 
     def empty(self) -> bool:
         """True when nothing new was read (status aside)."""
-        return not (self.step_x or self.events or self.tele_t is not None)
+        return not (self.step_x or self.events or self.telemetry is not None)
 
 
 class RunReader:
@@ -74,9 +69,8 @@ class RunReader:
         self._tele = ev.JsonlTail(run_dir / ev.TELEMETRY_FILE)
         self._attempts = 0
         self._break_pending = False
-        self._last_tele_t: float | None = None
         self._last_step_t: float | None = None
-        self._throttle: list[list] = []
+        self._columns = TelemetryColumns()
         self._plan_seen = False
         self._state_asked = 0.0  # time.monotonic() of the last runstate read
         self._state_status: dict | None = None
@@ -142,47 +136,9 @@ class RunReader:
         b.events.append(e)
 
     def _telemetry(self, b: Batch, snaps: list[dict]) -> None:
-        rows = []
-        for snap in snaps:
-            t = _num(snap.get("time"))
-            if t is None:
-                continue
-            gpu = first_gpu(snap)
-            host = snap.get("host") or {}
-            g = gpu or {}
-            rows.append((t, _nan(host.get("ram_available_bytes")), gpu is not None,
-                         _nan(g.get("memory_used_bytes")), _nan(g.get("memory_total_bytes")),
-                         _nan(g.get("temperature_c")), _nan(g.get("power_w")), _nan(g.get("power_limit_w")),
-                         _nan(g.get("utilization_pct"))))
-            b.last_snapshot = snap
-            if gpu is not None and self._track_throttle(t, is_throttled(gpu)):
-                b.throttle_periods = [list(p) for p in self._throttle]
-        if not rows:
-            return
-        arr = np.array(rows, dtype=np.float64)
-        t = arr[:, 0]
-        prev = np.concatenate(([self._last_tele_t if self._last_tele_t is not None else t[0]], t[:-1]))
-        breaks = t - prev > GAP_S
-        self._last_tele_t = float(t[-1])
-        arr = _insert_gap_rows(arr, breaks, prev)
-        b.tele_t = arr[:, 0]
-        b.tele = {"ram": arr[:, 1]}
-        g = arr[arr[:, 2] == 1]
-        if len(g):
-            b.gpu_t = g[:, 0]
-            b.gpu = {name: g[:, i] for i, name in enumerate(TELE_COLUMNS[1:], start=3)}
-        if self._throttle and self._throttle[-1][1] is None and b.throttle_periods is None:
-            b.throttle_periods = [list(p) for p in self._throttle]  # an open period grows with time
-
-    def _track_throttle(self, t: float, throttled: bool) -> bool:
-        open_period = bool(self._throttle) and self._throttle[-1][1] is None
-        if throttled and not open_period:
-            self._throttle.append([t, None])
-            return True
-        if not throttled and open_period:
-            self._throttle[-1][1] = t
-            return True
-        return False
+        b.telemetry = self._columns.parse(snaps)
+        if b.telemetry is not None and b.telemetry.throttle_changed:
+            b.throttle_periods = [list(p) for p in self._columns.throttle]
 
 
 class RunData:
@@ -200,6 +156,9 @@ class RunData:
         self.vram_used, self.vram_total = Series(), Series()
         self.temperature, self.power, self.power_limit, self.utilization = Series(), Series(), Series(), Series()
         self.host_ram_available = Series()
+        self.gpu_series = {"vram_used": self.vram_used, "vram_total": self.vram_total, "temp": self.temperature,
+                           "power": self.power, "power_limit": self.power_limit, "util": self.utilization}
+        assert set(self.gpu_series) == set(GPU_FIELDS)
         self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
         self.last_step: dict | None = None
         self.last_snapshot: dict | None = None
@@ -210,7 +169,7 @@ class RunData:
         self.plan: dict | None = None
         self.loaded = False  # True once the backlog present at opening has been read
         self.version = 0
-        self._last_machine_t: float | None = None
+        self._machine = TelemetryColumns()  # the GUI's own probe samples (the machine view)
 
     # -- reading --------------------------------------------------------------------------------
     def poll(self) -> bool:
@@ -244,14 +203,8 @@ class RunData:
             self.reward_margin.extend(b.reward_x, b.reward_margin)
         if b.tps_t:
             self.tokens_per_s.extend(b.tps_t, b.tps)
-        if b.tele_t is not None:
-            self.host_ram_available.extend(b.tele_t, b.tele["ram"])
-            self.last_snapshot = b.last_snapshot
-        if b.gpu_t is not None:
-            for series, name in ((self.vram_used, "vram_used"), (self.vram_total, "vram_total"),
-                                 (self.temperature, "temp"), (self.power, "power"),
-                                 (self.power_limit, "power_limit"), (self.utilization, "util")):
-                series.extend(b.gpu_t, b.gpu[name])
+        if b.telemetry is not None:
+            self._append_telemetry(b.telemetry)
         if b.throttle_periods is not None:
             self.throttle_periods = b.throttle_periods
         if not b.more:
@@ -270,34 +223,21 @@ class RunData:
         if kind != "plan":
             self.notices.append(e)
 
+    def _append_telemetry(self, cols: Columns) -> None:
+        self.host_ram_available.extend(cols.t, cols.ram)
+        self.last_snapshot = cols.last_snapshot
+        if cols.gpu_t is not None:
+            for name, series in self.gpu_series.items():
+                series.extend(cols.gpu_t, cols.gpu[name])
+
     def add_snapshot(self, snap: dict) -> None:
         """Append one ``MachineSnapshot.to_dict()`` from the GUI's own probe (the machine view)."""
-        t = _num(snap.get("time"))
-        if t is None:
+        cols = self._machine.parse([snap])
+        if cols is None:
             return
-        self.last_snapshot = snap
-        gap = self._last_machine_t is not None and t - self._last_machine_t > GAP_S
-        self._last_gap_t, self._last_machine_t = self._last_machine_t, t
-        host = snap.get("host") or {}
-        gpu = first_gpu(snap)
-        pairs = [(self.host_ram_available, host.get("ram_available_bytes"))]
-        if gpu is not None:
-            pairs += [(self.vram_used, gpu.get("memory_used_bytes")), (self.vram_total, gpu.get("memory_total_bytes")),
-                      (self.temperature, gpu.get("temperature_c")), (self.power, gpu.get("power_w")),
-                      (self.power_limit, gpu.get("power_limit_w")), (self.utilization, gpu.get("utilization_pct"))]
-        for series, value in pairs:
-            if gap:
-                series.append((t + self._last_gap_t) / 2, None)
-            series.append(t, _num(value))
-        if gpu is not None:
-            self._track_throttle(t, is_throttled(gpu))
-
-    def _track_throttle(self, t: float, throttled: bool) -> None:
-        open_period = self.throttle_periods and self.throttle_periods[-1][1] is None
-        if throttled and not open_period:
-            self.throttle_periods.append([t, None])
-        elif not throttled and open_period:
-            self.throttle_periods[-1][1] = t
+        self._append_telemetry(cols)
+        if cols.throttle_changed:
+            self.throttle_periods = [list(p) for p in self._machine.throttle]
 
     # -- derived --------------------------------------------------------------------------------
     @property
@@ -370,18 +310,6 @@ class RunData:
         if start > 0 and kept:
             kept = kept[1:]
         return [ln for ln in kept if ln.strip()][-lines:]
-
-
-def _insert_gap_rows(arr: np.ndarray, breaks: np.ndarray, prev_t: np.ndarray) -> np.ndarray:
-    """``arr`` with a gap row before each row where ``breaks`` is True: its time is the midpoint
-    of the gap (x stays finite and sorted for clip-to-view), every value NaN (the line breaks)."""
-    idx = np.flatnonzero(breaks)
-    if not len(idx):
-        return arr
-    rows = np.full((len(idx), arr.shape[1]), np.nan)
-    rows[:, 0] = (arr[idx, 0] + prev_t[idx]) / 2
-    rows[:, 2] = 1.0  # the gap belongs to the GPU columns too
-    return np.insert(arr, idx, rows, axis=0)
 
 
 def _num(v) -> float | None:

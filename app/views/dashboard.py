@@ -35,6 +35,11 @@ STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "rewa
 STAGE_POINTS = 20_000
 
 
+# chart → RunData.gpu_series name (app.model.telemetry.GPU_FIELDS), and the scale of an empty chart
+GPU_CHARTS = {"vram": "vram_used", "temp": "temp", "power": "power", "util": "util"}
+EMPTY_Y = {"vram": (0, 1), "temp": (0, 100), "power": (0, 100), "util": (0, 100)}
+
+
 def _pen(color: str, style=QtCore.Qt.SolidLine):
     return pg.mkPen(color=color, width=1, style=style)
 
@@ -159,8 +164,8 @@ class Dashboard(QtWidgets.QWidget):
         # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
         stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
             else [k for k, *_ in PLOTS]
-        series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization,
-                  "tps": d.tokens_per_s, "loss": d.loss, "lr": d.lr, "reward": d.reward_accuracy}
+        gpu_series = {chart: d.gpu_series[name] for chart, name in GPU_CHARTS.items()}
+        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr, reward=d.reward_accuracy)
         for name in stage:
             if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
                 self._range_from_zero("tps", d.tokens_per_s)
@@ -185,17 +190,7 @@ class Dashboard(QtWidgets.QWidget):
             if peak is not None:
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
-        gpu_series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization}
-        for name, series_ in gpu_series.items():  # a CPU run: say so, rather than draw empty GPU axes
-            title = TITLES[name] if len(series_) or d.run_dir is None else f"{TITLES[name]} (no GPU samples in this run)"
-            if self._changed(f"title-{name}", title):
-                self.plots[name].setTitle(title)
-        if self._changed("hot_line", bool(len(d.temperature))):
-            self.hot_line.setVisible(bool(len(d.temperature)))  # no 79.6–80.4 °C axis around a line alone
-            if len(d.temperature):
-                self.plots["temp"].enableAutoRange(axis="y")
-            else:
-                self.plots["temp"].setYRange(0, 100, padding=0)
+        self._gpu_titles_and_ranges(d, gpu_series)
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
@@ -204,6 +199,22 @@ class Dashboard(QtWidgets.QWidget):
             self.progress.setVisible(prog is not None)
             if prog is not None:
                 self.progress.set_progress(*prog)
+
+    def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
+        """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
+        get fixed neutral scales rather than the previous run's (no 79.6–80.4 °C axis around a lone line)."""
+        for name, series_ in gpu_series.items():
+            empty = d.run_dir is not None and not series_.has_values()
+            if not self._changed(f"empty-{name}", empty):
+                continue
+            self.plots[name].setTitle(f"{TITLES[name]} (no GPU samples in this run)" if empty else TITLES[name])
+            if empty:
+                self.plots[name].setYRange(*EMPTY_Y[name], padding=0)
+            elif name != "util":  # utilisation keeps its fixed 0-100 % scale
+                self.plots[name].enableAutoRange(axis="y")
+        has_temp = gpu_series["temp"].has_values()
+        if self._changed("hot_line", has_temp):
+            self.hot_line.setVisible(has_temp)
 
     def _changed(self, key: str, value) -> bool:
         if key in self._seen and self._seen[key] == value:
