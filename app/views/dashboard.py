@@ -29,6 +29,8 @@ PLOTS = (
 )
 
 TITLES = {key: title for key, title, *_ in PLOTS}
+# An empty GPU chart's title fits its column at 800×600: "GPU temp.: no GPU samples".
+SHORT_TITLES = dict(TITLES, temp="GPU temp.", util="GPU use")
 
 # The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
 STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
@@ -57,6 +59,9 @@ class Dashboard(QtWidgets.QWidget):
         self.headline = QtWidgets.QLabel("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        # A long headline must not set the window's minimum width (800×600 works): it is cut at the
+        # end, where the details are, and whole in its tooltip; the state comes first.
+        self.headline.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Fixed)
         self.graphs = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
@@ -92,6 +97,11 @@ class Dashboard(QtWidgets.QWidget):
             plot.setLimits(minXRange=60 if timed else 4)
             _fast_axes(plot)
             self.plots[key] = plot
+        layout = self.graphs.ci.layout
+        for col in (0, 1):  # two equal columns: a long title must not starve the other column (800×600)
+            layout.setColumnStretchFactor(col, 1)
+        for plot in self.plots.values():
+            narrow_titles(plot)
         colors = {"vram": "#1f77b4", "temp": "#d62728", "power": "#ff7f0e",
                   "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b", "reward": "#2ca02c"}
         for name, color in colors.items():
@@ -194,6 +204,7 @@ class Dashboard(QtWidgets.QWidget):
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
+            self.headline.setToolTip(text)
         prog = progress(d)
         if self._changed("progress", prog):
             self.progress.setVisible(prog is not None)
@@ -207,7 +218,7 @@ class Dashboard(QtWidgets.QWidget):
             empty = d.run_dir is not None and not series_.has_values()
             if not self._changed(f"empty-{name}", empty):
                 continue
-            self.plots[name].setTitle(f"{TITLES[name]} (no GPU samples in this run)" if empty else TITLES[name])
+            self.plots[name].setTitle(f"{SHORT_TITLES[name]}: no GPU samples" if empty else TITLES[name])
             if empty:
                 self.plots[name].setYRange(*EMPTY_Y[name], padding=0)
             elif name != "util":  # utilisation keeps its fixed 0-100 % scale
@@ -307,6 +318,25 @@ def throttle_outline(periods: list[list[float]], end_now: float | None):
     return x, y
 
 
+def narrow_titles(plot: pg.PlotItem) -> None:
+    """Keep the title's width from becoming the plot's minimum width (pyqtgraph's LabelItem.updateMin
+    makes it so on every text change): at 800×600 a long title would starve the other column of charts;
+    a title wider than its plot is cut instead."""
+    label = plot.titleLabel
+    update_min = type(label).updateMin
+
+    def update_min_without_width() -> None:
+        update_min(label)
+        hints = getattr(label, "_sizeHint", None)
+        if isinstance(hints, dict) and QtCore.Qt.SizeHint.MinimumSize in hints:
+            hints[QtCore.Qt.SizeHint.MinimumSize] = (0, hints[QtCore.Qt.SizeHint.MinimumSize][1])
+        label.setMinimumWidth(0)
+        label.updateGeometry()
+
+    label.updateMin = update_min_without_width
+    label.updateMin()
+
+
 def _fast_axes(plot: pg.PlotItem) -> None:
     """Axis text is the costliest part of a frame (measured: ~4 ms per axis offscreen). Cache each
     axis as a pixmap, redrawn only when its range moves, and give it a concrete font family so
@@ -324,7 +354,7 @@ def _fast_axes(plot: pg.PlotItem) -> None:
 
 
 def headline_text(d: RunData) -> str:
-    """'step 12 of 40 · effective batch 8 · ETA 1 min 3 s · running' for the dashboard's top line.
+    """'running · step 12 of 40 · effective batch 8 · ETA 1 min 3 s' for the dashboard's top line.
     The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
     parts = []
     s = d.last_step
@@ -341,8 +371,7 @@ def headline_text(d: RunData) -> str:
             parts.append(f"loss {s['loss']:.4g}")
     elif alive:
         parts.append("waiting for the first step")
-    parts.append(state_words(d))
-    return " · ".join(parts)
+    return " · ".join([state_words(d), *parts])
 
 
 def state_words(d: RunData) -> str:

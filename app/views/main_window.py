@@ -87,8 +87,10 @@ class MainWindow(QtWidgets.QMainWindow):
         split = QtWidgets.QSplitter()
         split.addWidget(self.run_list)
         split.addWidget(self.run_view)
-        split.setStretchFactor(1, 1)
-        split.setSizes([320, 900])
+        split.setStretchFactor(0, 1)  # a narrower window takes a quarter of the width from the list
+        split.setStretchFactor(1, 3)
+        split.setCollapsible(0, False)  # the runs list never vanishes at 800×600
+        split.setSizes([420, 860])
         central = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(central)
         lay.setContentsMargins(6, 6, 6, 6)

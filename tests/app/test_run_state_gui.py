@@ -78,7 +78,7 @@ def test_a_killed_run_reads_failed_everywhere_and_resumes_from_its_checkpoint(qt
     w._on_tick()
     headline = w.run_view.dashboard.headline.text()
     assert _row_state(w, run) == "failed" == _cli_state(run)
-    assert headline.endswith("failed (Resume continues from checkpoint 16)"), headline
+    assert headline.startswith("failed (Resume continues from checkpoint 16) · step 24 of 24"), headline
     assert w.state_label.text() == f"{run.name}: failed"
     assert "killed or crashed" in w.run_view.failure.text()
     assert w.act_resume.isEnabled() and not w.act_stop.isEnabled()
