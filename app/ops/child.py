@@ -8,10 +8,12 @@ stdout emitted as it arrives (``line``), one ``done(exit_code, stdout, stderr)``
 ``failed(message)`` carrying the CLI's own error message when it failed (not when cancelled), and a
 ``cancel()`` that kills the whole process tree: ``QProcess.kill()`` kills only the parent, so the child
 starts in a new session (POSIX) and the session's process group is killed, or (Windows) every
-descendant psutil finds is killed with it.
+descendant psutil finds is killed with it. A child still running when its owner is deleted (a dialog
+closed, the wizard gone) takes its process group with it too (POSIX), not only its direct child.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -90,6 +92,9 @@ class ChildProcess(QtCore.QObject):
         self._pending = b""
         self.exit_code: int | None = None
         self.cancelled = False
+        self._group = {"pid": 0}  # the running child's process group; outlives self for the destroyed hook
+        self.proc.started.connect(lambda: self._group.update(pid=int(self.proc.processId() or 0)))
+        self.destroyed.connect(functools.partial(_kill_group, self._group))
 
     # -- intents --------------------------------------------------------------------------------
     def start(self) -> "ChildProcess":
@@ -161,6 +166,7 @@ class ChildProcess(QtCore.QObject):
             del self._err[:-STDERR_KEEP_BYTES]
 
     def _finished(self, code: int, _status) -> None:
+        self._group["pid"] = 0
         self._read_stdout()
         if self._pending.strip():  # a last line without a newline
             msgs, _ = json_lines(self._pending + b"\n")
@@ -182,6 +188,18 @@ class ChildProcess(QtCore.QObject):
         if code != 0 and not self.cancelled:
             self.failed.emit(self.error_text())
         self.done.emit(code, self.stdout, self.stderr)
+
+
+def _kill_group(group: dict, *_args) -> None:
+    """Kill the process group of a child whose owner was deleted while it ran (POSIX; elsewhere
+    QProcess's own kill of the direct child is all there is)."""
+    pid = group.get("pid") or 0
+    group["pid"] = 0
+    if pid and os.name == "posix":
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _tree(pid: int) -> list:

@@ -91,3 +91,18 @@ def test_error_message_prefers_the_cli_line_then_the_last_lines():
     assert error_message(err, 2) == "trainpilot-cli: error: the following arguments are required: --to"
     assert error_message("trainpilot: loaded the model\nboom\n", 1) == "boom"
     assert error_message("", 3) == "exit code 3"
+
+
+def test_deleting_the_owner_of_a_running_child_ends_its_whole_tree(qtbot):
+    import shiboken6
+    from PySide6 import QtCore
+
+    owner = QtCore.QObject()
+    child = ChildProcess([sys.executable, "-c", TREE], parent=owner)
+    seen = _record(child)
+    child.start()
+    qtbot.waitUntil(lambda: bool(seen["lines"]), timeout=30000)
+    grandchild = psutil.Process(seen["lines"][0]["grandchild"])
+    shiboken6.delete(owner)  # a dialog closed with its child still running
+    gone, alive = psutil.wait_procs([grandchild], timeout=10)
+    assert alive == [], "the grandchild outlived its owner"
