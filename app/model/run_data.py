@@ -265,7 +265,11 @@ class RunData:
         rs = self.run_state
         if rs is None or rs.state != "failed":
             return None
-        return rs.error or rs.reason or "the worker stopped with an error"
+        if rs.error:
+            return rs.error
+        if rs.crashed:  # the GUI's own words: what Resume can do is said beside it, only when it can
+            return f"its processes are gone (killed or crashed) while it was {rs.recorded_state}"
+        return rs.reason or "the worker stopped with an error"
 
     def final_model(self) -> Path | None:
         """``<run>/final`` when the run finished and wrote its model there, else None."""

@@ -97,7 +97,9 @@ class MainWindow(QtWidgets.QMainWindow):
         lay.addWidget(self.header)
         lay.addWidget(split, 1)
         self.setCentralWidget(central)
-        self.resize(1280, 820)
+        screen = QtGui.QGuiApplication.primaryScreen()
+        room = screen.availableGeometry().size() if screen is not None else QtCore.QSize(1280, 820)
+        self.resize(min(1280, room.width()), min(820, room.height()))  # the status bar stays on a 1280×800 screen
         self.state_label = QtWidgets.QLabel()  # the selected run's state, as the runs list and the CLI say it
         self.state_label.setObjectName("run_state")
         self.statusBar().addPermanentWidget(self.state_label)

@@ -95,7 +95,9 @@ class RunView(QtWidgets.QWidget):
         err = d.error_text()
         if err:
             tail = "\n".join(d.log_tail(8))
-            self.failure.setText(f"Training failed: {err}\n\nLast log lines:\n{tail}")
+            then = (f" Resume continues from checkpoint {d.run_state.checkpoint_step}." if d.resumable() else
+                    " There is no complete checkpoint to resume from.")
+            self.failure.setText(f"Training failed: {err}.{then}\n\nLast log lines:\n{tail}")
             self.failure.show()
         else:
             self.failure.hide()
