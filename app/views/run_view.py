@@ -131,6 +131,8 @@ class ModelBar(QtWidgets.QFrame):
         self.path: str | None = None
         self.label = QtWidgets.QLabel()
         self.label.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        # A long model path must not widen the window past 800 px: it is cut, and whole in the tooltip.
+        self.label.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Preferred)
         self.open_button = QtWidgets.QPushButton("Open folder", clicked=self._open)
         self.buttons: dict[str, QtWidgets.QPushButton] = {}
         lay = QtWidgets.QHBoxLayout(self)
@@ -158,6 +160,7 @@ class ModelBar(QtWidgets.QFrame):
         self.setVisible(path is not None)
         if path is not None:
             self.label.setText(f"<b>Your model:</b> {path}")
+            self.label.setToolTip(path)
 
     def _open(self) -> None:
         if self.path:
