@@ -23,6 +23,7 @@ from app.model.run_data import RunData  # noqa: E402
 from app.views.try_it import BUSY_TEXT, TryItTab  # noqa: E402
 from trainer.rundir.events import EventWriter  # noqa: E402
 from trainer.rundir.runstate import read_run_state  # noqa: E402
+from trainer.supervisor import runlock  # noqa: E402
 
 # The GUI thread only reads pipes; a stall this long means it blocked (seconds; generous for a
 # busy 2-core CI machine, where the children's torch threads compete for the cores).
@@ -106,8 +107,10 @@ def test_refuses_politely_while_the_run_is_training(qtbot, runs, tmp_path):
     run = tmp_path / "busy"
     shutil.copytree(runs["full"], run)
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    runlock.hold(run)  # a live supervisor holds its folder's lock: this process stands in for it
     tab = _tab(qtbot, run)
     tab.prompt.setPlainText("hello")
+    assert not tab.send_button.isEnabled() and tab.status.text() == BUSY_TEXT  # said before anyone clicks
     assert tab.send() is False
     assert tab.status.text() == BUSY_TEXT and tab.streams == [] and tab.tuned.text() == ""
 
