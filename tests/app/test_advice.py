@@ -100,3 +100,15 @@ def test_a_cpu_run_shows_no_gpu_warnings(fixture_run):
     assert advice.collect(data, hot) == []
     machine = RunData(None)  # the same snapshot with no run selected: the GPU warnings are shown
     assert {"vram", "heat", "app:4242"} <= {a.key for a in advice.collect(machine, hot)}
+
+
+def test_replaced_warnings_leave_no_ghost_rows(qtbot):
+    view = WarningsView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    view.show_advice([advice.Advice("a", "info", "first"), advice.Advice("b", "warning", "second")])
+    old_rows = [view._lay.itemAt(i).widget() for i in range(view._lay.count() - 1)]
+    qtbot.waitUntil(lambda: all(row.isVisible() for row in old_rows), timeout=5000)
+    view.show_advice([advice.Advice("c", "info", "third")])  # before the deferred deletes run
+    assert old_rows and not any(row.isVisible() for row in old_rows)
