@@ -158,7 +158,7 @@ def main_window_shots(app, window, out: Path, tmp: Path, run_dir: str | None) ->
         dialog = ExportDialog(run_dir, parent=window, target=str(tmp / "export"))
         dialog.show()
         dialog.export()
-        _wait(app, lambda: dialog.copy_button.isEnabled() or "failed" in dialog.result.text(), 60000)
+        _wait(app, lambda: dialog.copy_button.isEnabled() or not dialog.problem.isHidden(), 60000)
         dialog.grab().save(str(out / "export.png"))
 
 

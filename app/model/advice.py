@@ -1,7 +1,8 @@
 """Warnings that each say what to do, computed from a run's data and a hardware snapshot (no Qt).
 
 Inputs are plain dicts (``MachineSnapshot.to_dict()`` shape) so telemetry lines and the GUI's own
-probe feed the same rules.
+probe feed the same rules. Every warning the run itself wrote (``warning`` events of any code, ``oom``,
+``retry``) is listed too; a run on the CPU gets no GPU warnings (the GPU is not what it uses).
 """
 from __future__ import annotations
 
@@ -39,25 +40,53 @@ def collect(data: RunData | None, snapshot: dict | None, run_pids: set[int] = fr
     """Every warning that applies now, most severe first."""
     snap = snapshot or (data.last_snapshot if data else None)
     out: list[Advice] = []
-    if data is not None and data.failure:
+    if data is not None and data.error_text():
         out.append(failure_advice(data))
-    gpu = first_gpu(snap)
+    on_gpu = data is None or not data.on_cpu()
+    gpu = first_gpu(snap) if on_gpu else None
     if gpu is not None:
         out += other_apps(gpu, run_pids)
         out += vram_and_heat(gpu)
     if data is not None:
+        out += run_events(data.notices)
         out += host_ram(data, snap)
-        out += spill(data)
-        out += low_util(data)
+        if on_gpu:
+            out += spill(data)
+            out += low_util(data)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda a: order.get(a.level, 3))
 
 
 def failure_advice(data: RunData) -> Advice:
-    """The crash message plus how to continue."""
-    err = data.failure.get("error") or data.failure.get("message") or "the worker stopped with an error"
-    return Advice("failed", "error", f"Training failed: {err}. See the log below; fix the cause, then Resume "
-                  "continues from the last checkpoint.")
+    """The crash message plus how to continue (Resume only when there is a checkpoint to resume from)."""
+    then = ("then Resume continues from the last complete checkpoint." if data.resumable() else
+            "then start it again: it has no complete checkpoint to resume from.")
+    return Advice("failed", "error", f"Training failed: {data.error_text()}. See the Log tab; fix the cause, {then}")
+
+
+def run_events(notices: list[dict]) -> list[Advice]:
+    """One Advice per distinct warning the run wrote: ``warning`` events (any code), ``oom``, ``retry``."""
+    out, seen = [], set()
+    for e in notices:
+        advice = _event_advice(e)
+        if advice is not None and (advice.key, advice.text) not in seen:
+            seen.add((advice.key, advice.text))
+            out.append(advice)
+    return out
+
+
+def _event_advice(e: dict) -> Advice | None:
+    kind = e.get("type")
+    if kind == "warning":
+        code = str(e.get("code") or "warning")
+        return Advice(f"event:{code}", "warning", str(e.get("message") or code.replace("_", " ")))
+    if kind == "oom":
+        return Advice("event:oom", "warning", f"Out of GPU memory: {e.get('message') or 'the worker ran out'}.")
+    if kind == "retry":
+        why = e.get("why") or e.get("reason") or "a recoverable failure"
+        return Advice(f"event:retry:{e.get('attempt')}", "info", f"Attempt {e.get('attempt') or '?'} started "
+                      f"automatically after {why}.")
+    return None
 
 
 def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:

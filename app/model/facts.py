@@ -1,5 +1,6 @@
-"""Small facts from snapshot dicts and the process table (standard library + psutil only, so the
-window can show before numpy and pyqtgraph are imported)."""
+"""Small facts from snapshot dicts (standard library only, so the window can show before numpy and
+pyqtgraph are imported). Whether a run's processes live is runstate's question
+(``trainer.rundir.runstate``), not answered here."""
 from __future__ import annotations
 
 # Throttle reasons that mean the GPU is slowed down by heat or power, not merely idle.
@@ -16,15 +17,3 @@ def is_throttled(gpu: dict | None) -> bool:
     """True when the GPU reports a thermal, power-cap or hardware slowdown."""
     reasons = (gpu or {}).get("throttle_reasons") or ()
     return any(w in str(r).lower() for r in reasons for w in SLOWDOWN_WORDS)
-
-
-def pid_alive(pid) -> bool:
-    """True when ``pid`` is a running (non-zombie) process."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False

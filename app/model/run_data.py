@@ -7,25 +7,31 @@ thread) appends those columns to the series the dashboard binds to, which costs 
 ``RunData.poll()`` does both at once for scripts and tests. Telemetry lines are
 ``MachineSnapshot.to_dict()`` objects.
 
+The run's state is ``trainer.rundir.runstate``'s answer (the one ``trainpilot-cli status``, the runs list
+and every button use), asked on the reader thread: when status.json or the events changed, and at
+least once a second for liveness (a kill -9 changes no file).
+
 Gaps are drawn as gaps: a NaN point goes between telemetry samples more than ``GAP_S`` apart (the
-supervisor samples at 1 Hz while alive) and before the first step of each resumed attempt.
+supervisor samples at 1 Hz while alive; ``app.model.telemetry``, the one home of snapshot → series) and
+before the first step of each resumed attempt.
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from app.model.facts import first_gpu, is_throttled, pid_alive  # noqa: F401 (pid_alive re-exported)
 from app.model.series import Series
+from app.model.telemetry import GAP_S, GPU_FIELDS, Columns, TelemetryColumns  # noqa: F401 (GAP_S re-exported)
 from trainer.rundir import events as ev
+from trainer.rundir.runstate import RunState, read_run_state
 
 LOG_TAIL_BYTES = 64 * 1024
 CHUNK_BYTES = 1 << 20  # per read: ~1,000 telemetry lines, a few ms of parsing (off the GUI thread)
-GAP_S = 10.0  # telemetry samples further apart than this are separate stretches of the run
-TELE_COLUMNS = ("ram", "vram_used", "vram_total", "temp", "power", "power_limit", "util")
+STATE_EVERY_S = 1.0  # liveness is asked at least this often while a run is shown (seconds)
 
 
 @dataclass
@@ -40,21 +46,18 @@ class Batch:
     reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
     reward_accuracy: list = field(default_factory=list)
     reward_margin: list = field(default_factory=list)
-    tele_t: np.ndarray | None = None                   # telemetry times (gap rows: values NaN)
-    tele: dict = field(default_factory=dict)           # name → column aligned with tele_t
-    gpu_t: np.ndarray | None = None                    # times of samples that had a GPU
-    gpu: dict = field(default_factory=dict)
+    telemetry: Columns | None = None                   # new telemetry samples as columns
     events: list = field(default_factory=list)         # every non-step event, in order
     last_step: dict | None = None
-    last_snapshot: dict | None = None
     throttle_periods: list | None = None               # full list when it changed
     status: dict | None = None
+    run_state: RunState | None = None                  # the effective state, when asked this read
     plan: dict | None = None
     more: bool = False                                 # a backlog remains: read again soon
 
     def empty(self) -> bool:
         """True when nothing new was read (status aside)."""
-        return not (self.step_x or self.events or self.tele_t is not None)
+        return not (self.step_x or self.events or self.telemetry is not None)
 
 
 class RunReader:
@@ -66,10 +69,11 @@ class RunReader:
         self._tele = ev.JsonlTail(run_dir / ev.TELEMETRY_FILE)
         self._attempts = 0
         self._break_pending = False
-        self._last_tele_t: float | None = None
         self._last_step_t: float | None = None
-        self._throttle: list[list] = []
+        self._columns = TelemetryColumns()
         self._plan_seen = False
+        self._state_asked = 0.0  # time.monotonic() of the last runstate read
+        self._state_status: dict | None = None
 
     def read(self, max_bytes: int = CHUNK_BYTES) -> Batch:
         """At most ``max_bytes`` of each file, parsed into a Batch (``more`` when a backlog remains)."""
@@ -83,7 +87,17 @@ class RunReader:
             b.plan = ev.read_json(self.run_dir / "plan.json")
             self._plan_seen = b.plan is not None
         b.more = self._backlog(self._events) or self._backlog(self._tele)
+        if not b.more:
+            b.run_state = self._ask_state(b)
         return b
+
+    def _ask_state(self, b: Batch) -> RunState | None:
+        """runstate's answer when something it reads changed or a second has passed, else None."""
+        now = time.monotonic()
+        if b.status == self._state_status and not b.events and not b.step_x and now - self._state_asked < STATE_EVERY_S:
+            return None
+        self._state_asked, self._state_status = now, b.status
+        return read_run_state(self.run_dir)
 
     @staticmethod
     def _backlog(tail: ev.JsonlTail) -> bool:
@@ -122,47 +136,9 @@ class RunReader:
         b.events.append(e)
 
     def _telemetry(self, b: Batch, snaps: list[dict]) -> None:
-        rows = []
-        for snap in snaps:
-            t = _num(snap.get("time"))
-            if t is None:
-                continue
-            gpu = first_gpu(snap)
-            host = snap.get("host") or {}
-            g = gpu or {}
-            rows.append((t, _nan(host.get("ram_available_bytes")), gpu is not None,
-                         _nan(g.get("memory_used_bytes")), _nan(g.get("memory_total_bytes")),
-                         _nan(g.get("temperature_c")), _nan(g.get("power_w")), _nan(g.get("power_limit_w")),
-                         _nan(g.get("utilization_pct"))))
-            b.last_snapshot = snap
-            if gpu is not None and self._track_throttle(t, is_throttled(gpu)):
-                b.throttle_periods = [list(p) for p in self._throttle]
-        if not rows:
-            return
-        arr = np.array(rows, dtype=np.float64)
-        t = arr[:, 0]
-        prev = np.concatenate(([self._last_tele_t if self._last_tele_t is not None else t[0]], t[:-1]))
-        breaks = t - prev > GAP_S
-        self._last_tele_t = float(t[-1])
-        arr = _insert_gap_rows(arr, breaks, prev)
-        b.tele_t = arr[:, 0]
-        b.tele = {"ram": arr[:, 1]}
-        g = arr[arr[:, 2] == 1]
-        if len(g):
-            b.gpu_t = g[:, 0]
-            b.gpu = {name: g[:, i] for i, name in enumerate(TELE_COLUMNS[1:], start=3)}
-        if self._throttle and self._throttle[-1][1] is None and b.throttle_periods is None:
-            b.throttle_periods = [list(p) for p in self._throttle]  # an open period grows with time
-
-    def _track_throttle(self, t: float, throttled: bool) -> bool:
-        open_period = bool(self._throttle) and self._throttle[-1][1] is None
-        if throttled and not open_period:
-            self._throttle.append([t, None])
-            return True
-        if not throttled and open_period:
-            self._throttle[-1][1] = t
-            return True
-        return False
+        b.telemetry = self._columns.parse(snaps)
+        if b.telemetry is not None and b.telemetry.throttle_changed:
+            b.throttle_periods = [list(p) for p in self._columns.throttle]
 
 
 class RunData:
@@ -180,18 +156,20 @@ class RunData:
         self.vram_used, self.vram_total = Series(), Series()
         self.temperature, self.power, self.power_limit, self.utilization = Series(), Series(), Series(), Series()
         self.host_ram_available = Series()
+        self.gpu_series = {"vram_used": self.vram_used, "vram_total": self.vram_total, "temp": self.temperature,
+                           "power": self.power, "power_limit": self.power_limit, "util": self.utilization}
+        assert set(self.gpu_series) == set(GPU_FIELDS)
         self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
         self.last_step: dict | None = None
         self.last_snapshot: dict | None = None
-        self.failure: dict | None = None
-        self.finished: dict | None = None
         self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
         self.started: float | None = None
         self.status: dict | None = None
+        self.run_state: RunState | None = None  # runstate's answer; None until first read (or the machine)
         self.plan: dict | None = None
         self.loaded = False  # True once the backlog present at opening has been read
         self.version = 0
-        self._last_machine_t: float | None = None
+        self._machine = TelemetryColumns()  # the GUI's own probe samples (the machine view)
 
     # -- reading --------------------------------------------------------------------------------
     def poll(self) -> bool:
@@ -208,8 +186,10 @@ class RunData:
 
     def apply(self, b: Batch) -> bool:
         """Append a Batch read by ``self.reader`` (cheap: numpy copies). True when anything changed."""
-        status_changed = b.status != self.status
+        status_changed = b.status != self.status or (b.run_state is not None and b.run_state != self.run_state)
         self.status = b.status
+        if b.run_state is not None:
+            self.run_state = b.run_state
         if b.plan is not None:
             self.plan = b.plan
         for e in b.events:
@@ -223,14 +203,8 @@ class RunData:
             self.reward_margin.extend(b.reward_x, b.reward_margin)
         if b.tps_t:
             self.tokens_per_s.extend(b.tps_t, b.tps)
-        if b.tele_t is not None:
-            self.host_ram_available.extend(b.tele_t, b.tele["ram"])
-            self.last_snapshot = b.last_snapshot
-        if b.gpu_t is not None:
-            for series, name in ((self.vram_used, "vram_used"), (self.vram_total, "vram_total"),
-                                 (self.temperature, "temp"), (self.power, "power"),
-                                 (self.power_limit, "power_limit"), (self.utilization, "util")):
-                series.extend(b.gpu_t, b.gpu[name])
+        if b.telemetry is not None:
+            self._append_telemetry(b.telemetry)
         if b.throttle_periods is not None:
             self.throttle_periods = b.throttle_periods
         if not b.more:
@@ -244,72 +218,73 @@ class RunData:
         kind, t = e["type"], _num(e.get("time"))
         if kind == "run_started":
             self.started = self.started or t
-            self.failure = None  # a resumed attempt supersedes an earlier crash
-            self.finished = None
         elif kind == "plan" and isinstance(e.get("plan"), dict):
             self.plan = e["plan"]
-        elif kind == "failed":
-            self.failure = e
-        elif kind == "finished":
-            self.finished = e
         if kind != "plan":
             self.notices.append(e)
 
+    def _append_telemetry(self, cols: Columns) -> None:
+        self.host_ram_available.extend(cols.t, cols.ram)
+        self.last_snapshot = cols.last_snapshot
+        if cols.gpu_t is not None:
+            for name, series in self.gpu_series.items():
+                series.extend(cols.gpu_t, cols.gpu[name])
+
     def add_snapshot(self, snap: dict) -> None:
         """Append one ``MachineSnapshot.to_dict()`` from the GUI's own probe (the machine view)."""
-        t = _num(snap.get("time"))
-        if t is None:
+        cols = self._machine.parse([snap])
+        if cols is None:
             return
-        self.last_snapshot = snap
-        gap = self._last_machine_t is not None and t - self._last_machine_t > GAP_S
-        self._last_gap_t, self._last_machine_t = self._last_machine_t, t
-        host = snap.get("host") or {}
-        gpu = first_gpu(snap)
-        pairs = [(self.host_ram_available, host.get("ram_available_bytes"))]
-        if gpu is not None:
-            pairs += [(self.vram_used, gpu.get("memory_used_bytes")), (self.vram_total, gpu.get("memory_total_bytes")),
-                      (self.temperature, gpu.get("temperature_c")), (self.power, gpu.get("power_w")),
-                      (self.power_limit, gpu.get("power_limit_w")), (self.utilization, gpu.get("utilization_pct"))]
-        for series, value in pairs:
-            if gap:
-                series.append((t + self._last_gap_t) / 2, None)
-            series.append(t, _num(value))
-        if gpu is not None:
-            self._track_throttle(t, is_throttled(gpu))
-
-    def _track_throttle(self, t: float, throttled: bool) -> None:
-        open_period = self.throttle_periods and self.throttle_periods[-1][1] is None
-        if throttled and not open_period:
-            self.throttle_periods.append([t, None])
-        elif not throttled and open_period:
-            self.throttle_periods[-1][1] = t
+        self._append_telemetry(cols)
+        if cols.throttle_changed:
+            self.throttle_periods = [list(p) for p in self._machine.throttle]
 
     # -- derived --------------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """The status state, 'failed' when a failed event came last, else 'unknown'."""
-        if self.status and self.status.get("state"):
-            return str(self.status["state"])
+        """The run's effective state (runstate: status.json and liveness); 'unknown' before the first
+        read; for the machine view, 'machine (no run selected)'."""
         if self.run_dir is None:
             return "machine (no run selected)"
-        if self.failure:
-            return "failed"
-        return "finished" if self.finished else "unknown"
+        return self.run_state.state if self.run_state is not None else "unknown"
 
     def is_alive(self) -> bool:
-        """True when status.json names a live supervisor pid in a live state."""
-        return self.state in ("starting", "running", "stopping") and pid_alive((self.status or {}).get("pid"))
+        """True while a process of the run (its supervisor or its worker) is alive."""
+        return self.run_state is not None and self.run_state.alive
+
+    def is_live(self) -> bool:
+        """True while the run is effectively starting, running or stopping (Stop means something)."""
+        return self.run_state is not None and self.run_state.live
+
+    def resumable(self) -> bool:
+        """True when Resume can continue the run: nothing of it alive, not finished, a checkpoint."""
+        return self.run_state is not None and self.run_state.resumable
+
+    def error_text(self) -> str | None:
+        """Why the run failed (the failed event's message, or why a killed run reads failed), else None."""
+        rs = self.run_state
+        if rs is None or rs.state != "failed":
+            return None
+        if rs.error:
+            return rs.error
+        if rs.crashed:  # the GUI's own words: what Resume can do is said beside it, only when it can
+            return f"its processes are gone (killed or crashed) while it was {rs.recorded_state}"
+        return rs.reason or "the worker stopped with an error"
 
     def final_model(self) -> Path | None:
         """``<run>/final`` when the run finished and wrote its model there, else None."""
-        if self.run_dir is None or self.state != "finished":
+        rs = self.run_state
+        if rs is None or rs.state != "finished" or rs.model is None or rs.model.label != "final":
             return None
-        path = self.run_dir / "final"
-        return path if path.is_dir() else None
+        return rs.model.path
+
+    def on_cpu(self) -> bool:
+        """True for a run planned for the CPU (its GPU samples, if any, are not the run's)."""
+        return (self.plan or {}).get("device") == "cpu"
 
     def predicted_peak_bytes(self) -> float | None:
         """The planner's predicted peak VRAM (bytes), when plan.json has one for a GPU run."""
-        if (self.plan or {}).get("device") == "cpu":
+        if self.on_cpu():
             return None  # a CPU plan's peak is host RAM, not VRAM
         return _num((self.plan or {}).get("predicted_peak_bytes"))
 
@@ -339,18 +314,6 @@ class RunData:
         if start > 0 and kept:
             kept = kept[1:]
         return [ln for ln in kept if ln.strip()][-lines:]
-
-
-def _insert_gap_rows(arr: np.ndarray, breaks: np.ndarray, prev_t: np.ndarray) -> np.ndarray:
-    """``arr`` with a gap row before each row where ``breaks`` is True: its time is the midpoint
-    of the gap (x stays finite and sorted for clip-to-view), every value NaN (the line breaks)."""
-    idx = np.flatnonzero(breaks)
-    if not len(idx):
-        return arr
-    rows = np.full((len(idx), arr.shape[1]), np.nan)
-    rows[:, 0] = (arr[idx, 0] + prev_t[idx]) / 2
-    rows[:, 2] = 1.0  # the gap belongs to the GPU columns too
-    return np.insert(arr, idx, rows, axis=0)
 
 
 def _num(v) -> float | None:

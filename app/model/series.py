@@ -69,5 +69,9 @@ class Series:
                 return float(self._y[i])
         return None
 
+    def has_values(self) -> bool:
+        """True when at least one y is a number (a series of gap rows only has none)."""
+        return self.n > 0 and (not self.has_nan or not bool(np.isnan(self._y[: self.n]).all()))
+
     def __len__(self) -> int:
         return self.n

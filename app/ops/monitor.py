@@ -50,6 +50,7 @@ class Monitor(QtCore.QObject):
         self.current = None
         self._pool = own_pool(1)
         self._reads = Latest(self._read_done, self._read_failed, self, pool=self._pool)
+        self._scans = Latest(self.runs.emit, lambda _exc: None, self, pool=own_pool(1))  # retried next scan
         self._reading = None  # the RunData whose read is in flight
         self._tick = QtCore.QTimer(self, interval=TICK_MS, timeout=self._on_tick)
         self._scan = QtCore.QTimer(self, interval=SCAN_MS, timeout=self.rescan)
@@ -90,8 +91,9 @@ class Monitor(QtCore.QObject):
         self.machine.version += 1
 
     def rescan(self) -> None:
-        """Re-read the run list (status files and first event lines only)."""
-        self.runs.emit(run_index.scan(settings.runs_dir(), settings.extra_runs()))
+        """Re-read the run list off the GUI thread (each run's state from runstate); ``runs`` brings it."""
+        runs_dir, extra = settings.runs_dir(), settings.extra_runs()
+        self._scans.submit(lambda: _background(lambda: run_index.scan(runs_dir, extra)))
 
     def wait_loaded(self, timeout_ms: int = 10000) -> bool:
         """Process events until the selected run's backlog is read (tests and scripts)."""

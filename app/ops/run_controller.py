@@ -16,9 +16,9 @@ from PySide6 import QtCore
 from app.ops import settings
 from app.ops.background import Latest
 from app.ops.commands import cli_args
-from app.model.facts import pid_alive
 from trainer.core.processes import end_process, kill_tree
 from trainer.rundir import events as ev
+from trainer.rundir.runstate import read_run_state
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
 TREE_CACHE_S = 3.0  # walking the process table costs milliseconds: not on every 4 Hz tick
@@ -120,25 +120,25 @@ class RunController(QtCore.QObject):
 
     # -- queries --------------------------------------------------------------------------------
     def supervisor_pid(self, run_dir: str) -> int | None:
-        """The live supervisor: our child, or the pid in status.json (a re-attached run)."""
+        """The live supervisor: our child, or the one runstate finds (a re-attached run)."""
         child = self.children.get(run_dir)
         if child and child[0].poll() is None:
             return child[0].pid
-        pid = (ev.read_status(run_dir) or {}).get("pid")
-        return pid if pid_alive(pid) else None
+        return read_run_state(run_dir).pid
 
-    def tree_pids(self, run_dir: str, max_age_s: float = TREE_CACHE_S) -> list[int]:
-        """The supervisor's pid and all its descendants' (for 'is this GPU process ours'),
-        at most ``max_age_s`` seconds old."""
+    def tree_pids(self, run_dir: str, known_pid: int | None = None, max_age_s: float = TREE_CACHE_S) -> list[int]:
+        """The supervisor's pid and all its descendants' (for 'is this GPU process ours'), at most
+        ``max_age_s`` seconds old. ``known_pid``: the supervisor's pid as the caller's RunState has it
+        (saves asking runstate on the GUI thread); None asks."""
         cached = self._trees.get(run_dir)
         if cached and time.monotonic() - cached[0] < max_age_s:
             return cached[1]
-        pids = self._walk_tree(run_dir)
+        pids = self._walk_tree(run_dir, known_pid)
         self._trees[run_dir] = (time.monotonic(), pids)
         return pids
 
-    def _walk_tree(self, run_dir: str) -> list[int]:
-        pid = self.supervisor_pid(run_dir)
+    def _walk_tree(self, run_dir: str, known_pid: int | None) -> list[int]:
+        pid = known_pid if known_pid is not None else self.supervisor_pid(run_dir)
         if pid is None:
             return []
         try:
@@ -161,9 +161,9 @@ class RunController(QtCore.QObject):
         child = self.children.get(run_dir)
         if child and child[0].poll() is None:
             return f"{Path(run_dir).name} is already starting or running (pid {child[0].pid})."
-        status = ev.read_status(run_dir) or {}
-        if status.get("state") in ("starting", "running", "stopping") and pid_alive(status.get("pid")):
-            return f"{Path(run_dir).name} is already running (pid {status['pid']}); stop it first."
+        rs = read_run_state(run_dir)
+        if rs.live:
+            return f"{Path(run_dir).name} is already {rs.state} (pid {rs.pid or rs.worker_pid}); stop it first."
         return None  # a supervisor that wrote stopped/finished is exiting; its lock makes a resume wait
 
     def _launch(self, run_dir: str, *args: str) -> None:
@@ -190,13 +190,14 @@ class RunController(QtCore.QObject):
             if code is None:
                 continue
             del self.children[run_dir]
-            self._stopping.pop(run_dir, None)
+            if self._stopping.pop(run_dir, None) is not None:  # the status bar must not keep "Saving…"
+                self.message.emit(f"Run {Path(run_dir).name} {read_run_state(run_dir).state}.")
             self.exited.emit(run_dir, code, _tail(Path(f"{stem}.stderr.log")))
         for run_dir, timer in list(self._stopping.items()):
-            state = (ev.read_status(run_dir) or {}).get("state")
-            if state in ("stopped", "finished", "failed") or self.supervisor_pid(run_dir) is None:
+            rs = read_run_state(run_dir)
+            if not rs.live:
                 del self._stopping[run_dir]
-                self.message.emit(f"Run {Path(run_dir).name} {state or 'ended'}.")
+                self.message.emit(f"Run {Path(run_dir).name} {rs.state}.")
             elif timer.elapsed() > self.stop_timeout_s * 1000:
                 timer.restart()  # ask again only after another timeout
                 self.stop_overdue.emit(run_dir)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app.model.facts import pid_alive
-from trainer.rundir import events as ev
+from trainer.rundir.runstate import read_run_state
 
 ACK_TIMEOUT_S = 60.0  # a step longer than this is unusual: say so instead of waiting silently
 
@@ -19,11 +18,10 @@ ACK_TIMEOUT_S = 60.0  # a step longer than this is unusual: say so instead of wa
 def run_phase(run_dir: str) -> str:
     """'asked' (not acknowledged yet), 'saving' (acknowledged, or stopped and exiting), or 'done'
     (neither the supervisor nor its worker is alive any more)."""
-    status = ev.read_status(run_dir) or {}
-    state = status.get("state")
-    if not pid_alive(status.get("pid")) and not pid_alive(status.get("worker_pid")):
+    rs = read_run_state(run_dir)
+    if not rs.alive:
         return "done"
-    return "saving" if state in ("stopping", "stopped", "finished", "failed") else "asked"
+    return "saving" if rs.recorded_state in ("stopping", "stopped", "finished", "failed") else "asked"
 
 
 class StopWaiter(QtWidgets.QDialog):

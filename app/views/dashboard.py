@@ -29,10 +29,17 @@ PLOTS = (
 )
 
 TITLES = {key: title for key, title, *_ in PLOTS}
+# An empty GPU chart's title fits its column at 800×600: "GPU temp.: no GPU samples".
+SHORT_TITLES = dict(TITLES, temp="GPU temp.", util="GPU use")
 
 # The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
 STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
 STAGE_POINTS = 20_000
+
+
+# chart → RunData.gpu_series name (app.model.telemetry.GPU_FIELDS), and the scale of an empty chart
+GPU_CHARTS = {"vram": "vram_used", "temp": "temp", "power": "power", "util": "util"}
+EMPTY_Y = {"vram": (0, 1), "temp": (0, 100), "power": (0, 100), "util": (0, 100)}
 
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
@@ -52,6 +59,9 @@ class Dashboard(QtWidgets.QWidget):
         self.headline = QtWidgets.QLabel("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        # A long headline must not set the window's minimum width (800×600 works): it is cut at the
+        # end, where the details are, and whole in its tooltip; the state comes first.
+        self.headline.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Fixed)
         self.graphs = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
@@ -87,6 +97,11 @@ class Dashboard(QtWidgets.QWidget):
             plot.setLimits(minXRange=60 if timed else 4)
             _fast_axes(plot)
             self.plots[key] = plot
+        layout = self.graphs.ci.layout
+        for col in (0, 1):  # two equal columns: a long title must not starve the other column (800×600)
+            layout.setColumnStretchFactor(col, 1)
+        for plot in self.plots.values():
+            narrow_titles(plot)
         colors = {"vram": "#1f77b4", "temp": "#d62728", "power": "#ff7f0e",
                   "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b", "reward": "#2ca02c"}
         for name, color in colors.items():
@@ -159,8 +174,8 @@ class Dashboard(QtWidgets.QWidget):
         # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
         stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
             else [k for k, *_ in PLOTS]
-        series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization,
-                  "tps": d.tokens_per_s, "loss": d.loss, "lr": d.lr, "reward": d.reward_accuracy}
+        gpu_series = {chart: d.gpu_series[name] for chart, name in GPU_CHARTS.items()}
+        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr, reward=d.reward_accuracy)
         for name in stage:
             if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
                 self._range_from_zero("tps", d.tokens_per_s)
@@ -185,25 +200,32 @@ class Dashboard(QtWidgets.QWidget):
             if peak is not None:
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
-        gpu_series = {"vram": d.vram_used, "temp": d.temperature, "power": d.power, "util": d.utilization}
-        for name, series_ in gpu_series.items():  # a CPU run: say so, rather than draw empty GPU axes
-            title = TITLES[name] if len(series_) or d.run_dir is None else f"{TITLES[name]} (no GPU samples in this run)"
-            if self._changed(f"title-{name}", title):
-                self.plots[name].setTitle(title)
-        if self._changed("hot_line", bool(len(d.temperature))):
-            self.hot_line.setVisible(bool(len(d.temperature)))  # no 79.6–80.4 °C axis around a line alone
-            if len(d.temperature):
-                self.plots["temp"].enableAutoRange(axis="y")
-            else:
-                self.plots["temp"].setYRange(0, 100, padding=0)
+        self._gpu_titles_and_ranges(d, gpu_series)
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
+            self.headline.setToolTip(text)
         prog = progress(d)
         if self._changed("progress", prog):
             self.progress.setVisible(prog is not None)
             if prog is not None:
                 self.progress.set_progress(*prog)
+
+    def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
+        """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
+        get fixed neutral scales rather than the previous run's (no 79.6–80.4 °C axis around a lone line)."""
+        for name, series_ in gpu_series.items():
+            empty = d.run_dir is not None and not series_.has_values()
+            if not self._changed(f"empty-{name}", empty):
+                continue
+            self.plots[name].setTitle(f"{SHORT_TITLES[name]}: no GPU samples" if empty else TITLES[name])
+            if empty:
+                self.plots[name].setYRange(*EMPTY_Y[name], padding=0)
+            elif name != "util":  # utilisation keeps its fixed 0-100 % scale
+                self.plots[name].enableAutoRange(axis="y")
+        has_temp = gpu_series["temp"].has_values()
+        if self._changed("hot_line", has_temp):
+            self.hot_line.setVisible(has_temp)
 
     def _changed(self, key: str, value) -> bool:
         if key in self._seen and self._seen[key] == value:
@@ -296,6 +318,25 @@ def throttle_outline(periods: list[list[float]], end_now: float | None):
     return x, y
 
 
+def narrow_titles(plot: pg.PlotItem) -> None:
+    """Keep the title's width from becoming the plot's minimum width (pyqtgraph's LabelItem.updateMin
+    makes it so on every text change): at 800×600 a long title would starve the other column of charts;
+    a title wider than its plot is cut instead."""
+    label = plot.titleLabel
+    update_min = type(label).updateMin
+
+    def update_min_without_width() -> None:
+        update_min(label)
+        hints = getattr(label, "_sizeHint", None)
+        if isinstance(hints, dict) and QtCore.Qt.SizeHint.MinimumSize in hints:
+            hints[QtCore.Qt.SizeHint.MinimumSize] = (0, hints[QtCore.Qt.SizeHint.MinimumSize][1])
+        label.setMinimumWidth(0)
+        label.updateGeometry()
+
+    label.updateMin = update_min_without_width
+    label.updateMin()
+
+
 def _fast_axes(plot: pg.PlotItem) -> None:
     """Axis text is the costliest part of a frame (measured: ~4 ms per axis offscreen). Cache each
     axis as a pixmap, redrawn only when its range moves, and give it a concrete font family so
@@ -313,11 +354,11 @@ def _fast_axes(plot: pg.PlotItem) -> None:
 
 
 def headline_text(d: RunData) -> str:
-    """'step 12 of 40 · effective batch 8 · ETA 1 min 3 s · running' for the dashboard's top line.
+    """'running · step 12 of 40 · effective batch 8 · ETA 1 min 3 s' for the dashboard's top line.
     The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
     parts = []
     s = d.last_step
-    alive = d.is_alive()
+    alive = d.is_live()
     if s:
         parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
         eb = d.effective_batch()
@@ -330,18 +371,18 @@ def headline_text(d: RunData) -> str:
             parts.append(f"loss {s['loss']:.4g}")
     elif alive:
         parts.append("waiting for the first step")
-    parts.append(state_words(d))
-    return " · ".join(parts)
+    return " · ".join([state_words(d), *parts])
 
 
 def state_words(d: RunData) -> str:
-    """The run's state for people, true for dead runs too (a 'running' status with no live process
-    is a run that crashed or was killed: Resume continues it)."""
+    """The run's effective state (runstate's word, as the runs list and ``trainpilot-cli status`` say
+    it) and what Resume can do for it."""
     state = d.state
-    if d.run_dir is not None and state in ("starting", "running", "stopping") and not d.is_alive():
-        return "not running (ended without a final status; Resume continues from the last checkpoint)"
-    if state == "stopped":
-        return "stopped (Resume continues from the last checkpoint)"
+    rs = d.run_state
+    if rs is not None and rs.resumable:
+        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
+    if d.run_dir is not None and state in ("stopped", "failed"):
+        return f"{state} (no complete checkpoint to resume from)"
     return state
 
 

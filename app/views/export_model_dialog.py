@@ -1,12 +1,15 @@
 """Export a trained model from the GUI: ``trainpilot-cli export-model ... --json`` in a child process,
-its JSON progress lines driving a progress bar (the GUI never imports torch)."""
+its JSON progress lines driving a progress bar (the GUI never imports torch). "Merge the LoRA adapter" is
+offered only for a LoRA/QLoRA run; a folder that cannot be written is said beside the folder, before
+anything starts."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app.ops.commands import child_env, cli_args, json_lines
+from app.model.exports import folder_problem, is_adapter_run
+from app.ops.commands import Job
 
 
 def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
@@ -29,6 +32,7 @@ class ExportModelDialog(QtWidgets.QDialog):
         browse = QtWidgets.QPushButton("Choose…", clicked=self._browse)
         self.merge = QtWidgets.QCheckBox("Merge the LoRA adapter into the base weights (a full model)")
         self.merge.setChecked(True)
+        self.adapter = is_adapter_run(run_dir)  # a full fine-tune has no adapter to merge
         self.gguf = QtWidgets.QComboBox()
         for label, value in (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"),
                              ("GGUF q8_0 (half the size)", "q8_0")):
@@ -38,6 +42,7 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.status.setTextFormat(QtCore.Qt.PlainText)  # paths and the CLI's message, never markup
         self.buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.Close)
         self.export_button = self.buttons.addButton("Export", QtWidgets.QDialogButtonBox.ActionRole)
         self.export_button.clicked.connect(self.start)
@@ -48,13 +53,13 @@ class ExportModelDialog(QtWidgets.QDialog):
         form = QtWidgets.QFormLayout(self)
         form.addRow("Folder:", row)
         form.addRow("", self.merge)
+        form.setRowVisible(self.merge, self.adapter)
         form.addRow("GGUF:", self.gguf)
         form.addRow("", self.ollama)
         form.addRow(self.progress)
         form.addRow(self.status)
         form.addRow(self.buttons)
-        self.proc: QtCore.QProcess | None = None
-        self._buffer = b""
+        self.job: Job | None = None
         self.files: list[str] = []
         self.resize(560, 260)
 
@@ -63,35 +68,40 @@ class ExportModelDialog(QtWidgets.QDialog):
         if chosen:
             self.folder.setText(chosen)
 
-    def start(self) -> None:
-        """Start the export child."""
-        args = cli_args(*export_model_args(self.run_dir, self.folder.text(), self.merge.isChecked(),
-                                           self.gguf.currentData(), self.ollama.isChecked()))
-        self.files, self._buffer = [], b""
+    def start(self) -> bool:
+        """Start the export child. False, with the reason shown, when the folder cannot be written."""
+        why = folder_problem(self.folder.text())
+        if why:
+            self.status.setStyleSheet("color:#b00")
+            self.status.setText(why)
+            return False
+        args = export_model_args(self.run_dir, self.folder.text().strip(),
+                                 self.adapter and self.merge.isChecked(),
+                                 self.gguf.currentData(), self.ollama.isChecked())
+        self.files = []
         self.progress.setValue(0)
+        self.status.setStyleSheet("")
         self.status.setText("starting…")
         self.export_button.setEnabled(False)
-        self.proc = QtCore.QProcess(self)
-        self.proc.setProcessEnvironment(child_env())
-        self.proc.readyReadStandardOutput.connect(self._read)
-        self.proc.finished.connect(self._finished)
-        self.proc.start(args[0], args[1:])
+        self.job = Job(*args, parent=self)
+        self.job.line.connect(self._progress)
+        self.job.failed.connect(self._failed)
+        self.job.done.connect(self._done)
+        self.job.start()
+        return True
 
-    def _read(self) -> None:
-        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
-        for msg in msgs:
-            if isinstance(msg.get("fraction"), (int, float)):
-                self.progress.setValue(int(round(100 * msg["fraction"])))
-                self.status.setText(msg.get("message", ""))
-                self.files = msg.get("files", self.files)
+    def _progress(self, msg: dict) -> None:
+        if isinstance(msg.get("fraction"), (int, float)):
+            self.progress.setValue(int(round(100 * msg["fraction"])))
+            self.status.setText(msg.get("message", ""))
+            self.files = msg.get("files", self.files)
 
-    def _finished(self, code: int, _status) -> None:
-        self._read()
+    def _failed(self, message: str) -> None:
+        self.status.setStyleSheet("color:#b00")
+        self.status.setText(message)
+
+    def _done(self, code: int, _stdout: str, _stderr: str) -> None:
         self.export_button.setEnabled(True)
         if code == 0:
             self.progress.setValue(100)
-            self.status.setText(f"Exported {len(self.files)} files to {self.folder.text()}")
-        else:
-            err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
-            lines = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln]
-            self.status.setText("\n".join(lines[-4:]) or f"export-model exited with code {code}")
+            self.status.setText(f"Exported {len(self.files)} files to {self.folder.text().strip()}")

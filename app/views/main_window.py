@@ -26,6 +26,7 @@ from app.ops.stop_waiter import StopWaiter
 from app.views.wizard.wizard import SetupWizard
 
 KEEP, STOP_AND_SAVE, CANCEL = "keep", "stop", "cancel"
+RESUME_TIP = "Continue a stopped or crashed run from its last checkpoint"
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "trainpilot.svg"
 
 
@@ -78,7 +79,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_stop = bar.addAction("Stop", self.stop_selected)
         self.act_export = bar.addAction("Export…", self.export_selected)
         self.act_export_model = bar.addAction("Export model…", self.export_model_selected)
-        for act, tip in ((self.act_resume, "Continue a stopped or crashed run from its last checkpoint"),
+        for act, tip in ((self.act_resume, RESUME_TIP),
                          (self.act_stop, "Stop after the current step and save a checkpoint")):
             act.setToolTip(tip)
 
@@ -86,15 +87,22 @@ class MainWindow(QtWidgets.QMainWindow):
         split = QtWidgets.QSplitter()
         split.addWidget(self.run_list)
         split.addWidget(self.run_view)
-        split.setStretchFactor(1, 1)
-        split.setSizes([320, 900])
+        split.setStretchFactor(0, 1)  # a narrower window takes a quarter of the width from the list
+        split.setStretchFactor(1, 3)
+        split.setCollapsible(0, False)  # the runs list never vanishes at 800×600
+        split.setSizes([420, 860])
         central = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(central)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.header)
         lay.addWidget(split, 1)
         self.setCentralWidget(central)
-        self.resize(1280, 820)
+        screen = QtGui.QGuiApplication.primaryScreen()
+        room = screen.availableGeometry().size() if screen is not None else QtCore.QSize(1280, 820)
+        self.resize(min(1280, room.width()), min(820, room.height()))  # the status bar stays on a 1280×800 screen
+        self.state_label = QtWidgets.QLabel()  # the selected run's state, as the runs list and the CLI say it
+        self.state_label.setObjectName("run_state")
+        self.statusBar().addPermanentWidget(self.state_label)
 
     def _connect(self) -> None:
         self.hardware.snapshot.connect(self._on_snapshot)
@@ -143,20 +151,23 @@ class MainWindow(QtWidgets.QMainWindow):
         if data is None:
             return
         run_dir = str(data.run_dir) if data.run_dir else None
-        own = set(self.runs.tree_pids(run_dir)) if run_dir else set()
+        own = set(self.runs.tree_pids(run_dir, data.run_state.pid if data.run_state else None)) if run_dir else set()
         full = self.hardware.processes_snapshot()
         live = full.to_dict() if full is not None and (run_dir is None or data.is_alive()) else None
         self.run_view.refresh(advice.collect(data, live, own))
         self._update_actions(data)
 
     def _update_actions(self, data) -> None:
-        alive = data.run_dir is not None and data.is_alive()
-        state = data.state
-        stopping = data.run_dir is not None and (self.runs.is_stopping(str(data.run_dir)) or state == "stopping")
-        self.act_stop.setEnabled(alive and not stopping)
-        self.act_stop.setText("Saving checkpoint…" if stopping and alive else "Stop")
-        self.act_resume.setEnabled(data.run_dir is not None and not alive and state in ("stopped", "failed", "running", "starting", "stopping"))
+        """Every button asks the run's state (runstate, through ``data``): Stop only while the run is
+        live, Resume only when it is resumable."""
+        live = data.run_dir is not None and data.is_live()
+        stopping = live and (self.runs.is_stopping(str(data.run_dir)) or data.state == "stopping")
+        self.act_stop.setEnabled(live and not stopping)
+        self.act_stop.setText("Saving checkpoint…" if stopping else "Stop")
+        self.act_resume.setEnabled(data.run_dir is not None and data.resumable())
+        self.act_resume.setToolTip(resume_tip(data))
         self.act_export.setEnabled(data.run_dir is not None and (data.run_dir / "config.yaml").exists())
+        self.state_label.setText(state_line(data))
 
     # -- intents --------------------------------------------------------------------------------
     def open_run(self, run_dir: str) -> None:
@@ -331,3 +342,24 @@ class MainWindow(QtWidgets.QMainWindow):
         settings.settings().setValue("geometry", self.saveGeometry())
         self.hardware.stop()
         event.accept()
+
+
+def state_line(data) -> str:
+    """'demo-1: failed' for the status bar (the selected run's effective state), '' for the machine."""
+    if data.run_dir is None:
+        return ""
+    return f"{data.run_dir.name}: {data.state}"
+
+
+def resume_tip(data) -> str:
+    """Why Resume is (not) possible for the shown run."""
+    rs = data.run_state
+    if data.run_dir is None or rs is None:
+        return RESUME_TIP
+    if rs.resumable:
+        return f"Continue from checkpoint {rs.checkpoint_step}"
+    if rs.alive:
+        return "The run is still going; Stop it first"
+    if rs.state == "finished":
+        return "The run has finished"
+    return "No complete checkpoint: nothing to resume from"

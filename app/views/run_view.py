@@ -26,7 +26,13 @@ class RunView(QtWidgets.QWidget):
         self.failure.setWordWrap(True)
         self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
-        self.failure.hide()
+        # The banner scrolls within a third of the height: at 800×600 the charts must keep room.
+        self.failure_box = QtWidgets.QScrollArea()
+        self.failure_box.setWidget(self.failure)
+        self.failure_box.setWidgetResizable(True)
+        self.failure_box.setFrameShape(QtWidgets.QFrame.NoFrame)
+        self.failure_box.setMaximumHeight(170)
+        self.failure_box.hide()
         self.model_bar = ModelBar()
         self.model_bar.hide()
         self.dashboard = None  # built by build_dashboard(): pyqtgraph takes ~0.3 s to import
@@ -43,7 +49,7 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.try_it, "Try it")
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.failure)
+        lay.addWidget(self.failure_box)
         lay.addWidget(self.model_bar)
         lay.addWidget(self.tabs, 1)
         self._log_size = -1
@@ -85,19 +91,22 @@ class RunView(QtWidgets.QWidget):
         self.tabs.setTabText(1, f"Warnings ({n})" if n else "Warnings")
         d = self.data
         if d is None or d.run_dir is None:
-            self.failure.hide()
+            self.failure_box.hide()
             self.model_bar.hide()
             return
         self.model_bar.show_model(d.final_model())
         self._refresh_log(d)
         self.samples.refresh(d)
-        if d.failure:
+        self.try_it.follow(d.run_state)
+        err = d.error_text()
+        if err:
             tail = "\n".join(d.log_tail(8))
-            err = d.failure.get("error") or d.failure.get("message") or "the worker stopped with an error"
-            self.failure.setText(f"Training failed: {err}\n\nLast log lines:\n{tail}")
-            self.failure.show()
+            then = (f" Resume continues from checkpoint {d.run_state.checkpoint_step}." if d.resumable() else
+                    " There is no complete checkpoint to resume from.")
+            self.failure.setText(f"Training failed: {err}.{then}\n\nLast log lines:\n{tail}")
+            self.failure_box.show()
         else:
-            self.failure.hide()
+            self.failure_box.hide()
 
     def _refresh_log(self, d: RunData) -> None:
         try:
@@ -122,6 +131,8 @@ class ModelBar(QtWidgets.QFrame):
         self.path: str | None = None
         self.label = QtWidgets.QLabel()
         self.label.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        # A long model path must not widen the window past 800 px: it is cut, and whole in the tooltip.
+        self.label.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Preferred)
         self.open_button = QtWidgets.QPushButton("Open folder", clicked=self._open)
         self.buttons: dict[str, QtWidgets.QPushButton] = {}
         lay = QtWidgets.QHBoxLayout(self)
@@ -149,6 +160,7 @@ class ModelBar(QtWidgets.QFrame):
         self.setVisible(path is not None)
         if path is not None:
             self.label.setText(f"<b>Your model:</b> {path}")
+            self.label.setToolTip(path)
 
     def _open(self) -> None:
         if self.path:

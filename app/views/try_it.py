@@ -1,8 +1,9 @@
 """The **Try it** tab: ask the trained model and its base the same question, side by side.
 
 Each answer comes from a ``trainpilot-cli chat --stream-json`` child process (the GUI never imports
-torch), read with QProcess as JSON lines, so tokens appear as they are generated and the window
-stays responsive. Stop kills both children. While the run is training, the tab refuses politely:
+torch), run by the GUI's one child-process helper (``app.ops.child``) whose JSON lines arrive as they
+are written, so tokens appear as they are generated and the window stays responsive. Stop kills both
+children. While the run is training, the tab refuses politely:
 a second model on that GPU could push the run out of memory.
 """
 from __future__ import annotations
@@ -11,16 +12,17 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.ops.commands import child_env, cli_args, json_lines
+from app.ops.commands import Job
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
-from trainer.rundir.trained import training_pid
+from trainer.rundir.runstate import RunState, read_run_state
 
 BUSY_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: "
              "a second model on the same GPU could push the run out of memory.")
+NO_MODEL_TEXT = "No model yet: the first checkpoint appears after checkpoints.every_steps steps."
 
 
 class ChatStream(QtCore.QObject):
-    """One ``chat --stream-json`` child. Signals: ``loaded``, ``text(str)`` per token chunk,
+    """One ``chat --stream-json`` child (a ``Job``). Signals: ``loaded``, ``text(str)`` per token chunk,
     ``done(dict)`` with the whole answer, ``failed(str)`` with the child's message."""
 
     loaded = QtCore.Signal()
@@ -34,51 +36,40 @@ class ChatStream(QtCore.QObject):
         super().__init__(parent)
         args = ["chat", str(run_dir), "--prompt", prompt, "--stream-json", "--checkpoint", checkpoint,
                 "--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature)]
-        self.args = cli_args(*args, *(["--base"] if base else []))
-        self.proc = QtCore.QProcess(self)
-        self.proc.setProcessEnvironment(child_env())
-        self.proc.readyReadStandardOutput.connect(self._read)
-        self.proc.finished.connect(self._finished)
-        self._buffer = b""
-        self.finished = False
-        self.stopped = False
+        self.job = Job(*args, *(["--base"] if base else []), parent=self)
+        self.job.line.connect(self._on_line)
+        self.job.failed.connect(self._on_failed)
+        self.job.done.connect(lambda *_: self.ended.emit())
         self.result: dict | None = None
 
     def start(self) -> "ChatStream":
         """Start the child; returns self."""
-        self.proc.start(self.args[0], self.args[1:])
+        self.job.start()
         return self
 
     def stop(self) -> None:
-        """End the generation now (the child has no children of its own: kill() ends it all)."""
-        if self.proc.state() != QtCore.QProcess.NotRunning:
-            self.stopped = True
-            self.proc.kill()
+        """End the generation now (the child and anything under it)."""
+        self.job.cancel()
 
     def running(self) -> bool:
         """True while the child runs."""
-        return self.proc.state() != QtCore.QProcess.NotRunning
+        return self.job.running()
 
-    def _read(self) -> None:
-        msgs, self._buffer = json_lines(self._buffer + bytes(self.proc.readAllStandardOutput()))
-        for msg in msgs:
-            kind = msg.get("type")
-            if kind == "token":
-                self.text.emit(msg.get("text", ""))
-            elif kind == "loaded":
-                self.loaded.emit()
-            elif kind == "done":
-                self.result = msg
-                self.done.emit(msg)
+    def _on_line(self, msg: dict) -> None:
+        if self.job.cancelled:  # what a stopped child had already written is not shown
+            return
+        kind = msg.get("type")
+        if kind == "token":
+            self.text.emit(msg.get("text", ""))
+        elif kind == "loaded":
+            self.loaded.emit()
+        elif kind == "done":
+            self.result = msg
+            self.done.emit(msg)
 
-    def _finished(self, code: int, _status) -> None:
-        self._read()
-        self.finished = True
-        if self.result is None and not self.stopped:
-            err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
-            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("trainpilot: loaded")]
-            self.failed.emit("\n".join(lines[-4:]) or f"chat exited with code {code}")
-        self.ended.emit()
+    def _on_failed(self, message: str) -> None:
+        if self.result is None:
+            self.failed.emit(message)
 
 
 class AnswerPane(QtWidgets.QWidget):
@@ -119,6 +110,8 @@ class TryItTab(QtWidgets.QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.run_dir: Path | None = None
+        self.training = False
+        self._followed: tuple | None = None  # the RunState facts the tab last showed
         self.streams: list[ChatStream] = []
         self.checkpoint = QtWidgets.QComboBox()
         self.max_tokens = QtWidgets.QSpinBox(minimum=1, maximum=4096, value=128)
@@ -159,29 +152,49 @@ class TryItTab(QtWidgets.QWidget):
 
     # -- binding --------------------------------------------------------------------------------
     def bind(self, run_dir: str | Path | None) -> None:
-        """Show the models of ``run_dir`` (None: nothing to try)."""
+        """Show ``run_dir`` (None: nothing to try). Its models and whether it trains arrive with
+        ``follow(run_state)``."""
         new = Path(run_dir) if run_dir else None
         if new != self.run_dir:
             self.stop()
             self.tuned.clear()
             self.base.clear()
             self.status.setText("")
-        self.run_dir = new
-        self._fill_checkpoints()
-
-    def _fill_checkpoints(self) -> None:
-        self.checkpoint.clear()
-        if self.run_dir is None:
+            self._followed = None
+            self.tuned.title.setText("<b>Tuned model</b>")
+            self.checkpoint.clear()
             self.send_button.setEnabled(False)
+        self.run_dir = new
+
+    def follow(self, rs: RunState | None) -> None:
+        """Follow the run's state (runstate): the models offered (final and every complete checkpoint,
+        the one chat loads by default first; the user's choice kept while it exists), and "Ask both"
+        enabled only while no process of the run trains, saying why when it is not."""
+        if self.run_dir is None or rs is None:
             return
-        final = self.run_dir / "final"
-        if (final / "config.json").is_file() or (final / "adapter_config.json").is_file():
+        key = (rs.alive, rs.state, rs.checkpoint, rs.model)
+        if key == self._followed:
+            return
+        self._followed = key
+        self.training = rs.alive
+        self._fill_models(rs)
+        if self.training:
+            self.status.setText(BUSY_TEXT)
+        elif not self.checkpoint.count():
+            self.status.setText(NO_MODEL_TEXT)
+        elif self.status.text() in (BUSY_TEXT, NO_MODEL_TEXT):
+            self.status.setText("")
+        self.send_button.setEnabled(self.checkpoint.count() > 0 and not self.training and not self.busy())
+
+    def _fill_models(self, rs: RunState) -> None:
+        chosen = self.checkpoint.currentData()
+        self.checkpoint.clear()
+        if rs.model is not None and rs.model.label == "final":
             self.checkpoint.addItem("final", "final")
         for ckpt in reversed(complete_checkpoints(self.run_dir / "checkpoints")):
             self.checkpoint.addItem(f"checkpoint {checkpoint_step(ckpt)}", str(checkpoint_step(ckpt)))
-        self.send_button.setEnabled(self.checkpoint.count() > 0)
-        if not self.checkpoint.count():
-            self.status.setText("No model yet: the first checkpoint appears after checkpoints.every_steps steps.")
+        keep = self.checkpoint.findData(chosen) if chosen is not None else -1
+        self.checkpoint.setCurrentIndex(keep if keep >= 0 else 0)
 
     # -- intents --------------------------------------------------------------------------------
     def send(self) -> bool:
@@ -189,11 +202,14 @@ class TryItTab(QtWidgets.QWidget):
         text = self.prompt.toPlainText().strip()
         if self.run_dir is None or not text or self.checkpoint.count() == 0:
             return False
-        if training_pid(self.run_dir) is not None:
-            self.status.setText(BUSY_TEXT)
+        rs = read_run_state(self.run_dir)  # a run may have been started from a terminal meanwhile
+        if rs.alive:
+            self._followed = None
+            self.follow(rs)
             return False
         self.stop()
         checkpoint = self.checkpoint.currentData()
+        self.tuned.title.setText(f"<b>Tuned model ({self.checkpoint.currentText()})</b>")
         self.streams = []
         for pane, base in ((self.tuned, False), (self.base, True)):
             pane.clear("loading the model…")
@@ -203,11 +219,16 @@ class TryItTab(QtWidgets.QWidget):
             stream.text.connect(pane.append)
             stream.done.connect(lambda r, p=pane: self._on_done(p, r))
             stream.failed.connect(lambda msg, p=pane: self._on_failed(p, msg))
-            stream.ended.connect(lambda: self.stop_button.setEnabled(self.busy()))
+            stream.ended.connect(self._stream_ended)
             self.streams.append(stream.start())
         self.status.setText("")
         self.stop_button.setEnabled(True)
+        self.send_button.setEnabled(False)
         return True
+
+    def _stream_ended(self) -> None:
+        self.stop_button.setEnabled(self.busy())
+        self.send_button.setEnabled(not self.busy() and not self.training and self.checkpoint.count() > 0)
 
     def stop(self) -> None:
         """End both generations now."""
@@ -216,8 +237,6 @@ class TryItTab(QtWidgets.QWidget):
             if s.running():
                 s.stop()
                 stopped = True
-        for s in self.streams:
-            s.proc.waitForFinished(3000)
         if stopped:
             self.status.setText("Stopped.")
             for pane in (self.tuned, self.base):

@@ -32,6 +32,7 @@ class WarningsView(QtWidgets.QScrollArea):
         while self._lay.count() > 1:
             w = self._lay.takeAt(0).widget()
             if w:
+                w.hide()  # out of the layout but painted until the deferred delete: seen as a ghost row
                 w.deleteLater()
         if not items:
             self._lay.insertWidget(0, QtWidgets.QLabel("No warnings."))

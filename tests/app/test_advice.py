@@ -2,12 +2,16 @@
 throughput collapse with full VRAM (shared-memory spill), low GPU utilisation."""
 from __future__ import annotations
 
+import json
+import os
+
 import getpass
 
 from PySide6 import QtWidgets
 
 from app.model import advice
 from app.model.run_data import RunData
+from trainer.rundir.runstate import read_run_state
 from app.views.warnings_view import WarningsView
 
 GIB = 1 << 30
@@ -49,15 +53,62 @@ def test_own_process_gets_end_button_others_do_not(qtbot):
     assert sig.args == [11, "brave"]
 
 
-def test_vram_full_spill_low_util_and_low_ram():
-    data = RunData(None)
+def test_vram_full_spill_low_util_and_low_ram(tmp_path):
+    (tmp_path / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))  # a live run
+    data = RunData(tmp_path)
     data.plan = {"settings": {"deepspeed.offload_optimizer": True}}
     for t in range(40):
         data.add_snapshot({"time": float(t), "gpus": [_gpu(memory_used_bytes=int(15.6 * GIB), utilization_pct=20.0)],
                            "host": {"ram_total_bytes": 32 * GIB, "ram_available_bytes": GIB}})
         data.tokens_per_s.append(float(t), 3000.0 if t < 25 else 900.0)
-    data.status = {"state": "running"}
+    data.run_state = read_run_state(tmp_path)
     items = {a.key: a.text for a in advice.collect(data, None)}
     assert {"vram", "spill", "ram", "util"} <= set(items)
     assert "Sysmem Fallback" in items["spill"] and "num_workers" in items["util"]
     assert "offload" in items["ram"] and "97%" in items["vram"]
+
+
+def test_every_warning_the_run_wrote_is_in_the_warnings_tab(qtbot, fixture_run):
+    run = fixture_run("cpu_demo")
+    with open(run / "events.jsonl", "a", encoding="utf-8") as fh:
+        for e in ({"type": "warning", "time": 2e9, "code": "skipped_lines",
+                   "message": "data.path: 3 lines skipped (not JSON): lines 4, 9, 12"},
+                  {"type": "warning", "time": 2e9, "code": "notify_unset", "message": "notify: HOOK is not set"},
+                  {"type": "warning", "time": 2e9, "code": "a_code_from_a_newer_trainer"},
+                  {"type": "oom", "time": 2e9, "message": "CUDA out of memory at step 3"},
+                  {"type": "retry", "time": 2e9, "attempt": 2, "reason": "out of memory", "why": "an OOM at step 3"}):
+            fh.write(json.dumps(e) + "\n")
+    data = RunData(run)
+    data.poll()
+    view = WarningsView()
+    qtbot.addWidget(view)
+    view.show_advice(advice.collect(data, None))
+    texts = view.texts()
+    assert "data.path: 3 lines skipped (not JSON): lines 4, 9, 12" in texts
+    assert "notify: HOOK is not set" in texts and "a code from a newer trainer" in texts
+    assert "Out of GPU memory: CUDA out of memory at step 3." in texts
+    assert "Attempt 2 started automatically after an OOM at step 3." in texts
+
+
+def test_a_cpu_run_shows_no_gpu_warnings(fixture_run):
+    run = fixture_run("cpu_demo")  # planned for the CPU; the machine also has a hot, full, busy GPU
+    data = RunData(run)
+    data.poll()
+    hot = {"time": 1.0, "gpus": [_gpu(memory_used_bytes=int(15.9 * GIB), temperature_c=90.0,
+                                      processes=[{"pid": 4242, "name": "brave", "used_memory_bytes": GIB}])]}
+    assert data.on_cpu()
+    assert advice.collect(data, hot) == []
+    machine = RunData(None)  # the same snapshot with no run selected: the GPU warnings are shown
+    assert {"vram", "heat", "app:4242"} <= {a.key for a in advice.collect(machine, hot)}
+
+
+def test_replaced_warnings_leave_no_ghost_rows(qtbot):
+    view = WarningsView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    view.show_advice([advice.Advice("a", "info", "first"), advice.Advice("b", "warning", "second")])
+    old_rows = [view._lay.itemAt(i).widget() for i in range(view._lay.count() - 1)]
+    qtbot.waitUntil(lambda: all(row.isVisible() for row in old_rows), timeout=5000)
+    view.show_advice([advice.Advice("c", "info", "third")])  # before the deferred deletes run
+    assert old_rows and not any(row.isVisible() for row in old_rows)

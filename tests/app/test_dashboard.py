@@ -63,6 +63,42 @@ def test_dashboard_shows_real_cpu_demo_recording(qtbot, fixture_run):
     assert len(data.host_ram_available) > 10  # the supervisor's 1 Hz telemetry still arrived
     assert "step 24 of 24" in dash.headline.text() and "finished" in dash.headline.text()
     for name in ("vram", "temp", "power", "util"):  # GPU charts of a CPU run say why they are empty
-        assert "(no GPU samples in this run)" in dash.plots[name].titleLabel.text, name
+        assert dash.plots[name].titleLabel.text.endswith(": no GPU samples"), name
     assert not dash.hot_line.isVisible() and "no GPU" not in dash.plots["tps"].titleLabel.text
     assert dash.plots["temp"].viewRange()[1] == [0, 100], "not a 79.6-80.4 axis around the hidden 80 °C line"
+
+
+def _y_range(dash: Dashboard, name: str) -> list[float]:
+    return [round(v, 3) for v in dash.plots[name].getViewBox().viewRange()[1]]
+
+
+def test_a_cpu_run_keeps_no_gpu_samples_after_resume_and_ranges_reset_per_run(qtbot, fixture_run):
+    gpu_run, cpu_run = fixture_run("laptop_run"), fixture_run("cpu_demo")
+    last = json.loads((cpu_run / "telemetry.jsonl").read_text().splitlines()[-1])
+    with open(cpu_run / "telemetry.jsonl", "a") as fh:  # stopped, then resumed a minute later
+        for dt in (60.0, 61.0, 62.0):
+            fh.write(json.dumps(dict(last, time=last["time"] + dt)) + "\n")
+    with open(cpu_run / "events.jsonl", "a") as fh:
+        fh.write(json.dumps({"type": "run_started", "time": last["time"] + 60.0}) + "\n")
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.resize(1200, 800)
+    dash.show()
+    gpu = RunData(gpu_run)
+    gpu.poll()
+    dash.set_data(gpu)
+    qtbot.wait(50)
+    assert _y_range(dash, "power")[1] > 150  # the laptop's watts
+    cpu = RunData(cpu_run)
+    cpu.poll()
+    dash.set_data(cpu)
+    qtbot.wait(50)
+    assert len(cpu.temperature) == 0 and len(cpu.host_ram_available) > 0  # the resume gap is no GPU sample
+    for name in ("vram", "temp", "power", "util"):
+        assert not cpu.gpu_series[{"vram": "vram_used"}.get(name, name)].has_values()
+        assert dash.plots[name].titleLabel.text.endswith(": no GPU samples"), name
+    assert _y_range(dash, "power") == [0, 100] and _y_range(dash, "vram") == [0, 1]
+    assert _y_range(dash, "temp") == [0, 100] and not dash.hot_line.isVisible()
+    dash.set_data(gpu)
+    qtbot.wait(50)
+    assert _y_range(dash, "power")[1] > 150 and dash.plots["power"].titleLabel.text == "Power"

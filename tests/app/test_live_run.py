@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES
 
 from app.views.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
-from app.model.run_data import pid_alive
+from trainer.rundir.runstate import pid_alive
 from trainer.rundir import events as ev
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")

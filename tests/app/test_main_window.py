@@ -43,7 +43,7 @@ def test_crashed_worker_shows_error_and_last_log_lines(qtbot, fixture_run):
     assert "illegal memory access" in text and "step 7/40 loss 2.30" in text and "Traceback" in text
     assert any("illegal memory access" in t for t in w.run_view.warnings.texts())
     assert "RuntimeError" in w.run_view.log.toPlainText()
-    assert w.act_resume.isEnabled() and not w.act_stop.isEnabled()
+    assert not w.act_resume.isEnabled() and not w.act_stop.isEnabled()  # no checkpoint to resume from
     assert settings.settings().value("last_run") == str(Path(run).resolve())
     assert str(Path(run).resolve()) in settings.extra_runs()
     qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 1, timeout=3000)
@@ -56,10 +56,38 @@ def test_reopening_remembers_last_run_and_geometry(qtbot, fixture_run):
     run = fixture_run("laptop_run")
     w = _window(qtbot, NO_GPU)
     w.open_run(str(run))
-    w.resize(700, 500)
+    w.resize(760, 500)
     w.close()
     w2 = _window(qtbot, NO_GPU)
     assert w2.monitor.current is not None and w2.monitor.current.run_dir == Path(run).resolve()
-    assert w2.size().width() == 700
+    assert w2.size().width() == 760
     qtbot.waitUntil(lambda: "step 120 of 120" in w2.run_view.dashboard.headline.text(), timeout=5000)
     w2.hardware.stop()
+
+
+def test_the_window_works_at_800x600_and_the_runs_list_stays_usable(qtbot, fixture_run):
+    from app.views.run_list import NAME_MIN_PX
+
+    runs = [fixture_run("laptop_run"), fixture_run("cpu_demo")]
+    w = _window(qtbot, NO_GPU)
+    for run in runs:
+        w.open_run(str(run))
+    w.resize(800, 600)
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 2, timeout=5000)
+    qtbot.wait(200)
+    assert (w.width(), w.height()) == (800, 600)
+    rl = w.run_list
+    metrics = rl.fontMetrics()
+    for col in (1, 3):  # state and progress are never cut
+        assert not rl.isColumnHidden(col)
+        for i in range(rl.topLevelItemCount()):
+            assert metrics.horizontalAdvance(rl.topLevelItem(i).text(col)) < rl.columnWidth(col), (col, i)
+    assert rl.columnWidth(0) >= NAME_MIN_PX
+    visible = sum(rl.columnWidth(c) for c in range(4) if not rl.isColumnHidden(c))
+    assert visible <= rl.viewport().width()  # nothing runs off the side
+    for name in ("vram", "temp", "power", "util", "tps", "loss", "lr"):  # both columns of charts are drawn
+        assert w.run_view.dashboard.plots[name].geometry().width() > 150, name
+    w.resize(1280, 820)
+    qtbot.wait(200)
+    assert not rl.isColumnHidden(2)  # the start time comes back where there is room
+    w.hardware.stop()

@@ -40,3 +40,17 @@ def test_stop_timeout_offers_kill_and_kill_takes_the_tree(qtbot, tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_the_status_bar_says_the_run_ended_instead_of_saving_checkpoint(qtbot, fixture_run):
+    """A stop requested while the controller's own child runs: when the child exits, the status bar
+    message says how the run ended; it does not keep "Saving checkpoint…"."""
+    run = str(fixture_run("crashed_run"))  # `resume` refuses it at once (exit 2): a real, short child
+    ctl = RunController()
+    messages = []
+    ctl.message.connect(messages.append)
+    ctl.resume(run)
+    assert ctl.stop(run) and messages[-1].startswith("Saving checkpoint…")
+    with qtbot.waitSignal(ctl.exited, timeout=60000):
+        pass
+    assert messages[-1] == "Run crashed_run failed." and not ctl.is_stopping(run)

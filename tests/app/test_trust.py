@@ -127,7 +127,8 @@ def test_supervisor_holds_one_run_per_folder(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trainer", "resume", str(run)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2, out.stderr
-    assert "already being run" in out.stderr and "Traceback" not in out.stderr
+    # runstate sees the held lock first ("still running"); the lock itself says "already being run"
+    assert ("already being run" in out.stderr or "is still running" in out.stderr) and "Traceback" not in out.stderr
 
 
 def _window(qtbot) -> MainWindow:
@@ -217,6 +218,7 @@ def test_throughput_chart_follows_the_selected_run_and_draws_resume_gaps(qtbot, 
 def test_finished_run_says_where_the_model_is(qtbot, fixture_run):
     run = fixture_run("cpu_demo")
     (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")  # a model (runstate: an empty final/ is none)
     w = _window(qtbot)
     w.open_run(str(run))
     bar = w.run_view.model_bar

@@ -22,6 +22,8 @@ from app.views.learning_view import RunEndNotifier, SamplesView  # noqa: E402
 from app.model.run_data import RunData  # noqa: E402
 from app.views.try_it import BUSY_TEXT, TryItTab  # noqa: E402
 from trainer.rundir.events import EventWriter  # noqa: E402
+from trainer.rundir.runstate import read_run_state  # noqa: E402
+from trainer.supervisor import runlock  # noqa: E402
 
 # The GUI thread only reads pipes; a stall this long means it blocked (seconds; generous for a
 # busy 2-core CI machine, where the children's torch threads compete for the cores).
@@ -53,6 +55,7 @@ def _tab(qtbot, run_dir) -> TryItTab:
     qtbot.addWidget(tab)
     tab.show()
     tab.bind(run_dir)
+    tab.follow(read_run_state(run_dir))
     return tab
 
 
@@ -104,8 +107,10 @@ def test_refuses_politely_while_the_run_is_training(qtbot, runs, tmp_path):
     run = tmp_path / "busy"
     shutil.copytree(runs["full"], run)
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    runlock.hold(run)  # a live supervisor holds its folder's lock: this process stands in for it
     tab = _tab(qtbot, run)
     tab.prompt.setPlainText("hello")
+    assert not tab.send_button.isEnabled() and tab.status.text() == BUSY_TEXT  # said before anyone clicks
     assert tab.send() is False
     assert tab.status.text() == BUSY_TEXT and tab.streams == [] and tab.tuned.text() == ""
 
@@ -145,7 +150,7 @@ def test_export_model_dialog_reports_progress_to_the_end(qtbot, runs, tmp_path):
     seen = []
     dialog.progress.valueChanged.connect(seen.append)
     dialog.export_button.click()
-    qtbot.waitUntil(lambda: dialog.proc.state() == QtCore.QProcess.NotRunning and dialog.export_button.isEnabled(),
+    qtbot.waitUntil(lambda: not dialog.job.running() and dialog.export_button.isEnabled(),
                     timeout=240000)
     assert dialog.progress.value() == 100 and "Exported" in dialog.status.text(), dialog.status.text()
     assert len(set(seen)) >= 4, seen  # the bar moved through the steps, not straight to the end

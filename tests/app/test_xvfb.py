@@ -1,5 +1,7 @@
 """The real app in a real X server (Xvfb, installed by .ci/run), not only offscreen: it starts on
-the xcb platform, the wizard walks to Review, a demo run starts, stops with a checkpoint and resumes."""
+the xcb platform, the wizard walks to Review, a demo run starts, stops with a checkpoint and resumes;
+its supervisor and worker are killed with -9 and the runs list, the dashboard, the status bar and
+``trainpilot-cli status`` all say "failed" (status.json still says "running"); Resume finishes it."""
 from __future__ import annotations
 
 import json
@@ -53,3 +55,8 @@ def test_real_app_in_a_real_x_server(x_display, tmp_path):
     assert seen["review_start_enabled"] and "Ready" in seen["review"], seen["review"]
     assert seen["checkpoints"] and f"checkpoint-{seen['stopped_at']}" in seen["checkpoints"]
     assert seen["resumed_to"] > seen["stopped_at"]
+    after = seen["after_kill"]
+    assert after["recorded"] == "running", after  # the stale status.json every reader must see through
+    assert after["list"] == after["dashboard"] == after["status_bar"] == after["cli"] == "failed", after
+    assert after["resume_enabled"] and not after["stop_enabled"], after
+    assert seen["finished_status"] == "finished" and seen["finished_headline"].startswith("finished"), seen

@@ -1,4 +1,7 @@
-"""Driven by test_xvfb.py inside a real X server: the real app (xcb platform) as a user uses it.
+"""Driven by test_xvfb.py inside a real X server: the real app (xcb platform) as a user uses it: the
+wizard to Review; a demo run started, stopped with a checkpoint, resumed; its supervisor and worker
+killed with -9 (the runs list, the dashboard, the status bar and ``trainpilot-cli status`` must then say
+the same); resumed again to the end.
 
 Clicks go through the X server with xdotool (real pointer events at the widgets' screen positions)
 when it is installed, else through Qt. Prints one JSON line of what was seen; exits non-zero on
@@ -6,7 +9,9 @@ the first thing that is wrong."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +22,7 @@ from PySide6.QtTest import QTest
 
 from app.ops import platform_check
 from app.views.main_window import KEEP, MainWindow
+from trainer.core import entrypoints
 from trainer.rundir import events as ev
 
 HARDWARE = str(Path(__file__).resolve().parents[1] / "fixtures" / "hardware" / "no_gpu.jsonl")
@@ -47,6 +53,39 @@ def click(app, widget: QtWidgets.QWidget) -> None:
 
 def toolbar_button(window, action) -> QtWidgets.QWidget:
     return window.findChild(QtWidgets.QToolBar, "runbar").widgetForAction(action)
+
+
+def row_state(window, run_dir: str) -> str | None:
+    """The State column of the run's row in the runs list."""
+    name = Path(run_dir).name
+    rl = window.run_list
+    return next((rl.topLevelItem(i).text(1) for i in range(rl.topLevelItemCount())
+                 if rl.topLevelItem(i).text(0) == name), None)
+
+
+def cli_status(run_dir: str) -> str:
+    """What ``trainpilot-cli status RUN --json`` says the run's state is."""
+    out = subprocess.run(entrypoints.python_m(entrypoints.CLI, "status", run_dir, "--json"), capture_output=True,
+                         text=True, timeout=120)
+    return json.loads(out.stdout)["state"] if out.returncode == 0 else f"exit {out.returncode}: {out.stderr}"
+
+
+def kill_and_compare(app, w, run_dir: str) -> None:
+    """kill -9 the supervisor and its worker; then every reader must say the same state."""
+    supervisor = w.runs.supervisor_pid(run_dir)
+    worker = (ev.read_status(run_dir) or {}).get("worker_pid")
+    seen["killed"] = [supervisor, worker]
+    for pid in (supervisor, worker):
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+    wait_until(app, lambda: row_state(w, run_dir) == "failed" and w.run_view.dashboard.headline.text().startswith("failed")
+               and w.state_label.text().endswith(": failed"), 30, "the list, dashboard and status bar to say failed")
+    seen["after_kill"] = {"list": row_state(w, run_dir), "status_bar": w.state_label.text().rsplit(": ", 1)[-1],
+                          "dashboard": w.run_view.dashboard.headline.text().split(" ", 1)[0], "cli": cli_status(run_dir),
+                          "recorded": (ev.read_status(run_dir) or {}).get("state"),
+                          "resume_enabled": w.act_resume.isEnabled(), "stop_enabled": w.act_stop.isEnabled()}
+    for box in w.findChildren(QtWidgets.QMessageBox):  # "Run ended with exit code -9": read, then closed
+        box.close()
 
 
 def main() -> int:
@@ -83,8 +122,13 @@ def main() -> int:
                "steps after the resume")
     seen["resumed_to"] = w.monitor.current.last_step["step"]
     seen["headline"] = w.run_view.dashboard.headline.text()
-    w.runs.stop(run_dir)
-    wait_until(app, lambda: (ev.read_status(run_dir) or {}).get("state") in ("stopped", "finished"), 120, "the final stop")
+    kill_and_compare(app, w, run_dir)
+    click(app, toolbar_button(w, w.act_resume))  # Resume is enabled: there is a checkpoint
+    wait_until(app, lambda: (ev.read_status(run_dir) or {}).get("state") == "finished", 400, "the run to finish")
+    wait_until(app, lambda: row_state(w, run_dir) == "finished" and w.state_label.text().endswith(": finished"),
+               20, "the list and the status bar to say finished")
+    seen["finished_headline"] = w.run_view.dashboard.headline.text()
+    seen["finished_status"] = cli_status(run_dir)
     w.hardware.stop()
     w.close()
     print(json.dumps(seen))

@@ -1,0 +1,58 @@
+"""What the two export dialogs need to know before and after their child runs (plain Python, no Qt):
+is the run's model a LoRA adapter, can the chosen folder be written, which files did the export write."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+ADAPTER_METHODS = ("lora", "qlora")
+
+
+def training_method(run_dir: str | Path) -> str | None:
+    """``method.type`` of the run's config.yaml ('full', 'lora', 'qlora'), or None when unreadable."""
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    method = (cfg or {}).get("method") if isinstance(cfg, dict) else None
+    kind = method.get("type") if isinstance(method, dict) else None
+    return str(kind) if kind else None
+
+
+def is_adapter_run(run_dir: str | Path) -> bool:
+    """True when the run trains a LoRA/QLoRA adapter (so merging it into the base weights means something)."""
+    return training_method(run_dir) in ADAPTER_METHODS
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why files cannot be written into ``folder`` (to be created if missing), or None when they can.
+    Says the fix: a folder the user can write to."""
+    text = folder.strip()
+    if not text:
+        return "Folder: empty; choose a folder to export into."
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"Folder: {path} is a file; choose a folder."
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the nearest folder that exists is where the new one is made
+    if not existing.is_dir():
+        return f"Folder: {existing} is a file, so {path} cannot be made there; choose another folder."
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"Folder: {existing} cannot be written (permission denied); choose a folder you can write to."
+    return None
+
+
+def export_output(stdout: str) -> tuple[list[str], str]:
+    """``trainpilot-cli export``'s output as (the files it wrote, the command to run): it prints one
+    path per line, a blank line, then 'run it with:  COMMAND'."""
+    files, command = [], ""
+    for line in stdout.splitlines():
+        text = line.strip()
+        if text.startswith("run it with:"):
+            command = text.split(":", 1)[1].strip()
+        elif text:
+            files.append(text)
+    return files, command
