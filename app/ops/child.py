@@ -18,6 +18,7 @@ import json
 import os
 import signal
 
+import shiboken6
 from PySide6 import QtCore
 
 STDERR_KEEP_BYTES = 64 * 1024  # a long child's progress chatter on stderr must not grow without end
@@ -93,7 +94,7 @@ class ChildProcess(QtCore.QObject):
         self.exit_code: int | None = None
         self.cancelled = False
         self._group = {"pid": 0}  # the running child's process group; outlives self for the destroyed hook
-        self.proc.started.connect(lambda: self._group.update(pid=int(self.proc.processId() or 0)))
+        self.proc.started.connect(functools.partial(_note_group, self.proc, self._group))
         self.destroyed.connect(functools.partial(_kill_group, self._group))
 
     # -- intents --------------------------------------------------------------------------------
@@ -188,6 +189,13 @@ class ChildProcess(QtCore.QObject):
         if code != 0 and not self.cancelled:
             self.failed.emit(self.error_text())
         self.done.emit(code, self.stdout, self.stderr)
+
+
+def _note_group(proc: QtCore.QProcess, group: dict) -> None:
+    """Remember the started child's pid (its process group). The QProcess can already be deleted when a
+    queued ``started`` arrives (its owner went away meanwhile): then there is nothing to note."""
+    if shiboken6.isValid(proc):
+        group.update(pid=int(proc.processId() or 0))
 
 
 def _kill_group(group: dict, *_args) -> None:
