@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants, try_to_load_from_cache
 
-from trainer.core.paths import MODELS_DIR
+from trainer.core.paths import MODELS_DIR, hf_hub_cache
 
 
 def is_shipped_architecture(name: str | None) -> bool:
@@ -86,5 +86,5 @@ def bytes_in_cache(repo_id: str) -> int:
 
 
 def cache_dir() -> Path:
-    """The hub cache folder in use (HF_HUB_CACHE / HF_HOME aware)."""
-    return Path(constants.HF_HUB_CACHE)
+    """The hub cache folder in use (HF_HUB_CACHE / HF_HOME aware): the trainer's one rule, read now."""
+    return hf_hub_cache()

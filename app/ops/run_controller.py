@@ -17,7 +17,7 @@ from app.ops import settings
 from app.ops.background import Latest
 from app.ops.commands import cli_args
 from trainer.core.processes import end_process, kill_tree
-from trainer.rundir import events as ev
+from trainer.rundir import stopfile
 from trainer.rundir.runstate import read_run_state
 
 STOP_TIMEOUT_S = 120.0  # a checkpoint of a large model can take a while; only then offer to kill
@@ -80,10 +80,9 @@ class RunController(QtCore.QObject):
         saves a checkpoint and exits 0). A file write, not a child process, so it is done when this
         returns, also when the window closes right after. False (and a message) when it failed."""
         try:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            (Path(run_dir) / ev.STOP_FILE).write_text(f"TrainPilot window at {stamp}\n", encoding="utf-8")
+            stopfile.request_stop(run_dir, source="TrainPilot window")
         except OSError as exc:
-            self.message.emit(f"Stop request failed: could not write {Path(run_dir) / ev.STOP_FILE}: {exc}")
+            self.message.emit(f"Stop request failed: could not write {Path(run_dir) / stopfile.STOP_FILE}: {exc}")
             return False
         timer = QtCore.QElapsedTimer()
         timer.start()

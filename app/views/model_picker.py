@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import sys
 import time
 
 from PySide6 import QtCore, QtWidgets
@@ -19,6 +18,7 @@ from app.model.fmt import count, gib
 from app.model.hub import bytes_in_cache
 from app.model.picker_rows import cells, popular_rows, search_rows
 from app.ops.background import Latest, own_pool
+from app.ops.child import ChildProcess
 from app.views.wizard.schema_form import user_words
 from trainer import config as tc
 from trainer.core import entrypoints
@@ -65,7 +65,7 @@ class ModelPicker(QtWidgets.QWidget):
         # plan never wait behind it in the global pool.
         self.pool = own_pool(1)
         self._rows = Latest(self._show_rows, self._rows_failed, self, pool=self.pool)
-        self.proc: QtCore.QProcess | None = None
+        self.proc: ChildProcess | None = None
         self._speed: list[tuple[float, int]] = []
         self._failure: str | None = None
         self.downloading: str | None = None
@@ -169,12 +169,10 @@ class ModelPicker(QtWidgets.QWidget):
     def start_download(self, repo: str) -> None:
         """Start the download child (consent already given)."""
         self.downloading = repo
-        self.proc = QtCore.QProcess(self)
-        env = QtCore.QProcessEnvironment.systemEnvironment()
-        env.insert("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        self.proc.setProcessEnvironment(env)
-        self.proc.readyReadStandardOutput.connect(self._read)
-        self.proc.finished.connect(self._finished)
+        self.proc = ChildProcess(entrypoints.python_m(entrypoints.HUB_DOWNLOAD, repo), parent=self,
+                                 env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+        self.proc.line.connect(self._on_event)
+        self.proc.done.connect(self._finished)
         self._speed = [(time.monotonic(), bytes_in_cache(repo))]
         self._failure = None
         self.progress.setRange(0, 0)
@@ -182,20 +180,12 @@ class ModelPicker(QtWidgets.QWidget):
         self.progress.show()
         self.cancel_button.show()
         self.download_button.setEnabled(False)
-        self.proc.start(sys.executable, entrypoints.python_m(entrypoints.HUB_DOWNLOAD, repo)[1:])
+        self.proc.start()
 
     def cancel(self) -> None:
         """Stop the download; what arrived stays in the cache and the next download resumes it."""
         if self.proc is not None:
-            self.proc.kill()  # ``finished`` arrives when it has gone; nothing waits here
-
-    def _read(self) -> None:
-        while self.proc is not None and self.proc.canReadLine():
-            try:
-                event = json.loads(bytes(self.proc.readLine()).decode("utf-8", "replace"))
-            except ValueError:
-                continue
-            self._on_event(event)
+            self.proc.cancel()  # kills the child's whole tree; ``done`` arrives when it has gone
 
     def _on_event(self, e: dict) -> None:
         if e.get("event") in ("start", "progress"):
@@ -214,17 +204,19 @@ class ModelPicker(QtWidgets.QWidget):
         elif e.get("event") == "error":
             self._failure = str(e.get("message") or "no message")
 
-    def _finished(self, code: int, status) -> None:
-        self._read()
+    def _finished(self, code: int, _stdout: str, stderr: str) -> None:
+        cancelled = self.proc is not None and self.proc.cancelled
         repo, self.downloading = self.downloading, None
         self.proc = None
         self.cancel_button.hide()
-        if code == 0 and status == QtCore.QProcess.NormalExit and repo and hub.is_cached(repo):
+        if not self._failure and code != 0 and stderr.strip():
+            self._failure = stderr.strip().splitlines()[-1]
+        if code == 0 and not cancelled and repo and hub.is_cached(repo):
             self.progress.hide()
             self._mark(repo)
             self._set_button(repo)
             self.chosen.emit(repo)
-        elif status != QtCore.QProcess.NormalExit:
+        elif cancelled:
             self.progress.setFormat(f"{repo}: cancelled at {gib(bytes_in_cache(repo), 2)} — Resume download continues")
             self._mark(repo)
             self._set_button(repo)

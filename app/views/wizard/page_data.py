@@ -207,7 +207,7 @@ class DataPage(QtWidgets.QWizardPage):
         """Stop a report still running for other data, and clear what the last one showed."""
         if self._data_job is not None:
             self._data_job.done.disconnect()
-            self._data_job.proc.kill()
+            self._data_job.cancel()
             self._data_job = None
         self.report = None
         self.examples.setHtml("<i>The first examples appear here once they are tokenized.</i>")
