@@ -3,7 +3,8 @@
 Writes, into the destination: the model (LoRA merged into the base with ``--merge``, else the
 adapter) as safetensors, the tokenizer with its chat template (the run's own rendering as a Jinja
 template when the tokenizer has none), ``generation_config.json`` whose EOS ids include the end of
-turn, and optionally a GGUF file (``gguf_export``) and an Ollama ``Modelfile`` (``ollama``).
+turn, and optionally a GGUF file (llama.cpp's own converter, ``gguf_convert``) and an Ollama
+``Modelfile`` (``ollama``).
 Nothing secret is written: no config, no environment, no token.
 """
 from __future__ import annotations
@@ -13,10 +14,12 @@ import sys
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.core.errors import UserError
 from trainer.data import run_template
-from trainer.worker.generate import generation as chat
-from trainer.worker.export import gguf_export
+from trainer.models import gguf_support
+from trainer.worker.export import gguf_convert, staging
 from trainer.worker.export import ollama as ollama_mod
+from trainer.worker.generate import generation as chat
 
 
 def merged_model(cfg, source: Path):
@@ -67,36 +70,68 @@ class Progress:
 
 def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str | None, ollama: bool,
            json_progress: bool = False) -> list[Path]:
-    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written."""
+    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written.
+
+    Every check that can refuse runs before a file is written; the files are written into a hidden
+    folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""
     chat.quiet_libraries()
     cfg = config_mod.load(run_dir / "config.yaml")
-    progress = Progress(json_progress, 3 + bool(gguf_type) + ollama)
+    progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama)
     progress.step(f"loading {source}")
-    if gguf_type:
-        gguf_export.check_family(chat.base_model_type(cfg, source))
     tok = chat.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
-    template = ensure_chat_template(cfg, tok)
+    llama_cpp = check_gguf(gguf_type, model) if gguf_type else None
+    ensure_chat_template(cfg, tok)
     eot = end_of_turn_id(tok)
-    to.mkdir(parents=True, exist_ok=True)
-    progress.step("writing safetensors" + (" (merged)" if merge and is_adapter else ""))
-    model.save_pretrained(str(to), safe_serialization=True)
-    tok.save_pretrained(str(to))
-    progress.step("writing the generation config")
-    _write_generation_config(model, tok, eot, to)
-    written = sorted(p for p in to.iterdir() if p.is_file())
-    if gguf_type:
-        progress.step(f"writing GGUF ({gguf_type})")
-        gguf_path = to / f"model-{gguf_type}.gguf"
-        gguf_export.write_gguf(model, tok, gguf_path, gguf_type, chat_template=template, eot_id=eot,
-                               name=cfg.name)
-        written.append(gguf_path)
-    if ollama:
-        progress.step("writing the Ollama Modelfile")
-        written.append(ollama_mod.write_modelfile(to, gguf_path.name, cfg, tok, eot))
+    shape = ollama_mod.check(tok) if ollama else None
+    with staging.staged_folder(to) as tmp:
+        progress.step("writing safetensors" + (" (merged)" if merge and is_adapter else ""))
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        progress.step("writing the generation config")
+        _write_generation_config(model, tok, eot, tmp)
+        if gguf_type:
+            gguf_name = _write_gguf(llama_cpp, tmp, gguf_type, progress)
+        if ollama:
+            progress.step("writing the Ollama Modelfile")
+            ollama_mod.write_modelfile(tmp, gguf_name, cfg.name, tok, eot, shape, _context_length(model.config))
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
+    written = [to / name for name in names]
     progress.finish(written)
     return written
+
+
+def check_gguf(kind: str, model) -> Path:
+    """The llama.cpp folder to convert with; UserError (exit 2) when this model cannot get ``kind``."""
+    arches = getattr(model.config, "architectures", None) or [type(model).__name__]
+    reason = gguf_support.refusal(kind, arches[0])
+    if reason:
+        raise UserError(f"--gguf {kind}: {reason}", field="--gguf")
+    return gguf_support.converter_dir()
+
+
+def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress) -> str:
+    """Convert ``folder`` (merged safetensors + tokenizer) to ``model-<kind>.gguf`` in it; returns the name."""
+    out = folder / f"model-{kind}.gguf"
+    progress.step(f"writing GGUF ({'f16' if kind == 'q4_k_m' else kind}) with llama.cpp's convert_hf_to_gguf.py")
+    if kind != "q4_k_m":
+        gguf_convert.convert(llama_cpp, folder, out, kind)
+        return out.name
+    f16 = folder.parent / f"{folder.name}.f16.gguf"  # beside, not inside: the converter reads the folder
+    try:
+        gguf_convert.convert(llama_cpp, folder, f16, "f16")
+        progress.step(f"quantizing to Q4_K_M with {gguf_support.quantizer()}")
+        gguf_convert.quantize_q4_k_m(f16, out)
+    finally:
+        f16.unlink(missing_ok=True)
+    return out.name
+
+
+def _context_length(config) -> int:
+    """The model's own context length in tokens (what it was pretrained for), for Ollama's num_ctx."""
+    config = getattr(config, "text_config", None) or config
+    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048))
 
 
 def _write_generation_config(model, tok, eot: int | None, to: Path) -> None:
