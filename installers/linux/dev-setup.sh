@@ -22,5 +22,22 @@ fi
 if [ "${1:-}" = "--dev" ]; then
   # Parses the Windows PowerShell installer in tests (no pwsh on Linux CI).
   pip install -q tree-sitter tree-sitter-powershell || echo "tree-sitter not installed: the PowerShell parse test skips" >&2
+  # llama.cpp's vocab GGUFs, chat templates and converter, from the llama-cpp-python source distribution on
+  # the package registry: tests/real_models.py builds the real-family test models from them. Never fatal.
+  dev_cache="${XDG_CACHE_HOME:-$HOME/.cache}/trainpilot-dev"
+  sdist="llama_cpp_python-0.3.36"
+  if [ ! -d "$dev_cache/$sdist/vendor/llama.cpp/models" ]; then
+    mkdir -p "$dev_cache"
+    if pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$dev_cache" \
+        && tar -xzf "$dev_cache/$sdist.tar.gz" -C "$dev_cache"; then
+      echo "llama.cpp sources in $dev_cache/$sdist"
+    else
+      echo "llama-cpp-python 0.3.36 sdist not downloaded: the real-family tests skip" >&2
+    fi
+  fi
+  # Build the tiny real-family models once (about a minute), so the tests find them cached.
+  if [ -d "$dev_cache/$sdist/vendor/llama.cpp/models" ]; then
+    python tests/real_models.py --build >/dev/null || echo "real-family test models not prebuilt: tests build them" >&2
+  fi
 fi
 echo "ready: . .venv/bin/activate  (trainpilot-cli demo | trainpilot | python -m pytest)"

@@ -1,0 +1,234 @@
+"""Tiny random-weight models of popular families with their REAL tokenizers and chat templates.
+
+The llama-cpp-python source distribution (``pip download --no-deps --no-binary :all:
+llama-cpp-python==0.3.36``, unpacked by ``installers/linux/dev-setup.sh --dev``) carries llama.cpp's
+vocab-only GGUFs (``models/ggml-vocab-*.gguf``, each with ``.inp``/``.out`` tokenizer test vectors)
+and real chat templates (``models/templates/*.jinja``). From them this module builds, per family, a
+folder a user could have downloaded: ``config.json`` + ``model.safetensors`` (hidden 64, 2 layers,
+the family's real vocabulary size), ``tokenizer.json`` (+ ``tokenizer.model`` for SentencePiece
+vocabularies), ``tokenizer_config.json`` with the family's special tokens and the real template, and
+``generation_config.json`` with the end-of-turn ids. Nothing is downloaded: a missing sdist skips.
+
+Built once, under ``${XDG_CACHE_HOME:-~/.cache}/trainpilot-dev/real-models/<sdist>/<family>/``, written
+aside and renamed into place. ``python tests/real_models.py --build [FAMILY...]`` prebuilds the cache.
+
+Where a family's own vocabulary is not among the GGUFs, the closest one is used and said so in
+``Family.note`` (Mistral Nemo's Tekken vocabulary -> Llama 2's SentencePiece; Gemma 2's SentencePiece
+-> Llama 2's pieces under Gemma's special-token names, no dummy prefix; DeepSeek-R1-Distill-Qwen ->
+Qwen2's vocabulary with DeepSeek's special tokens at its reserved ids, as the real one has).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SDIST_VERSION = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}"
+TEST_SEPARATOR = "\n__ggml_vocab_test__\n"  # llama.cpp's tests/test-tokenizer-0 file format
+FORMAT = 3  # bump when what a family folder holds changes (old caches are rebuilt, not reused)
+
+QWEN_RESERVED = ["<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
+                 "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+                 "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+                 "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]  # ids 151646.. in Qwen2.5
+QWEN3_EXTRA = ["<tool_response>", "</tool_response>", "<think>", "</think>"]  # ids 151665.. in Qwen3
+# DeepSeek-R1-Distill-Qwen renames Qwen's <|endoftext|> and takes the reserved ids from 151644 on.
+DEEPSEEK_RESERVED = ["<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>", "<|EOT|>", "<think>", "</think>",
+                     "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                     "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+                     "<｜tool▁output▁end｜>", "<｜tool▁sep｜>"]
+NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family: its vocab GGUF, template, architecture and special tokens (as the real model has)."""
+    vocab: str                      # ggml-vocab-<vocab>.gguf
+    template: str                   # models/templates/<template>.jinja
+    arch: str                       # transformers config class name prefix, e.g. "Qwen2"
+    bos: str | None
+    eos: str                        # tokenizer_config eos_token (the instruct models' end of turn)
+    end_of_turn: tuple[str, ...]    # generation_config eos_token_id, as tokens
+    add_bos: bool                   # whether the tokenizer itself prepends bos
+    pad: str | None = None
+    renames: dict = field(default_factory=dict)  # id -> token text (reserved ids given their real names)
+    config: dict = field(default_factory=dict)   # extra config.json fields (rope scaling, ...)
+    dummy_prefix: bool = True       # SentencePiece: prepend "▁" to the text
+    sp_pieces: int | None = None    # SentencePiece: pieces in tokenizer.model (the rest are added tokens)
+    renamed_pieces: dict = field(default_factory=dict)  # SentencePiece: id -> piece text
+    extra_tokens: tuple[str, ...] = ()  # appended special tokens (Gemma's turn markers)
+    vocab_size: int | None = None   # config.json vocab_size when the embedding has unused rows
+    note: str = ""
+
+
+def _qwen_renames(names: list[str], start: int = 151646) -> dict:
+    return {start + i: n for i, n in enumerate(names)}
+
+
+LLAMA3_ROPE = {"rope_theta": 500000.0, "max_position_embeddings": 131072,
+               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+LLAMA3_EOT = ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")
+
+FAMILIES: dict[str, Family] = {
+    "qwen2.5": Family("qwen2", "Qwen-Qwen2.5-7B-Instruct", "Qwen2", None, "<|im_end|>", ("<|im_end|>", "<|endoftext|>"),
+                      False, pad="<|endoftext|>", renames=_qwen_renames(QWEN_RESERVED),
+                      config={"rope_theta": 1000000.0, "tie_word_embeddings": False}),
+    "qwen3": Family("qwen2", "Qwen-Qwen3-0.6B", "Qwen3", None, "<|im_end|>", ("<|im_end|>", "<|endoftext|>"), False,
+                    pad="<|endoftext|>", renames=_qwen_renames(QWEN_RESERVED + QWEN3_EXTRA),
+                    config={"rope_theta": 1000000.0, "tie_word_embeddings": True}),
+    "deepseek-r1-distill": Family(
+        "qwen2", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen2", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+        ("<｜end▁of▁sentence｜>",), True, pad="<｜end▁of▁sentence｜>",
+        renames={151643: "<｜end▁of▁sentence｜>", **_qwen_renames(DEEPSEEK_RESERVED, 151644)},
+        config={"rope_theta": 1000000.0, "tie_word_embeddings": False},
+        note="Qwen2 vocabulary with DeepSeek's special tokens at Qwen's reserved ids (151643..)"),
+    "llama-3.2": Family("llama-bpe", "meta-llama-Llama-3.2-3B-Instruct", "Llama", "<|begin_of_text|>", "<|eot_id|>",
+                        LLAMA3_EOT, True, renames={128008: "<|eom_id|>"},
+                        config={**LLAMA3_ROPE, "tie_word_embeddings": True}),
+    "llama-3.1": Family("llama-bpe", "meta-llama-Llama-3.1-8B-Instruct", "Llama", "<|begin_of_text|>", "<|eot_id|>",
+                        LLAMA3_EOT, True, renames={128008: "<|eom_id|>"},
+                        config={**LLAMA3_ROPE, "rope_scaling": {**LLAMA3_ROPE["rope_scaling"], "factor": 8.0},
+                                "tie_word_embeddings": False}),
+    "mistral-nemo": Family("llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "Mistral", "<s>", "</s>", ("</s>",),
+                           True, config={"rope_theta": 1000000.0, "tie_word_embeddings": False},
+                           note="Llama 2's SentencePiece vocabulary (Mistral Nemo's Tekken BPE is not among the GGUFs)"),
+    "phi-3.5": Family("phi-3", "microsoft-Phi-3.5-mini-instruct", "Phi3", "<s>", "<|endoftext|>",
+                      ("<|endoftext|>", "<|assistant|>", "<|end|>"), False, pad="<|endoftext|>", sp_pieces=32000,
+                      vocab_size=32064, config={"tie_word_embeddings": False}),
+    "gemma-2": Family("llama-spm", "google-gemma-2-2b-it", "Gemma2", "<bos>", "<eos>", ("<eos>", "<end_of_turn>"), True,
+                      pad="<pad>", dummy_prefix=False, renamed_pieces={1: "<bos>", 2: "<eos>"},
+                      extra_tokens=("<pad>", "<start_of_turn>", "<end_of_turn>"), config={"tie_word_embeddings": True},
+                      note="Llama 2's SentencePiece pieces under Gemma's special-token names, no dummy prefix "
+                           "(Gemma 2's 256k SentencePiece vocabulary is not among the GGUFs); ids differ from Gemma's"),
+}
+
+
+def cache_root() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/trainpilot-dev`` (where dev-setup.sh unpacks the sdist)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainpilot-dev"
+
+
+def sdist_root() -> Path | None:
+    """The unpacked llama-cpp-python sdist (``$TRAINPILOT_LLAMA_SDIST`` or the dev cache), or None."""
+    env = os.environ.get("TRAINPILOT_LLAMA_SDIST")
+    root = Path(env) if env else cache_root() / SDIST_NAME
+    return root if (root / "vendor" / "llama.cpp" / "models").is_dir() else None
+
+
+def llama_cpp_dir() -> Path:
+    """``vendor/llama.cpp`` of the sdist (skips the calling test when it is absent)."""
+    root = sdist_root()
+    if root is None:
+        import pytest
+        pytest.skip(f"the llama-cpp-python {SDIST_VERSION} source distribution is not unpacked under {cache_root()} "
+                    f"(run installers/linux/dev-setup.sh --dev, or set TRAINPILOT_LLAMA_SDIST)")
+    return root / "vendor" / "llama.cpp"
+
+
+def models_dir() -> Path:
+    """llama.cpp's ``models/`` folder (vocab GGUFs, test vectors, ``templates/``)."""
+    return llama_cpp_dir() / "models"
+
+
+def template_text(name: str) -> str:
+    """The real chat template of a family (``FAMILIES`` key) or a template file stem."""
+    stem = FAMILIES[name].template if name in FAMILIES else name
+    return (models_dir() / "templates" / f"{stem}.jinja").read_text(encoding="utf-8")
+
+
+def test_vectors(vocab: str) -> list[tuple[str, list[int]]]:
+    """llama.cpp's tokenizer test vectors of a vocab: ``[(text, ids without bos)]``."""
+    base = models_dir() / f"ggml-vocab-{vocab}.gguf"
+    texts = base.with_name(base.name + ".inp").read_text(encoding="utf-8").split(TEST_SEPARATOR)
+    outs = base.with_name(base.name + ".out").read_text(encoding="utf-8").split("\n")
+    return [(t, [int(x) for x in o.split()]) for t, o in zip(texts, outs)]
+
+
+def family_dir(name: str) -> Path:
+    """The folder of one family's tiny model, built on first use (skips when the sdist is absent)."""
+    fam = FAMILIES[name]
+    src = models_dir()
+    out = cache_root() / "real-models" / f"{SDIST_VERSION}-f{FORMAT}" / name
+    if (out / "config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out.parent))
+    try:
+        _build(fam, src, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process built it first
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _build(fam: Family, src: Path, out: Path) -> None:
+    import real_tokenizers
+    tok = real_tokenizers.build_tokenizer(fam, src, out)
+    tok.chat_template = (src / "templates" / f"{fam.template}.jinja").read_text(encoding="utf-8")
+    tok.save_pretrained(out)
+    real_tokenizers.finish_tokenizer_files(fam, out)
+    _build_model(fam, tok, out)
+
+
+def _build_model(fam: Family, tok, out: Path) -> None:
+    import torch
+    import transformers
+    cfg_cls = getattr(transformers, f"{fam.arch}Config")
+    model_cls = getattr(transformers, f"{fam.arch}ForCausalLM")
+    eot = [tok.convert_tokens_to_ids(t) for t in fam.end_of_turn]
+    extra = {k: v for k, v in fam.config.items() if k not in ("rope_theta", "rope_scaling")}
+    rope = {"rope_type": "default", "rope_theta": fam.config.get("rope_theta", 10000.0),
+            **fam.config.get("rope_scaling", {})}
+    cfg = cfg_cls(vocab_size=fam.vocab_size or len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  bos_token_id=tok.bos_token_id, eos_token_id=eot[0] if len(eot) == 1 else eot,
+                  pad_token_id=tok.pad_token_id, rope_parameters=rope, **extra)
+    if fam.arch == "Gemma2":
+        cfg.query_pre_attn_scalar = 16
+    torch.manual_seed(0)
+    model = model_cls(cfg).to(torch.float32)
+    model.generation_config.eos_token_id = eot
+    model.generation_config.bos_token_id = tok.bos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    _hub_style_rope(out / "config.json", fam.config)
+
+
+def _hub_style_rope(path: Path, wanted: dict) -> None:
+    """config.json with ``rope_theta``/``rope_scaling`` as the families' hub files have them (what users
+    download), instead of transformers 5's ``rope_parameters``, which it reads from the old keys too."""
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    params = cfg.pop("rope_parameters", None) or {}
+    cfg["rope_theta"] = params.get("rope_theta", wanted.get("rope_theta", 10000.0))
+    cfg["rope_scaling"] = wanted.get("rope_scaling")
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    """``--build [FAMILY...]``: build the cache (all families by default); prints each folder."""
+    if not argv or argv[0] != "--build":
+        print(__doc__)
+        return 2
+    if sdist_root() is None:
+        print(f"no llama-cpp-python {SDIST_VERSION} sdist under {cache_root()}; run installers/linux/dev-setup.sh --dev",
+              file=sys.stderr)
+        return 1
+    for name in argv[1:] or list(FAMILIES):
+        print(name, family_dir(name), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,167 @@
+"""The tokenizer half of ``real_models``: HF tokenizers built from llama.cpp's vocab-only GGUFs.
+
+BPE vocabularies (Qwen2, Llama 3) go through transformers' own GGUF reader
+(``AutoTokenizer.from_pretrained(dir, gguf_file=...)``), which passes every llama.cpp test vector once
+Llama 3's extra id (transformers appends a 128256th token the model does not have) is dropped and its
+BOS is added by the post-processor and whole words in the vocab bypass the merges
+(``ignore_merges``), as Meta's tokenizer.json does. SentencePiece vocabularies are
+rebuilt as a real ``tokenizer.model`` from the GGUF's tokens, scores and types (the GGUF-converted
+tokenizer.json differs from SentencePiece on leading spaces), and the fast tokenizer gets the
+normalizer Meta's Llama 2 tokenizer.json has (prepend "▁", spaces to "▁"), which matches it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+FAST_CLASS = "PreTrainedTokenizerFast"  # loads tokenizer.json as written, no per-model rebuild
+
+
+def gguf_fields(path: Path) -> dict:
+    """The ``tokenizer.ggml.*`` arrays of a vocab GGUF: tokens, scores, token_type."""
+    from gguf import GGUFReader
+    r = GGUFReader(str(path))
+    return {k: r.fields[f"tokenizer.ggml.{k}"].contents() for k in ("tokens", "scores", "token_type")
+            if f"tokenizer.ggml.{k}" in r.fields}
+
+
+def build_tokenizer(fam, src: Path, out: Path):
+    """A fast tokenizer of ``fam`` (tokenizer files written to ``out``; returned loaded from there)."""
+    gguf_path = src / f"ggml-vocab-{fam.vocab}.gguf"
+    fields = gguf_fields(gguf_path)
+    if "scores" in fields and fam.vocab in ("llama-spm", "phi-3"):
+        _sentencepiece_files(fam, fields, out)
+    else:
+        _bpe_files(fam, src, gguf_path.name, len(fields["tokens"]), out)
+    return _load(fam, out)
+
+
+def _gguf_tokenizer_json(src: Path, gguf_name: str, cache: Path) -> dict:
+    """transformers' tokenizer.json of a BPE vocab GGUF (read once per vocab: ~10 s for Qwen2's)."""
+    path = cache / f"_gguf-{gguf_name}.json"
+    if not path.is_file():
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf_name)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tok.backend_tokenizer.save(str(tmp))
+        os.replace(tmp, path)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _bpe_files(fam, src: Path, gguf_name: str, n_tokens: int, out: Path) -> None:
+    tj = _gguf_tokenizer_json(src, gguf_name, out.parent)
+    path = out / "tokenizer.json"
+    tj["added_tokens"] = [t for t in tj["added_tokens"] if t["id"] < n_tokens]
+    vocab = tj["model"]["vocab"]
+    for text in [t for t, i in vocab.items() if i >= n_tokens]:
+        del vocab[text]
+    by_id = {t["id"]: t for t in tj["added_tokens"]}
+    for tid, text in fam.renames.items():
+        old = next(t for t, i in vocab.items() if i == tid)
+        del vocab[old]
+        vocab[text] = tid
+        entry = by_id.get(tid) or {"id": tid, "single_word": False, "lstrip": False, "rstrip": False,
+                                   "normalized": False}
+        entry.update(content=text, special=text not in _not_special())
+        by_id[tid] = entry
+    tj["added_tokens"] = sorted(by_id.values(), key=lambda t: t["id"])
+    if fam.vocab == "llama-bpe":
+        tj["model"]["ignore_merges"] = True  # as Meta's tokenizer.json: whole words in the vocab win
+    if fam.add_bos:
+        tj["post_processor"] = _bos_post_processor(fam.bos, vocab[fam.bos])
+    path.write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
+    _write_config(out, {})
+
+
+def _sentencepiece_files(fam, fields: dict, out: Path) -> None:
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    n = fam.sp_pieces or len(fields["tokens"])
+    m = pb.ModelProto()
+    m.trainer_spec.model_type = pb.TrainerSpec.BPE
+    m.trainer_spec.vocab_size = n
+    m.trainer_spec.byte_fallback = True
+    m.trainer_spec.unk_id, m.trainer_spec.bos_id, m.trainer_spec.eos_id, m.trainer_spec.pad_id = 0, 1, 2, -1
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = fam.dummy_prefix
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    for i, (text, score, kind) in enumerate(zip(fields["tokens"][:n], fields["scores"][:n], fields["token_type"][:n])):
+        p = m.pieces.add()
+        p.piece, p.score, p.type = fam.renamed_pieces.get(i, text), float(score), int(kind)
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    _spm_fast_json(fam, m, fields, n, out)
+    _write_config(out, {})
+
+
+def _spm_fast_json(fam, m, fields: dict, n: int, out: Path) -> None:
+    """tokenizer.json for SentencePiece model ``m``: BPE merges ordered by piece score (what SentencePiece
+    does; transformers' ``generate_merges``), byte fallback, and its added tokens (control/user-defined
+    pieces past ``n`` in the GGUF, and the family's extra tokens)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+    from transformers.tokenization_utils_base import generate_merges
+    vocab = {p.piece: i for i, p in enumerate(m.pieces)}
+    merges = generate_merges(vocab, {p.piece: p.score for p in m.pieces})
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=m.pieces[0].piece, fuse_unk=True,
+                                   byte_fallback=True))
+    steps = [normalizers.Prepend("▁")] if fam.dummy_prefix else []
+    backend.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", "▁")])
+    dec = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    backend.decoder = decoders.Sequence(dec + ([decoders.Strip(" ", 1, 0)] if fam.dummy_prefix else []))
+    control = [p.piece for p in m.pieces if p.type in (2, 3)]
+    extra = [t for t, kind in zip(fields["tokens"][n:], fields["token_type"][n:]) if not t.startswith("[PAD")]
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t in control + extra + list(fam.extra_tokens)])
+    backend.save(str(out / "tokenizer.json"))
+
+
+def _bos_post_processor(bos: str, bos_id: int) -> dict:
+    """Meta's Llama 3 post-processor: ``bos $A`` (and ``bos $A bos $B`` for pairs)."""
+    return {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
+
+
+def _write_config(out: Path, cfg: dict) -> None:
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": FAST_CLASS, **cfg}), encoding="utf-8")
+    for stale in ("special_tokens_map.json", "chat_template.jinja"):
+        (out / stale).unlink(missing_ok=True)
+
+
+def _not_special() -> set:
+    from real_models import NOT_SPECIAL
+    return NOT_SPECIAL
+
+
+def _load(fam, out: Path):
+    """The tokenizer as a user gets it, with the family's special tokens and BOS behaviour."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(out))
+    tok.bos_token, tok.eos_token = fam.bos, fam.eos
+    tok.pad_token = fam.pad
+    tok.unk_token = "<unk>" if "<unk>" in tok.get_vocab() else None
+    if fam.vocab in ("llama-spm", "phi-3"):
+        backend = tok.backend_tokenizer
+        backend.post_processor = None
+        if fam.add_bos:
+            from tokenizers import Tokenizer
+            spec = json.loads(backend.to_str())
+            spec["post_processor"] = _bos_post_processor(fam.bos, tok.convert_tokens_to_ids(fam.bos))
+            tok._tokenizer = Tokenizer.from_str(json.dumps(spec))
+    return tok
+
+
+def finish_tokenizer_files(fam, out: Path) -> None:
+    """tokenizer_config.json as these families ship it on the hub: the chat template inside it (not
+    transformers 5's chat_template.jinja), ``add_bos_token`` (for readers: the post-processor is what adds
+    it) and the fast class, whatever save_pretrained chose."""
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    jinja = out / "chat_template.jinja"
+    if jinja.is_file():
+        cfg["chat_template"] = jinja.read_text(encoding="utf-8")
+        jinja.unlink()
+    cfg.update(tokenizer_class=FAST_CLASS, add_bos_token=fam.add_bos, add_eos_token=False)
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
