@@ -7,6 +7,30 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 from app.ops.commands import child_env, cli_args, json_lines
+from trainer.core.errors import TrainPilotError
+from trainer.models import gguf_support
+from trainer.rundir.trained import model_dir
+
+
+GGUF_LABELS = (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"), ("GGUF q8_0 (half the size)", "q8_0"),
+               ("GGUF q4_k_m (4-bit, a quarter of f16)", "q4_k_m"))
+
+
+def gguf_formats(run_dir: str) -> dict[str, str | None]:
+    """``{gguf type: None if this run's model can get it, else why not}``, from files only (no torch)."""
+    try:
+        source = model_dir(run_dir)
+    except TrainPilotError as exc:
+        return {kind: str(exc) for kind in gguf_support.GGUF_TYPES}
+    return gguf_support.options(gguf_support.architecture_for(Path(run_dir), source))
+
+
+def formats_text(formats: dict[str, str | None]) -> str:
+    """One line per GGUF type that cannot be written, or that all can (and with which quantizer)."""
+    lines = [f"{kind}: {why}" for kind, why in formats.items() if why]
+    if formats.get("q4_k_m") is None:
+        lines.insert(0, f"GGUF f16, q8_0 and q4_k_m (quantized with {gguf_support.quantizer()}) can be written.")
+    return "\n".join(lines)
 
 
 def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
@@ -30,9 +54,14 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.merge = QtWidgets.QCheckBox("Merge the LoRA adapter into the base weights (a full model)")
         self.merge.setChecked(True)
         self.gguf = QtWidgets.QComboBox()
-        for label, value in (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"),
-                             ("GGUF q8_0 (half the size)", "q8_0")):
+        formats = gguf_formats(run_dir)
+        for label, value in GGUF_LABELS:
             self.gguf.addItem(label, value)
+            if value and formats[value]:  # said up front, not after a minute of loading the model
+                self.gguf.model().item(self.gguf.count() - 1).setEnabled(False)
+                self.gguf.setItemData(self.gguf.count() - 1, formats[value], QtCore.Qt.ToolTipRole)
+        self.formats = QtWidgets.QLabel(formats_text(formats))
+        self.formats.setWordWrap(True)
         self.ollama = QtWidgets.QCheckBox("Ollama Modelfile (needs a GGUF)")
         self.progress = QtWidgets.QProgressBar(minimum=0, maximum=100, value=0)
         self.status = QtWidgets.QLabel("")
@@ -49,6 +78,7 @@ class ExportModelDialog(QtWidgets.QDialog):
         form.addRow("Folder:", row)
         form.addRow("", self.merge)
         form.addRow("GGUF:", self.gguf)
+        form.addRow("", self.formats)
         form.addRow("", self.ollama)
         form.addRow(self.progress)
         form.addRow(self.status)
@@ -93,5 +123,5 @@ class ExportModelDialog(QtWidgets.QDialog):
             self.status.setText(f"Exported {len(self.files)} files to {self.folder.text()}")
         else:
             err = bytes(self.proc.readAllStandardError()).decode("utf-8", "replace")
-            lines = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln]
+            lines = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln and not ln.startswith("[")]
             self.status.setText("\n".join(lines[-4:]) or f"export-model exited with code {code}")

@@ -98,3 +98,24 @@ def refusal(kind: str, architecture: str | None) -> str | None:
 def options(architecture: str | None) -> dict[str, str | None]:
     """``{gguf type: None if it can be written, else the reason}`` for the Export dialog."""
     return {kind: refusal(kind, architecture) for kind in GGUF_TYPES}
+
+
+def architecture_for(run_dir: Path, source: Path) -> str | None:
+    """The architecture of the model in ``source`` (final/ or a checkpoint of ``run_dir``), read from files:
+    its config.json; an adapter's local base model; the run's bundled architecture. None: known only
+    once the model is loaded (a hub base model), and then checked before anything is written."""
+    import yaml
+
+    found = architecture_of(source / "config.json")
+    adapter = source / "adapter_config.json"
+    if found is None and adapter.is_file():
+        base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path") or ""
+        found = architecture_of(Path(base) / "config.json") if base and Path(base).is_dir() else None
+    if found is None and (run_dir / "config.yaml").is_file():
+        model = (yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}).get("model") or {}
+        from trainer.core.paths import MODELS_DIR
+
+        name = model.get("architecture") or ("tiny-llama" if model.get("source") == "demo-tiny-llama" else None)
+        path = Path(name) if name and name.endswith(".json") else MODELS_DIR / f"{name}.json"
+        found = architecture_of(path) if name else None
+    return found
