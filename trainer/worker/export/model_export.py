@@ -10,6 +10,7 @@ Nothing secret is written: no config, no environment, no token.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -70,10 +71,7 @@ class Progress:
 
 def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str | None, ollama: bool,
            json_progress: bool = False) -> list[Path]:
-    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written.
-
-    Every check that can refuse runs before a file is written; the files are written into a hidden
-    folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""
+    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written."""
     chat.quiet_libraries()
     cfg = config_mod.load(run_dir / "config.yaml")
     progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama)
@@ -81,25 +79,37 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     tok = chat.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
-    llama_cpp = check_gguf(gguf_type, model) if gguf_type else None
     ensure_chat_template(cfg, tok)
+    written = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
+                           merged=merge and is_adapter)
+    progress.finish(written)
+    return written
+
+
+def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
+                 merged: bool = False) -> list[Path]:
+    """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``.
+
+    Every check that can refuse runs before a file is written; the files are written into a hidden
+    folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""
+    llama_cpp = check_gguf(gguf_type, model) if gguf_type else None
     eot = end_of_turn_id(tok)
     shape = ollama_mod.check(tok) if ollama else None
     with staging.staged_folder(to) as tmp:
-        progress.step("writing safetensors" + (" (merged)" if merge and is_adapter else ""))
+        progress.step("writing safetensors" + (" (merged)" if merged else ""))
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save_pretrained(str(tmp))
+        _copy_sentencepiece_model(tok, tmp)
+        _record_special_tokens(tok, tmp)
         progress.step("writing the generation config")
         _write_generation_config(model, tok, eot, tmp)
         if gguf_type:
             gguf_name = _write_gguf(llama_cpp, tmp, gguf_type, progress)
         if ollama:
             progress.step("writing the Ollama Modelfile")
-            ollama_mod.write_modelfile(tmp, gguf_name, cfg.name, tok, eot, shape, _context_length(model.config))
+            ollama_mod.write_modelfile(tmp, gguf_name, name, tok, eot, shape, _context_length(model.config))
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
-    written = [to / name for name in names]
-    progress.finish(written)
-    return written
+    return [to / n for n in names]
 
 
 def check_gguf(kind: str, model) -> Path:
@@ -128,6 +138,32 @@ def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress) ->
     return out.name
 
 
+def _copy_sentencepiece_model(tok, folder: Path) -> None:
+    """``tokenizer.model`` beside the tokenizer files: a fast tokenizer does not save it, and llama.cpp's
+    converter reads SentencePiece vocabularies (Llama 2, Mistral, Phi-3, Gemma) only from it."""
+    src = getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
+    if src and Path(src).name == "tokenizer.model" and Path(src).is_file() and not (folder / "tokenizer.model").exists():
+        shutil.copyfile(src, folder / "tokenizer.model")
+
+
+def _record_special_tokens(tok, folder: Path) -> None:
+    """Say in tokenizer_config.json whether the tokenizer adds BOS/EOS itself, and its added tokens: llama.cpp's
+    converter reads them there (``tokenizer.ggml.add_bos_token``; without it a SentencePiece GGUF adds a
+    BOS that Phi-3's tokenizer never adds)."""
+    path = folder / "tokenizer_config.json"
+    conf = json.loads(path.read_text(encoding="utf-8"))
+    ids = tok("x", add_special_tokens=True).input_ids
+    conf["add_bos_token"] = ollama_mod.adds_bos(tok)
+    conf["add_eos_token"] = tok.eos_token_id is not None and ids[-1:] == [tok.eos_token_id]
+    # transformers 5 keeps added tokens only in tokenizer.json; the converter reads a SentencePiece
+    # model's added tokens (Gemma's turn markers beyond the pieces) from here, as transformers 4 wrote them
+    conf.setdefault("added_tokens_decoder", {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized,
+                                                      "rstrip": t.rstrip, "single_word": t.single_word,
+                                                      "special": t.special}
+                                             for i, t in sorted(tok.added_tokens_decoder.items())})
+    path.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def _context_length(config) -> int:
     """The model's own context length in tokens (what it was pretrained for), for Ollama's num_ctx."""
     config = getattr(config, "text_config", None) or config
@@ -136,7 +172,8 @@ def _context_length(config) -> int:
 
 def _write_generation_config(model, tok, eot: int | None, to: Path) -> None:
     gen = model.generation_config
-    eos = [i for i in dict.fromkeys([tok.eos_token_id, eot]) if i is not None]
+    had = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+    eos = [i for i in dict.fromkeys([tok.eos_token_id, eot, *had]) if i is not None]  # keep the family's own
     gen.eos_token_id = eos[0] if len(eos) == 1 else eos
     gen.bos_token_id = tok.bos_token_id
     gen.pad_token_id = tok.pad_token_id

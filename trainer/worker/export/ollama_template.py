@@ -174,14 +174,20 @@ def probe_conversations() -> list[list[dict]]:
     return [turns[:1], [sys_msg, *turns[:1]], turns[:3], [sys_msg, *turns[:3]], turns, [sys_msg, *turns]]
 
 
-def merged_system(messages: list[dict], shape: Shape) -> list[dict]:
-    """``messages`` with the system text merged into the first user turn, as training does for such templates."""
-    if shape.system_mode != "first_user" or not messages or messages[0]["role"] != "system":
+def merge_system(messages: list[dict], sep: str = MERGE_SEP) -> list[dict]:
+    """``messages`` with a leading system text merged into the first user turn (as training does where
+    the template refuses a system role)."""
+    if not messages or messages[0]["role"] != "system":
         return messages
     rest = [dict(m) for m in messages[1:]]
     first = next(m for m in rest if m["role"] == "user")
-    first["content"] = messages[0]["content"] + shape.system_sep + first["content"]
+    first["content"] = messages[0]["content"] + sep + first["content"]
     return rest
+
+
+def merged_system(messages: list[dict], shape: Shape) -> list[dict]:
+    """``messages`` as the Jinja template gets them for this shape (merged when it refuses a system role)."""
+    return merge_system(messages, shape.system_sep) if shape.system_mode == "first_user" else messages
 
 
 def checked_shape(render: Render, bos: str | None) -> Shape:
