@@ -172,3 +172,32 @@ def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", other, "--to", tmp_path / "g" / "out", "--gguf", "q8_0")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "g" / "out" / "model-q8_0.gguf").is_file() and not list((tmp_path / "g").glob(".*"))
+
+
+@pytest.mark.slow
+def test_the_demo_export_runs_in_llama_cpp_as_in_transformers(exported):
+    """The run's own chat template and trained tokenizer, in llama.cpp itself (see test_gguf_llama_cpp.py)."""
+    from helpers_gguf import llama_cpp_report, stops_at_end_of_turn
+
+    folder = exported["f16"]
+    r = llama_cpp_report(folder, folder / "model-f16.gguf")
+    assert r["tokens"] == r["tokens_of"] and r["chat"] == r["chat_of"], r
+    assert r["max_logit_diff"] <= 1e-2 * r["max_abs_logit"] and r["near_tie_only"], r
+    assert stops_at_end_of_turn(folder / "model-f16.gguf", 2)  # </s> ends the demo's answers
+
+
+@pytest.mark.slow
+def test_q4_k_m_is_quantized_by_llama_cpps_quantizer(runs, tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python (llama.cpp's quantizer) is not installed")
+    import gguf
+    from helpers_gguf import llama_model
+
+    dest = tmp_path / "q4"
+    proc = cli("export-model", runs["lora"], "--to", dest, "--gguf", "q4_k_m")
+    assert proc.returncode == 0, proc.stderr
+    assert "quantizing to Q4_K_M with llama.cpp (llama-cpp-python)" in proc.stderr
+    reader = gguf.GGUFReader(str(dest / "model-q4_k_m.gguf"))
+    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_K_M
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q4"] and not list(dest.glob("*f16*"))
+    llm = llama_model(dest / "model-q4_k_m.gguf")
+    assert llm.tokenize(b"What is 7 plus 3?", add_bos=False, special=True)

@@ -47,7 +47,7 @@ def run(args) -> int:
     if to.resolve() == run_dir.resolve() or run_dir.resolve() in to.resolve().parents:
         raise UserError(f"--to {to}: inside the run directory; export somewhere else", field="--to", path=str(to))
     if args.gguf:
-        reason = gguf_support.refusal(args.gguf, gguf_support.architecture_of(source / "config.json"))
+        reason = gguf_support.refusal(args.gguf, gguf_support.architecture_for(run_dir, source))
         if reason:
             raise UserError(f"--gguf {args.gguf}: {reason}", field="--gguf")
     refuse_while_training(run_dir, "export it")
