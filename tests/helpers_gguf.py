@@ -142,9 +142,10 @@ def trainable(tok, convo: list[dict]) -> list[dict]:
         return ollama_template.merge_system(convo)
 
 
-def llama_cpp_report(folder: Path, gguf: Path) -> dict:
-    """Run ``gguf`` in llama.cpp against the HF folder it came from (merged safetensors + tokenizer):
-    tokenization, logits and greedy tokens, the chat template's render and tokens, the stop at end of turn."""
+def llama_cpp_report(folder: Path, gguf: Path, model=None) -> dict:
+    """Run ``gguf`` in llama.cpp against the HF folder it came from (merged safetensors + tokenizer; ``model``:
+    that folder already loaded in transformers, fp32): tokenization, logits and greedy tokens, the chat
+    template's render and tokens."""
     import numpy as np
     import torch
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -152,7 +153,8 @@ def llama_cpp_report(folder: Path, gguf: Path) -> dict:
 
     llm = llama_model(gguf)
     tok = AutoTokenizer.from_pretrained(str(folder))
-    model = f16_stored(AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval())
+    model = model or AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    model = f16_stored(model.eval())
     r = {"tokens": sum(llm.tokenize(t.encode(), add_bos=True, special=True) == tok(t).input_ids for t in TEXTS),
          "tokens_of": len(TEXTS), "chat": 0, "chat_of": len(CHAT), "greedy": 0, "greedy_of": 0, "near_tie_only": True,
          "max_logit_diff": 0.0}

@@ -89,10 +89,10 @@ def test_family_export_runs_in_llama_cpp_as_in_transformers(family, tmp_path):
     folder = real_models.family_dir(family)
     out = tmp_path / "export"
     tok, files = _export(family, folder, out)
-    _, info = AutoModelForCausalLM.from_pretrained(str(out), output_loading_info=True)
+    merged, info = AutoModelForCausalLM.from_pretrained(str(out), output_loading_info=True, dtype="float32")
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     gguf = out / "model-f16.gguf"
-    r = llama_cpp_report(out, gguf)
+    r = llama_cpp_report(out, gguf, merged)
     r["sentencepiece"] = _sentencepiece_agrees(out, gguf)
     r["stops"] = stops_at_end_of_turn(gguf, model_export.end_of_turn_id(tok))
     r["ollama"], r["ollama_of"] = _ollama_equal(tok, out), 3
