@@ -23,6 +23,10 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
+from trainer.core.paths import MODELS_DIR
+
 LLAMA_CPP_PYTHON = "0.3.36"  # the pinned llama-cpp-python sdist whose vendored llama.cpp converts
 GGUF_TYPES = ("f16", "q8_0", "q4_k_m")
 CONVERTER = "convert_hf_to_gguf.py"
@@ -104,8 +108,6 @@ def architecture_for(run_dir: Path, source: Path) -> str | None:
     """The architecture of the model in ``source`` (final/ or a checkpoint of ``run_dir``), read from files:
     its config.json; an adapter's local base model; the run's bundled architecture. None: known only
     once the model is loaded (a hub base model), and then checked before anything is written."""
-    import yaml
-
     found = architecture_of(source / "config.json")
     adapter = source / "adapter_config.json"
     if found is None and adapter.is_file():
@@ -113,8 +115,6 @@ def architecture_for(run_dir: Path, source: Path) -> str | None:
         found = architecture_of(Path(base) / "config.json") if base and Path(base).is_dir() else None
     if found is None and (run_dir / "config.yaml").is_file():
         model = (yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}).get("model") or {}
-        from trainer.core.paths import MODELS_DIR
-
         name = model.get("architecture") or ("tiny-llama" if model.get("source") == "demo-tiny-llama" else None)
         path = Path(name) if name and name.endswith(".json") else MODELS_DIR / f"{name}.json"
         found = architecture_of(path) if name else None
