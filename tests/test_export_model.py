@@ -1,10 +1,11 @@
-"""``trainpilot-cli export-model``: merged weights equal the adapter model, GGUF files load back
-through transformers with matching logits and carry the tokenizer, chat template and end of turn;
-Ollama Modelfile; refusals.
+"""``trainpilot-cli export-model``: merged weights equal the adapter model, GGUF files (written by
+llama.cpp's own convert_hf_to_gguf.py) load back through transformers with matching logits and carry
+the tokenizer and chat template; Ollama Modelfile; refusals that leave nothing behind.
+(llama.cpp itself runs the exports in tests/test_gguf_llama_cpp.py.)
 
-Tolerances. The GGUF writer itself is checked exactly: logits of the model read back from the
-GGUF equal (max abs diff <= 1e-5, fp32) those of the merged model whose 2-D weights went through
-the same storage (f16 rounding, or gguf's own Q8_0 quantize/dequantize). Against the fp32 merged
+Tolerances. The conversion is checked exactly: logits of the model read back from the GGUF equal
+(max abs diff <= 1e-5, fp32) those of the merged model whose 2-D weights went through the same
+storage (f16 rounding, or gguf's own Q8_0 quantize/dequantize). Against the fp32 merged
 model the storage error shows: f16 keeps 11 significant bits (relative rounding <= 2^-11 per
 weight) and Q8_0 one f16 scale per 32 values with 8-bit steps (<= 2^-8 of the block's largest
 weight). Through two layers of a tiny random model those errors stay within a few units of that
@@ -109,7 +110,7 @@ def test_gguf_loads_back_through_transformers_with_matching_logits(exported, kin
 
 
 @pytest.mark.slow
-def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, tmp_path):
+def test_gguf_metadata_holds_tokenizer_and_chat_template(exported, tmp_path):
     import gguf
     from transformers import AutoTokenizer
 
@@ -119,9 +120,9 @@ def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, t
     template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
     assert field("tokenizer.chat_template") == template and "### Question:" in template
     tokens = field("tokenizer.ggml.tokens")
+    # the demo tokenizer is trained for the run: llama.cpp's hash list cannot know it; its split rule is GPT-2's
     assert field("tokenizer.ggml.model") == "gpt2" and field("tokenizer.ggml.pre") == "gpt-2"
-    assert tokens[field("tokenizer.ggml.eot_token_id")] == "</s>" == tokens[field("tokenizer.ggml.eos_token_id")]
-    assert tokens[field("tokenizer.ggml.bos_token_id")] == "<s>" and field("tokenizer.ggml.add_bos_token") is True
+    assert tokens[field("tokenizer.ggml.eos_token_id")] == "</s>" and tokens[field("tokenizer.ggml.bos_token_id")] == "<s>"
     assert field("tokenizer.ggml.token_type")[2] == gguf.TokenType.CONTROL
     tj = json.loads((folder / "tokenizer.json").read_text())
     assert len(field("tokenizer.ggml.merges")) == len(tj["model"]["merges"])
@@ -130,7 +131,6 @@ def test_gguf_metadata_holds_tokenizer_chat_template_and_end_of_turn(exported, t
     original = AutoTokenizer.from_pretrained(str(folder))
     text = "### Question:\nWhat is 7 plus 3?\n### Answer:\n7 plus 3 is 10.</s> héllo  world"
     assert from_gguf(text, add_special_tokens=False).input_ids == original(text, add_special_tokens=False).input_ids
-    assert from_gguf.chat_template == template and from_gguf.eos_token == "</s>"
 
 
 @pytest.mark.slow
@@ -141,40 +141,13 @@ def test_export_folder_has_tokenizer_template_generation_config_and_modelfile(ex
     assert not (folder / "adapter_config.json").exists() and (folder / "model.safetensors").is_file()
     modelfile = (folder / "Modelfile").read_text()
     assert "FROM ./model-f16.gguf" in modelfile
-    assert 'TEMPLATE """{{ if .Prompt }}### Question:\n{{ .Prompt }}\n### Answer:\n{{ end }}{{ .Response }}"""' in modelfile
+    assert ('{{ if eq .Role "user" }}### Question:\n{{ .Content }}\n### Answer:\n{{ $seen = true }}'
+            '{{ else if eq .Role "assistant" }}{{ .Content }}</s>{{ end }}') in modelfile
     assert 'PARAMETER stop "</s>"' in modelfile and "PARAMETER temperature" in modelfile
-
-
-def test_qwen2_family_round_trips_through_gguf_with_a_chatml_template(tmp_path):
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from trainer.data.readers import bundled_demo_path
-    from trainer.worker.export import gguf_export
-    from trainer.worker.export import ollama
-    from trainer.worker.datapipe.tokenizer import demo_tokenizer
-
-    tok = demo_tokenizer(bundled_demo_path())
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    conf = AutoConfig.for_model("qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                tie_word_embeddings=False, bos_token_id=None, eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
-    with torch.no_grad():
-        for layer in model.model.layers:  # random biases, so a wrong bias mapping would show
-            layer.self_attn.q_proj.bias.normal_(0, 0.5)
-            layer.self_attn.k_proj.bias.normal_(0, 0.5)
-    eot = tok.convert_tokens_to_ids("<|im_end|>")
-    path = gguf_export.write_gguf(model, tok, tmp_path / "qwen.gguf", "f16", chat_template=tok.chat_template,
-                                  eot_id=eot, name="tiny-qwen2")
-    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype="float32")
-    assert type(back).__name__ == "Qwen2ForCausalLM"
-    assert (_logits(back) - _logits(_stored_like(model, "f16"))).abs().max().item() <= 1e-5
-    template, stops = ollama.go_template(None, tok)
-    assert template == ollama.CHATML and stops == ["<|im_end|>"]
+    assert "PARAMETER num_ctx 512" in modelfile  # tiny-llama's max_position_embeddings, not data.seq_len (64)
+    for path in folder.iterdir():  # readable by the user's other tools (Ollama's server runs as its own user)
+        assert path.stat().st_mode & 0o044 == 0o044, path
+    assert folder.stat().st_mode & 0o055 == 0o055 and not list(folder.parent.glob(".*partial*"))
 
 
 @pytest.mark.slow
@@ -187,36 +160,44 @@ def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
     proc = cli("export-model", runs["full"], "--to", busy)
     assert proc.returncode == 2 and "already has files" in proc.stderr
     assert [p.name for p in busy.iterdir()] == ["mine.txt"] and (busy / "mine.txt").read_text() == "keep me"
-    other = tmp_path / "gpt2run"
+    other = tmp_path / "toyrun"
     shutil.copytree(runs["full"], other)
     conf = json.loads((other / "final" / "config.json").read_text())
-    (other / "final" / "config.json").write_text(json.dumps(dict(conf, model_type="gpt2")))
-    proc = cli("export-model", other, "--to", tmp_path / "g", "--gguf", "f16")
-    assert proc.returncode == 2 and "Llama, Qwen2 and Mistral" in proc.stderr and "gpt2" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "g").exists()
+    (other / "final" / "config.json").write_text(json.dumps(dict(conf, architectures=["ToyNetForCausalLM"])))
+    proc = cli("export-model", other, "--to", tmp_path / "g" / "out", "--gguf", "f16")
+    assert proc.returncode == 2 and "does not know the architecture 'ToyNetForCausalLM'" in proc.stderr
+    assert "export without --gguf" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "g").exists()  # not even the parent folder it would have made
+    (other / "final" / "config.json").write_text(json.dumps(conf))  # the fix: a retry into the same folder works
+    proc = cli("export-model", other, "--to", tmp_path / "g" / "out", "--gguf", "q8_0")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "g" / "out" / "model-q8_0.gguf").is_file() and not list((tmp_path / "g").glob(".*"))
 
 
-def test_mistral_family_is_written_as_llama_and_reads_back_with_the_same_logits(tmp_path):
-    """llama.cpp runs Mistral as the llama architecture; transformers reads such a file back as Llama,
-    which computes the same function (no sliding window here)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+@pytest.mark.slow
+def test_the_demo_export_runs_in_llama_cpp_as_in_transformers(exported):
+    """The run's own chat template and trained tokenizer, in llama.cpp itself (see test_gguf_llama_cpp.py)."""
+    from helpers_gguf import llama_cpp_report, stops_at_end_of_turn
 
-    from trainer.data.readers import bundled_demo_path
-    from trainer.worker.export import gguf_export
-    from trainer.worker.export import ollama
-    from trainer.worker.datapipe.tokenizer import demo_tokenizer
+    folder = exported["f16"]
+    r = llama_cpp_report(folder, folder / "model-f16.gguf")
+    assert r["tokens"] == r["tokens_of"] and r["chat"] == r["chat_of"], r
+    assert r["max_logit_diff"] <= 1e-2 * r["max_abs_logit"] and r["near_tie_only"], r
+    assert stops_at_end_of_turn(folder / "model-f16.gguf", 2)  # </s> ends the demo's answers
 
-    tok = demo_tokenizer(bundled_demo_path())
-    tok.chat_template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"
-    conf = AutoConfig.for_model("mistral", vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                                sliding_window=None, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
-    path = gguf_export.write_gguf(model, tok, tmp_path / "mistral.gguf", "q8_0", chat_template=tok.chat_template,
-                                  eot_id=2, name="tiny-mistral")
-    back = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype="float32")
-    assert type(back).__name__ in ("LlamaForCausalLM", "MistralForCausalLM")
-    assert (_logits(back) - _logits(_stored_like(model, "q8_0"))).abs().max().item() <= 1e-5
-    assert ollama.go_template(None, tok) == (ollama.MISTRAL, ["</s>"])
+
+@pytest.mark.slow
+def test_q4_k_m_is_quantized_by_llama_cpps_quantizer(runs, tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python (llama.cpp's quantizer) is not installed")
+    import gguf
+    from helpers_gguf import llama_model
+
+    dest = tmp_path / "q4"
+    proc = cli("export-model", runs["lora"], "--to", dest, "--gguf", "q4_k_m")
+    assert proc.returncode == 0, proc.stderr
+    assert "quantizing to Q4_K_M with llama.cpp (llama-cpp-python)" in proc.stderr
+    reader = gguf.GGUFReader(str(dest / "model-q4_k_m.gguf"))
+    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_K_M
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q4"] and not list(dest.glob("*f16*"))
+    llm = llama_model(dest / "model-q4_k_m.gguf")
+    assert llm.tokenize(b"What is 7 plus 3?", add_bos=False, special=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install TrainPilot for this user: its own virtual environment in PREFIX, the PyTorch build that
 # fits the NVIDIA GPU and driver (installers/torch_build.py decides and says why), TrainPilot itself,
-# DeepSpeed when it works, a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
+# DeepSpeed when it works, llama.cpp's GGUF converter (PREFIX/llama.cpp), a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
 # Running it again repairs or updates the same PREFIX. Every step is logged to PREFIX/install.log.
 set -Eeuo pipefail
 
@@ -264,6 +264,13 @@ pip_install "${NOBI[@]}" -e "${SRC}[gui,train]"
 
 step "trying DeepSpeed" ""
 install_deepspeed
+
+# export-model --gguf runs llama.cpp's own converter from the pinned llama-cpp-python sources;
+# without them everything else works and GGUF export says how to add them.
+step "fetching llama.cpp's GGUF converter" ""
+FETCH=(--dest "$PREFIX/llama.cpp"); (( OFFLINE )) && FETCH+=(--offline)
+for wh in "${WHEELHOUSES[@]}"; do FETCH+=(--find-links "$wh"); done
+"$VPY" "$REPO/installers/fetch_llama_cpp.py" "${FETCH[@]}" || echo "(only GGUF export needs it; see the line above)"
 
 step "installing the launcher" "Check that $PREFIX is writable."
 install -m 755 "$REPO/installers/linux/launch.sh" "$PREFIX/launch.sh"

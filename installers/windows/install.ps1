@@ -2,7 +2,8 @@
 #   powershell -ExecutionPolicy Bypass -File install.ps1 [-Prefix DIR] [-TorchBuild auto|cpu|cu126|cu128|cu130]
 # Steps: find or install Python 3.10+, create PREFIX\venv, choose the PyTorch build for the NVIDIA GPU
 # and driver (installers\torch_build.py decides and says why), install it and TrainPilot, try
-# DeepSpeed and record whether it works (PREFIX\install-state.json), add Desktop and Start-menu
+# DeepSpeed and record whether it works (PREFIX\install-state.json), fetch llama.cpp's GGUF
+# converter (PREFIX\llama.cpp), add Desktop and Start-menu
 # shortcuts that open the GUI without a console window. Running it again repairs or updates.
 # Everything is logged to PREFIX\install.log. Windows PowerShell 5.1 and PowerShell 7 both run it.
 [CmdletBinding()]
@@ -269,6 +270,11 @@ function Invoke-Main {
     Start-Step 'trying DeepSpeed' ''
     $dsError = Install-DeepSpeed
     if ($dsError) { Write-Log "DeepSpeed: $dsError. TrainPilot works without it (non-DeepSpeed presets)." }
+
+    # export-model --gguf runs llama.cpp's own converter from the pinned llama-cpp-python sources.
+    Start-Step "fetching llama.cpp's GGUF converter" ''
+    $fetch = @((Join-Path $RepoRoot 'installers\fetch_llama_cpp.py'), '--dest', (Join-Path $Prefix 'llama.cpp'))
+    if ((Invoke-Logged $VenvPy $fetch) -ne 0) { Write-Log '(only GGUF export needs it; see the line above)' }
 
     Start-Step 'creating shortcuts' "Check that the Desktop and Start menu are writable; the app also starts with $Prefix\TrainPilot.bat."
     Install-Launchers $src

@@ -1,6 +1,7 @@
-"""``trainpilot-cli export-model RUN_DIR --to DIR [--merge] [--gguf f16|q8_0] [--ollama]``.
+"""``trainpilot-cli export-model RUN_DIR --to DIR [--merge] [--gguf f16|q8_0|q4_k_m] [--ollama]``.
 
-Light checks here (run directory, checkpoint, destination, flag combinations); the model work is in
+Light checks here (run directory, checkpoint, destination, flag combinations, whether llama.cpp's
+converter, the architecture and a Q4_K_M quantizer are at hand); the model work is in
 the worker room (``trainer.worker.export.model_export``), imported only when the checks pass.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.core.errors import UserError
+from trainer.models import gguf_support
 from trainer.rundir.trained import model_dir, refuse_while_training
 
 
@@ -20,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", default=None, help="a checkpoint step or 'final' (default: final/, else the newest)")
     p.add_argument("--merge", action="store_true",
                    help="merge a LoRA adapter into the base weights (a full model; implied by --gguf)")
-    p.add_argument("--gguf", choices=("f16", "q8_0"), default=None, help="also write a GGUF file (Llama, Qwen2, Mistral)")
+    p.add_argument("--gguf", choices=gguf_support.GGUF_TYPES, default=None,
+                   help="also write a GGUF file with llama.cpp's convert_hf_to_gguf.py (q4_k_m: needs llama-cpp-python)")
     p.add_argument("--ollama", action="store_true", help="also write an Ollama Modelfile next to the GGUF")
     p.add_argument("--overwrite", action="store_true", help="write into a folder that already has files")
     p.add_argument("--json", action="store_true", help='print progress as JSON lines {"type": "progress", ...}')
@@ -43,6 +46,10 @@ def run(args) -> int:
                         field="--to", path=str(to))
     if to.resolve() == run_dir.resolve() or run_dir.resolve() in to.resolve().parents:
         raise UserError(f"--to {to}: inside the run directory; export somewhere else", field="--to", path=str(to))
+    if args.gguf:
+        reason = gguf_support.refusal(args.gguf, gguf_support.architecture_for(run_dir, source))
+        if reason:
+            raise UserError(f"--gguf {args.gguf}: {reason}", field="--gguf")
     refuse_while_training(run_dir, "export it")
     from trainer.worker.export import model_export as export_model
 

@@ -1,0 +1,69 @@
+"""All or nothing: an export is written into a hidden folder beside the destination and moved into place
+only when every file is there, so a refused or failed export leaves nothing behind and a retry works."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_readable(folder: Path) -> None:
+    """Give ``folder`` and its files the modes a normal file gets (mkdtemp's folders are 0700; users'
+    other tools — Ollama's server, llama.cpp under another account — must read the export)."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    missing = []
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
+
+
+def _move_into(staged: Path, to: Path) -> None:
+    if not to.exists():
+        os.replace(staged, to)
+        return
+    if not any(to.iterdir()):
+        to.rmdir()
+        os.replace(staged, to)
+        return
+    for item in staged.iterdir():  # --overwrite: same names replaced, the user's other files kept
+        target = to / item.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    staged.rmdir()
+
+
+@contextlib.contextmanager
+def staged_folder(to: Path):
+    """Yield an empty hidden folder beside ``to``; on success its files move into ``to`` (created, or an
+    empty/overwritten folder); on any error it is removed, with any parent folders this created."""
+    to = Path(to).absolute()
+    created = _missing_parents(to.parent)
+    to.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{to.name}.partial-", dir=to.parent))
+    try:
+        yield staged
+        make_readable(staged)
+        _move_into(staged, to)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        for folder in created:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
