@@ -53,7 +53,7 @@ class TrainPilotMixin:
         self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
         self._tp_offload = contextlib.nullcontext()
 
-    def tp_offload_activations(self) -> None:
+    def _tp_offload_activations(self) -> None:
         """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
         from torchtune: the output head's tensors stay on the GPU; copies overlap compute on a second stream)."""
         from trl.models.activation_offloading import get_act_offloading_ctx_manager
@@ -63,13 +63,13 @@ class TrainPilotMixin:
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""
         self.tp_tokens += _real_tokens(inputs)
-        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] and self._oom_now(model):
+        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] and self._tp_oom_now(model):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
                                          f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
         with self._tp_offload:
             return super().training_step(model, inputs, num_items_in_batch)
 
-    def _oom_now(self, model) -> bool:
+    def _tp_oom_now(self, model) -> bool:
         """The injected OOM's condition: micro-batch above the floor, or (``:chunked``) HF's full-logits loss."""
         _, floor, needs = self._inject_oom
         base = self.accelerator.unwrap_model(model)
