@@ -54,6 +54,7 @@ def test_speed_stack_cpu_smoke(tmp_path):
     assert all("tokens_per_second" in r for r in rows if r["stage"] not in skipped)
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_gpu_modes_refuse_cleanly_without_cuda(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -67,6 +67,7 @@ def _write_chunk(folder: Path, k: int, first: int, n: int) -> None:
                          producer.chunk_file(folder, "train", k))
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_blocks_wait_for_the_producer_and_the_order_covers_every_block(tmp_path):
     _write_chunk(tmp_path, 0, 0, 4)
     b = blocks.Blocks(tmp_path, "train")
@@ -189,6 +190,7 @@ def test_a_record_the_tokenizing_process_cannot_render_fails_the_run_with_its_li
     assert not events(tmp_path / "run", "step")
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_a_run_without_deepspeed_does_not_import_it():
     """accelerate's unwrap path would import deepspeed (2-3 s of every start) when it is installed."""
     import subprocess

@@ -138,6 +138,7 @@ def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, f
         assert tokens["truncated_fraction"] == 0.0 and tokens["max"] == t["max"]
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_local_dataset_folder_stands_in_for_a_hub_id(report_env):
     from trainer.worker.probes.data_report import report
 
@@ -160,6 +161,7 @@ def cli(ws: Path, *args, env: dict | None = None, timeout: float = PREFLIGHT_TIM
     return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=REPO, env=full, timeout=timeout)
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_data_command_json_contract(tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [CHAT, TOOL_CHAT], repeat=4)
     cfg = write_config(tmp_path, {"data.seq_len": 40})
@@ -212,6 +214,7 @@ def test_unknown_record_format_and_untrainable_pairs_exit_2(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
     from trainer.worker.datapipe.tokenizer import train_bpe
 
@@ -239,6 +242,7 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
     cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / ".hf-home")}

@@ -31,6 +31,7 @@ def test_light_checks_have_fixes():
     assert all(set(c) == {"name", "ok", "detail", "fix", "required"} for c in checks)
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_torch_checks_run_in_a_child_process():
     before = "torch" in sys.modules
     checks = run_torch_checks_in_child()

@@ -69,6 +69,7 @@ def test_llama_3_2_config_has_llama3_rope_scaling_and_loads():
     assert model.config.rope_parameters["rope_type"] == "llama3"
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 @pytest.mark.parametrize("name", sorted(rm.FAMILIES))
 def test_every_family_renders_its_template_and_runs(name):
     import torch

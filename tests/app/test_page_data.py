@@ -15,6 +15,7 @@ CHAT = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user"
                      {"role": "assistant", "content": "In the park."}]}
 
 
+@pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
 def test_data_page_shows_format_examples_histogram_and_truncation(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))

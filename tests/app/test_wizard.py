@@ -93,7 +93,9 @@ def test_seq_len_beyond_the_model_is_refused_where_typed_never_changed(qtbot):
     spin.setFocus()
     spin.selectAll()
     qtbot.keyClicks(spin, "4096")
-    qtbot.waitUntil(lambda: wiz.plan.seq_len_error.isVisible(), timeout=10000)
+    # the error was already showing for 2048 (the default): wait for it to speak of the typed value
+    qtbot.waitUntil(lambda: wiz.plan.seq_len_error.isVisible() and "4096" in wiz.plan.seq_len_error.text(),
+                    timeout=10000)
     assert spin.value() == 4096 and wiz.state.values["data.seq_len"] == 4096
     assert "512" in wiz.plan.seq_len_error.text() and "4096" in wiz.plan.seq_len_error.text()
     assert "Fix these settings" in wiz.plan.verdict.text()
