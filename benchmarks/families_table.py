@@ -1,6 +1,8 @@
 """Print docs/after-training.md's per-family export table from a run of tests/test_gguf_llama_cpp.py.
 
-Runs that test file (llama.cpp itself via llama-cpp-python, tests/real_models.py's tiny models of each
+Runs tests/test_family_masks.py (the assistant-only masks of each family's real template: multi-turn,
+history-rewriting templates, tool calls) and reads each family's results from pytest's JUnit XML, then
+runs tests/test_gguf_llama_cpp.py (llama.cpp itself via llama-cpp-python, tests/real_models.py's tiny models of each
 family with its real tokenizer and chat template) with ``TRAINPILOT_FAMILIES_OUT`` set, so each family
 records its figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown
 table. ``--from FILE`` prints the table of an earlier run's JSON lines without running anything.
@@ -18,23 +20,49 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-HEADER = ("| family | GGUF f16 | GGUF q8_0 | llama.cpp tokens = HF tokenizer | greedy tokens = transformers "
+HEADER = ("| family | masks exact (checks passed) | GGUF f16 | GGUF q8_0 | llama.cpp tokens = HF tokenizer | greedy tokens = transformers "
           "| chat prompt = training (render + ids) | stops at end of turn | Ollama TEMPLATE (Go) = Jinja |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def _frac(a, b) -> str:
     return "–" if a is None else f"{a}/{b}"
 
 
-def row(r: dict) -> str:
+def mask_results(xml: Path) -> dict[str, tuple[int, int]]:
+    """``{family: (passed, run)}`` from the JUnit XML of tests/test_family_masks.py (a test counts for the
+    family named in its parameters)."""
+    import xml.etree.ElementTree as ET
+
+    out: dict[str, list[int]] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if "[" not in name:
+            continue
+        family = name[name.index("[") + 1:-1]
+        ok = not any(child.tag in ("failure", "error", "skipped") for child in case)
+        counts = out.setdefault(family, [0, 0])
+        counts[0] += ok
+        counts[1] += 1
+    return {k: (a, b) for k, (a, b) in out.items()}
+
+
+def run_masks(xml: Path) -> int:
+    """Run the per-family mask tests, writing JUnit XML to ``xml``; returns pytest's exit status."""
+    cmd = [sys.executable, "-m", "pytest", "tests/test_family_masks.py", "-q", "-p", "no:cacheprovider",
+           f"--junitxml={xml}"]
+    return subprocess.run(cmd, cwd=REPO).returncode
+
+
+def row(r: dict, masks: tuple[int, int] | None = None) -> str:
     """One Markdown table row for one family's recorded figures."""
     tokens = _frac(r["tokens"], r["tokens_of"])
     if r.get("sentencepiece") is not None:
         tokens += f" (SentencePiece itself: {r['sentencepiece']}/{r['tokens_of']})"
     greedy = _frac(r["greedy"], r["greedy_of"]) + ("" if r["greedy"] == r["greedy_of"] else " (near ties)")
     q8 = {True: "written, loads", None: "not run", False: "failed"}[r.get("q8_0")]
-    return (f"| {r['family']} | written, loads | {q8} | {tokens} | {greedy} | {_frac(r['chat'], r['chat_of'])} "
+    mask = "–" if masks is None else ("yes" if masks[0] == masks[1] else "NO") + f" ({masks[0]}/{masks[1]})"
+    return (f"| {r['family']} | {mask} | written, loads | {q8} | {tokens} | {greedy} | {_frac(r['chat'], r['chat_of'])} "
             f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} |")
 
 
@@ -52,20 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, help="also keep this run's JSON lines here")
     p.add_argument("--no-q8", action="store_true", help="skip the q8_0 conversions (faster)")
     args = p.parse_args(argv)
-    status = 0
+    status, masks = 0, {}
     if args.source:
         path = args.source
     else:
         path = args.keep or Path(tempfile.mkdtemp()) / "families.jsonl"
         path.unlink(missing_ok=True)
-        status = run_tests(path, not args.no_q8)
+        xml = path.with_suffix(".masks.xml")
+        status = run_masks(xml) | run_tests(path, not args.no_q8)
+        masks = mask_results(xml) if xml.is_file() else {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
     if not rows:
         print("no family ran (is llama-cpp-python installed and the llama-cpp-python sdist unpacked?)", file=sys.stderr)
         return 1
     print(HEADER)
     for r in rows:
-        print(row(r))
+        print(row(r, masks.get(r["family"])))
     return 1 if status else 0
 
 

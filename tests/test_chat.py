@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+
+from trainer.supervisor import runlock
 from helpers_after import PROMPT_TEMPLATE, trained_runs
 from helpers_train import cli
 
@@ -105,8 +107,10 @@ def test_refuses_while_the_run_is_training_and_names_unknown_checkpoints(runs, t
     run = tmp_path / "busy"
     shutil.copytree(runs["full"], run)
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    runlock.hold(run)  # a live supervisor holds its folder's lock: this process stands in for it
     proc = cli("chat", run, "--prompt", "hi")
     assert proc.returncode == 2 and "still training" in proc.stderr and "Traceback" not in proc.stderr
+    runlock.release(run)
     (run / "status.json").write_text(json.dumps({"state": "finished", "pid": os.getpid()}))
     proc = cli("chat", run, "--checkpoint", "7", "--prompt", "hi")
     assert proc.returncode == 2 and "complete checkpoints: 1, 2" in proc.stderr, proc.stderr

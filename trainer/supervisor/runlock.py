@@ -38,6 +38,13 @@ def hold(run_dir: Path, wait_s: float = 10.0) -> None:
     _held[key] = fd
 
 
+def release(run_dir: Path) -> None:
+    """Give the run folder's lock back before this process ends (no-op when it does not hold it)."""
+    fd = _held.pop(str(Path(run_dir).resolve()), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops the OS lock
+
+
 def _lock(fd: int) -> None:
     if os.name == "nt":
         import msvcrt
