@@ -22,12 +22,13 @@ events say happened last. Light module (standard library; psutil, a core depende
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
-from trainer.rundir.events import EVENTS_FILE, parse_lines, read_status
+from trainer.rundir.events import EVENTS_FILE, read_status
 
 LIVE_STATES = ("starting", "running", "stopping")
 DONE_STATES = ("stopped", "finished", "failed")
@@ -211,7 +212,10 @@ def trained_model(run_dir: str | Path, done: list[Path] | None = None) -> Traine
 
 
 def _tail_events(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict]:
-    """The complete events in the last ``max_bytes`` of ``path`` (a cut first line is dropped)."""
+    """The newest events of ``path`` that the state needs, oldest first: parsed from the end of its last
+    ``max_bytes`` back to the newest attempt's terminal (or ``run_started``) event and the newest step event.
+    Parsing only those keeps this cheap for a day-long run (the GUI asks every second: parsing the whole MiB
+    held the GIL long enough to stall the window). A cut first line and half-written lines are skipped."""
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
@@ -221,7 +225,23 @@ def _tail_events(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict]:
         return []
     if size > max_bytes:
         data = data[data.find(b"\n") + 1:]
-    return parse_lines(data.decode("utf-8", errors="replace"))
+    out, have_word, have_step = [], False, False
+    for raw in reversed(data.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        out.append(event)
+        kind = event.get("type")
+        have_word = have_word or kind in TERMINAL_EVENTS or kind == "run_started"
+        have_step = have_step or kind == "step"
+        if have_word and have_step:
+            break
+    return out[::-1]
 
 
 def _last_word(events: list[dict]) -> dict | None:
