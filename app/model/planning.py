@@ -8,6 +8,7 @@ from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
+from trainer.supervisor import preflight
 
 
 def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
@@ -48,8 +49,5 @@ def seq_len_limit(cfg: tc.RunConfig) -> int | None:
 
 def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
     """('data.seq_len', why and the fix) when the sequence is longer than the model reads; never changed."""
-    limit = seq_len_limit(cfg)
-    if limit and cfg.data.seq_len > limit:
-        return ("data.seq_len", f"{cfg.data.seq_len} is longer than this model reads ({limit} positions, its "
-                                f"max_position_embeddings); set {limit} or less")
-    return None
+    why = preflight.seq_len_refusal(cfg.data.seq_len, seq_len_limit(cfg), name="the sequence length")
+    return ("data.seq_len", why) if why else None

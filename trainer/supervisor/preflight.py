@@ -237,10 +237,17 @@ def _seq_len(cfg, hardware) -> None:
     conf = _model_config(cfg)
     if not conf:
         return
-    limit = conf.get("max_position_embeddings") or conf.get("n_positions")
-    if limit and cfg.data.seq_len > limit:
-        raise UserError(f"data.seq_len: {cfg.data.seq_len} is longer than the model's maximum of {limit} positions; "
-                        f"set data.seq_len to {limit} or less", field="data.seq_len")
+    why = seq_len_refusal(cfg.data.seq_len, conf.get("max_position_embeddings") or conf.get("n_positions"))
+    if why:
+        raise UserError(f"data.seq_len: {why}", field="data.seq_len")
+
+
+def seq_len_refusal(seq_len: int, limit: int | None, name: str = "data.seq_len") -> str | None:
+    """Why ``seq_len`` (tokens) is refused for a model that reads ``limit`` positions, with the fix; None when it
+    fits or the limit is unknown. The one wording of the rule: Start here, the wizard beside its field."""
+    if limit and seq_len > limit:
+        return f"{seq_len} is longer than the model's maximum of {limit} positions; set {name} to {limit} or less"
+    return None
 
 
 def machine_problems(cfg, hardware=None) -> list[tuple[str, str]]:
