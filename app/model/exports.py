@@ -7,6 +7,10 @@ from pathlib import Path
 
 import yaml
 
+from trainer.core.errors import TrainPilotError
+from trainer.models import gguf_support
+from trainer.rundir.trained import model_dir
+
 ADAPTER_METHODS = ("lora", "qlora")
 
 
@@ -56,3 +60,20 @@ def export_output(stdout: str) -> tuple[list[str], str]:
         elif text:
             files.append(text)
     return files, command
+
+
+def gguf_formats(run_dir: str) -> dict[str, str | None]:
+    """``{gguf type: None if this run's model can get it, else why not}``, from files only (no torch)."""
+    try:
+        source = model_dir(run_dir)
+    except TrainPilotError as exc:
+        return {kind: str(exc) for kind in gguf_support.GGUF_TYPES}
+    return gguf_support.options(gguf_support.architecture_for(Path(run_dir), source))
+
+
+def formats_text(formats: dict[str, str | None]) -> str:
+    """One line per GGUF type that cannot be written, or that all can (and with which quantizer)."""
+    lines = [f"{kind}: {why}" for kind, why in formats.items() if why]
+    if formats.get("q4_k_m") is None:
+        lines.insert(0, f"GGUF f16, q8_0 and q4_k_m (quantized with {gguf_support.quantizer()}) can be written.")
+    return "\n".join(lines)

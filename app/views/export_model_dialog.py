@@ -8,32 +8,12 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app.model.exports import folder_problem, is_adapter_run
+from app.model.exports import folder_problem, formats_text, gguf_formats, is_adapter_run
 from app.ops.commands import Job
-from trainer.core.errors import TrainPilotError
-from trainer.models import gguf_support
-from trainer.rundir.trained import model_dir
 
 
 GGUF_LABELS = (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"), ("GGUF q8_0 (half the size)", "q8_0"),
                ("GGUF q4_k_m (4-bit, a quarter of f16)", "q4_k_m"))
-
-
-def gguf_formats(run_dir: str) -> dict[str, str | None]:
-    """``{gguf type: None if this run's model can get it, else why not}``, from files only (no torch)."""
-    try:
-        source = model_dir(run_dir)
-    except TrainPilotError as exc:
-        return {kind: str(exc) for kind in gguf_support.GGUF_TYPES}
-    return gguf_support.options(gguf_support.architecture_for(Path(run_dir), source))
-
-
-def formats_text(formats: dict[str, str | None]) -> str:
-    """One line per GGUF type that cannot be written, or that all can (and with which quantizer)."""
-    lines = [f"{kind}: {why}" for kind, why in formats.items() if why]
-    if formats.get("q4_k_m") is None:
-        lines.insert(0, f"GGUF f16, q8_0 and q4_k_m (quantized with {gguf_support.quantizer()}) can be written.")
-    return "\n".join(lines)
 
 
 def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
