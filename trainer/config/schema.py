@@ -184,9 +184,11 @@ class TrainingConfig(_Section):
     )
     seed: int = Field(42, description="Seed for weights init, data order and dropout.")
     eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")
-    objective: Literal["sft", "dpo", "kto", "orpo"] = Field(
+    objective: Literal["sft", "dpo", "kto", "orpo", "grpo"] = Field(
         "sft", description="What is learned: sft (next-token loss on text), dpo or orpo (preference pairs: prompt, "
-        "chosen, rejected), kto (prompt, completion, label true/false). A preference pair counts as one sample."
+        "chosen, rejected), kto (prompt, completion, label true/false), grpo (prompts and reference answers: the "
+        "model samples grpo.num_generations answers per prompt, scored by the rewards section). A preference pair "
+        "counts as one sample; under grpo a sample is one sampled completion."
     )
     dpo_beta: float = Field(0.1, gt=0, description="β of DPO and KTO: how far the model may move from the reference "
                             "(smaller moves further); ORPO uses it as the weight λ of its odds-ratio term.")
@@ -206,6 +208,83 @@ class TrainingConfig(_Section):
         if isinstance(v, int) and v <= 0:
             raise ValueError("must be a positive integer or 'auto'")
         return v
+
+
+class GrpoConfig(_Section):
+    """GRPO (training.objective: grpo): sample several answers per prompt, score them, move toward the better ones.
+
+    Batches count completions: effective_batch_size completions per optimizer step are
+    effective_batch_size / num_generations prompts, each answered num_generations times."""
+    num_generations: int = Field(8, ge=2, description="Completions sampled per prompt (the group whose rewards are "
+                                 "compared); effective_batch_size must be a multiple of it.")
+    max_completion_length: int = Field(256, gt=0, description="Longest sampled completion, in tokens. Prompt + "
+                                       "completion must fit in data.seq_len.")
+    generation_batch_size: Union[int, Auto] = Field(
+        "auto", description="Completions sampled at once per GPU (a multiple of num_generations and of "
+        "micro_batch_size that divides the step's completions per GPU); their KV cache is what sampling adds to "
+        "memory. 'auto' lets the planner choose the largest that fits."
+    )
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (higher: more varied answers).")
+    top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens whose "
+                         "probability reaches top_p (1.0: all).")
+    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens (0: all).")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the starting model. 0 keeps no reference "
+                        "(less memory, TRL's default); DeepSeek-R1 used 0.001. A full fine-tune with beta > 0 keeps a "
+                        "frozen copy; LoRA scores the reference with the adapters off.")
+    epsilon: float = Field(0.2, gt=0, description="Clipping range of the policy ratio.")
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field(
+        "dapo", description="How token losses are averaged: dapo (TRL's default, over the step's tokens), grpo (per "
+        "sequence; favours short right answers), dr_grpo (by a constant), bnpo (over the micro-batch's tokens)."
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide advantages by the reward spread of each group (group), of the whole batch "
+        "(batch), or not at all (none: Dr. GRPO)."
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Leave completions cut at max_completion_length out of the loss (DAPO's advice)."
+    )
+    system_prompt: Optional[str] = Field(
+        None, description="System message put before every prompt when the model has a chat template (e.g. the "
+        "answer format the rewards check)."
+    )
+    use_vllm: bool = Field(False, description="Sample with vLLM (colocated) instead of transformers' generate; only "
+                           "where vLLM is installed.")
+    samples_per_step: int = Field(2, ge=0, description="Sampled completions (with their rewards) written to the run's "
+                                  "events each step for the Samples tab.")
+    no_signal_steps: int = Field(5, gt=0, description="Warn when, this many steps in a row, almost every group "
+                                 "(95%) scored all its answers the same: no learning signal.")
+
+
+class RewardsConfig(_Section):
+    """GRPO rewards: built-in ones weighted here (0 turns one off), and your own in a Python file."""
+    answer_field: str = Field("answer", description="Record field holding the reference answer (GSM8K's '#### n' "
+                              "answers are read as n).")
+    answer_pattern: Optional[str] = Field(
+        None, description="Regex whose first group extracts the final answer from a completion; default: the text "
+        "inside <answer>...</answer>, else after '####', else the last number (numeric) or the whole text."
+    )
+    exact_answer: float = Field(0.0, ge=0.0, description="Weight of the exact-match reward: 1 when the extracted "
+                                "answer equals the reference (whitespace and case ignored), else 0.")
+    numeric_answer: float = Field(0.0, ge=0.0, description="Weight of the numeric reward: 1 when the extracted "
+                                  "answer is a number within numeric_tolerance of the reference, else 0.")
+    numeric_tolerance: float = Field(1e-6, ge=0.0, description="Allowed relative difference for numeric_answer.")
+    format: float = Field(0.0, ge=0.0, description="Weight of the format reward: 1 when the completion matches "
+                          "format_pattern, else 0.")
+    format_pattern: str = Field(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$",
+                                description="Regex (DOTALL) the whole completion must match for the format reward.")
+    json_valid: float = Field(0.0, ge=0.0, description="Weight of the JSON reward: 1 when the completion (or its "
+                              "extracted answer) parses as JSON, else 0.")
+    length_penalty: float = Field(0.0, ge=0.0, description="Weight of the length penalty: 0 up to length_target "
+                                  "tokens, falling linearly to -1 at max_completion_length.")
+    length_target: int = Field(128, gt=0, description="Completion length (tokens) the length penalty starts at.")
+    python: Optional[str] = Field(
+        None, description="A .py file of reward functions with TRL's signature "
+        "f(prompts, completions, **kwargs) -> list[float] (record fields arrive as keyword lists); every public "
+        "function defined in it is used. Checked before the run starts; it runs on your machine, in the worker."
+    )
+    python_weights: dict[str, float] = Field(
+        default_factory=dict, description="Weights of the Python file's functions by name (default 1.0 each)."
+    )
 
 
 class SpeedConfig(_Section):
@@ -350,6 +429,8 @@ class RunConfig(_Section):
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    grpo: GrpoConfig = Field(default_factory=GrpoConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     _explicit: frozenset = PrivateAttr(default_factory=frozenset)  # dotted keys the user set (see validate)
 
@@ -450,14 +531,48 @@ def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if t.objective == "sft":
         return p
     if cfg.data.prompt_template is not None:
-        p.append(("data.prompt_template", f"objective {t.objective} reads 'prompt' and "
-                  f"{'completion/label' if t.objective == 'kto' else 'chosen/rejected'} fields directly; "
+        fields = {"kto": "completion/label", "grpo": f"'{cfg.rewards.answer_field}' (the reference answer)"}.get(
+            t.objective, "chosen/rejected")
+        p.append(("data.prompt_template", f"objective {t.objective} reads 'prompt' and {fields} fields directly; "
                   "remove the templates"))
     if t.objective == "kto" and t.micro_batch_size == 1:
         p.append(("training.micro_batch_size", "KTO estimates its KL term from the other examples of a micro-batch; "
                   "use 2 or more, or auto"))
     if t.precompute_ref_log_probs and t.objective == "orpo":
         p.append(("training.precompute_ref_log_probs", "ORPO has no reference model; set it to false"))
+    if t.objective == "grpo":
+        p += _grpo_checks(cfg)
+    return p
+
+
+BUILTIN_REWARDS = ("exact_answer", "numeric_answer", "format", "json_valid", "length_penalty")
+
+
+def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """GRPO's batch geometry (whole prompt groups) and at least one reward."""
+    t, g, r, p = cfg.training, cfg.grpo, cfg.rewards, []
+    n = g.num_generations
+    if t.effective_batch_size % n:
+        p.append(("training.effective_batch_size", f"{t.effective_batch_size} completions per step is not a whole "
+                  f"number of groups of grpo.num_generations {n}; use a multiple of {n} (e.g. {n * max(1, round(t.effective_batch_size / n))})"))
+    gb = g.generation_batch_size
+    if isinstance(gb, int):
+        per_gpu = t.effective_batch_size // cfg.world_size
+        if gb % n:
+            p.append(("grpo.generation_batch_size", f"{gb} is not a multiple of num_generations {n} (each sampling "
+                      f"pass holds whole groups); use a multiple of {n} or auto"))
+        elif per_gpu % gb:
+            p.append(("grpo.generation_batch_size", f"{gb} does not divide the {per_gpu} completions each GPU trains "
+                      f"on per step; use a divisor of {per_gpu} or auto"))
+        elif isinstance(t.micro_batch_size, int) and gb % t.micro_batch_size:
+            p.append(("grpo.generation_batch_size", f"{gb} is not a multiple of micro_batch_size {t.micro_batch_size}; "
+                      f"use a multiple of it or auto"))
+    if g.max_completion_length >= cfg.data.seq_len:
+        p.append(("grpo.max_completion_length", f"{g.max_completion_length} leaves no room for the prompt in "
+                  f"data.seq_len {cfg.data.seq_len}; raise data.seq_len or lower max_completion_length"))
+    if not any(getattr(r, k) > 0 for k in BUILTIN_REWARDS) and not r.python:
+        p.append(("rewards", "GRPO needs at least one reward: give a built-in one a weight (e.g. rewards.exact_answer: "
+                  "1.0) or set rewards.python to a file of reward functions"))
     return p
 
 

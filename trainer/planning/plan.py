@@ -192,6 +192,9 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
     changes = dict(settings)
     changes.update(ps.device_settings(cfg, ctx))
     out = config_mod.replace(cfg, **changes)
+    if out.grpo.generation_batch_size == "auto":  # one sampling pass per optimizer step (TRL's default)
+        t = out.training
+        out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
         out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
     return as_resolved(out)
