@@ -77,8 +77,9 @@ class TrainPilotMixin:
         return self.args.per_device_train_batch_size > floor or (needs == "chunked" and not getattr(base, "tp_chunked_loss", False))
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        """Evaluation step (drop our token count key)."""
-        inputs.pop(REAL_TOKENS_KEY, None)
+        """Evaluation step (drop our token count key; GRPO's batches are lists of prompt records)."""
+        if not isinstance(inputs, list):
+            inputs.pop(REAL_TOKENS_KEY, None)
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
@@ -155,6 +156,8 @@ class TrainPilotTrainer(TrainPilotMixin, Trainer):
 def _real_tokens(inputs: dict) -> int:
     """Our collators count real tokens under REAL_TOKENS_KEY; TRL's batches carry attention masks
     (chosen and rejected rows of a DPO pair, KTO's KL rows are not trained so not counted)."""
+    if isinstance(inputs, list):  # GRPO's prompt records: its trainer counts what it trains (grpo.py)
+        return 0
     if REAL_TOKENS_KEY in inputs:
         return int(inputs.pop(REAL_TOKENS_KEY))
     masks = [inputs["attention_mask"]] if "attention_mask" in inputs else \

@@ -2,6 +2,8 @@
 
 - ``dpo`` and ``kto`` through TRL's stable trainers (``trl.DPOTrainer``, ``trl.KTOTrainer``); ``orpo`` through
   ``trl.experimental.orpo.ORPOTrainer`` (TRL 1.x keeps ORPO in its experimental namespace).
+- ``grpo`` through ``trl.GRPOTrainer`` (module ``grpo``): prompts with reference answers, completions sampled
+  and scored by the run's rewards during training.
 - encoder-decoder models (T5 / FLAN-T5) with supervised input → target pairs through HF's Trainer.
 
 Every trainer here is ``TrainPilotMixin`` + the library's class, so checkpoints are atomic, real tokens are
@@ -42,12 +44,24 @@ def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, met
     seq2seq = is_seq2seq(cfg)
     if seq2seq and cfg.training.objective != "sft":
         raise UserError(f"training.objective: {cfg.training.objective} trains decoder-only models (TRL's preference "
-                        f"trainers); this model is an encoder-decoder: use objective sft with data.prompt_template "
+                        f"and GRPO trainers); this model is an encoder-decoder: use objective sft with data.prompt_template "
                         f"(encoder input) and data.response_template (target)", field="training.objective")
     common = dict(keep_last=cfg.checkpoints.keep_last, run_meta=meta, shuffle=cfg.data.shuffle)
     if seq2seq:
         return _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
+    if cfg.training.objective == "grpo":
+        from trainer.worker.train import grpo  # imports TRL's GRPO (and its generation stack) only when used
+
+        return grpo.build(cfg, tokenizer, precision, use_cuda, make_args, common, trainer_class)
     return _preference_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
+
+
+def add_callbacks(trainer, cfg, writer, info: dict, rank: int) -> None:
+    """The objective's own event writers (GRPO: sampled completions, the no-learning-signal warning)."""
+    if cfg.training.objective == "grpo":
+        from trainer.worker.train import grpo
+
+        grpo.add_callbacks(trainer, cfg, writer, info, rank)
 
 
 # -- preference objectives ------------------------------------------------------------------------

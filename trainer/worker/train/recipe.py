@@ -213,7 +213,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         _no_deepspeed_import()
     tokenizer = modeling.load_tokenizer(cfg)
     started = time.time()
-    if objectives.handles(cfg):  # DPO/KTO/ORPO through TRL, encoder-decoder models
+    if objectives.handles(cfg):  # DPO/KTO/ORPO/GRPO through TRL, encoder-decoder models
         make_args = functools.partial(_training_arguments, cfg, run_dir, precision, use_cuda)
         trainer, info = objectives.build_trainer(cfg, tokenizer, precision, use_cuda, make_args,
                                                  _checkpoint_meta(cfg))
@@ -234,6 +234,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
+    if objectives.handles(cfg):
+        objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision)
