@@ -1,0 +1,216 @@
+"""GRPO (training.objective: grpo) through the real CLI (``python -m trainer run``) on a tiny word-level model
+(helpers_grpo): it learns a rule from rewards alone, warns when no answer ever scores, stops and resumes exactly
+(sampling included), trains LoRA adapters under a chat template, and refuses bad prompts with exit 2.
+Plus the light pieces in-process: step-metric names, the warning's wording, TRL's overridden methods."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+from helpers_grpo import grpo_config, last_word_records, write_jsonl
+from helpers_train import cli, events, write_config
+
+from trainer.rundir.events import read_status
+
+
+def _run(tmp_path, name: str, cfg: dict, *extra, env=None):
+    path = write_config(tmp_path / f"{name}.yaml", cfg)
+    run = tmp_path / name
+    proc = cli("run", path, "--run-dir", run, "--quiet", *extra, env=env)
+    return proc, run
+
+
+def _mean(xs) -> float:
+    return sum(xs) / len(xs)
+
+
+# -- through the CLI ---------------------------------------------------------------------------------
+def test_grpo_learns_the_last_word_from_the_exact_answer_reward(tmp_path):
+    """The word model starts at chance (1 in 18 tokens) and learns to answer the prompt's last word. Measured
+    (2-core CPU, seed 7, 40 steps of 4 prompts x 8 answers, lr 1e-2; 10 s for the run, 17 s for the test):
+    mean reward of steps 1-5 0.100, of steps 36-40 0.919 (0.94-1.0 from step 26 on, 0.69 at step 40); every
+    sample event carries its rewards and advantage."""
+    cfg = grpo_config(tmp_path, training={"max_steps": 40}, checkpoints={"every_steps": 100})
+    proc, run = _run(tmp_path, "learn", cfg)
+    assert proc.returncode == 0, proc.stderr
+    steps = events(run, "step")
+    assert len(steps) == 40 and read_status(run)["state"] == "finished"
+    rewards = [s["reward"] for s in steps]
+    first, last = _mean(rewards[:5]), _mean(rewards[-5:])
+    assert first < 0.3 and last > 0.8 and last - first > 0.5, rewards
+    for s in steps:
+        assert s["rewards"]["exact_answer"]["mean"] == pytest.approx(s["reward"])  # the only reward, weight 1
+        assert set(s["rewards"]["exact_answer"]) == {"mean", "std"}
+        assert 0 <= s["no_signal_fraction"] <= 1 and 0 <= s["completion_clipped"] <= 1
+        assert s["completion_length"] == 1.0 and s["entropy"] > 0 and s["tokens_per_second"] > 0
+        assert "kl" not in s  # beta 0: no reference model, no KL
+    started = events(run, "run_started")[0]
+    assert started["objective"] == "grpo" and started["reward_functions"] == ["exact_answer"]
+    assert started["reward_weights"] == [1.0] and started["num_generations"] == 8
+    assert started["generation_batch_size"] == 32 and started["reference_model"] is None
+    samples = events(run, "sample")
+    assert len(samples) == 80 and all(e["source"] == "grpo" for e in samples)  # samples_per_step 2
+    for e in samples:
+        assert e["prompt"].startswith("last: ") and e["tokens"] == 1
+        assert e["reward"] == e["rewards"]["exact_answer"] == (1.0 if e["text"] == e["prompt"].split()[-1] else 0.0)
+    late = [e for e in samples if e["step"] > 30]
+    assert _mean([e["reward"] for e in late]) > 0.5
+    assert not events(run, "warning")
+    assert (run / "final" / "model.safetensors").is_file()
+    assert not list((run / "checkpoints").rglob("*.parquet"))  # TRL's completion tables stay off
+
+
+def test_a_reward_that_never_scores_warns_no_learning_signal(tmp_path):
+    """Every reference is a word the model cannot say: every group scores 0 at every step. One prompt is too long
+    for seq_len - max_completion_length and skip_bad_lines is on: it is skipped, and said so."""
+    rows = [dict(r, answer="purple") for r in last_word_records(16)]
+    rows.insert(3, {"prompt": "last: " + " ".join(["red"] * 20), "answer": "red"})  # 21 tokens > 16 - 1
+    cfg = grpo_config(tmp_path, rows=rows, training={"max_steps": 4}, data={"skip_bad_lines": True},
+                      grpo={"no_signal_steps": 3, "samples_per_step": 1}, checkpoints={"every_steps": 100})
+    proc, run = _run(tmp_path, "flat", cfg)
+    assert proc.returncode == 0, proc.stderr
+    steps = events(run, "step")
+    assert [s["no_signal_fraction"] for s in steps] == [1.0] * 4 and all(s["reward"] == 0 for s in steps)
+    warnings = {w["code"]: w for w in events(run, "warning")}
+    assert set(warnings) == {"no_learning_signal", "skipped_lines"}
+    flat = [w for w in events(run, "warning") if w["code"] == "no_learning_signal"]
+    assert len(flat) == 1  # once, not at every later step
+    assert "for 3 steps every answer in 100% of groups scored the same (every answer scores 0)" in flat[0]["message"]
+    assert "prompts.jsonl" in warnings["skipped_lines"]["message"] and "[4]" in warnings["skipped_lines"]["message"]
+    assert events(run, "run_started")[0]["train_samples"] == 16
+    assert [e["step"] for e in events(run, "sample")] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path):
+    """12 prompts = 3 steps an epoch, two sampling passes per step (generation_batch_size 16 of 32): stopped at
+    step 4 (epoch 2, mid-way) and resumed, every step's rewards, loss and gradient norm equal the uninterrupted
+    run's. Measured max difference 0 (bit-identical); without the epoch-seeded prompt order (grpo.EpochRepeatSampler)
+    the resumed run drew epoch 1's prompts again and step 5's mean reward differed by 0.22."""
+    cfg = grpo_config(tmp_path, rows=last_word_records(12), training={"max_steps": 8},
+                      grpo={"generation_batch_size": 16}, checkpoints={"every_steps": 100})
+    proc, full = _run(tmp_path, "full", cfg)
+    assert proc.returncode == 0, proc.stderr
+    proc, part = _run(tmp_path, "part", cfg, env={"TRAINPILOT_INJECT_STOP": "4"})
+    assert proc.returncode == 0, proc.stderr
+    assert read_status(part)["state"] == "stopped" and (part / "checkpoints" / "checkpoint-4").is_dir()
+    proc = cli("resume", part, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    a = {e["step"]: e for e in events(full, "step")}
+    b = {e["step"]: e for e in events(part, "step")}  # the resumed attempt's steps 5-8 follow the first's 1-4
+    assert a.keys() == b.keys() == set(range(1, 9))
+    assert len({a[s]["reward"] for s in a}) > 2  # the rewards move, so equal rewards mean equal samples
+    for s in a:
+        for key in ("reward", "reward_std", "loss", "grad_norm", "no_signal_fraction"):
+            assert b[s][key] == pytest.approx(a[s][key], abs=1e-6), (s, key)
+    texts = lambda run: [(e["step"], e["text"], e["advantage"]) for e in events(run, "sample")]  # noqa: E731
+    assert texts(part) == texts(full)
+
+
+def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
+    """LoRA, beta > 0 (the reference = adapters off), a chat template: plain prompts become a user message after
+    grpo.system_prompt, rendered with the generation prompt."""
+    cfg = grpo_config(tmp_path, method="lora", chat=True, training={"max_steps": 2},
+                      grpo={"beta": 0.04, "system_prompt": "last: never"}, checkpoints={"every_steps": 100})
+    proc, run = _run(tmp_path, "lora", cfg)
+    assert proc.returncode == 0, proc.stderr
+    steps = events(run, "step")
+    assert len(steps) == 2 and steps[0]["kl"] == 0.0 and steps[1]["kl"] > 0  # starts at the reference, moves off
+    assert events(run, "run_started")[0]["reference_model"] == "adapters_disabled"
+    sample = events(run, "sample")[0]
+    assert sample["prompt"].startswith("system: last: never user: last: ") and sample["prompt"].endswith("assistant:")
+    assert (run / "final" / "adapter_model.safetensors").is_file()
+    assert events(run, "finished")[0]["wrapped_model"] == "PeftModelForCausalLM"
+
+
+@pytest.mark.parametrize("case", ["no_reference", "too_long", "messages_without_template", "vllm"])
+def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
+    rows = last_word_records(8)
+    sections: dict = {"training": {"max_steps": 2}}
+    if case == "no_reference":
+        rows[2] = {"prompt": rows[2]["prompt"]}
+    elif case == "too_long":
+        rows[5] = {"prompt": "last: " + " ".join(["red"] * 20), "answer": "red"}
+    elif case == "messages_without_template":
+        rows[0] = {"prompt": [{"role": "user", "content": "last: red blue"}], "answer": "blue"}
+    else:
+        sections["grpo"] = {"use_vllm": True}
+    if case == "vllm" and importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    proc, run = _run(tmp_path, case, grpo_config(tmp_path, rows=rows, **sections))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    msg = proc.stderr
+    if case == "no_reference":
+        assert "prompts.jsonl" in msg and "line 3" in msg and "'answer'" in msg
+        assert not run.exists()  # refused before the run folder is made
+        return
+    assert not (run / "final").exists() and not list((run / "checkpoints").glob("checkpoint-*"))
+    assert events(run, "failed")[0]["exit_code"] == 2
+    if case == "too_long":
+        assert "prompts.jsonl line 6" in msg and "21 tokens" in msg and "leaves 15" in msg
+        assert "data.seq_len to 22" in msg and "data.skip_bad_lines" in msg
+    elif case == "messages_without_template":
+        assert msg.count("data.path") == 1 and "line 1" in msg and "no chat template" in msg
+    else:
+        assert "grpo.use_vllm" in msg and "not installed" in msg
+
+
+# -- in-process ----------------------------------------------------------------------------------------
+def test_step_metrics_carry_grpo_fields_under_the_event_names():
+    from trainer.worker.train.step_metrics import objective_fields
+
+    logs = {"loss": 0.1, "reward": 0.75, "reward_std": 0.4, "frac_reward_zero_std": 0.25,
+            "rewards/exact_answer/mean": 0.5, "rewards/exact_answer/std": 0.5, "rewards/format/mean": 1.0,
+            "rewards/format/std": 0.0, "completions/mean_length": 12.5, "completions/clipped_ratio": 0.125,
+            "kl": 0.01, "entropy": 1.5, "completions/max_length": 30.0, "rewards/bad/mean": float("nan")}
+    out = objective_fields(logs)
+    assert out == {"reward": 0.75, "reward_std": 0.4, "no_signal_fraction": 0.25, "completion_length": 12.5,
+                   "completion_clipped": 0.125, "kl": 0.01, "entropy": 1.5,
+                   "rewards": {"exact_answer": {"mean": 0.5, "std": 0.5}, "format": {"mean": 1.0, "std": 0.0}}}
+    dpo = objective_fields({"rewards/chosen": 1.0, "rewards/margins": 0.5})
+    assert dpo == {"rewards_chosen": 1.0, "rewards_margin": 0.5}  # DPO's names are untouched
+
+
+def test_no_signal_message_says_what_the_groups_scored():
+    pytest.importorskip("trl")
+    from trainer.worker.train.grpo import no_signal_message
+
+    assert no_signal_message(5, 1.0, [0.0] * 5) == (
+        "for 5 steps every answer in 100% of groups scored the same (every answer scores 0): no learning signal; "
+        "check the reward (and rewards.answer_field) or start from an SFT model")
+    assert "mean reward 1" in no_signal_message(5, 0.97, [1.0] * 5) and "97% of groups" in no_signal_message(
+        5, 0.97, [1.0] * 5)
+
+
+# The TRL methods TrainPilotGRPOTrainer overrides (and RepeatSampler's constructor it rebuilds), with their
+# parameters in TRL 1.16.0: a TRL upgrade that changes one fails here, naming it.
+TRL_RECORDED = {
+    ("GRPOTrainer", "_get_train_sampler"): ("self", "dataset"),
+    ("GRPOTrainer", "_generate"): ("self", "prompts"),
+    ("GRPOTrainer", "_prepare_inputs"): ("self", "generation_batch"),
+    ("RepeatSampler", "__init__"): ("self", "data_source", "mini_repeat_count", "batch_size", "repeat_count",
+                                    "shuffle", "seed"),
+}
+
+
+@pytest.mark.parametrize("cls,method", list(TRL_RECORDED))
+def test_trl_methods_we_override_keep_their_parameters(cls, method):
+    root = Path(importlib.util.find_spec("trl").submodule_search_locations[0]) / "trainer"
+    source = root / ("grpo_trainer.py" if cls == "GRPOTrainer" else "utils.py")
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == method), None)
+    assert fn is not None, f"trl's {cls}.{method} is gone: adapt trainer/worker/train/grpo.py"
+    params = tuple(a.arg for a in fn.args.args)
+    assert params == TRL_RECORDED[(cls, method)], f"trl's {cls}.{method} now takes {params}: adapt grpo.py"
+
+
+def test_grpo_module_overrides_only_recorded_trl_methods():
+    """New overrides of TRL's GRPOTrainer in grpo.py must be recorded above (or carry the _tp_ prefix)."""
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "trainer/worker/train/grpo.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainPilotGRPOTrainer")
+    names = {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_tp_")}
+    assert names == {m for c, m in TRL_RECORDED if c == "GRPOTrainer"}, names
