@@ -6,6 +6,7 @@ from trainer.core.units import count, gib
 from trainer.planning.context import (
     Context,
     DsOption,
+    generation_candidates,
     make_setup,
     micro_options,
     per_rank_batch,
@@ -20,6 +21,7 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
+    out += _grpo(ctx, mb, ckpt, ds, est, offload, optimizer)
     out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer))
     out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer))
     out += _deepspeed(ctx, ds, est)
@@ -75,6 +77,40 @@ def objective_reasons(ctx: Context, est: Estimate) -> list[str]:
         out.append(f"encoder-decoder: the input ({c.data.seq_len} tokens) runs through {ctx.spec.layers} encoder "
                    f"layers and the target through {ctx.spec.decoder_layers} decoder layers, each also attending to "
                    f"every input position (cross-attention)")
+    return out
+
+
+def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offload: bool, optimizer: str | None) -> list[str]:
+    """GRPO in words: the group geometry, both phases' peaks and what sets them, the reference, and what a larger
+    generation batch would need (``ctx.cfg`` names the generation batch being judged)."""
+    c = ctx.cfg
+    if c.training.objective != "grpo" or not est.phases:
+        return []
+    g, per, gen = c.grpo, per_rank_batch(c), c.grpo.generation_batch_size
+    sampling, update = est.phase_breakdown["sampling"], est.phase_breakdown["update"]
+    prompt = c.data.seq_len - g.max_completion_length
+    out = [f"GRPO: {g.num_generations} completions per prompt, {per} per optimizer step per GPU; {gen} are sampled at "
+           f"once ({gen // g.num_generations} prompts, {per // gen} sampling pass(es) per step, every {gen // mb} "
+           f"micro-batch(es)) and trained on in micro-batches of {mb}",
+           f"sampling peaks at {gib(est.phases['sampling'])}: KV cache {gib(sampling.get('generation_kv_cache', 0))} "
+           f"({gen} sequences × up to {c.data.seq_len} tokens: prompt ≤ {prompt} + completion ≤ {g.max_completion_length}), "
+           f"generate's forward {gib(sampling.get('generation_forward', 0))}"
+           + (f", reference scoring {gib(sampling['reference_forward'])}" if "reference_forward" in sampling else "")
+           + f"; the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
+           f"fused head scores the completion tokens without full logits)"]
+    if g.beta <= 0:
+        out.append("reference model: none (grpo.beta is 0: no KL term)")
+    elif c.method.type != "full":
+        out.append("reference model: none in memory; with adapters the reference log-probs come from the same weights "
+                   "with the adapters switched off")
+    else:
+        out.append(f"reference model: a frozen copy of the weights for the KL term (grpo.beta {g.beta:g}), "
+                   f"{gib(update.get('reference_model', 0))} in both phases")
+    bigger = [o for o in generation_candidates(c, mb) if o > gen]
+    if bigger and "grpo.generation_batch_size" not in explicit_keys(c):
+        e = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, min(bigger)))
+        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} would need "
+                   f"{gib(e.phases['sampling'])} while sampling)")
     return out
 
 
