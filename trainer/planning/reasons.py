@@ -170,6 +170,8 @@ def _explicit(ctx: Context, est: Estimate, verdict: str) -> list[str]:
     fixed = [k for k, v in (("training.micro_batch_size", c.training.micro_batch_size),
                             ("speed.gradient_checkpointing", c.speed.gradient_checkpointing),
                             ("deepspeed.enabled", c.deepspeed.enabled)) if v != "auto"]
+    if c.training.objective == "grpo" and "grpo.generation_batch_size" in explicit_keys(c):
+        fixed.append("grpo.generation_batch_size")
     mine = [k for k in fixed if k in explicit_keys(c)]
     if mine:
         out.append(f"values set in your config were kept, not changed: {', '.join(mine)}")
