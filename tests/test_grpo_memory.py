@@ -308,7 +308,8 @@ def test_plan_cli_prints_both_grpo_phases_for_qwen_1_5b_lora_on_the_laptop(tmp_p
     assert out.startswith("verdict: fits") and "grpo.generation_batch_size = 64" in out
     assert "training.micro_batch_size = 16" in out and "speed.gradient_checkpointing = true" in out
     for needle in ("GRPO phases", "sampling peak", "update   peak", "generation_kv_cache", "generation_forward",
-                   "KV cache 0.9 GiB (64 sequences × up to 1024 tokens: prompt ≤ 512 + completion ≤ 512)"):
+                   "in generate's prefill: KV cache 0.9 GiB (64 sequences × 512 prompt tokens; 1.8 GiB once the "
+                   "512-token completions are in)"):
         assert needle in out, (needle, out)
     js = subprocess.run(run + ["--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     d = json.loads(js.stdout)

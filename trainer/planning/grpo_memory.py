@@ -79,14 +79,19 @@ def decode_bytes(spec, s) -> int:
     return one_layer + g * spec.vocab * SAMPLING_LOGIT_BYTES
 
 
+def generation_peak_point(spec, s) -> str:
+    """Where generate peaks: ``"prefill"`` (the prompts' cache and the prefill's transient) or ``"decode"`` (the
+    whole cache and a decoding step at the last token)."""
+    prefill = kv_cache_bytes(spec, s, prompt_tokens(s)) + prefill_bytes(spec, s)
+    decode = kv_cache_bytes(spec, s, s.seq_len) + decode_bytes(spec, s)
+    return "prefill" if prefill >= decode else "decode"
+
+
 def generation_terms(spec, s) -> dict:
-    """``generation_kv_cache`` and ``generation_forward`` at generate's peak: after the prefill (the prompts'
-    cache and the prefill's transient) or at the last token (the whole cache and a decoding step), whichever
-    is larger."""
-    prefill = (kv_cache_bytes(spec, s, prompt_tokens(s)), prefill_bytes(spec, s))
-    decode = (kv_cache_bytes(spec, s, s.seq_len), decode_bytes(spec, s))
-    kv, forward = max(prefill, decode, key=sum)
-    return {"generation_kv_cache": kv, "generation_forward": forward}
+    """``generation_kv_cache`` and ``generation_forward`` at generate's peak (``generation_peak_point``)."""
+    if generation_peak_point(spec, s) == "prefill":
+        return {"generation_kv_cache": kv_cache_bytes(spec, s, prompt_tokens(s)), "generation_forward": prefill_bytes(spec, s)}
+    return {"generation_kv_cache": kv_cache_bytes(spec, s, s.seq_len), "generation_forward": decode_bytes(spec, s)}
 
 
 def reference_scoring_bytes(spec, s) -> int:

@@ -11,6 +11,7 @@ from trainer.planning.context import (
     micro_options,
     per_rank_batch,
 )
+from trainer.planning import grpo_memory
 from trainer.planning.memory import Estimate, estimate
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")
@@ -92,11 +93,8 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
     out = [f"GRPO: {g.num_generations} completions per prompt, {per} per optimizer step per GPU; {gen} are sampled at "
            f"once ({gen // g.num_generations} prompts, {per // gen} sampling pass(es) per step, every {gen // mb} "
            f"micro-batch(es)) and trained on in micro-batches of {mb}",
-           f"sampling peaks at {gib(est.phases['sampling'])}: KV cache {gib(sampling.get('generation_kv_cache', 0))} "
-           f"({gen} sequences × up to {c.data.seq_len} tokens: prompt ≤ {prompt} + completion ≤ {g.max_completion_length}), "
-           f"generate's forward {gib(sampling.get('generation_forward', 0))}"
-           + (f", reference scoring {gib(sampling['reference_forward'])}" if "reference_forward" in sampling else "")
-           + f"; the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
+           f"sampling peaks at {gib(est.phases['sampling'])}, {_sampling_words(ctx, mb, ckpt, ds, sampling, prompt)}; "
+           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
            f"fused head scores the completion tokens without full logits)"]
     if g.beta <= 0:
         out.append("reference model: none (grpo.beta is 0: no KL term)")
@@ -112,6 +110,21 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
         out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} would need "
                    f"{gib(e.phases['sampling'])} while sampling)")
     return out
+
+
+def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: dict, prompt: int) -> str:
+    """Where the sampling phase peaks, with its KV cache and transient in words."""
+    c = ctx.cfg
+    gen, done = c.grpo.generation_batch_size, gib(sampling.get("generation_kv_cache", 0))
+    if "reference_forward" in sampling:
+        return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
+    if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
+        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), c.data.seq_len))
+        return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
+                f"{c.grpo.max_completion_length}-token completions are in), the prompts' forward "
+                f"{gib(sampling.get('generation_forward', 0))}")
+    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {c.data.seq_len} tokens), a decoding step "
+            f"{gib(sampling.get('generation_forward', 0))}")
 
 
 def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: str | None = None) -> str:
