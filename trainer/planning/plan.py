@@ -200,7 +200,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
     changes = dict(settings)
     changes.update(ps.device_settings(cfg, ctx))
     out = config_mod.replace(cfg, **changes)
-    if out.grpo.generation_batch_size == "auto":  # not GRPO (its search chose one): never sampled, one pass per step
+    if out.training.objective == "grpo" and out.grpo.generation_batch_size == "auto":  # unknown model: one pass per step
         t = out.training
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
