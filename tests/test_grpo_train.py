@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ def _mean(xs) -> float:
 
 
 # -- through the CLI ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_grpo_learns_the_last_word_from_the_exact_answer_reward(tmp_path):
     """The word model starts at chance (1 in 18 tokens) and learns to answer the prompt's last word. Measured
     (2-core CPU, seed 7, 40 steps of 4 prompts x 8 answers, lr 1e-2; 10 s for the run, 17 s for the test):
@@ -78,7 +82,8 @@ def test_a_reward_that_never_scores_warns_no_learning_signal(tmp_path):
     flat = [w for w in events(run, "warning") if w["code"] == "no_learning_signal"]
     assert len(flat) == 1  # once, not at every later step
     assert "for 3 steps every answer in 100% of groups scored the same (every answer scores 0)" in flat[0]["message"]
-    assert "prompts.jsonl" in warnings["skipped_lines"]["message"] and "[4]" in warnings["skipped_lines"]["message"]
+    assert "left out 1 prompt(s) of" in warnings["skipped_lines"]["message"]
+    assert "(first: line 4)" in warnings["skipped_lines"]["message"]
     assert events(run, "run_started")[0]["train_samples"] == 16
     assert [e["step"] for e in events(run, "sample")] == [1, 2, 3, 4]
 
@@ -127,6 +132,8 @@ def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
 
 @pytest.mark.parametrize("case", ["no_reference", "too_long", "messages_without_template", "vllm"])
 def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
+    """The reference field and the prompts are checked in preflight (the lead's trainer.data.prompts and
+    probes.grpocheck): nothing is written. vLLM's absence is found by the worker (exit 2, nothing trained)."""
     rows = last_word_records(8)
     sections: dict = {"training": {"max_steps": 2}}
     if case == "no_reference":
@@ -143,19 +150,41 @@ def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     msg = proc.stderr
-    if case == "no_reference":
-        assert "prompts.jsonl" in msg and "line 3" in msg and "'answer'" in msg
-        assert not run.exists()  # refused before the run folder is made
-        return
-    assert not (run / "final").exists() and not list((run / "checkpoints").glob("checkpoint-*"))
-    assert events(run, "failed")[0]["exit_code"] == 2
-    if case == "too_long":
-        assert "prompts.jsonl line 6" in msg and "21 tokens" in msg and "leaves 15" in msg
-        assert "data.seq_len to 22" in msg and "data.skip_bad_lines" in msg
-    elif case == "messages_without_template":
-        assert msg.count("data.path") == 1 and "line 1" in msg and "no chat template" in msg
-    else:
+    if case == "vllm":
         assert "grpo.use_vllm" in msg and "not installed" in msg
+        assert not (run / "final").exists() and not list((run / "checkpoints").glob("checkpoint-*"))
+        assert events(run, "failed")[0]["exit_code"] == 2
+        return
+    assert not run.exists()  # refused before the run folder is made
+    if case == "no_reference":
+        assert "prompts.jsonl line 3" in msg and "'answer'" in msg and "rewards.answer_field" in msg
+    elif case == "too_long":
+        assert "prompts.jsonl line 6" in msg and "21 tokens" in msg and "leaves 15" in msg
+        assert "data.skip_bad_lines" in msg
+    else:
+        assert "data.path" in msg and "no chat template" in msg
+
+
+@pytest.mark.slow
+def test_a_worker_started_by_hand_refuses_a_too_long_prompt_in_preflights_words(tmp_path):
+    """The worker checks the prompt budget too (it is what skips prompts under data.skip_bad_lines): a config
+    preflight never saw (the worker run by hand on a resolved config) gets the same refusal, naming the line."""
+    import yaml
+
+    rows = last_word_records(8)
+    rows[5] = {"prompt": "last: " + " ".join(["red"] * 20), "answer": "red"}
+    cfg = grpo_config(tmp_path, rows=rows, training={"max_steps": 1})
+    ok, run = _run(tmp_path, "ok", dict(cfg, data=dict(cfg["data"], skip_bad_lines=True)))
+    assert ok.returncode == 0, ok.stderr
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    resolved["data"]["skip_bad_lines"] = False
+    (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "trainer.worker", "--run-dir", str(run)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    failed = events(run, "failed")[-1]
+    assert failed["exit_code"] == 2 and "prompts.jsonl line 6: the prompt is 21 tokens" in failed["message"]
+    assert "leaves 15 for it" in failed["message"] and "data.skip_bad_lines: true" in failed["message"]
 
 
 # -- in-process ----------------------------------------------------------------------------------------
@@ -206,6 +235,18 @@ def test_trl_methods_we_override_keep_their_parameters(cls, method):
     assert fn is not None, f"trl's {cls}.{method} is gone: adapt trainer/worker/train/grpo.py"
     params = tuple(a.arg for a in fn.args.args)
     assert params == TRL_RECORDED[(cls, method)], f"trl's {cls}.{method} now takes {params}: adapt grpo.py"
+
+
+def test_grpo_trainer_takes_the_mixins_overrides():
+    """TrainPilotMixin (hf_glue) overrides Trainer methods and calls TRL's positionally: GRPOTrainer's must take
+    the recorded parameters in the same order (its _get_train_sampler names its one ``dataset``)."""
+    from test_trainer_contract import RECORDED
+    from trl import GRPOTrainer
+
+    for method, recorded in RECORDED.items():
+        if recorded is not None:
+            params = list(inspect.signature(getattr(GRPOTrainer, method)).parameters)
+            assert len(params) == len(recorded), f"GRPOTrainer.{method}{tuple(params)}: adapt hf_glue.py"
 
 
 def test_grpo_module_overrides_only_recorded_trl_methods():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,7 +46,7 @@ def build(cfg, tokenizer, precision: str, use_cuda: bool, make_args, common: dic
         raise UserError("grpo.use_vllm: vLLM is not installed in this environment; install it (pip install vllm, "
                         "CUDA only) or set grpo.use_vllm: false to sample with transformers", field="grpo.use_vllm")
     rewards = reward_functions(cfg)
-    train, val, skipped = _datasets(cfg, tokenizer)
+    train, val, too_long, unreadable = _datasets(cfg, tokenizer)
     model = modeling.load_model(cfg, precision, use_cuda, apply_method=False)
     args = make_args(GRPOConfig, **_grpo_arguments(cfg, rewards, val is not None))
     kwargs = dict(model=model, reward_funcs=[r.func for r in rewards], args=args, train_dataset=train,
@@ -55,23 +56,24 @@ def build(cfg, tokenizer, precision: str, use_cuda: bool, make_args, common: dic
     with _reference_source(model, cfg.method.type == "full" and g.beta > 0):
         trainer = trainer_class(TrainPilotGRPOTrainer)(**kwargs)
     trainer.tp_reward_weights = {r.name: r.weight for r in rewards}
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
-            "skipped_lines": 0, "skipped_line_numbers": [], "objective": "grpo",
+            "skipped_lines": len(unreadable), "skipped_line_numbers": unreadable[:20], "objective": "grpo",
             "reference_model": _reference_kind(cfg), "reward_functions": [r.name for r in rewards],
             "reward_weights": [r.weight for r in rewards], "num_generations": g.num_generations,
-            "generation_batch_size": g.generation_batch_size, "prompts_too_long": len(skipped),
-            "prompts_too_long_lines": skipped[:20]}
+            "generation_batch_size": args.generation_batch_size // world, "prompts_too_long": len(too_long),
+            "prompts_too_long_where": too_long[:20]}
     return trainer, info
 
 
 def _grpo_arguments(cfg, rewards, has_eval: bool) -> dict:
-    """GRPOConfig fields beyond the recipe's TrainingArguments (``make_args`` adds those)."""
-    import os
-
+    """GRPOConfig fields beyond the recipe's TrainingArguments (``make_args`` adds those). A generation batch left
+    "auto" (a hand-made config the planner did not resolve) is TRL's default: one sampling pass per step."""
     g, t = cfg.grpo, cfg.training
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_gpu = g.generation_batch_size if isinstance(g.generation_batch_size, int) else None
     out = dict(num_generations=g.num_generations, max_completion_length=g.max_completion_length,
-               generation_batch_size=g.generation_batch_size * world, temperature=g.temperature, top_p=g.top_p,
+               generation_batch_size=per_gpu * world if per_gpu else None, temperature=g.temperature, top_p=g.top_p,
                top_k=g.top_k, beta=g.beta, epsilon=g.epsilon, loss_type=g.loss_type, scale_rewards=g.scale_rewards,
                mask_truncated_completions=g.mask_truncated_completions, use_vllm=g.use_vllm,
                vllm_mode="colocate", reward_weights=[r.weight for r in rewards], shuffle_dataset=cfg.data.shuffle,
@@ -110,12 +112,12 @@ class _reference_source:
 
 # -- data ------------------------------------------------------------------------------------------
 def _datasets(cfg, tokenizer):
-    """(train, validation or None, line numbers of prompts skipped as too long)."""
+    """(train, validation or None, where the training prompts skipped as too long were, unreadable lines skipped)."""
     import datasets
 
     datasets.disable_progress_bars()
     d = cfg.data
-    train_rows, skipped = _prompt_rows(cfg, tokenizer, d.path)
+    train_rows, too_long, unreadable = _prompt_rows(cfg, tokenizer, d.path)
     train = datasets.Dataset.from_list(train_rows)
     val = None
     if d.validation_path:
@@ -123,44 +125,49 @@ def _datasets(cfg, tokenizer):
     elif d.validation_split > 0:
         parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
         train, val = parts["train"], parts["test"]
-    return train, val, skipped
+    return train, val, too_long, unreadable
 
 
-def _prompt_rows(cfg, tokenizer, path: str) -> tuple[list[dict], list[int]]:
+def _prompt_rows(cfg, tokenizer, path: str) -> tuple[list[dict], list[str], list[int]]:
     """The file's records with their prompts as the model will see them (messages under a chat template), and
-    the line numbers of prompts skipped as too long (``data.skip_bad_lines``; else a too-long prompt is refused)."""
+    where the prompts skipped as too long were ("line 7"; ``data.skip_bad_lines``, else a too-long prompt is refused),
+    and the unreadable lines ``data.skip_bad_lines`` skipped.
+    Preflight (probes.grpocheck) refuses the same prompts before anything starts, in the same words; this check
+    is for a worker started by hand, and does the skipping."""
+    from trainer.data.preference import _line_numbers
     from trainer.data.prompts import as_messages, read_prompt_records
+    from trainer.data.readers import read_records
 
     d, g = cfg.data, cfg.grpo
     records = read_prompt_records(path, answer_field=cfg.rewards.answer_field, fmt=d.format,
                                   skip_bad_lines=d.skip_bad_lines)
+    raw = read_records(path, d.format, d.skip_bad_lines)
+    where = _line_numbers(raw)
     chat = bool(getattr(tokenizer, "chat_template", None))
-    budget = d.seq_len - g.max_completion_length
+    room = d.seq_len - g.max_completion_length
     rows, skipped = [], []
     for i, rec in enumerate(records):
-        line = rec.get("_line", i + 1) if isinstance(rec.get("_line"), int) else i + 1
         prompt = rec["prompt"]
         if chat:
             prompt = as_messages(prompt, g.system_prompt)
         elif not isinstance(prompt, str):
-            raise UserError(f"data.path: {path} line {line} holds a list of messages but the tokenizer has no chat "
-                            f"template; give prompts as plain text, or use a model whose tokenizer has one",
-                            field="data.path")
+            raise UserError(f"data.path: {raw.path} {where[i]}: the prompt is a list of messages but the tokenizer has "
+                            f"no chat template; use a model whose tokenizer has one (or set data.chat_template), or "
+                            f"give the prompts as text", field="data.path")
         n = len(_prompt_ids(tokenizer, prompt))
-        if n > budget:
+        if n > room:
             if not d.skip_bad_lines:
-                raise UserError(
-                    f"data.path: {path} line {line}: the prompt is {n} tokens but data.seq_len {d.seq_len} minus "
-                    f"grpo.max_completion_length {g.max_completion_length} leaves {budget}; raise data.seq_len to "
-                    f"{n + g.max_completion_length} or more, shorten the prompt, or set data.skip_bad_lines: true "
-                    f"to skip such prompts", field="data.path")
-            skipped.append(line)
+                raise UserError(f"data.path: {raw.path} {where[i]}: the prompt is {n} tokens, but data.seq_len "
+                                f"{d.seq_len} - grpo.max_completion_length {g.max_completion_length} leaves {room} "
+                                f"for it; raise data.seq_len, lower grpo.max_completion_length, or set "
+                                f"data.skip_bad_lines: true to leave such prompts out", field="data.path")
+            skipped.append(where[i])
             continue
-        rows.append({k: v for k, v in {**rec, "prompt": prompt}.items() if k != "_line"})
+        rows.append({**rec, "prompt": prompt})
     if not rows:
-        raise UserError(f"data.path: every prompt of {path} is longer than data.seq_len - grpo.max_completion_length "
-                        f"({budget} tokens); raise data.seq_len", field="data.path")
-    return rows, skipped
+        raise UserError(f"data.path: every prompt of {path} is longer than the {room} tokens data.seq_len leaves "
+                        f"beside grpo.max_completion_length; raise data.seq_len", field="data.path")
+    return rows, skipped, raw.skipped_lines
 
 
 def _prompt_ids(tokenizer, prompt) -> list[int]:
@@ -260,13 +267,13 @@ class GrpoEvents(TrainerCallback):
         self.flat_steps, self.flat_rewards, self.warned = 0, [], False
 
     def on_train_begin(self, args, state, control, **kw):
-        lines = self.info.get("prompts_too_long_lines") or []
+        where = self.info.get("prompts_too_long_where") or []
         if self.rank == 0 and self.info.get("prompts_too_long"):
             g, d = self.cfg.grpo, self.cfg.data
             self.writer.emit(WarningEvent(code="skipped_lines", message=(
-                f"skipped {self.info['prompts_too_long']} prompt(s) of {d.path} longer than data.seq_len "
-                f"{d.seq_len} minus grpo.max_completion_length {g.max_completion_length} tokens "
-                f"(lines {lines[:5]})")))
+                f"left out {self.info['prompts_too_long']} prompt(s) of {d.path} longer than the "
+                f"{d.seq_len - g.max_completion_length} tokens data.seq_len {d.seq_len} - grpo.max_completion_length "
+                f"{g.max_completion_length} leaves (first: {', '.join(where[:5])})")))
 
     def on_log(self, args, state, control, logs=None, **kw):
         if self.rank != 0 or not logs or "loss" not in logs:
