@@ -130,6 +130,38 @@ def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
     assert events(run, "finished")[0]["wrapped_model"] == "PeftModelForCausalLM"
 
 
+@pytest.mark.slow
+def test_python_rewards_are_weighted_into_the_total_and_a_bad_one_stops_the_run_with_exit_2(tmp_path):
+    """rewards.python beside exact_answer: step events carry each function's mean/std, samples carry the weighted
+    total. A function that returns the wrong number of values only on real batches (preflight's dry run passes it)
+    ends the worker with exit 2 and the reward module's one message."""
+    (tmp_path / "mine.py").write_text(
+        "WORDS = {'red', 'green', 'blue', 'black', 'white', 'gold', 'grey', 'brown'}\n\n"
+        "def says_a_colour(prompts, completions, **kwargs):\n"
+        "    return [1.0 if c.strip() in WORDS else 0.0 for c in completions]\n")
+    cfg = grpo_config(tmp_path, training={"max_steps": 2}, checkpoints={"every_steps": 100},
+                      rewards={"exact_answer": 1.0, "python": str(tmp_path / "mine.py"),
+                               "python_weights": {"says_a_colour": 0.5}})
+    proc, run = _run(tmp_path, "weighted", cfg)
+    assert proc.returncode == 0, proc.stderr
+    started = events(run, "run_started")[0]
+    assert started["reward_functions"] == ["exact_answer", "says_a_colour"] and started["reward_weights"] == [1.0, 0.5]
+    for s in events(run, "step"):
+        per = s["rewards"]
+        assert s["reward"] == pytest.approx(per["exact_answer"]["mean"] + 0.5 * per["says_a_colour"]["mean"])
+    for e in events(run, "sample"):
+        assert e["reward"] == pytest.approx(e["rewards"]["exact_answer"] + 0.5 * e["rewards"]["says_a_colour"])
+    (tmp_path / "bad.py").write_text(
+        "def short(prompts, completions, **kwargs):\n"
+        "    return [0.0] * (len(completions) if len(completions) < 16 else 3)\n")
+    cfg["rewards"] = {"python": str(tmp_path / "bad.py")}
+    proc, run = _run(tmp_path, "bad", cfg)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "rewards.python: short" in proc.stderr and "returned 3 value(s) for 32 completions" in proc.stderr
+    assert events(run, "failed")[-1]["exit_code"] == 2 and not events(run, "step")
+
+
 @pytest.mark.parametrize("case", ["no_reference", "too_long", "messages_without_template", "vllm"])
 def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
     """The reference field and the prompts are checked in preflight (the lead's trainer.data.prompts and
