@@ -114,6 +114,24 @@ def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert texts(part) == texts(full)
 
 
+@pytest.mark.slow
+def test_an_oom_while_sampling_says_so_and_the_ladder_shrinks_the_generation_batch(tmp_path):
+    """Out of memory while sampling 32 completions from step 2 on, until the generation batch is 8 or less: the oom
+    events say phase "sampling" (the ladder's cue), a retry halves grpo.generation_batch_size (whole groups, the
+    effective batch kept) and the run finishes. Measured: 4 retries, 84 s, while the supervisor does not yet pass
+    the phase to ladder.next_step (micro-batch and generation rungs alternate); with it, 2 would do."""
+    cfg = grpo_config(tmp_path, training={"max_steps": 3}, checkpoints={"every_steps": 1})
+    proc, run = _run(tmp_path, "oom", cfg, env={"TRAINPILOT_INJECT_OOM": "2:8:sampling"})
+    assert proc.returncode == 0, proc.stderr
+    ooms = events(run, "oom")
+    assert ooms and all(o["phase"] == "sampling" for o in ooms), ooms
+    gens = [r["changes"]["grpo.generation_batch_size"] for r in events(run, "retry")
+            if "grpo.generation_batch_size" in r["changes"]]
+    assert gens[-1] == 8 and all(g % 8 == 0 for g in gens), gens
+    assert events(run, "finished")[0]["step"] == 3
+    assert all(s["micro_batch_size"] * s["gradient_accumulation_steps"] == 32 for s in events(run, "step"))
+
+
 def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
     """LoRA, beta > 0 (the reference = adapters off), a chat template: plain prompts become a user message after
     grpo.system_prompt, rendered with the generation prompt."""
@@ -252,6 +270,8 @@ TRL_RECORDED = {
     ("GRPOTrainer", "_get_train_sampler"): ("self", "dataset"),
     ("GRPOTrainer", "_generate"): ("self", "prompts"),
     ("GRPOTrainer", "_prepare_inputs"): ("self", "generation_batch"),
+    ("GRPOTrainer", "training_step"): ("self", "model", "inputs", "num_items_in_batch"),
+    ("GRPOTrainer", "_generate_and_score_completions"): ("self", "inputs"),
     ("RepeatSampler", "__init__"): ("self", "data_source", "mini_repeat_count", "batch_size", "repeat_count",
                                     "shuffle", "seed"),
 }

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
@@ -196,14 +197,39 @@ class EpochRepeatSampler(RepeatSampler):
 
 
 class TrainPilotGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with the epoch-seeded prompt order, real-token counting of the trained micro-batches, and the
-    last sampling pass kept for ``sample`` events. Apply ``objectives.trainer_class`` to it (TrainPilotMixin first)."""
+    """GRPOTrainer with the epoch-seeded prompt order, real-token counting of the trained micro-batches, the last
+    sampling pass kept for ``sample`` events, and out-of-memory errors marked with their phase (``tp_phase``:
+    "sampling" or "update"; the oom event says it). Apply ``objectives.trainer_class`` to it (TrainPilotMixin first)."""
 
     def _get_train_sampler(self, dataset=None):
         base = super()._get_train_sampler(dataset)
         return EpochRepeatSampler(data_source=base.data_source, mini_repeat_count=base.mini_repeat_count,
                                   batch_size=base.batch_size, repeat_count=base.repeat_count, shuffle=base.shuffle,
                                   seed=base.seed)
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        except torch.OutOfMemoryError as exc:  # the supervisor's ladder picks its rung by phase
+            exc.tp_phase = getattr(exc, "tp_phase", None) or "update"
+            raise
+
+    def _generate_and_score_completions(self, inputs):
+        try:
+            if self.model.training:
+                self._tp_inject_sampling_oom()
+            return super()._generate_and_score_completions(inputs)
+        except torch.OutOfMemoryError as exc:
+            exc.tp_phase = "sampling"
+            raise
+
+    def _tp_inject_sampling_oom(self) -> None:
+        """TRAINPILOT_INJECT_OOM="STEP:MIN_GEN:sampling" (tests of the ladder's generation-batch rung)."""
+        inject = getattr(self, "_inject_oom", None)
+        per_gpu = self.args.generation_batch_size // self.accelerator.num_processes
+        if inject and inject[2] == "sampling" and self.state.global_step + 1 >= inject[0] and per_gpu > inject[1]:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected while sampling {per_gpu} completions at step "
+                                         f"{self.state.global_step + 1})")
 
     def _generate(self, prompts: list):
         out = super()._generate(prompts)

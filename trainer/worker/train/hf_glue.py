@@ -33,7 +33,8 @@ from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 from trainer.worker.train.step_metrics import objective_fields
 
 # "STEP:MIN_MICRO[:chunked]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO (or, with ":chunked",
-# while the model computes HF's full-logits loss)
+# while the model computes HF's full-logits loss); "STEP:MIN_GEN:sampling": GRPO only, OOM while sampling as long as
+# grpo.generation_batch_size > MIN_GEN (raised by grpo.TrainPilotGRPOTrainer)
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
 INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
@@ -72,6 +73,8 @@ class TrainPilotMixin:
     def _tp_oom_now(self, model) -> bool:
         """The injected OOM's condition: micro-batch above the floor, or (``:chunked``) HF's full-logits loss."""
         _, floor, needs = self._inject_oom
+        if needs == "sampling":  # GRPO's sampling phase raises it (grpo.py), not the update
+            return False
         base = self.accelerator.unwrap_model(model)
         base = base.get_base_model() if hasattr(base, "get_base_model") else base
         return self.args.per_device_train_batch_size > floor or (needs == "chunked" and not getattr(base, "tp_chunked_loss", False))

@@ -69,7 +69,9 @@ def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
     traceback.print_exc()  # full detail goes to train.log through the supervisor
     if is_oom(exc):
         if rank == 0:
-            writer.emit(OomEvent(message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory")))
+            phase = oom_phase(exc)  # GRPO: "sampling" or "update", for the ladder's choice of rung
+            writer.emit(OomEvent(message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory"),
+                                 extra={"phase": phase} if phase else {}))
         return EXIT_OOM
     if isinstance(exc, CheckpointWriteError):
         return _fail(writer, rank, f"{exc}; the previous checkpoint is kept. Free disk space there, then "
@@ -89,6 +91,17 @@ def is_oom(exc: BaseException) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def oom_phase(exc: BaseException) -> str | None:
+    """Where an out-of-memory error happened, when the trainer said (``tp_phase`` on the exception or its causes:
+    GRPO's "sampling" or "update"); None otherwise."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if getattr(exc, "tp_phase", None):
+            return exc.tp_phase
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) -> int:
