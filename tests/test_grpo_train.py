@@ -90,12 +90,14 @@ def test_a_reward_that_never_scores_warns_no_learning_signal(tmp_path):
 
 @pytest.mark.slow
 def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path):
-    """12 prompts = 3 steps an epoch, two sampling passes per step (generation_batch_size 16 of 32): stopped at
-    step 4 (epoch 2, mid-way) and resumed, every step's rewards, loss and gradient norm equal the uninterrupted
-    run's. Measured max difference 0 (bit-identical); without the epoch-seeded prompt order (grpo.EpochRepeatSampler)
-    the resumed run drew epoch 1's prompts again and step 5's mean reward differed by 0.22."""
+    """12 prompts = 3 steps an epoch, two sampling passes per step (generation_batch_size 16 of 32), beta > 0 (a
+    frozen reference, so the loss carries a KL term and is not ~0): stopped at step 4 (epoch 2, mid-way) and
+    resumed, every step's rewards, loss, KL and gradient norm equal the uninterrupted run's. Measured max
+    difference 0 (bit-identical; also for LoRA + chat template, checked by hand); without the epoch-seeded prompt
+    order (grpo.EpochRepeatSampler) the resumed run drew epoch 1's prompts again and step 5's mean reward differed
+    by 0.22."""
     cfg = grpo_config(tmp_path, rows=last_word_records(12), training={"max_steps": 8},
-                      grpo={"generation_batch_size": 16}, checkpoints={"every_steps": 100})
+                      grpo={"generation_batch_size": 16, "beta": 0.04}, checkpoints={"every_steps": 100})
     proc, full = _run(tmp_path, "full", cfg)
     assert proc.returncode == 0, proc.stderr
     proc, part = _run(tmp_path, "part", cfg, env={"TRAINPILOT_INJECT_STOP": "4"})
@@ -107,8 +109,9 @@ def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     b = {e["step"]: e for e in events(part, "step")}  # the resumed attempt's steps 5-8 follow the first's 1-4
     assert a.keys() == b.keys() == set(range(1, 9))
     assert len({a[s]["reward"] for s in a}) > 2  # the rewards move, so equal rewards mean equal samples
+    assert a[8]["kl"] > 1e-4 and abs(a[8]["loss"]) > 1e-5  # the loss is not ~0: equal losses mean equal updates
     for s in a:
-        for key in ("reward", "reward_std", "loss", "grad_norm", "no_signal_fraction"):
+        for key in ("reward", "reward_std", "loss", "kl", "grad_norm", "no_signal_fraction"):
             assert b[s][key] == pytest.approx(a[s][key], abs=1e-6), (s, key)
     texts = lambda run: [(e["step"], e["text"], e["advantage"]) for e in events(run, "sample")]  # noqa: E731
     assert texts(part) == texts(full)
