@@ -12,10 +12,12 @@ The model and its adapters are built as for DPO (``objectives``): full, LoRA, or
 fine-tune (TRL loads it from the model's folder; a random-init model is saved aside for that).
 
 Beyond TRL: the prompt budget (``data.seq_len - grpo.max_completion_length`` tokens) is checked up front, since
-TRL 1.16 has no ``max_prompt_length``; ``sample`` events carry sampled completions with their rewards and
-advantage; a ``no_learning_signal`` warning says when every group keeps scoring the same; the prompt order of
-every epoch is reproducible after a resume (TRL's sampler draws each epoch's order from one generator that a
-resumed run would restart).
+TRL 1.16 has no ``max_prompt_length`` (preflight's ``probes.grpocheck`` refuses first; here too-long prompts are
+skipped under ``data.skip_bad_lines``); ``sample`` events carry sampled completions with their rewards and
+advantage; a ``no_learning_signal`` warning says when every group keeps scoring the same; an out-of-memory error
+says its phase (sampling or update) on the ``oom`` event, for the ladder; the prompt order of every epoch is
+reproducible after a resume (TRL's sampler draws each epoch's order from one generator that a resumed run would
+restart).
 """
 from __future__ import annotations
 
