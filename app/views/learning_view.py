@@ -4,18 +4,28 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.model.grpo_metrics import rewards_text, sample_rewards, score_text
+
 ENDED = ("finished", "failed", "stopped")
 LIVE = ("starting", "running", "stopping")
 
 
+# A GRPO sample's advantage colours its reward cells: above its group's mean (reinforced) or below (pushed away).
+UP, DOWN = QtGui.QColor("#d7f5d0"), QtGui.QColor("#f8d7d3")
+REWARD_COLUMNS = (2, 3, 4)  # Reward, Advantage, Per function: shown once a GRPO sample arrives
+
+
 class SamplesView(QtWidgets.QTreeWidget):
-    """Sample answers grouped by step, newest step first; ``refresh(data)`` reads new ``sample`` events."""
+    """Sample answers grouped by step, newest step first; ``refresh(data)`` reads new ``sample`` events.
+    A GRPO run's samples also show their total reward, their advantage and every reward function's score."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setHeaderLabels(["Step / prompt", "Answer"])
+        self.setHeaderLabels(["Step / prompt", "Answer", "Reward", "Advantage", "Per function"])
         self.setColumnWidth(0, 260)
+        self.setColumnWidth(1, 320)
         self.setWordWrap(True)
+        self._show_rewards(False)
         self._data = None
         self._seen = 0
         self._steps: dict[int, QtWidgets.QTreeWidgetItem] = {}
@@ -25,6 +35,7 @@ class SamplesView(QtWidgets.QTreeWidget):
         if data is not self._data:
             self._data, self._seen, self._steps = data, 0, {}
             self.clear()
+            self._show_rewards(False)
         notices = getattr(data, "notices", None) or []
         new = [e for e in notices[self._seen:] if e.get("type") == "sample"]
         self._seen = len(notices)
@@ -41,8 +52,33 @@ class SamplesView(QtWidgets.QTreeWidget):
             self._steps[step] = parent
             parent.setExpanded(True)
         item = QtWidgets.QTreeWidgetItem([str(e.get("prompt", "")), str(e.get("text", ""))])
+        item.setToolTip(0, str(e.get("prompt", "")))
         item.setToolTip(1, str(e.get("text", "")))
+        scores = sample_rewards(e)
+        if scores is not None:
+            self._show_rewards(True)
+            adv = scores["advantage"]
+            item.setText(2, score_text(scores["reward"]))
+            item.setText(3, "–" if adv is None else f"{adv:+.3g}")
+            item.setText(4, rewards_text(scores["rewards"]))
+            item.setToolTip(4, rewards_text(scores["rewards"]).replace(" · ", "\n"))
+            if adv:
+                for col in REWARD_COLUMNS:
+                    item.setBackground(col, UP if adv > 0 else DOWN)
         parent.addChild(item)
+
+    def _show_rewards(self, shown: bool) -> None:
+        for col in REWARD_COLUMNS:
+            self.setColumnHidden(col, not shown)
+
+    def scores(self) -> list[tuple[int, str, str, str]]:
+        """``(step, reward, advantage, per function)`` texts of each GRPO sample shown, newest step first."""
+        out = []
+        for i in range(self.topLevelItemCount()):
+            top = self.topLevelItem(i)
+            step = int(top.text(0).split()[-1])
+            out += [(step, *(top.child(j).text(c) for c in REWARD_COLUMNS)) for j in range(top.childCount())]
+        return out
 
     def samples(self) -> list[tuple[int, str, str]]:
         """``(step, prompt, answer)`` rows shown, newest step first (for tests and copying)."""

@@ -36,6 +36,7 @@ class RunView(QtWidgets.QWidget):
         self.model_bar = ModelBar()
         self.model_bar.hide()
         self.dashboard = None  # built by build_dashboard(): pyqtgraph takes ~0.3 s to import
+        self.rewards = None  # GRPO runs' Rewards tab (app/views/reward_charts), built when a GRPO run is shown
         self.warnings = WarningsView()
         self.log = _text_view()
         self.config = _text_view()
@@ -67,6 +68,7 @@ class RunView(QtWidgets.QWidget):
         self.tabs.setCurrentIndex(0)
         placeholder.deleteLater()
         self.dashboard.set_data(self.data)
+        self._show_rewards(self.data)
 
     def bind(self, data: RunData | None) -> None:
         """Show ``data`` (None: the machine only)."""
@@ -79,6 +81,7 @@ class RunView(QtWidgets.QWidget):
             cfg = data.run_dir / "config.yaml"
             text = cfg.read_text(encoding="utf-8", errors="replace") if cfg.exists() else "(no config.yaml yet)"
         self.config.setPlainText(text)
+        self._show_rewards(data)
         self.log.clear()
         self.try_it.bind(data.run_dir if data is not None else None)
 
@@ -88,8 +91,9 @@ class RunView(QtWidgets.QWidget):
             self.dashboard.refresh()
         self.warnings.show_advice(advice)
         n = len(advice)
-        self.tabs.setTabText(1, f"Warnings ({n})" if n else "Warnings")
+        self.tabs.setTabText(self.tabs.indexOf(self.warnings), f"Warnings ({n})" if n else "Warnings")
         d = self.data
+        self._show_rewards(d)
         if d is None or d.run_dir is None:
             self.failure_box.hide()
             self.model_bar.hide()
@@ -107,6 +111,27 @@ class RunView(QtWidgets.QWidget):
             self.failure_box.show()
         else:
             self.failure_box.hide()
+
+    def _show_rewards(self, d: RunData | None) -> None:
+        """A GRPO run gets the Rewards tab (before Samples), bound to it and refreshed; other runs do not."""
+        grpo = d is not None and (d.objective == "grpo" or len(d.grpo) > 0)
+        shown = self.rewards is not None and self.tabs.indexOf(self.rewards) >= 0
+        if not grpo:
+            if shown:
+                self.tabs.removeTab(self.tabs.indexOf(self.rewards))
+                self.rewards.set_data(None)
+            return
+        if self.dashboard is None:
+            return  # pyqtgraph is imported with the dashboard, after the window shows
+        if self.rewards is None:
+            from app.views.reward_charts import RewardCharts
+
+            self.rewards = RewardCharts()
+        if not shown:
+            self.tabs.insertTab(self.tabs.indexOf(self.samples), self.rewards, "Rewards")
+        if self.rewards.data is not d:
+            self.rewards.set_data(d)
+        self.rewards.refresh()
 
     def _refresh_log(self, d: RunData) -> None:
         try:
