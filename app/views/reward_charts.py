@@ -7,21 +7,24 @@ as the dashboard: 1 px pens, no antialiasing, curves bound only when their serie
 """
 from __future__ import annotations
 
+import html
+
 import pyqtgraph as pg
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
 from app.views.dashboard import _fast_axes, narrow_titles
 
 # A palette that stays apart on white (Tableau 10); function i gets COLORS[i % len].
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 TOTAL_COLOR = "#333333"
+NO_SIGNAL_COLOR, CLIPPED_COLOR = "#d62728", "#7f7f7f"
 BAND_ALPHA = 40
 
 # key → (title, left-axis unit, row, column)
 CHARTS = {
     "functions": ("Reward per function (mean, band ±1 std)", "", 0, 0),
-    "total": ("Total reward (weighted sum, band ±1 std)", "", 0, 1),
-    "signal": ("No learning signal (groups all scored alike)", "%", 1, 0),
+    "total": ("Total reward (weighted, band ±1 std)", "", 0, 1),
+    "signal": ("No signal (red) · cut at max length (grey)", "%", 1, 0),
     "length": ("Completion length", "tokens", 1, 1),
     "kl": ("KL to the start model", "", 2, 0),
     "entropy": ("Entropy of the sampled tokens", "", 2, 1),
@@ -33,20 +36,29 @@ def _pen(color: str, style=QtCore.Qt.SolidLine):
     return pg.mkPen(color=color, width=1, style=style)
 
 
-class RewardCharts(pg.GraphicsLayoutWidget):
+class RewardCharts(QtWidgets.QWidget):
     """Charts of one GRPO run; ``set_data(data)`` then ``refresh()`` on the owner's timer."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self._data = None
         self._seen: dict[str, object] = {}
+        self._names: list[str] = []
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}   # "total", "fn:<name>", "no_signal", "clipped", ...
         self.bands: dict[str, pg.FillBetweenItem] = {}  # "total", "fn:<name>"
-        self._band_edges: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
+        self._band_edges: dict[str, tuple[pg.PlotCurveItem, pg.PlotCurveItem]] = {}
+        # The functions' legend is a line of text above the charts, not a box in the plot: inside, it covered the
+        # curves (rewards start top-left as often as anywhere); in pyqtgraph's layout it set the column's width.
+        self.legend = QtWidgets.QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.graphs = pg.GraphicsLayoutWidget()
         for key, (title, unit, row, col) in CHARTS.items():
-            plot = self.addPlot(row=row, col=col, title=title)
+            plot = self.graphs.addPlot(row=row, col=col, title=title)
             plot.setLabel("left", text=unit)
+            if row == 2:
+                plot.setLabel("bottom", text="step")
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMouseEnabled(x=True, y=False)
             plot.setMenuEnabled(False)
@@ -57,27 +69,24 @@ class RewardCharts(pg.GraphicsLayoutWidget):
                 plot.setXLink(self.plots["functions"])
             self.plots[key] = plot
         for col in (0, 1):
-            self.ci.layout.setColumnStretchFactor(col, 1)
-        self.legend = self._legend(self.plots["functions"])
-        self.signal_legend = self._legend(self.plots["signal"])
+            self.graphs.ci.layout.setColumnStretchFactor(col, 1)
         self._band("total", self.plots["total"], TOTAL_COLOR)
-        self.curves["total"] = self.plots["total"].plot(pen=_pen(TOTAL_COLOR), name="total")
-        self.curves["no_signal"] = self.plots["signal"].plot(pen=_pen("#d62728"), name="no learning signal")
-        self.curves["clipped"] = self.plots["signal"].plot(pen=_pen("#7f7f7f", QtCore.Qt.DashLine),
-                                                           name="cut at max length")
+        self.curves["total"] = self.plots["total"].plot(pen=_pen(TOTAL_COLOR))
+        self.curves["no_signal"] = self.plots["signal"].plot(pen=_pen(NO_SIGNAL_COLOR))
+        self.curves["clipped"] = self.plots["signal"].plot(pen=_pen(CLIPPED_COLOR, QtCore.Qt.DashLine))
         self.plots["signal"].setYRange(0, 100, padding=0.02)
         self.curves["length"] = self.plots["length"].plot(pen=_pen("#9467bd"))
         self.curves["kl"] = self.plots["kl"].plot(pen=_pen("#8c564b"))
         self.curves["entropy"] = self.plots["entropy"].plot(pen=_pen("#17becf"))
-
-    @staticmethod
-    def _legend(plot: pg.PlotItem) -> pg.LegendItem:
-        legend = plot.addLegend(offset=(4, 4), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 210),
-                                pen=_pen("#bbb"), verSpacing=-6)
-        return legend
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 0)
+        lay.addWidget(self.legend)
+        lay.addWidget(self.graphs, 1)
+        self._show_legend()
 
     def _band(self, key: str, plot: pg.PlotItem, color: str) -> None:
-        low, high = pg.PlotDataItem(pen=None), pg.PlotDataItem(pen=None)
+        # PlotCurveItems: a PlotDataItem without a pen keeps no path, and the band would be empty.
+        low, high = pg.PlotCurveItem(pen=pg.mkPen(None)), pg.PlotCurveItem(pen=pg.mkPen(None))
         c = pg.mkColor(color)
         c.setAlpha(BAND_ALPHA)
         band = pg.FillBetweenItem(low, high, brush=pg.mkBrush(c))
@@ -91,9 +100,7 @@ class RewardCharts(pg.GraphicsLayoutWidget):
         self._data = data
         self._seen.clear()
         for key in [k for k in self.curves if k.startswith("fn:")]:
-            curve = self.curves.pop(key)
-            self.legend.removeItem(curve)
-            self.plots["functions"].removeItem(curve)
+            self.plots["functions"].removeItem(self.curves.pop(key))
         for key in [k for k in self.bands if k.startswith("fn:")]:
             self.plots["functions"].removeItem(self.bands.pop(key))
             self._band_edges.pop(key)
@@ -104,6 +111,8 @@ class RewardCharts(pg.GraphicsLayoutWidget):
             high.setData([], [])
         for plot in self.plots.values():
             plot.enableAutoRange(axis="x")
+        self._names = []
+        self._show_legend()
         self.refresh()
 
     @property
@@ -123,8 +132,12 @@ class RewardCharts(pg.GraphicsLayoutWidget):
             if key not in self.curves:
                 color = COLORS[i % len(COLORS)]
                 self._band(key, self.plots["functions"], color)
-                self.curves[key] = self.plots["functions"].plot(pen=_pen(color), name=g.label(name))
+                self.curves[key] = self.plots["functions"].plot(pen=_pen(color))
             self._bind_band(key, band)
+        names = [g.label(name) for name in g.functions]
+        if names != self._names:
+            self._names = names
+            self._show_legend()
         self._bind_band("total", g.total)
         self._bind("no_signal", g.no_signal, 100.0)
         self._bind("clipped", g.clipped, 100.0)
@@ -134,6 +147,12 @@ class RewardCharts(pg.GraphicsLayoutWidget):
         has_kl = g.kl.has_values()
         if self._changed("kl_title", has_kl or not len(g)):
             self.plots["kl"].setTitle(CHARTS["kl"][0] if has_kl or not len(g) else KL_ABSENT)
+
+    def _show_legend(self) -> None:
+        entries = [f"<span style='color:{COLORS[i % len(COLORS)]}'>━━</span>&nbsp;{html.escape(n)}"
+                   for i, n in enumerate(self._names)]
+        self.legend.setText("<b>Reward functions:</b> " + " &nbsp; ".join(entries) if entries else
+                            "<b>Reward functions:</b> none reported yet")
 
     def _changed(self, key: str, value) -> bool:
         if self._seen.get(key, object()) == value:
@@ -165,7 +184,7 @@ class RewardCharts(pg.GraphicsLayoutWidget):
         """The reward functions charted, in order."""
         return [k[3:] for k in self.curves if k.startswith("fn:")]
 
-    def legend_labels(self, legend: pg.LegendItem | None = None) -> list[str]:
-        """The texts of a legend's entries (default: the per-function chart's)."""
-        return [label.text for _sample, label in (legend or self.legend).items]
+    def legend_labels(self) -> list[str]:
+        """The legend's entries ('format ×0.5'), in the order of the curves' colours."""
+        return list(self._names)
 
