@@ -83,8 +83,20 @@ class Latest(QtCore.QObject):
             self._on_result(result)
 
 
+_POOLS: "weakref.WeakSet[QtCore.QThreadPool]" = weakref.WeakSet()
+
+
 def own_pool(threads: int = 1) -> QtCore.QThreadPool:
     """A private pool (work in it never waits behind planning in the global pool, nor the reverse)."""
     pool = QtCore.QThreadPool()
     pool.setMaxThreadCount(threads)
+    _POOLS.add(pool)
     return pool
+
+
+def wait_for_background(timeout_ms: int = 10000) -> bool:
+    """Wait until the global pool and every private pool are idle (True) or ``timeout_ms`` passed (False).
+    Called when windows close for good (the app quitting, a test's teardown): a task still running could
+    otherwise deliver into widgets that are being deleted."""
+    pools = [QtCore.QThreadPool.globalInstance(), *[p for p in list(_POOLS) if shiboken6.isValid(p)]]
+    return all(pool.waitForDone(timeout_ms) for pool in pools)

@@ -6,6 +6,7 @@ trace (``--hardware FILE``) replays through the same ``trainer.gpu.open_probe`` 
 from __future__ import annotations
 
 import threading
+import weakref
 
 from PySide6 import QtCore
 
@@ -13,6 +14,16 @@ from app.model.fmt import gib
 from trainer.hardware.source import open_probe
 
 FULL_EVERY = 5  # samples between full snapshots (process lists are the expensive call)
+_LIVE: "weakref.WeakSet[HardwareMonitor]" = weakref.WeakSet()
+
+
+def stop_all(join_s: float = 5.0) -> None:
+    """Stop every monitor's sampling thread and wait for each to end (at most ``join_s`` seconds each): a thread
+    emitting into a monitor Qt is deleting crashes the process."""
+    for monitor in list(_LIVE):
+        monitor.stop()
+        if monitor._thread is not None:
+            monitor._thread.join(join_s)
 
 
 class HardwareMonitor(QtCore.QObject):
@@ -29,6 +40,7 @@ class HardwareMonitor(QtCore.QObject):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.snapshot.connect(self._remember)
+        _LIVE.add(self)
 
     def start(self) -> None:
         """Start sampling in a daemon thread (returns at once)."""

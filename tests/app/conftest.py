@@ -22,6 +22,24 @@ def trainpilot_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(autouse=True)
+def quiet_background():
+    """After each GUI test: stop hardware monitors and wait for background work, so a test
+    (failing or not) leaves no thread that delivers into the next test's deleted widgets (seen: a segfault or an
+    import-lock hang several tests later)."""
+    yield
+    from PySide6 import QtWidgets
+
+    app = QtWidgets.QApplication.instance()
+    if app is None:
+        return
+    from app.ops import background, hardware_feed
+
+    hardware_feed.stop_all()  # (windows are not closed here: a window with a live run would ask what to do)
+    background.wait_for_background(15000)
+    app.processEvents()
+
+
 @pytest.fixture
 def fixture_run(tmp_path):
     """Copy a fixture run directory into tmp (tests may append to it)."""

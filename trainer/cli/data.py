@@ -31,6 +31,13 @@ def cmd_data(args) -> int:
         raise UserError("--examples: give 0 or more examples to render")
     cfg = config_mod.load(args.config, args.overrides)
     preflight.check_data(cfg)
+    if cfg.training.objective == "grpo":  # prompts with references: their own report
+        from trainer.worker.probes.grpocheck import report as grpo_report
+
+        result = grpo_report(cfg, args.examples)
+        print(json.dumps(result, ensure_ascii=False) if args.json else render_grpo_text(result))
+        sys.stdout.flush()
+        return 0
     # torch/transformers/datasets: imported only after the cheap checks passed
     from trainer.worker.probes.data_report import report
 
@@ -52,6 +59,22 @@ def system_line(s: dict) -> str:
     """One line on what data.system_message does to this data."""
     why = "the chat template has a system role" if s["template_has_system_role"] else "the chat template has no system role"
     return f"{SYSTEM_ACTIONS[s['action']]} ({why}; data.system_message: {s['setting']})"
+
+
+def render_grpo_text(r: dict) -> str:
+    """A GRPO data report for a terminal: prompts as the model sees them, and their references."""
+    t = r["prompt_tokens"]
+    lines = [f"source:   {r['source']}",
+             f"format:   {r['format']} — prompts with reference answers ('{r['answer_field']}') for GRPO",
+             f"records:  {r['records']:,} prompts, {r['completions_per_prompt']} completions of up to "
+             f"{r['max_completion_length']} tokens sampled for each",
+             f"prompts:  median {t['median']:,} tokens, p95 {t['p95']:,}, max {t['max']:,}; room {r['prompt_room']:,} "
+             f"(data.seq_len - grpo.max_completion_length); {r['too_long']} too long"]
+    lines.append("template: the tokenizer's chat template (plain prompts become a user turn)" if r["chat_template"]
+                 else "template: none (prompts are used as plain text)")
+    for i, ex in enumerate(r["examples"], 1):
+        lines += [f"\n--- prompt {i} (reference: {ex['reference']}) ---", ex["prompt"]]
+    return "\n".join(lines)
 
 
 def render_text(r: dict) -> str:

@@ -14,10 +14,11 @@ PRODUCER = "trainer.worker.datapipe.producer"             # tokenizes and packs 
 MEMORY_PROBE = "trainer.worker.probes.memory_probe"       # plan --measure: real optimizer steps, peak memory
 DOCTOR_CHECKS = "trainer.worker.probes.doctor_checks"     # doctor's torch-side checks
 HUBCHECK = "trainer.worker.probes.hubcheck"               # preflight of a hub dataset
+GRPOCHECK = "trainer.worker.probes.grpocheck"             # preflight of a GRPO run: rewards, prompt lengths
 HUB_DOWNLOAD = "app.model.hub_download"                   # the GUI's model download
 GGUF_CONVERT = "trainer.worker.export.gguf_convert"        # export-model --gguf: llama.cpp's convert_hf_to_gguf.py
 
-ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, DOCTOR_CHECKS, HUBCHECK, HUB_DOWNLOAD, GGUF_CONVERT)
+ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, DOCTOR_CHECKS, HUBCHECK, GRPOCHECK, HUB_DOWNLOAD, GGUF_CONVERT)
 
 
 def python_m(module: str, *args: str, python: str | None = None) -> list[str]:

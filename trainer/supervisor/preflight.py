@@ -19,6 +19,7 @@ from trainer.config.resolved import as_resolved
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable, detect_format, seq2seq_problem
 from trainer.data.preference import read_preference_records
+from trainer.data.prompts import read_prompt_records
 from trainer.data.readers import read_records
 from trainer.data.scan import scan
 from trainer.models import sources
@@ -28,6 +29,7 @@ from trainer.planning import requirements
 from trainer.planning.plan import plan_run
 from trainer.supervisor import create
 
+GRPOCHECK_TIMEOUT_S = 600  # imports the user's reward file and a tokenizer, renders every prompt (seconds)
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
 
 
@@ -101,7 +103,8 @@ def _problems_of(exc: Exception) -> list[tuple[str, str]]:
 def check_data(cfg) -> None:
     """Raise ConfigError listing every problem with the data files alone (the ``data`` command)."""
     problems: list[tuple[str, str]] = []
-    for fn in (_tokenizer, _data_any_format, _validation_data):
+    grpo = cfg.training.objective == "grpo"
+    for fn in (_tokenizer, _grpo_records if grpo else _data_any_format, _validation_data):
         try:
             fn(cfg, None)
         except UserError as exc:
@@ -156,6 +159,10 @@ def _data(cfg, hardware) -> None:
     if cfg.data.hub_dataset:
         check_hub_dataset(cfg, trainable=True)
         return
+    if cfg.training.objective == "grpo":  # prompts + references; rewards and prompt lengths in a child
+        read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format, cfg.data.skip_bad_lines)
+        check_grpo(cfg)
+        return
     if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
         read_preference_records(cfg.data.path, cfg.training.objective, cfg.data.format, cfg.data.skip_bad_lines)
         return
@@ -204,8 +211,34 @@ def check_hub_dataset(cfg, trainable: bool = False) -> None:
                         f"your network", field="data.hub_dataset")
 
 
+def _grpo_records(cfg, hardware) -> None:
+    read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format, cfg.data.skip_bad_lines)
+
+
+def check_grpo(cfg) -> None:
+    """UserError when the GRPO run's rewards or prompts are unusable: ``python -m trainer.worker.probes.grpocheck``
+    imports the reward file, calls each reward once and tokenizes the prompts, in a child (this process imports
+    neither user code nor a tokenizer)."""
+    with tempfile.TemporaryDirectory(prefix="trainpilot-grpocheck-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(dump_yaml(cfg), encoding="utf-8")
+        proc = subprocess.run(entrypoints.python_m(entrypoints.GRPOCHECK, str(path)), capture_output=True, text=True,
+                              timeout=GRPOCHECK_TIMEOUT_S)
+    if proc.returncode == 2:
+        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "rewards: the check failed"
+        field, _, rest = message.partition(": ")
+        raise UserError(message, field=field if rest and " " not in field else "rewards")
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise UserError(f"rewards: checking the rewards and prompts failed ({tail[0]}); run "
+                        f"'python -m {entrypoints.GRPOCHECK} <config>' to see the whole error", field="rewards")
+
+
 def _validation_data(cfg, hardware) -> None:
-    if cfg.data.validation_path and cfg.training.objective != "sft":
+    if cfg.data.validation_path and cfg.training.objective == "grpo":
+        read_prompt_records(cfg.data.validation_path, cfg.rewards.answer_field, cfg.data.format,
+                            cfg.data.skip_bad_lines, role="data.validation_path")
+    elif cfg.data.validation_path and cfg.training.objective != "sft":
         try:
             read_preference_records(cfg.data.validation_path, cfg.training.objective, cfg.data.format,
                                     cfg.data.skip_bad_lines)
