@@ -146,3 +146,128 @@ def test_supervised_samples_hide_the_reward_columns(qtbot):
 
     assert view.refresh(D()) == 1
     assert all(view.isColumnHidden(c) for c in (2, 3, 4)) and view.samples() == [(3, "hi", "hello")]
+
+
+# -- the wizard ------------------------------------------------------------------------------------------
+GSM8K = [{"question": q, "answer": f"Worked out step by step.\n#### {a}"} for q, a in
+         (("Natalia sold 48 clips in April and half as many in May. How many in all?", "72"),
+          ("Weng earns $12 an hour. She worked 50 minutes. How much did she earn?", "10"),
+          ("A wallet costs $100; Betty has half. Her parents give $15, grandparents $30. How much more?", "5"))]
+
+
+def _gsm8k(tmp_path):
+    import json
+
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in GSM8K), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def wizard(qtbot):
+    """A wizard without a hardware probe (nothing to plan: these tests stop before the plan)."""
+    from app.views.wizard.wizard import SetupWizard
+
+    wiz = SetupWizard(None)
+    qtbot.addWidget(wiz)
+    yield wiz
+    wiz.data._cancel_report()
+    wiz.rewards.cancel_preview()
+
+
+def test_data_page_offers_grpo_for_a_gsm8k_file_and_then_the_reward_page(qtbot, tmp_path, wizard):
+    page = wizard.data
+    ids = wizard.pageIds()
+    rewards_id, plan_id = ids[ids.index(wizard.pageIds()[3])], ids[4]
+    assert wizard.page(rewards_id) is wizard.rewards and wizard.page(plan_id) is wizard.plan
+    assert page.nextId() == plan_id  # a supervised objective skips the Reward page
+    page.path.setText(str(_gsm8k(tmp_path)))
+    page.path.editingFinished.emit()
+    qtbot.waitUntil(lambda: "3 records" in page.stats.text(), timeout=20000)
+    assert "gsm8k" in page.stats.text() and "GRPO" in page.stats.text()
+    assert not page.objective_row.isHidden()
+    choices = [page.objective.itemData(i) for i in range(page.objective.count())]
+    assert choices == [None, "grpo"]  # nothing chosen for the user
+    assert page.preview.rowCount() == 3
+    page.objective.setCurrentIndex(1)
+    page.objective.activated.emit(1)
+    assert wizard.state.values["training.objective"] == "grpo"
+    assert page.nextId() == rewards_id
+    page._cancel_report()
+
+
+def test_a_supervised_file_is_not_offered_grpo(qtbot, tmp_path, wizard):
+    import json
+
+    path = tmp_path / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(4)))
+    page = wizard.data
+    page.path.setText(str(path))
+    page.path.editingFinished.emit()
+    qtbot.waitUntil(lambda: "4 records" in page.stats.text(), timeout=20000)
+    assert page.record_format == "text" and page.objective_row.isHidden()
+    page._cancel_report()
+
+
+def test_reward_page_refuses_to_go_on_without_a_reward(qtbot, wizard):
+    page = wizard.rewards
+    page.show()
+    page.initializePage()
+    assert not page.isComplete()
+    assert "Tick at least one reward" in page.problem.text()
+    page.ticks["format"].setChecked(True)
+    assert page.isComplete() and page.problem.text() == ""
+    page.ticks["format"].setChecked(False)
+    assert not page.isComplete() and wizard.state.values["rewards.format"] == 0.0
+    page.start_preview()  # Preview says the same where it is pressed, and starts nothing
+    assert not page.previewing and "Tick at least one reward" in page.preview_status.text()
+
+
+def test_a_reward_file_that_does_not_exist_is_refused_beside_its_field(qtbot, tmp_path, wizard, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    page = wizard.rewards
+    page.show()
+    page.initializePage()
+    page.python.setText("missing_rewards.py")
+    page.python.editingFinished.emit()
+    error = page.errors["rewards.python"]
+    assert not error.isHidden() and "file not found: missing_rewards.py" in error.text()
+    assert not page.isComplete()  # a named file must exist, even with nothing else ticked
+    (tmp_path / "missing_rewards.py").write_text("def r(prompts, completions, **kw):\n    return [0.0] * len(completions)\n")
+    page.python.editingFinished.emit()
+    assert error.isHidden() and page.isComplete()
+
+
+def test_the_reward_settings_are_saved_as_typed(qtbot, tmp_path, wizard):
+    import yaml
+
+    reward_file = tmp_path / "my rewards.py"
+    reward_file.write_text("def short(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    page, state = wizard.rewards, wizard.state
+    page.show()
+    page.initializePage()
+    page.ticks["numeric_answer"].setChecked(True)
+    page.weights["numeric_answer"].setValue(0.75)
+    page.ticks["format"].setChecked(True)
+    page.weights["format"].setValue(0.25)
+    page.ticks["length_penalty"].setChecked(True)
+    page.params["rewards.length_target"].setValue(96)
+    typed = {"rewards.format_pattern": r"^<think>.+</think>\s*<answer>\d+</answer>$",
+             "rewards.numeric_tolerance": "0.01", "rewards.answer_field": "answer",
+             "rewards.answer_pattern": r"<answer>(.*?)</answer>", "grpo.system_prompt": "Answer in <answer> tags."}
+    for key, text in typed.items():
+        page.params[key].setText(text)
+        page.params[key].editingFinished.emit()
+    page.python.setText(str(reward_file))
+    page.python.editingFinished.emit()
+    assert page.isComplete()
+    page.params["rewards.numeric_tolerance"].setText("a lot")  # refused beside the field, the last good value kept
+    page.params["rewards.numeric_tolerance"].editingFinished.emit()
+    assert "'a lot' is not a tolerance" in page.errors["rewards.numeric_tolerance"].text()
+    state.update({"training.objective": "grpo", "training.effective_batch_size": 16})
+    saved = yaml.safe_load(state.write_config(str(tmp_path / "runs" / "grpo-run"), state.final_config()).read_text())
+    r = saved["rewards"]
+    assert (r["numeric_answer"], r["format"], r["length_penalty"], r["exact_answer"], r["json_valid"]) == (0.75, 0.25, 1.0, 0, 0)
+    assert r["format_pattern"] == typed["rewards.format_pattern"] and r["answer_pattern"] == typed["rewards.answer_pattern"]
+    assert r["numeric_tolerance"] == 0.01 and r["length_target"] == 96 and r["python"] == str(reward_file)
+    assert saved["grpo"]["system_prompt"] == "Answer in <answer> tags." and saved["training"]["objective"] == "grpo"
