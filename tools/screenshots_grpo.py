@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +24,7 @@ sys.path.insert(0, str(ROOT / "tests" / "app"))  # the GRPO fixture lives with t
 
 from grpo_fixture import write_grpo_run  # noqa: E402
 
+XDOTOOL = shutil.which("xdotool")
 NO_GPU = ROOT / "tests" / "fixtures" / "hardware" / "no_gpu.jsonl"
 GSM8K = [
     {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -114,10 +117,77 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def wizard_shots(app, window, out: Path, tmp: Path, preview: bool) -> list[Path]:  # filled in below
+def click(app, widget) -> None:
+    """Press ``widget`` as a user would: through the X server with xdotool on a real display, else through Qt."""
+    from PySide6 import QtCore, QtWidgets
+    from PySide6.QtTest import QTest
+
+    _wait(app, lambda: widget.isVisible() and widget.isEnabled(), 30000)
+    if XDOTOOL and os.environ.get("QT_QPA_PLATFORM", "xcb") == "xcb" and os.environ.get("DISPLAY"):
+        r = widget.rect()
+        # A check box reacts on its box and text only, not on the blank rest of its cell: aim at the box.
+        at = QtCore.QPoint(r.left() + 8, r.center().y()) if isinstance(widget, QtWidgets.QCheckBox) else r.center()
+        centre = widget.mapToGlobal(at)
+        subprocess.run([XDOTOOL, "mousemove", "--sync", str(centre.x()), str(centre.y()), "click", "1"], check=True)
+    else:
+        QTest.mouseClick(widget, QtCore.Qt.LeftButton)
+    _spin(app, 200)
+
+
+def type_into(app, edit, text: str) -> None:
+    """Replace a field's text and leave it (editingFinished), as typing then Tab does."""
+    edit.setFocus()
+    edit.setText(text)
+    edit.editingFinished.emit()
+    _spin(app, 100)
+
+
+def wizard_shots(app, window, out: Path, tmp: Path, preview: bool) -> list[Path]:
+    """Walk the wizard with a GSM8K-shaped file to the Reward page; Preview; then the two obvious mistakes."""
+    from PySide6 import QtWidgets
+
     data = tmp / "gsm8k.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in GSM8K), encoding="utf-8")
-    return []
+    window.open_wizard()
+    wiz, written = window.wizard, []
+    wiz.resize(1000, 760)
+    _wait(app, lambda: wiz.env.job is not None and wiz.env.job.exit_code is not None, 90000)
+    click(app, wiz.button(QtWidgets.QWizard.NextButton))
+    wiz.model.source.setText("demo-tiny-llama")
+    wiz.state.set("data.seq_len", 512)  # the demo model reads 512 positions (the Model page's 'Use 512')
+    click(app, wiz.button(QtWidgets.QWizard.NextButton))
+    type_into(app, wiz.data.path, str(data))
+    _wait(app, lambda: "records" in wiz.data.stats.text() and not wiz.data.objective_row.isHidden())
+    wiz.data.objective.setCurrentIndex(wiz.data.objective.findData("grpo"))
+    wiz.data.objective.activated.emit(wiz.data.objective.currentIndex())
+    _wait(app, lambda: wiz.data.report is not None or "unavailable" in wiz.data.tokens.text(), 120000)
+    _spin(app, 300)
+    written.append(_save(wiz, out / "grpo-data-page.png"))
+    click(app, wiz.button(QtWidgets.QWizard.NextButton))
+    page = wiz.rewards
+    assert wiz.currentPage() is page, wiz.currentPage()
+    _spin(app, 300)
+    written.append(_save(wiz, out / "grpo-reward-page-none.png"))
+    print("Next enabled with no reward:", wiz.button(QtWidgets.QWizard.NextButton).isEnabled())
+    type_into(app, page.python, "my_rewards_that_do_not_exist.py")
+    _spin(app, 200)
+    written.append(_save(wiz, out / "grpo-reward-page-missing-file.png"))
+    type_into(app, page.python, "")
+    for name in ("numeric_answer", "format"):
+        click(app, page.ticks[name])
+        _spin(app, 600)  # two clicks closer than the double-click interval would toggle the second one twice
+    page.weights["format"].setValue(0.5)
+    print("ticked:", {n: t.isChecked() for n, t in page.ticks.items()})
+    type_into(app, page.params["grpo.system_prompt"],
+              "Think in <think>...</think>, then give the final number in <answer>...</answer>.")
+    if preview:
+        click(app, page.preview_button)
+        _wait(app, lambda: not page.previewing, 240000)
+        _spin(app, 300)
+        print("preview:", page.preview_status.text())
+    written.append(_save(wiz, out / "grpo-reward-page.png"))
+    wiz.close()
+    return written
 
 
 if __name__ == "__main__":

@@ -104,8 +104,9 @@ def grpo_report_summary(r: dict) -> str:
     too_long = (f"<b style='color:#b00'>{r['too_long']:,} prompts are longer</b> than" if r["too_long"] else
                 "every prompt fits in")
     return (f"Prompt tokens (exact, this tokenizer{', chat template' if r['chat_template'] else ', plain text'}): "
-            f"median {t['median']:,}, p95 {t['p95']:,}, max {t['max']:,}; {too_long} the {r['prompt_room']:,} tokens "
-            f"data.seq_len leaves beside grpo.max_completion_length {r['max_completion_length']:,}.<br>"
+            f"median {t['median']:,}, p95 {t['p95']:,}, max {t['max']:,}.<br>{too_long[0].upper() + too_long[1:]} the "
+            f"{r['prompt_room']:,} tokens data.seq_len leaves beside grpo.max_completion_length "
+            f"{r['max_completion_length']:,}.<br>"
             f"{r['completions_per_prompt']} completions are sampled per prompt and scored by the rewards (next page).")
 
 

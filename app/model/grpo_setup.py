@@ -20,7 +20,7 @@ from trainer.data.scan import scan
 PROMPT_SHAPES = ("prompt", "gsm8k")
 SHAPE_WORDS = {
     "prompt": "prompts with reference answers",
-    "gsm8k": "GSM8K-style questions and worked answers (the reference is the number after '####')",
+    "gsm8k": "GSM8K-style questions with worked answers; the reference is what follows '####'",
 }
 # The built-in rewards as the page lists them: label, and the rewards.* parameters shown beside each.
 BUILTIN_LABELS = {"exact_answer": "Exact answer", "numeric_answer": "Numeric answer", "format": "Format",
@@ -71,8 +71,23 @@ def _prompts(path: str, head: list[dict], data_cfg, answer_field: str) -> Prompt
 
 
 def describe_shape(shape: str) -> str:
-    """One line for the Data page: what the records are and how GRPO uses them."""
-    return f"{SHAPE_WORDS[shape]}: trained with GRPO (the model samples answers, the rewards score them)"
+    """What the records are, for the Data page (how GRPO uses them: ``GRPO_USE``)."""
+    return SHAPE_WORDS[shape]
+
+
+GRPO_USE = "Trained with GRPO: the model samples several answers per prompt and the rewards (next page) score them."
+
+
+# One short line each for the page (the schema's full description is the tooltip: ``builtin_help``).
+BUILTIN_SHORT = {"exact_answer": "1 if the answer equals the reference", "numeric_answer": "1 if the number is "
+                 "within the tolerance", "format": "1 if the whole completion matches", "json_valid": "1 if it parses "
+                 "as JSON", "length_penalty": "0 to -1 past the target length"}
+assert set(BUILTIN_SHORT) == set(BUILTIN_NAMES)
+
+
+def builtin_what(name: str) -> str:
+    """What a built-in reward scores, in a few words (its tooltip has the schema's description)."""
+    return BUILTIN_SHORT[name]
 
 
 def builtin_help(name: str) -> str:

@@ -271,3 +271,37 @@ def test_the_reward_settings_are_saved_as_typed(qtbot, tmp_path, wizard):
     assert r["format_pattern"] == typed["rewards.format_pattern"] and r["answer_pattern"] == typed["rewards.answer_pattern"]
     assert r["numeric_tolerance"] == 0.01 and r["length_target"] == 96 and r["python"] == str(reward_file)
     assert saved["grpo"]["system_prompt"] == "Answer in <answer> tags." and saved["training"]["objective"] == "grpo"
+
+
+@pytest.mark.slow  # the preview child loads the tiny demo model and samples: ~10-40 s on the 2-core machine
+def test_preview_fills_the_table_from_the_child_without_blocking(qtbot, tmp_path, wizard):
+    state, page = wizard.state, wizard.rewards
+    state.update({"model.source": "demo-tiny-llama", "data.path": str(_gsm8k(tmp_path)), "data.seq_len": 256,
+                  "device": "cpu", "training.objective": "grpo", "grpo.max_completion_length": 16})
+    page.show()
+    page.initializePage()
+    page.ticks["numeric_answer"].setChecked(True)
+    page.n_prompts.setValue(2)
+    page.n_completions.setValue(3)
+    page.start_preview()
+    assert page.previewing and not page.preview_button.isEnabled()  # returned at once: the child runs on its own
+    qtbot.waitUntil(lambda: not page.previewing, timeout=240000)
+    assert page.preview_doc is not None, page.preview_status.text()
+    headers = [page.table.horizontalHeaderItem(j).text() for j in range(page.table.columnCount())]
+    assert headers == ["Prompt", "Reference", "Completion", "numeric_answer", "Total"]
+    assert page.table.rowCount() == 6 and page.table.item(0, 1).text() == "72" and page.table.item(3, 1).text() == "10"
+    assert "2 prompts × 3 completions" in page.preview_status.text()
+
+
+def test_a_preview_cancelled_by_leaving_the_page_shows_nothing_late(qtbot, tmp_path, wizard):
+    state, page = wizard.state, wizard.rewards
+    state.update({"data.path": str(_gsm8k(tmp_path)), "training.objective": "grpo", "device": "cpu"})
+    page.show()
+    page.initializePage()
+    page.ticks["exact_answer"].setChecked(True)
+    page.start_preview()
+    job = page._job
+    assert job is not None and job.running()
+    page.cleanupPage()  # Back
+    assert not page.previewing and not job.running() and page.preview_status.text() == "Preview cancelled."
+    assert page.table.rowCount() == 0

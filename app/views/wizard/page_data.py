@@ -17,7 +17,8 @@ from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for
     MASKED_STYLE, OBJECTIVE_WORDS, PROMPT_SHAPES, TRAINED_STYLE, examples_html, grpo_examples_html,
     grpo_report_summary, needs_choice, objectives_for, report_summary,
 )
-from app.model.grpo_setup import PromptData, describe_shape, look_at_data
+from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
+from app.views.wizard.schema_form import nested
 from app.ops import settings
 from app.ops.background import Latest
 from app.ops.commands import Job
@@ -134,7 +135,7 @@ class DataPage(QtWidgets.QWizardPage):
     def _show_prompts(self, p: PromptData) -> None:
         """A prompt dataset with reference answers: GRPO is offered; its report needs the objective chosen."""
         self.stats.setText(f"<b>{p.records:,} records</b>. Format: <b>{html.escape(p.shape)}</b> — "
-                           f"{html.escape(describe_shape(p.shape))}.")
+                           f"{html.escape(describe_shape(p.shape))}.<br>{html.escape(GRPO_USE)}")
         self._fill_preview(p.sample[:PREVIEW_ROWS])
         self.show_objectives(p.shape)
         if self.state.values.get("training.objective") == "grpo":
@@ -212,7 +213,7 @@ class DataPage(QtWidgets.QWizardPage):
         config_file = settings.home() / "configs" / "data-preview.yaml"  # the config as edited, for the child
         try:
             config_file.parent.mkdir(parents=True, exist_ok=True)
-            config_file.write_text(tc.dump_yaml(self.state.config()), encoding="utf-8")
+            config_file.write_text(tc.dump_yaml(self._report_config()), encoding="utf-8")
         except (tc.ConfigError, OSError) as exc:
             self.tokens.setText(f"<span style='color:#b00'>token statistics need a valid config: {html.escape(str(exc))}</span>")
             return
@@ -221,6 +222,18 @@ class DataPage(QtWidgets.QWizardPage):
         job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
         job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
         self._data_job = job.start()
+
+    def _report_config(self) -> tc.RunConfig:
+        """The config as edited, for the data command. A GRPO config before the Reward page has no reward yet,
+        which the schema refuses; the prompt report reads no reward, so this temporary file (never the user's
+        config) gets exact_answer on to pass that one check. Any other problem is raised as usual."""
+        try:
+            return self.state.config()
+        except tc.ConfigError as exc:
+            if self.state.values.get("training.objective") != "grpo" or {k for k, _ in exc.problems} != {"rewards"}:
+                raise
+            values = {k: self.state.values[k] for k in self.state.explicit}
+            return tc.validate(nested(dict(values, **{"rewards.exact_answer": 1.0})))
 
     def _report_done(self, job: Job, code: int) -> None:
         self._data_job = None

@@ -12,7 +12,7 @@ import html
 from PySide6 import QtCore, QtWidgets
 
 from app.model.grpo_setup import (
-    BUILTIN_LABELS, BUILTIN_PARAMS, NO_REWARD, builtin_help, has_reward, parse_tolerance, preview_summary,
+    BUILTIN_LABELS, BUILTIN_PARAMS, NO_REWARD, builtin_help, builtin_what, has_reward, parse_tolerance, preview_summary,
     preview_table, python_file_problem,
 )
 from app.ops import commands, settings
@@ -86,8 +86,9 @@ class RewardPage(QtWidgets.QWizardPage):
 
     def _param_row(self, name: str) -> QtWidgets.QHBoxLayout:
         row = QtWidgets.QHBoxLayout()
-        help_text = QtWidgets.QLabel(builtin_help(name).split(":")[0].split(" (")[0])
+        help_text = QtWidgets.QLabel(builtin_what(name))
         help_text.setStyleSheet("color:#555")
+        help_text.setToolTip(builtin_help(name))
         row.addWidget(help_text)
         for param in BUILTIN_PARAMS.get(name, ()):
             row.addWidget(QtWidgets.QLabel(f"{param.replace('_', ' ')}:"))
@@ -317,7 +318,9 @@ class RewardPage(QtWidgets.QWizardPage):
         for j in range(len(headers)):
             header.setSectionResizeMode(j, QtWidgets.QHeaderView.Stretch if j in (0, 2) else
                                         QtWidgets.QHeaderView.ResizeToContents)
-        self.table.resizeRowsToContents()
+        # Three lines a row at most (a base model can ramble for hundreds of tokens): the whole text is in the tooltip.
+        self.table.verticalHeader().setSectionResizeMode(QtWidgets.QHeaderView.Fixed)
+        self.table.verticalHeader().setDefaultSectionSize(3 * self.table.fontMetrics().lineSpacing() + 8)
         self.preview_status.setText(_esc(preview_summary(doc)) + f" ({doc.get('seconds', 0):.0f} s)")
 
     # -- leaving ----------------------------------------------------------------------------------
