@@ -67,7 +67,8 @@ def run_shots(app, window, out: Path, tmp: Path) -> list[Path]:
     window.open_run(str(run))
     _wait(app, lambda: view.rewards is not None and view.tabs.indexOf(view.rewards) >= 0)
     _spin(app, 800)
-    for name, tab in (("grpo-rewards", view.rewards), ("grpo-samples", view.samples), ("grpo-dashboard", view.dashboard)):
+    view.samples.setCurrentItem(view.samples.topLevelItem(0).child(0))  # the detail pane shows one in full
+    for name, tab in (("grpo-rewards", view.rewards), ("grpo-samples", view.samples_tab), ("grpo-dashboard", view.dashboard)):
         view.tabs.setCurrentWidget(tab)
         _spin(app, 600)
         written.append(_save(window, out / f"{name}.png"))

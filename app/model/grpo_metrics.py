@@ -133,6 +133,27 @@ def sample_rewards(e: dict) -> dict | None:
             "advantage": _num(e.get("advantage"))}
 
 
+def sample_html(e: dict) -> str:
+    """One sample in full for the Samples tab's detail pane: its prompt, its answer (whitespace kept) and, for a GRPO
+    sample, its total reward, advantage and every function's score."""
+    import html
+
+    def pre(text) -> str:
+        return f"<pre style='white-space:pre-wrap;margin-top:0'>{html.escape(str(text or ''))}</pre>"
+
+    out = [f"<p><b>Step {html.escape(str(e.get('step')))}</b> — prompt</p>", pre(e.get("prompt")),
+           f"<p><b>Answer</b> ({html.escape(str(e.get('tokens', '?')))} tokens)</p>", pre(e.get("text"))]
+    scores = sample_rewards(e)
+    if scores is not None:
+        adv = scores["advantage"]
+        rows = "".join(f"<tr><td>{html.escape(n)}</td><td align='right'>{score_text(v)}</td></tr>"
+                       for n, v in scores["rewards"].items())
+        out.append(f"<p><b>Reward {score_text(scores['reward'])}</b> (weighted total) · advantage "
+                   f"{'–' if adv is None else f'{adv:+.3g}'} (above 0: this answer was reinforced; below: pushed "
+                   f"away)</p><table cellspacing='0' cellpadding='2'>{rows}</table>")
+    return "".join(out)
+
+
 def score_text(v: float | None) -> str:
     """A reward as short text ('1', '0.5', '-0.25', '–' when missing)."""
     return "–" if v is None else f"{v:.3g}"

@@ -2,6 +2,8 @@
 notification when a watched run ends. Light: Qt only (the eval-loss curve lives in ``eval_curve``)."""
 from __future__ import annotations
 
+import json
+
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model.grpo_metrics import rewards_text, sample_rewards, score_text
@@ -22,8 +24,6 @@ class SamplesView(QtWidgets.QTreeWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setHeaderLabels(["Step / prompt", "Answer", "Reward", "Advantage", "Per function"])
-        self.setColumnWidth(0, 260)
-        self.setColumnWidth(1, 320)
         self.setWordWrap(True)
         self._show_rewards(False)
         self._data = None
@@ -52,6 +52,9 @@ class SamplesView(QtWidgets.QTreeWidget):
             self._steps[step] = parent
             parent.setExpanded(True)
         item = QtWidgets.QTreeWidgetItem([str(e.get("prompt", "")), str(e.get("text", ""))])
+        # The detail pane shows it in full. Kept as JSON: Qt would store a dict as a QVariantMap, which sorts its keys
+        # (the functions would no longer come in the run's order).
+        item.setData(0, QtCore.Qt.UserRole, json.dumps(e))
         item.setToolTip(0, str(e.get("prompt", "")))
         item.setToolTip(1, str(e.get("text", "")))
         scores = sample_rewards(e)
@@ -68,8 +71,20 @@ class SamplesView(QtWidgets.QTreeWidget):
         parent.addChild(item)
 
     def _show_rewards(self, shown: bool) -> None:
+        if shown == getattr(self, "_rewards_shown", None):
+            return
+        self._rewards_shown = shown
         for col in REWARD_COLUMNS:
             self.setColumnHidden(col, not shown)
+        # With the scores, prompt and answer give up width so Reward and Advantage stay in view at 800 px;
+        # the detail pane (and the tooltips) show them whole.
+        for col, width in enumerate((200, 260, 55, 75) if shown else (260, 320)):
+            self.setColumnWidth(col, width)
+
+    def event_of(self, item) -> dict | None:
+        """The sample event an item shows (None for a step row)."""
+        raw = item.data(0, QtCore.Qt.UserRole) if item is not None else None
+        return json.loads(raw) if isinstance(raw, str) else None
 
     def scores(self) -> list[tuple[int, str, str, str]]:
         """``(step, reward, advantage, per function)`` texts of each GRPO sample shown, newest step first."""

@@ -46,7 +46,15 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.log, "Log")
         self.tabs.addTab(self.config, "Config")
         self.samples, self.try_it = SamplesView(), TryItTab()  # after training (app/learning_view, app/try_it)
-        self.tabs.addTab(self.samples, "Samples")
+        self.sample_detail = QtWidgets.QTextBrowser()  # the selected sample in full: prompt, answer, its rewards
+        self.sample_detail.setPlaceholderText("Select a sample to read it in full.")
+        self.samples.currentItemChanged.connect(self._show_sample)
+        samples_tab = QtWidgets.QSplitter(QtCore.Qt.Vertical)
+        samples_tab.addWidget(self.samples)
+        samples_tab.addWidget(self.sample_detail)
+        samples_tab.setSizes([400, 200])
+        self.samples_tab = samples_tab
+        self.tabs.addTab(samples_tab, "Samples")
         self.tabs.addTab(self.try_it, "Try it")
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -128,10 +136,16 @@ class RunView(QtWidgets.QWidget):
 
             self.rewards = RewardCharts()
         if not shown:
-            self.tabs.insertTab(self.tabs.indexOf(self.samples), self.rewards, "Rewards")
+            self.tabs.insertTab(self.tabs.indexOf(self.samples_tab), self.rewards, "Rewards")
         if self.rewards.data is not d:
             self.rewards.set_data(d)
         self.rewards.refresh()
+
+    def _show_sample(self, item, _previous=None) -> None:
+        from app.model.grpo_metrics import sample_html
+
+        e = self.samples.event_of(item)
+        self.sample_detail.setHtml(sample_html(e) if e is not None else "")
 
     def _refresh_log(self, d: RunData) -> None:
         try:

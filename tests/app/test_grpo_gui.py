@@ -74,7 +74,7 @@ def test_rewards_tab_charts_each_function_with_its_band(run_view, grpo_run):
     run_view.refresh([])
     charts = run_view.rewards
     assert charts is not None and run_view.tabs.tabText(run_view.tabs.indexOf(charts)) == "Rewards"
-    assert run_view.tabs.indexOf(charts) == run_view.tabs.indexOf(run_view.samples) - 1
+    assert run_view.tabs.indexOf(charts) == run_view.tabs.indexOf(run_view.samples_tab) - 1
     assert charts.function_names() == FUNCTIONS
     assert charts.legend_labels() == ["numeric_answer", "format ×0.5", "reasoning_steps ×0.2"]
     fmt = charts.curves["fn:format"]
@@ -133,6 +133,11 @@ def test_samples_show_rewards_newest_step_first(run_view, grpo_run):
     assert all(not view.isColumnHidden(c) for c in (2, 3, 4))
     answers = view.samples()
     assert answers[0][2].startswith("<think>") and answers[0][1].startswith(("Natalia", "Weng", "Betty"))
+    view.setCurrentItem(view.topLevelItem(0).child(0))  # the detail pane shows the sample whole, with its scores
+    detail = run_view.sample_detail.toPlainText()
+    assert answers[0][1] in detail and answers[0][2] in detail
+    assert "Reward 1.6" in detail and "advantage +" in detail
+    assert detail.index("numeric_answer") < detail.index("format") < detail.index("reasoning_steps")  # the run's order
 
 
 def test_supervised_samples_hide_the_reward_columns(qtbot):
@@ -305,3 +310,20 @@ def test_a_preview_cancelled_by_leaving_the_page_shows_nothing_late(qtbot, tmp_p
     page.cleanupPage()  # Back
     assert not page.previewing and not job.running() and page.preview_status.text() == "Preview cancelled."
     assert page.table.rowCount() == 0
+
+
+def test_a_broken_reward_file_fails_the_preview_with_the_childs_message(qtbot, tmp_path, wizard):
+    bad = tmp_path / "broken_rewards.py"
+    bad.write_text("def r(prompts, completions, **kw)\n    return [0.0]\n")  # no colon: a syntax error on line 1
+    state, page = wizard.state, wizard.rewards
+    state.update({"data.path": str(_gsm8k(tmp_path)), "training.objective": "grpo", "device": "cpu"})
+    page.show()
+    page.initializePage()
+    page.python.setText(str(bad))
+    page.python.editingFinished.emit()
+    assert page.isComplete()  # the file exists; what is in it is the child's to say
+    page.start_preview()
+    qtbot.waitUntil(lambda: not page.previewing, timeout=120000)
+    status = page.preview_status.text()
+    assert "Preview failed: rewards.python:" in status and "line 1: syntax error" in status, status
+    assert page.table.rowCount() == 0 and page.preview_button.isEnabled()

@@ -37,7 +37,8 @@ class DataPage(QtWidgets.QWizardPage):
         self.state = state
         self.setTitle("Data")
         self.setSubTitle("A .jsonl, .json, .txt, .csv or .parquet file: text, chat messages, ShareGPT, Alpaca, "
-                         "prompt/response, preference or KTO records. 'demo' is the bundled sample.")
+                         "prompt/response, preference, KTO, or prompts with reference answers (GRPO). 'demo' is the "
+                         "bundled sample.")
         self.path = QtWidgets.QLineEdit(str(state.values["data.path"]))
         self.path.editingFinished.connect(self._changed)
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
