@@ -17,7 +17,8 @@ def _resolved(**over):
             "training": {"effective_batch_size": 8, "micro_batch_size": 8, "gradient_accumulation_steps": 1},
             "speed": {"precision": "bf16", "gradient_checkpointing": False, "chunked_loss": False,
                       "activation_offload": False},
-            "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"}}
+            "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
+            "grpo": {"generation_batch_size": 8}}  # resolved: no "auto" left (GRPO's only matters to GRPO)
     for k, v in over.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
     return as_resolved(C.validate(data))

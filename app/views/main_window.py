@@ -82,6 +82,8 @@ class MainWindow(QtWidgets.QMainWindow):
         for act, tip in ((self.act_resume, RESUME_TIP),
                          (self.act_stop, "Stop after the current step and save a checkpoint")):
             act.setToolTip(tip)
+        for act in (self.act_resume, self.act_stop, self.act_export, self.act_export_model):
+            act.setEnabled(False)  # until a run is shown (``_update_actions``)
 
     def _layout(self) -> None:
         split = QtWidgets.QSplitter()
@@ -167,6 +169,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_resume.setEnabled(data.run_dir is not None and data.resumable())
         self.act_resume.setToolTip(resume_tip(data))
         self.act_export.setEnabled(data.run_dir is not None and (data.run_dir / "config.yaml").exists())
+        self.act_export_model.setEnabled(data.run_dir is not None and data.run_state is not None
+                                         and data.run_state.model is not None)  # runstate: what Try it loads
+        self.act_export_model.setToolTip("Export the trained model (safetensors, GGUF, Ollama)" if
+                                         self.act_export_model.isEnabled() else "No trained model in this run yet "
+                                         "(a checkpoint or final/ appears as it trains)")
         self.state_label.setText(state_line(data))
 
     # -- intents --------------------------------------------------------------------------------
@@ -184,7 +191,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.open_run(folder)
 
     def start_demo(self, overrides: tuple[str, ...] = ()) -> str:
-        """Start the tiny CPU demo in a new run folder (``--set`` overrides). Returns the folder."""
+        """Start the tiny CPU demo in a new run folder (``--set`` overrides). Returns the folder. The button rests
+        for two seconds, so a double click starts one run, not two (each click would get its own folder)."""
+        self.act_demo.setEnabled(False)
+        QtCore.QTimer.singleShot(DEMO_CLICK_REST_MS, lambda: self.act_demo.setEnabled(True))
         run_dir = settings.runs_dir() / QtCore.QDateTime.currentDateTime().toString("'demo-'yyyyMMdd-HHmmss")
         self.runs.start_demo(str(run_dir), overrides)
         return str(run_dir)
@@ -342,6 +352,9 @@ class MainWindow(QtWidgets.QMainWindow):
         settings.settings().setValue("geometry", self.saveGeometry())
         self.hardware.stop()
         event.accept()
+
+
+DEMO_CLICK_REST_MS = 2000
 
 
 def state_line(data) -> str:

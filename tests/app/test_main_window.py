@@ -91,3 +91,29 @@ def test_the_window_works_at_800x600_and_the_runs_list_stays_usable(qtbot, fixtu
     qtbot.wait(200)
     assert not rl.isColumnHidden(2)  # the start time comes back where there is room
     w.hardware.stop()
+
+
+def test_export_model_waits_for_a_trained_model_and_demo_rests_after_a_click(qtbot, tmp_path, monkeypatch):
+    """'Export model' is off with no run shown (and with a run that has no checkpoint or final/ yet); a double
+    click on 'Demo run' starts one run (the button rests two seconds)."""
+    from app.views import main_window as mw
+
+    w = _window(qtbot, NO_GPU)
+    assert not w.act_export_model.isEnabled() and not w.act_export.isEnabled()
+    started = []
+    monkeypatch.setattr(w.runs, "start_demo", lambda run_dir, overrides=(): started.append(run_dir))
+    w.act_demo.trigger()
+    w.act_demo.trigger()  # the double click
+    assert len(started) == 1 and not w.act_demo.isEnabled()
+    qtbot.waitUntil(w.act_demo.isEnabled, timeout=mw.DEMO_CLICK_REST_MS + 2000)
+
+
+def test_export_model_is_offered_once_the_run_has_a_model(qtbot, fixture_run):
+    run = fixture_run("cpu_demo")
+    w = _window(qtbot, NO_GPU)
+    w.open_run(str(run))
+    qtbot.waitUntil(lambda: w.act_export.isEnabled(), timeout=5000)
+    assert not w.act_export_model.isEnabled() and "No trained model" in w.act_export_model.toolTip()
+    (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")
+    qtbot.waitUntil(w.act_export_model.isEnabled, timeout=5000)

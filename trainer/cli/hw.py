@@ -108,6 +108,7 @@ def format_plan(plan) -> str:
     if d["breakdown"]:
         lines.append("memory by component:")
         lines += [f"  {k:<18} {_gb(v)}" for k, v in sorted(d["breakdown"].items(), key=lambda kv: -kv[1])]
+    lines += _phase_lines(d.get("phases") or {})
     lines.append("why:")
     lines += [f"  - {r}" for r in d["reasons"]]
     if d["close_apps"]:
@@ -118,6 +119,18 @@ def format_plan(plan) -> str:
         lines.append("    --set " + " --set ".join(f"{k}={json.dumps(v)}" for k, v in a["settings"].items()))
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines)
+
+
+def _phase_lines(phases: dict) -> list[str]:
+    """GRPO's two phases, each with its peak and components; the larger one is the plan's peak."""
+    if not phases:
+        return []
+    top = max(phases, key=lambda k: phases[k]["peak_bytes"])
+    lines = ["GRPO phases (sampling: generate + reference scoring; update: forward/backward of one micro-batch):"]
+    for name, ph in phases.items():
+        lines.append(f"  {name:<8} peak {_gb(ph['peak_bytes'])}" + ("  <- the plan's peak" if name == top else ""))
+        lines += [f"    {k:<24} {_gb(v)}" for k, v in sorted(ph["breakdown"].items(), key=lambda kv: -kv[1])]
+    return lines
 
 
 def cmd_plan(args) -> int:

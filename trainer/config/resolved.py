@@ -17,7 +17,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, create_model
 
-from trainer.config.schema import DETECTED, RunConfig, load, validate
+from trainer.config.schema import DETECTED, PLANNED_FOR_GRPO, RunConfig, load, validate
 from trainer.core.errors import UserError
 
 AUTO = "auto"
@@ -78,7 +78,9 @@ def _field(key: str):
 # Fields whose "auto" is detected from the input when it is used (marked DETECTED in the schema: a
 # file's type, the records' shape, a webhook's format) stay "auto" in a resolved config; every other
 # auto field is the planner's to resolve.
-RESOLVED_WHEN_READ = tuple(k for k in AUTO_FIELDS if (_field(k).json_schema_extra or {}) == DETECTED)
+# A field one objective reads (PLANNED_FOR_GRPO) may stay "auto" too: the planner resolves it for that objective, and
+# the worker falls back to TRL's default if a hand-made config leaves it.
+RESOLVED_WHEN_READ = tuple(k for k in AUTO_FIELDS if (_field(k).json_schema_extra or {}) in (DETECTED, PLANNED_FOR_GRPO))
 PLANNER_FIELDS = tuple(k for k in AUTO_FIELDS if k not in RESOLVED_WHEN_READ)
 
 

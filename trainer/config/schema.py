@@ -30,6 +30,9 @@ Auto = Literal["auto"]
 # Marks a field whose "auto" means "detected from the input when it is used" (a file's type from its
 # name, records' shape from their fields), not a choice for this machine: the planner leaves it as is.
 DETECTED = {"auto": "detected when used"}
+# Marks a field only one objective reads: the planner resolves its "auto" for runs of that objective and leaves it
+# for the others (so resolved configs of other runs, and run folders made before the field existed, stay valid).
+PLANNED_FOR_GRPO = {"auto": "planned for GRPO runs"}
 
 
 class ConfigError(Exception):
@@ -222,7 +225,7 @@ class GrpoConfig(_Section):
     generation_batch_size: Union[int, Auto] = Field(
         "auto", description="Completions sampled at once per GPU (a multiple of num_generations and of "
         "micro_batch_size that divides the step's completions per GPU); their KV cache is what sampling adds to "
-        "memory. 'auto' lets the planner choose the largest that fits."
+        "memory. 'auto' lets the planner choose the largest that fits.", json_schema_extra=PLANNED_FOR_GRPO
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (higher: more varied answers).")
     top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens whose "

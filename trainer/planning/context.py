@@ -50,6 +50,13 @@ class Context:
                    held, host)
 
 
+    @classmethod
+    def for_resolved(cls, cfg, spec: ModelSpec) -> "Context":
+        """A context for judging a resolved config without a hardware snapshot (the OOM ladder): its device and
+        precision as resolved, no budget."""
+        return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0)
+
+
 def _precision(cfg, gpu, device: str) -> str:
     return resolve_precision(cfg.speed.precision, device, gpu.compute_capability if gpu is not None else None)
 
@@ -72,13 +79,18 @@ def chunked_loss(cfg, spec: Optional[ModelSpec]) -> bool:
 
 
 def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Optional[bool] = None,
-               optimizer: Optional[str] = None) -> TrainSetup:
-    """The memory model's setup for one candidate; ``offload`` (activation offload) and ``optimizer`` default
-    to the config's values (``auto`` offload: off)."""
+               optimizer: Optional[str] = None, generation: Optional[int] = None) -> TrainSetup:
+    """The memory model's setup for one candidate; ``offload`` (activation offload), ``optimizer`` and GRPO's
+    ``generation`` batch default to the config's values (``auto`` offload: off; ``auto`` generation batch:
+    one sampling pass per optimizer step)."""
     c = ctx.cfg
     targets = c.method.target_modules
     if offload is None:
         offload = c.speed.activation_offload is True
+    per = per_rank_batch(c)
+    if generation is None:
+        gb = c.grpo.generation_batch_size
+        generation = gb if isinstance(gb, int) else per
     return TrainSetup(
         micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
@@ -87,7 +99,9 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device,
-        objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs)
+        objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
+        gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
+        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta)
 
 
 def attention(ctx: Context) -> str:
@@ -125,4 +139,25 @@ def micro_options(cfg) -> list[int]:
     if isinstance(ga, int):
         return [max(1, per // ga)]
     floor = 2 if cfg.training.objective == "kto" and per >= 2 else 1  # KTO's KL term needs 2 per micro-batch
-    return [d for d in range(per, 0, -1) if per % d == 0 and d >= floor]
+    out = [d for d in range(per, 0, -1) if per % d == 0 and d >= floor]
+    if cfg.training.objective == "grpo":  # a micro-batch must divide some whole-group generation batch
+        out = [d for d in out if any(g % d == 0 for g in generation_options(cfg, d))] or out
+    return out
+
+
+def generation_options(cfg, micro: int) -> list[int]:
+    """GRPO's generation batches for this micro-batch, largest first: multiples of num_generations (whole
+    groups) and of the micro-batch (TRL's steps_per_generation is generation / micro) that divide the
+    completions each GPU trains on per step (generation stays aligned to optimizer steps). An explicit value
+    is the only option (judged, never changed); other objectives have none."""
+    if cfg.training.objective != "grpo":
+        return [0]
+    gb = cfg.grpo.generation_batch_size
+    return [gb] if isinstance(gb, int) else generation_candidates(cfg, micro)
+
+
+def generation_candidates(cfg, micro: int) -> list[int]:
+    """Every valid generation batch for this micro-batch, largest first, whatever the config sets (one pass per
+    step when no whole-group batch divides the step: TRL's default)."""
+    per, n = per_rank_batch(cfg), cfg.grpo.num_generations
+    return [g for g in range(per, 0, -1) if per % g == 0 and g % n == 0 and g % micro == 0] or [per]

@@ -4,6 +4,12 @@ Rungs in order of cost: the chunked loss (free and exact); halve the micro-batch
 accumulation (down to 1); gradient checkpointing (recompute); activation offload to pinned host RAM
 (PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
 ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
+
+GRPO adds a rung: halve ``grpo.generation_batch_size`` (completions sampled at once: a smaller KV cache,
+more sampling passes per step; kept a multiple of num_generations and of the micro-batch, dividing the
+step's completions). It helps only when sampling ran out of memory, so it comes first for a sampling OOM
+and after the micro-batch and checkpointing for an update OOM; ``phase`` says which (the worker's word),
+else the planner's larger predicted phase is taken.
 """
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ from trainer import config as config_mod
 from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES
+from trainer.planning.context import Context, generation_candidates, make_setup
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, estimate
 
 
 @dataclass(frozen=True)
@@ -36,25 +43,71 @@ def _chunked_loss_applies(cfg) -> bool:
         return True
 
 
-def _cheap_rung(cfg) -> tuple[dict, str] | None:
-    """The free and the exact rungs: chunked loss, smaller micro-batch, checkpointing."""
+def _micro_rung(cfg) -> tuple[dict, str] | None:
+    """Halve the micro-batch (a divisor of the per-GPU batch, and of GRPO's generation batch), doubling accumulation."""
     t = cfg.training
     per_rank = t.effective_batch_size // cfg.world_size
     mb = t.micro_batch_size
     floor = 2 if t.objective == "kto" else 1  # KTO estimates its KL term within a micro-batch
-    smaller = [d for d in range(floor, mb // 2 + 1) if per_rank % d == 0]
+    gen = cfg.grpo.generation_batch_size if t.objective == "grpo" else per_rank
+    smaller = [d for d in range(floor, mb // 2 + 1) if per_rank % d == 0 and gen % d == 0]
+    if mb <= floor or not smaller:
+        return None
+    new_mb = max(smaller)
+    return ({"training.micro_batch_size": new_mb, "training.gradient_accumulation_steps": per_rank // new_mb},
+            f"micro-batch {mb} → {new_mb}, accumulation {t.gradient_accumulation_steps} → {per_rank // new_mb} "
+            f"(effective batch stays {t.effective_batch_size})")
+
+
+def _generation_rung(cfg) -> tuple[dict, str] | None:
+    """GRPO: halve the completions sampled at once (whole groups, a multiple of the micro-batch)."""
+    if cfg.training.objective != "grpo":
+        return None
+    gen, mb = cfg.grpo.generation_batch_size, cfg.training.micro_batch_size
+    smaller = [g for g in generation_candidates(cfg, mb) if g <= gen // 2]
+    if not smaller:
+        return None
+    new = max(smaller)
+    per_rank = cfg.training.effective_batch_size // cfg.world_size
+    return ({"grpo.generation_batch_size": new},
+            f"sample {new} completions at once instead of {gen} (a smaller KV cache; {per_rank // new} sampling "
+            f"passes per optimizer step instead of {per_rank // gen}; the effective batch stays "
+            f"{cfg.training.effective_batch_size})")
+
+
+def _checkpointing_rung(cfg) -> tuple[dict, str] | None:
+    if cfg.speed.gradient_checkpointing is True:
+        return None
+    return ({"speed.gradient_checkpointing": True},
+            "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)")
+
+
+def grpo_phase_guess(cfg) -> str | None:
+    """The GRPO phase the planner predicts is larger ("sampling" or "update"), or None when it cannot tell (not
+    GRPO, an unknown architecture)."""
+    if cfg.training.objective != "grpo":
+        return None
+    try:
+        ctx = Context.for_resolved(cfg, spec_for_run(cfg))
+    except UserError:
+        return None
+    ds = cfg.deepspeed
+    est = estimate(ctx.spec, make_setup(ctx, cfg.training.micro_batch_size, cfg.speed.gradient_checkpointing is True,
+                                        (ds.enabled is True, ds.zero_stage, ds.offload_optimizer, ds.offload_params)))
+    return max(est.phases, key=est.phases.get) if est.phases else None
+
+
+def _cheap_rung(cfg, phase: str | None = None) -> tuple[dict, str] | None:
+    """The free and the exact rungs: chunked loss, smaller micro-batch, checkpointing; for GRPO the generation
+    batch too, first when sampling ran out of memory, else after checkpointing."""
     if cfg.speed.chunked_loss is not True and _chunked_loss_applies(cfg):
         return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
                                               "logits; same loss and gradients)")
-    if mb > floor and smaller:
-        new_mb = max(smaller)
-        return ({"training.micro_batch_size": new_mb, "training.gradient_accumulation_steps": per_rank // new_mb},
-                f"micro-batch {mb} → {new_mb}, accumulation {t.gradient_accumulation_steps} → {per_rank // new_mb} "
-                f"(effective batch stays {t.effective_batch_size})")
-    if cfg.speed.gradient_checkpointing is not True:
-        return ({"speed.gradient_checkpointing": True},
-                "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)")
-    return None
+    if cfg.training.objective == "grpo" and (phase or grpo_phase_guess(cfg)) == "sampling":
+        order = (_generation_rung, _micro_rung, _checkpointing_rung)
+    else:
+        order = (_micro_rung, _checkpointing_rung, _generation_rung)
+    return next((r for r in (rung(cfg) for rung in order) if r), None)
 
 
 def _gpu_rung(cfg) -> tuple[dict, str] | None:
@@ -72,10 +125,11 @@ def _gpu_rung(cfg) -> tuple[dict, str] | None:
     return None
 
 
-def next_step(cfg) -> LadderStep | None:
-    """The next rung for ``cfg`` (resolved: no 'auto'), or None when the ladder is exhausted."""
+def next_step(cfg, phase: str | None = None) -> LadderStep | None:
+    """The next rung for ``cfg`` (resolved: no 'auto'), or None when the ladder is exhausted. ``phase``: where a
+    GRPO run ran out of memory ("sampling" or "update"), when the worker said so."""
     ds = cfg.deepspeed
-    rung = _cheap_rung(cfg) or _gpu_rung(cfg)
+    rung = _cheap_rung(cfg, phase) or _gpu_rung(cfg)
     if rung:
         changes, why = rung
     elif not capabilities.installed("deepspeed"):

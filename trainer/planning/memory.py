@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
+from trainer.planning import grpo_memory
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
@@ -71,8 +72,13 @@ class TrainSetup:
     lora_dropout: float = 0.05
     lora_targets: tuple[str, ...] = ("all-linear",)
     device: str = "cuda"  # cuda | cpu
-    objective: str = "sft"  # sft | dpo | kto | orpo
+    objective: str = "sft"  # sft | dpo | kto | orpo | grpo
     precompute_ref: bool = False  # DPO/KTO: reference log-probs scored once before training (no reference copy)
+    gradient_accumulation: int = 1  # micro-batches per optimizer step (GRPO: whether sampling runs mid-step)
+    num_generations: int = 8  # GRPO: completions per prompt
+    max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
+    generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
+    beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
 
     @property
     def world(self) -> int:
@@ -85,14 +91,16 @@ class TrainSetup:
 
     @property
     def fused_head(self) -> bool:
-        """TRL's DPO/KTO score log-probabilities in chunks (no full logits kept): see trl add_fused_lm_head."""
-        return self.objective in ("dpo", "kto")
+        """TRL's DPO/KTO/GRPO score log-probabilities in chunks (no full logits kept): see trl add_fused_lm_head."""
+        return self.objective in ("dpo", "kto", "grpo")
 
 
 @dataclass(frozen=True)
 class Estimate:
     """Predicted memory: ``breakdown`` (device bytes per component) sums to ``peak_bytes``;
-    ``host_breakdown`` sums to ``host_ram_bytes``."""
+    ``host_breakdown`` sums to ``host_ram_bytes``. GRPO runs in two phases: ``phases`` gives each one's
+    device bytes (``{"sampling": ..., "update": ...}``) and ``phase_breakdown`` each one's components;
+    ``breakdown`` is the larger phase's. Other objectives leave both empty."""
 
     breakdown: dict
     peak_bytes: int
@@ -100,6 +108,8 @@ class Estimate:
     host_ram_bytes: int
     trainable_params: int
     notes: tuple[str, ...] = field(default=())
+    phases: dict = field(default_factory=dict)
+    phase_breakdown: dict = field(default_factory=dict)
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
@@ -139,16 +149,23 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
 
 
 def reference_bytes(spec: ModelSpec, s: TrainSetup) -> tuple[int, int]:
-    """(device bytes, host bytes) of DPO's/KTO's reference model. None with LoRA/QLoRA (TRL scores the
+    """(device bytes, host bytes) of DPO's/KTO's (GRPO's with beta > 0) reference model. None with LoRA/QLoRA (TRL scores the
     reference with the adapters disabled) or with precomputed reference log-probabilities; a frozen copy
     of the weights for a full fine-tune (16-bit under DeepSpeed; sharded by ZeRO-3, on the host with
     parameter offload)."""
-    if s.objective not in ("dpo", "kto") or s.method != "full" or s.precompute_ref:
+    if s.method != "full" or not _has_reference(s):
         return 0, 0
     wb = 2 if s.weights_16bit or (s.deepspeed and s.device == "cuda") else 4
     if s.deepspeed and s.device == "cuda" and s.zero_stage == 3:
         return (0, wb * spec.params) if s.offload_params else (wb * spec.params // s.world, 0)
     return wb * spec.params, 0
+
+
+def _has_reference(s: TrainSetup) -> bool:
+    """DPO/KTO score a reference unless it was precomputed; GRPO only with a KL term (beta > 0)."""
+    if s.objective == "grpo":
+        return s.beta > 0
+    return s.objective in ("dpo", "kto") and not s.precompute_ref
 
 
 def objective_transient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -261,6 +278,8 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
     else:
         norm = 8 * h
+    if s.objective == "grpo":  # what the fused head keeps for its scored tokens: grpo_memory.head_scored_bytes
+        return norm + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     if s.fused_head:  # TRL's chunked log-probs keep the head's input, log Z, entropy (fp32) and the targets (int64)
         return norm + FUSED_HEAD_PER_TOKEN + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     if s.chunked_loss:  # each chunk's checkpoint keeps its rows of the head's input (16-bit, or fp32) and int64 targets
@@ -282,6 +301,8 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
     layer = layer_activation_bytes(spec, s)
     head = tokens * _head_per_token(spec, s) + autocast_weight_bytes(spec, s)
+    if s.objective == "grpo":
+        head += grpo_memory.head_scored_bytes(spec, s)
     if s.checkpointing:
         return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head, "recompute": layer}
     layers = spec.layers * layer
@@ -310,6 +331,8 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     is taken.) DESIGN.md said ≈14; peak allocations measured on an H100 fit 12 within 4% across
     Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
+    if s.objective == "grpo":  # completion tokens only, in tiles; the LM head's fp32 gradient when it trains
+        return grpo_memory.logprob_bytes(spec, s, lm_head_trains=s.method == "full")
     if s.fused_head and not spec.encoder_decoder:  # fp32 logits of one tile at a time, with their gradient
         return 8 * min(tokens, FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
     if s.chunked_loss:  # one chunk's logits, its log-softmax and their gradients
@@ -369,6 +392,9 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
     breakdown = {k: int(v) for k, v in breakdown.items() if v}
+    phases, by_phase = {}, {}
+    if s.objective == "grpo" and not spec.encoder_decoder:
+        breakdown, phases, by_phase = _grpo_phases(spec, s, states, breakdown)
     host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
     # weights pass through host memory once while loading (16-bit checkpoint shards)
     host["loading"] = 2 * spec.params if s.method != "qlora" else int(QLORA_BYTES_PER_PARAM * spec.params)
@@ -381,4 +407,17 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     if s.deepspeed and s.optimizer in EIGHT_BIT_OPTIMIZERS:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
-                    int(sum(host.values())), trainable, tuple(notes))
+                    int(sum(host.values())), trainable, tuple(notes), phases, by_phase)
+
+
+PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context")
+
+
+def _grpo_phases(spec: ModelSpec, s: TrainSetup, states: dict, update: dict) -> tuple[dict, dict, dict]:
+    """GRPO's peak is the larger of its sampling phase and its update (the breakdown above, at micro-batch ×
+    seq_len): (the peak phase's breakdown, bytes per phase, breakdown per phase)."""
+    persistent = {k: update[k] for k in PERSISTENT if k in update}
+    sampling = grpo_memory.sampling_phase(spec, s, states, persistent, lora_params(spec, s) if s.method != "full" else 0)
+    by_phase = {"sampling": sampling, "update": update}
+    phases = {k: int(sum(v.values())) for k, v in by_phase.items()}
+    return by_phase[max(phases, key=phases.get)], phases, by_phase

@@ -49,12 +49,15 @@ class Plan:
     model: dict = field(default_factory=dict)
     preset_values: list = field(default_factory=list)  # the preset's machine settings: kept, changed, yours
     savings: list = field(default_factory=list)  # per memory saver: what it saves, what it would need without it
+    # GRPO: {"sampling": {"peak_bytes", "breakdown"}, "update": {...}}; ``breakdown`` is the larger phase's
+    phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-ready ``plan.json`` content."""
         keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
                 "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
-                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values", "savings")
+                "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values", "savings",
+                "phases")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -131,7 +134,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
                 host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
-                savings=choice.savings or [])
+                savings=choice.savings or [], phases=_phases(choice.estimate))
     if choice.verdict != "fits":
         plan.alternatives = ps.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits":
@@ -139,6 +142,11 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
     return plan
+
+
+def _phases(est) -> dict:
+    """GRPO's two phases for plan.json: each one's peak (bytes) and components; empty for other objectives."""
+    return {name: {"peak_bytes": peak, "breakdown": est.phase_breakdown[name]} for name, peak in est.phases.items()}
 
 
 def _close_apps_reason(ctx, apps: list[dict]) -> str:
@@ -192,7 +200,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
     changes = dict(settings)
     changes.update(ps.device_settings(cfg, ctx))
     out = config_mod.replace(cfg, **changes)
-    if out.grpo.generation_batch_size == "auto":  # one sampling pass per optimizer step (TRL's default)
+    if out.training.objective == "grpo" and out.grpo.generation_batch_size == "auto":  # unknown model: one pass per step
         t = out.training
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":

@@ -6,10 +6,12 @@ from trainer.core.units import count, gib
 from trainer.planning.context import (
     Context,
     DsOption,
+    generation_candidates,
     make_setup,
     micro_options,
     per_rank_batch,
 )
+from trainer.planning import grpo_memory
 from trainer.planning.memory import Estimate, estimate
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")
@@ -20,6 +22,7 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
+    out += _grpo(ctx, mb, ckpt, ds, est, offload, optimizer)
     out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer))
     out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer))
     out += _deepspeed(ctx, ds, est)
@@ -78,6 +81,52 @@ def objective_reasons(ctx: Context, est: Estimate) -> list[str]:
     return out
 
 
+def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offload: bool, optimizer: str | None) -> list[str]:
+    """GRPO in words: the group geometry, both phases' peaks and what sets them, the reference, and what a larger
+    generation batch would need (``ctx.cfg`` names the generation batch being judged)."""
+    c = ctx.cfg
+    if c.training.objective != "grpo" or not est.phases:
+        return []
+    g, per, gen = c.grpo, per_rank_batch(c), c.grpo.generation_batch_size
+    sampling, update = est.phase_breakdown["sampling"], est.phase_breakdown["update"]
+    prompt = c.data.seq_len - g.max_completion_length
+    out = [f"GRPO: {g.num_generations} completions per prompt, {per} per optimizer step per GPU; {gen} are sampled at "
+           f"once ({gen // g.num_generations} prompts, {per // gen} sampling pass(es) per step, every {gen // mb} "
+           f"micro-batch(es)) and trained on in micro-batches of {mb}",
+           f"sampling peaks at {gib(est.phases['sampling'])}, {_sampling_words(ctx, mb, ckpt, ds, sampling, prompt)}; "
+           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
+           f"fused head scores the completion tokens without full logits)"]
+    if g.beta <= 0:
+        out.append("reference model: none (grpo.beta is 0: no KL term)")
+    elif c.method.type != "full":
+        out.append("reference model: none in memory; with adapters the reference log-probs come from the same weights "
+                   "with the adapters switched off")
+    else:
+        out.append(f"reference model: a frozen copy of the weights for the KL term (grpo.beta {g.beta:g}), "
+                   f"{gib(update.get('reference_model', 0))} in both phases")
+    bigger = [o for o in generation_candidates(c, mb) if o > gen]
+    if bigger and "grpo.generation_batch_size" not in explicit_keys(c):
+        e = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, min(bigger)))
+        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} would need "
+                   f"{gib(e.phases['sampling'])} while sampling)")
+    return out
+
+
+def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: dict, prompt: int) -> str:
+    """Where the sampling phase peaks, with its KV cache and transient in words."""
+    c = ctx.cfg
+    gen, done = c.grpo.generation_batch_size, gib(sampling.get("generation_kv_cache", 0))
+    if "reference_forward" in sampling:
+        return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
+    if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
+        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), c.data.seq_len))
+        return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
+                f"{c.grpo.max_completion_length}-token completions are in), the prompts' forward "
+                f"{gib(sampling.get('generation_forward', 0))}")
+    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {c.data.seq_len} tokens), a decoding step "
+            f"{gib(sampling.get('generation_forward', 0))}")
+
+
 def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: str | None = None) -> str:
     c = ctx.cfg
     per = per_rank_batch(c)
@@ -134,6 +183,8 @@ def _explicit(ctx: Context, est: Estimate, verdict: str) -> list[str]:
     fixed = [k for k, v in (("training.micro_batch_size", c.training.micro_batch_size),
                             ("speed.gradient_checkpointing", c.speed.gradient_checkpointing),
                             ("deepspeed.enabled", c.deepspeed.enabled)) if v != "auto"]
+    if c.training.objective == "grpo" and "grpo.generation_batch_size" in explicit_keys(c):
+        fixed.append("grpo.generation_batch_size")
     mine = [k for k in fixed if k in explicit_keys(c)]
     if mine:
         out.append(f"values set in your config were kept, not changed: {', '.join(mine)}")

@@ -2,18 +2,20 @@
 nothing does. Preference (goal "fastest"): no DeepSpeed, then activation offload (CUDA), then 8-bit
 AdamW (only with ``plan_allow_approximate``), then ZeRO sharding (several GPUs), then optimizer
 offload, then parameter offload; within each, checkpointing off before on; within that, the largest
-micro-batch that divides the per-GPU batch (so the effective batch is exact). The chunked loss is
-not searched: it is free and exact, so it is on wherever it applies (``context.chunked_loss``).
+micro-batch that divides the per-GPU batch (so the effective batch is exact); for GRPO, at that
+micro-batch, the largest generation batch whose sampling phase fits too. The chunked loss is not
+searched: it is free and exact, so it is on wherever it applies (``context.chunked_loss``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
 from trainer.config.schema import explicit_keys
 from trainer.core import capabilities
+from trainer.core.dotted import get_in
 from trainer.core.units import count, gib
 from trainer.models import catalog
 from trainer.models.spec import ModelSpec, load_model_spec
@@ -23,6 +25,7 @@ from trainer.planning.context import (
     DsOption,
     chunked_loss,
     fits,
+    generation_options,
     make_setup,
     micro_options,
     need,
@@ -102,15 +105,18 @@ class Choice:
     offload: bool = False  # activation offload
     optimizer: str = "adamw"
     savings: list = None  # what each memory saver in this choice saves (planning.savings)
+    generation: int = 0  # GRPO: completions sampled at once per GPU (0: not GRPO)
 
 
 def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None, offload: Optional[bool] = None,
-               optimizer: Optional[str] = None) -> Optional[tuple[int, Estimate]]:
-    """The largest micro-batch (of the allowed ones) that fits with these settings."""
+               optimizer: Optional[str] = None) -> Optional[tuple[int, Estimate, int]]:
+    """The largest micro-batch (of the allowed ones) that fits with these settings, with (GRPO) the largest
+    generation batch that fits beside it: (micro-batch, estimate, generation batch or 0)."""
     for mb in micro_options(ctx.cfg):
-        est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer))
-        if fits(ctx, est, budget):
-            return mb, est
+        for gen in generation_options(ctx.cfg, mb):
+            est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, gen or None))
+            if fits(ctx, est, budget):
+                return mb, est, gen
     return None
 
 
@@ -122,14 +128,16 @@ def search(ctx: Context) -> Choice:
         if not found:
             continue
         ckpt = _pick_ckpt(ctx, found)
-        mb, est = found[ckpt]
-        return _choice(ctx, mb, ckpt, (ds, off, opt), est, found)
+        mb, est, gen = found[ckpt]
+        return _choice(ctx, mb, ckpt, (ds, off, opt), est, found, gen)
     # nothing fits: report the least memory we could try, with the reasons
     mb = min(micro_options(ctx.cfg))
-    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, *lvl)), lvl, ck) for lvl in levels(ctx) for ck in ckpt_options(ctx)]
+    gen = min(generation_options(ctx.cfg, mb))
+    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, *lvl, gen or None)), lvl, ck)
+              for lvl in levels(ctx) for ck in ckpt_options(ctx)]
     host_ok = [s for s in scored if s[0].host_ram_bytes <= ctx.host_budget] or scored
     est, lvl, ck = min(host_ok, key=lambda s: need(ctx, s[0]))
-    return _choice(ctx, mb, ck, lvl, est, {})
+    return _choice(ctx, mb, ck, lvl, est, {}, gen)
 
 
 def _pick_ckpt(ctx: Context, found: dict) -> bool:
@@ -148,18 +156,27 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
     return "tight" if host_ok and need(ctx, est) <= ctx.usable else "does_not_fit"
 
 
-def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict) -> Choice:
+def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict, gen: int = 0) -> Choice:
     ds, off, opt = level
-    settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt)
+    settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt, gen)
     verdict = verdict_of(ctx, est)
-    saved = savings(ctx, mb, ckpt, level, est)
-    why = reasons(ctx, mb, ckpt, ds, est, verdict, found, off, opt)
+    judged = _with_generation(ctx, gen)  # the reasons' what-ifs keep this generation batch
+    saved = savings(judged, mb, ckpt, level, est)
+    why = reasons(judged, mb, ckpt, ds, est, verdict, found, off, opt)
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
-    why[at:at] = savings_reasons(ctx, saved)
-    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved)
+    why[at:at] = savings_reasons(judged, saved)
+    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
 
 
-def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: Optional[str] = None) -> dict:
+def _with_generation(ctx: Context, gen: int) -> Context:
+    """``ctx`` whose config names the chosen GRPO generation batch (itself when there is none to name)."""
+    if not gen or ctx.cfg.grpo.generation_batch_size != "auto":
+        return ctx
+    return replace(ctx, cfg=config_mod.replace(ctx.cfg, **{"grpo.generation_batch_size": gen}))
+
+
+def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: Optional[str] = None,
+                   generation: int = 0) -> dict:
     """The search's values for the fields the config leaves "auto" (the effective batch kept exact)."""
     settings: dict = {}
     if cfg.training.micro_batch_size == "auto":
@@ -175,6 +192,8 @@ def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False
         settings["speed.activation_offload"] = offload
     if optimizer and optimizer != cfg.training.optimizer:
         settings["training.optimizer"] = optimizer
+    if generation and cfg.grpo.generation_batch_size == "auto":
+        settings["grpo.generation_batch_size"] = generation
     return settings
 
 
@@ -195,8 +214,10 @@ def device_settings(cfg, ctx: Context) -> dict:
 
 def fallback_settings(cfg, ctx: Context) -> dict:
     """Safe values when the memory cannot be predicted: the smallest micro-batch, checkpointing on a
-    GPU, no DeepSpeed."""
-    return _auto_settings(cfg, micro_options(cfg)[-1], ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False))
+    GPU, no DeepSpeed; for GRPO the smallest generation batch (whole groups, one micro-batch's multiple)."""
+    mb = micro_options(cfg)[-1]
+    return _auto_settings(cfg, mb, ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False),
+                          generation=min(generation_options(cfg, mb)))
 
 
 def model_summary(spec: ModelSpec) -> dict:
@@ -227,21 +248,30 @@ AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_ste
         "speed.gradient_checkpointing": "auto"}
 
 
+def _auto(ctx: Context) -> dict:
+    """The batch-shaping values an alternative hands back to the planner (GRPO's generation batch too)."""
+    if ctx.cfg.training.objective == "grpo":
+        return {**AUTO, "grpo.generation_batch_size": "auto"}
+    return dict(AUTO)
+
+
 def alternatives(ctx: Context) -> list[dict]:
     """What would fit instead (fitting ones first): auto settings, full DeepSpeed offload
     (with the host RAM it needs), LoRA, QLoRA, a shorter sequence, a smaller model."""
     c, out = ctx.cfg, []
     no_ds = {"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
-    if any(getattr(c.training, k) != "auto" for k in ("micro_batch_size", "gradient_accumulation_steps")) or \
-            c.speed.gradient_checkpointing != "auto":
-        out.append(_alt(ctx, dict(AUTO), "let the planner choose micro-batch, accumulation and checkpointing"))
+    mine = config_mod.to_dict(c)
+    if any(get_in(mine, k) != "auto" for k in _auto(ctx)):
+        words = "micro-batch, accumulation, checkpointing and the generation batch" if c.training.objective == "grpo" \
+            else "micro-batch, accumulation and checkpointing"
+        out.append(_alt(ctx, _auto(ctx), f"let the planner choose {words}"))
     if c.method.type == "full" and ctx.device == "cuda":
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
-        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
+        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
     if c.method.type != "qlora" and ctx.device == "cuda":
         bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
-        out.append(_alt(ctx, {**AUTO, **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
+        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
     out.append(_shorter(ctx))
     out.append(_smaller_model(ctx))
     alts = [a for a in out if a]
@@ -249,7 +279,7 @@ def alternatives(ctx: Context) -> list[dict]:
 
 
 def _zero3_offload(ctx: Context) -> Optional[dict]:
-    changes = {**AUTO, "deepspeed.enabled": True, "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": True,
+    changes = {**_auto(ctx), "deepspeed.enabled": True, "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": True,
                "deepspeed.offload_params": True}
     if ctx.cfg.deepspeed.enabled is True and ctx.cfg.deepspeed.offload_params:
         return None
@@ -264,7 +294,7 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
 def _shorter(ctx: Context) -> Optional[dict]:
     seq = ctx.cfg.data.seq_len // 2
     while seq >= 256:
-        alt = _alt(ctx, {**AUTO, "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
+        alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
         if alt and alt["fits"]:
             return alt
         seq //= 2
@@ -278,7 +308,7 @@ def _smaller_model(ctx: Context) -> Optional[dict]:
     for spec, repo in sorted(candidates, key=lambda c: -c[0].params):
         if spec.params >= ctx.spec.params:
             continue
-        alt = _alt(ctx, {**AUTO, "model.source": repo, "model.architecture": None},
+        alt = _alt(ctx, {**_auto(ctx), "model.source": repo, "model.architecture": None},
                    f"a smaller model: {repo} ({count(spec.params)} parameters)")
         if alt and alt["fits"]:
             return alt
