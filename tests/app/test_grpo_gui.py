@@ -327,3 +327,56 @@ def test_a_broken_reward_file_fails_the_preview_with_the_childs_message(qtbot, t
     status = page.preview_status.text()
     assert "Preview failed: rewards.python:" in status and "line 1: syntax error" in status, status
     assert page.table.rowCount() == 0 and page.preview_button.isEnabled()
+
+
+@pytest.mark.slow  # plans, then Review's preflight runs the GRPO check child (tokenizer, rewards dry run)
+def test_a_grpo_run_through_review_saves_the_rewards_as_typed(qtbot, tmp_path):
+    import yaml
+    from conftest import FIXTURES
+    from PySide6 import QtWidgets
+
+    from app.ops.hardware_feed import HardwareMonitor
+    from app.views.wizard.page_review import where
+    from app.views.wizard.wizard import SetupWizard
+    from trainer import config as tc
+
+    assert where("rewards.python") == "Rewards page" and where("rewards") == "Rewards page"
+    hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    try:
+        qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+        wiz.state.set("data.seq_len", 512)
+        wiz.next()
+        wiz.next()
+        wiz.data.path.setText(str(_gsm8k(tmp_path)))
+        wiz.data.path.editingFinished.emit()
+        qtbot.waitUntil(lambda: not wiz.data.objective_row.isHidden(), timeout=20000)
+        wiz.data.objective.setCurrentIndex(wiz.data.objective.findData("grpo"))
+        wiz.data.objective.activated.emit(wiz.data.objective.currentIndex())
+        wiz.next()
+        assert wiz.currentPage() is wiz.rewards and not wiz.button(QtWidgets.QWizard.NextButton).isEnabled()
+        wiz.rewards.ticks["numeric_answer"].setChecked(True)
+        wiz.rewards.weights["numeric_answer"].setValue(1.5)
+        wiz.rewards.params["rewards.format_pattern"].setText(r"<answer>\d+</answer>")
+        wiz.rewards.params["rewards.format_pattern"].editingFinished.emit()
+        wiz.rewards.ticks["format"].setChecked(True)
+        wiz.next()
+        assert wiz.currentPage() is wiz.plan
+        wiz.next()
+        qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=120000)
+        saved = yaml.safe_load(wiz.review.yaml.toPlainText())
+        assert saved["training"]["objective"] == "grpo"
+        assert saved["rewards"]["numeric_answer"] == 1.5 and saved["rewards"]["format"] == 1.0
+        assert saved["rewards"]["format_pattern"] == r"<answer>\d+</answer>"
+        assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+        with qtbot.waitSignal(wiz.start_requested) as sig:
+            wiz.review.start_button.click()
+        cfg = tc.load(sig.args[0])
+        assert (cfg.rewards.numeric_answer, cfg.rewards.format, cfg.rewards.format_pattern) == (1.5, 1.0, r"<answer>\d+</answer>")
+    finally:
+        wiz.data._cancel_report()
+        wiz.rewards.cancel_preview()
+        hw.stop()
