@@ -1,6 +1,6 @@
 """Screenshots of GRPO in the GUI, from the real main window and wizard, for docs/grpo.md.
 
-    xvfb-run -a -s "-screen 0 1400x1000x24" python -m tools.screenshots_grpo [--out docs/images] [--no-preview]
+    xvfb-run -a -s "-screen 0 1400x1000x24" python -m tools.screenshots_grpo [--out docs/screenshots] [--no-preview]
 
 (or QT_QPA_PLATFORM=offscreen). Writes grpo-rewards.png (a GRPO run's Rewards tab), grpo-samples.png, grpo-dashboard.png,
 grpo-no-signal.png (a stalled run's Warnings tab), and the wizard: grpo-data-page.png (a GSM8K-shaped file offers GRPO),
@@ -89,7 +89,7 @@ def _save(widget, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Render the GRPO screenshots into ``--out``."""
     p = argparse.ArgumentParser(description="Render TrainPilot's GRPO screenshots from real widgets")
-    p.add_argument("--out", default=str(ROOT / "docs" / "images"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     p.add_argument("--no-preview", action="store_true", help="skip the wizard's Preview (it loads the demo model)")
     p.add_argument("--only", choices=("run", "wizard"), help="only the run's tabs, or only the wizard")
     args = p.parse_args(argv)
