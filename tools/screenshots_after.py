@@ -63,7 +63,7 @@ def shoot(run_dir: Path, out: Path) -> list[Path]:
     view.refresh([])
     view.show()
     written = []
-    view.tabs.setCurrentWidget(view.samples)
+    view.tabs.setCurrentWidget(view.samples_tab)
     _spin(app, 300)
     written.append(_save(view, out / "samples.png"))
     view.tabs.setCurrentWidget(view.try_it)

@@ -16,7 +16,9 @@ OBJECTIVE_WORDS = {
     "dpo": "DPO — prefer the chosen answer over the rejected one (a frozen reference model)",
     "orpo": "ORPO — prefer the chosen answer, no reference model (less memory)",
     "kto": "KTO — learn from answers labelled desirable or undesirable",
+    "grpo": "GRPO — sample answers, score them with rewards, learn from the better ones",
 }
+PROMPT_SHAPES = ("prompt", "gsm8k")  # trainer.data.prompts.detect_prompt_shape's answers: prompts with references
 
 
 def objectives_for(record_format: str | None) -> tuple[str, ...]:
@@ -25,7 +27,14 @@ def objectives_for(record_format: str | None) -> tuple[str, ...]:
         return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == PAIR_FIELDS)
     if record_format == "kto":
         return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == KTO_FIELDS)
+    if record_format in PROMPT_SHAPES:
+        return ("grpo",)
     return ("sft",) if record_format in TRAINABLE_FORMATS else ()
+
+
+def needs_choice(record_format: str | None) -> bool:
+    """True for records no supervised default trains (pairs, KTO, prompts with references): the user picks."""
+    return record_format in PAIR_FORMATS or record_format in PROMPT_SHAPES
 
 
 def is_pair_format(record_format: str | None) -> bool:
@@ -87,3 +96,25 @@ def report_summary(r: dict) -> str:
             f"{r['seq_len']} ({'continued in the next packed block' if packed else 'cut'}); "
             f"{t['per_epoch']:,} tokens per epoch"
             + (f", {t['trained']:,} trained." if t.get("trained") is not None else "."))
+
+
+def grpo_report_summary(r: dict) -> str:
+    """A GRPO data report's prompt statistics (``trainpilot-cli data --json`` for training.objective grpo)."""
+    t = r["prompt_tokens"]
+    too_long = (f"<b style='color:#b00'>{r['too_long']:,} prompts are longer</b> than" if r["too_long"] else
+                "every prompt fits in")
+    return (f"Prompt tokens (exact, this tokenizer{', chat template' if r['chat_template'] else ', plain text'}): "
+            f"median {t['median']:,}, p95 {t['p95']:,}, max {t['max']:,}.<br>{too_long[0].upper() + too_long[1:]} the "
+            f"{r['prompt_room']:,} tokens data.seq_len leaves beside grpo.max_completion_length "
+            f"{r['max_completion_length']:,}.<br>"
+            f"{r['completions_per_prompt']} completions are sampled per prompt and scored by the rewards (next page).")
+
+
+def grpo_examples_html(examples: list[dict]) -> str:
+    """The first prompts as the model sees them, each with its reference answer."""
+    blocks = []
+    for i, ex in enumerate(examples, 1):
+        blocks.append(f"<p><b>Prompt {i}</b> (reference answer: <b>{html.escape(str(ex['reference']))}</b>)</p>")
+        blocks.append(f"<pre style='white-space:pre-wrap'><span style='{MASKED_STYLE}'>{html.escape(ex['prompt'])}"
+                      "</span></pre>")
+    return "".join(blocks)

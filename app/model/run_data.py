@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.model.grpo_metrics import GrpoSeries, grpo_columns, is_grpo_step
 from app.model.series import Series
 from app.model.telemetry import GAP_S, GPU_FIELDS, Columns, TelemetryColumns  # noqa: F401 (GAP_S re-exported)
 from trainer.rundir import events as ev
@@ -46,6 +47,8 @@ class Batch:
     reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
     reward_accuracy: list = field(default_factory=list)
     reward_margin: list = field(default_factory=list)
+    grpo_steps: list = field(default_factory=list)    # GRPO step events, turned into ``grpo`` columns after reading
+    grpo: dict | None = None                           # app.model.grpo_metrics.grpo_columns of those
     telemetry: Columns | None = None                   # new telemetry samples as columns
     events: list = field(default_factory=list)         # every non-step event, in order
     last_step: dict | None = None
@@ -81,6 +84,8 @@ class RunReader:
         for e in self._events.poll(max_bytes):
             if isinstance(e.get("type"), str):
                 self._event(b, e)
+        if b.grpo_steps:
+            b.grpo, b.grpo_steps = grpo_columns(b.grpo_steps), []
         self._telemetry(b, self._tele.poll(max_bytes))
         b.status = ev.read_status(self.run_dir)
         if not self._plan_seen and (b.events or b.step_x):
@@ -129,6 +134,8 @@ class RunReader:
                 b.reward_x.append(step)
                 b.reward_accuracy.append(_nan(e.get("reward_accuracy")))
                 b.reward_margin.append(_nan(e.get("rewards_margin")))
+            if is_grpo_step(e):  # GRPO's rewards (app.model.grpo_metrics)
+                b.grpo_steps.append(e)
             return
         if kind == "run_started":
             self._attempts += 1
@@ -151,6 +158,8 @@ class RunData:
         # step-indexed
         self.loss, self.lr = Series(), Series()
         self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
+        self.grpo = GrpoSeries()  # GRPO: rewards per function and in total, no-signal share, lengths, KL
+        self.objective: str | None = None  # run_started's objective (None: an older run, or not started yet)
         # time-indexed (Unix seconds)
         self.tokens_per_s = Series()
         self.vram_used, self.vram_total = Series(), Series()
@@ -201,6 +210,8 @@ class RunData:
         if b.reward_x:
             self.reward_accuracy.extend(b.reward_x, b.reward_accuracy)
             self.reward_margin.extend(b.reward_x, b.reward_margin)
+        if b.grpo is not None:
+            self.grpo.extend(b.grpo)
         if b.tps_t:
             self.tokens_per_s.extend(b.tps_t, b.tps)
         if b.telemetry is not None:
@@ -218,6 +229,9 @@ class RunData:
         kind, t = e["type"], _num(e.get("time"))
         if kind == "run_started":
             self.started = self.started or t
+            if isinstance(e.get("objective"), str):
+                self.objective = e["objective"]
+            self.grpo.started(e)
         elif kind == "plan" and isinstance(e.get("plan"), dict):
             self.plan = e["plan"]
         if kind != "plan":

@@ -20,3 +20,10 @@ class Job(ChildProcess):
 
     def __init__(self, *args: str, parent=None, env: dict[str, str] | None = None):
         super().__init__(cli_args(*args), parent=parent, env=env)
+
+
+def reward_preview(config_path: str, prompts: int, completions: int, parent=None) -> ChildProcess:
+    """``python -m trainer.worker.probes.reward_preview CONFIG --prompts N --completions K`` (not started): it loads
+    the base model, samples K completions for N prompts, scores them, and prints one JSON document."""
+    return ChildProcess(entrypoints.python_m(entrypoints.REWARD_PREVIEW, config_path, "--prompts", str(prompts),
+                                             "--completions", str(completions)), parent=parent)

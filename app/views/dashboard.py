@@ -29,6 +29,7 @@ PLOTS = (
 )
 
 TITLES = {key: title for key, title, *_ in PLOTS}
+GRPO_REWARD_TITLE = "Total reward (GRPO; per function: Rewards tab)"
 # An empty GPU chart's title fits its column at 800×600: "GPU temp.: no GPU samples".
 SHORT_TITLES = dict(TITLES, temp="GPU temp.", util="GPU use")
 
@@ -175,7 +176,9 @@ class Dashboard(QtWidgets.QWidget):
         stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
             else [k for k, *_ in PLOTS]
         gpu_series = {chart: d.gpu_series[name] for chart, name in GPU_CHARTS.items()}
-        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr, reward=d.reward_accuracy)
+        grpo = len(d.grpo) > 0  # GRPO charts its weighted total reward where preference runs chart accuracy
+        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr,
+                      reward=d.grpo.total.mean if grpo else d.reward_accuracy)
         for name in stage:
             if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
                 self._range_from_zero("tps", d.tokens_per_s)
@@ -183,9 +186,11 @@ class Dashboard(QtWidgets.QWidget):
             eval_curve.update_eval_curve(self.eval_curve, d)
         if "reward" in stage:
             self._bind("margin", d.reward_margin)
-            has_rewards = len(d.reward_accuracy) > 0  # only preference runs have these; others get no empty chart
+            has_rewards = grpo or len(d.reward_accuracy) > 0  # only runs with rewards get this chart, never empty
             if self._changed("reward_shown", has_rewards):
                 self.plots["reward"].setVisible(has_rewards)
+            if self._changed("reward_title", grpo):
+                self.plots["reward"].setTitle(GRPO_REWARD_TITLE if grpo else TITLES["reward"])
         if "vram" in stage:
             self._fit_time_axis(d)
         total = d.vram_total.last()
@@ -367,7 +372,9 @@ def headline_text(d: RunData) -> str:
         eta = s.get("eta_seconds")
         if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
             parts.append(f"ETA {fmt.duration(eta)}")
-        if isinstance(s.get("loss"), (int, float)):
+        if isinstance(s.get("reward"), (int, float)):  # GRPO: the reward says more than its loss
+            parts.append(f"reward {s['reward']:.3g}")
+        elif isinstance(s.get("loss"), (int, float)):
             parts.append(f"loss {s['loss']:.4g}")
     elif alive:
         parts.append("waiting for the first step")

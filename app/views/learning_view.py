@@ -2,20 +2,30 @@
 notification when a watched run ends. Light: Qt only (the eval-loss curve lives in ``eval_curve``)."""
 from __future__ import annotations
 
+import json
+
 from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.model.grpo_metrics import rewards_text, sample_rewards, score_text
 
 ENDED = ("finished", "failed", "stopped")
 LIVE = ("starting", "running", "stopping")
 
 
+# A GRPO sample's advantage colours its reward cells: above its group's mean (reinforced) or below (pushed away).
+UP, DOWN = QtGui.QColor("#d7f5d0"), QtGui.QColor("#f8d7d3")
+REWARD_COLUMNS = (2, 3, 4)  # Reward, Advantage, Per function: shown once a GRPO sample arrives
+
+
 class SamplesView(QtWidgets.QTreeWidget):
-    """Sample answers grouped by step, newest step first; ``refresh(data)`` reads new ``sample`` events."""
+    """Sample answers grouped by step, newest step first; ``refresh(data)`` reads new ``sample`` events.
+    A GRPO run's samples also show their total reward, their advantage and every reward function's score."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setHeaderLabels(["Step / prompt", "Answer"])
-        self.setColumnWidth(0, 260)
+        self.setHeaderLabels(["Step / prompt", "Answer", "Reward", "Advantage", "Per function"])
         self.setWordWrap(True)
+        self._show_rewards(False)
         self._data = None
         self._seen = 0
         self._steps: dict[int, QtWidgets.QTreeWidgetItem] = {}
@@ -25,6 +35,7 @@ class SamplesView(QtWidgets.QTreeWidget):
         if data is not self._data:
             self._data, self._seen, self._steps = data, 0, {}
             self.clear()
+            self._show_rewards(False)
         notices = getattr(data, "notices", None) or []
         new = [e for e in notices[self._seen:] if e.get("type") == "sample"]
         self._seen = len(notices)
@@ -41,8 +52,48 @@ class SamplesView(QtWidgets.QTreeWidget):
             self._steps[step] = parent
             parent.setExpanded(True)
         item = QtWidgets.QTreeWidgetItem([str(e.get("prompt", "")), str(e.get("text", ""))])
+        # The detail pane shows it in full. Kept as JSON: Qt would store a dict as a QVariantMap, which sorts its keys
+        # (the functions would no longer come in the run's order).
+        item.setData(0, QtCore.Qt.UserRole, json.dumps(e))
+        item.setToolTip(0, str(e.get("prompt", "")))
         item.setToolTip(1, str(e.get("text", "")))
+        scores = sample_rewards(e)
+        if scores is not None:
+            self._show_rewards(True)
+            adv = scores["advantage"]
+            item.setText(2, score_text(scores["reward"]))
+            item.setText(3, "–" if adv is None else f"{adv:+.3g}")
+            item.setText(4, rewards_text(scores["rewards"]))
+            item.setToolTip(4, rewards_text(scores["rewards"]).replace(" · ", "\n"))
+            if adv:
+                for col in REWARD_COLUMNS:
+                    item.setBackground(col, UP if adv > 0 else DOWN)
         parent.addChild(item)
+
+    def _show_rewards(self, shown: bool) -> None:
+        if shown == getattr(self, "_rewards_shown", None):
+            return
+        self._rewards_shown = shown
+        for col in REWARD_COLUMNS:
+            self.setColumnHidden(col, not shown)
+        # With the scores, prompt and answer give up width so Reward and Advantage stay in view at 800 px;
+        # the detail pane (and the tooltips) show them whole.
+        for col, width in enumerate((200, 260, 55, 75) if shown else (260, 320)):
+            self.setColumnWidth(col, width)
+
+    def event_of(self, item) -> dict | None:
+        """The sample event an item shows (None for a step row)."""
+        raw = item.data(0, QtCore.Qt.UserRole) if item is not None else None
+        return json.loads(raw) if isinstance(raw, str) else None
+
+    def scores(self) -> list[tuple[int, str, str, str]]:
+        """``(step, reward, advantage, per function)`` texts of each GRPO sample shown, newest step first."""
+        out = []
+        for i in range(self.topLevelItemCount()):
+            top = self.topLevelItem(i)
+            step = int(top.text(0).split()[-1])
+            out += [(step, *(top.child(j).text(c) for c in REWARD_COLUMNS)) for j in range(top.childCount())]
+        return out
 
     def samples(self) -> list[tuple[int, str, str]]:
         """``(step, prompt, answer)`` rows shown, newest step first (for tests and copying)."""

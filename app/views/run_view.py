@@ -36,6 +36,7 @@ class RunView(QtWidgets.QWidget):
         self.model_bar = ModelBar()
         self.model_bar.hide()
         self.dashboard = None  # built by build_dashboard(): pyqtgraph takes ~0.3 s to import
+        self.rewards = None  # GRPO runs' Rewards tab (app/views/reward_charts), built when a GRPO run is shown
         self.warnings = WarningsView()
         self.log = _text_view()
         self.config = _text_view()
@@ -45,7 +46,15 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.log, "Log")
         self.tabs.addTab(self.config, "Config")
         self.samples, self.try_it = SamplesView(), TryItTab()  # after training (app/learning_view, app/try_it)
-        self.tabs.addTab(self.samples, "Samples")
+        self.sample_detail = QtWidgets.QTextBrowser()  # the selected sample in full: prompt, answer, its rewards
+        self.sample_detail.setPlaceholderText("Select a sample to read it in full.")
+        self.samples.currentItemChanged.connect(self._show_sample)
+        samples_tab = QtWidgets.QSplitter(QtCore.Qt.Vertical)
+        samples_tab.addWidget(self.samples)
+        samples_tab.addWidget(self.sample_detail)
+        samples_tab.setSizes([400, 200])
+        self.samples_tab = samples_tab
+        self.tabs.addTab(samples_tab, "Samples")
         self.tabs.addTab(self.try_it, "Try it")
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -67,6 +76,7 @@ class RunView(QtWidgets.QWidget):
         self.tabs.setCurrentIndex(0)
         placeholder.deleteLater()
         self.dashboard.set_data(self.data)
+        self._show_rewards(self.data)
 
     def bind(self, data: RunData | None) -> None:
         """Show ``data`` (None: the machine only)."""
@@ -79,6 +89,7 @@ class RunView(QtWidgets.QWidget):
             cfg = data.run_dir / "config.yaml"
             text = cfg.read_text(encoding="utf-8", errors="replace") if cfg.exists() else "(no config.yaml yet)"
         self.config.setPlainText(text)
+        self._show_rewards(data)
         self.log.clear()
         self.try_it.bind(data.run_dir if data is not None else None)
 
@@ -88,8 +99,9 @@ class RunView(QtWidgets.QWidget):
             self.dashboard.refresh()
         self.warnings.show_advice(advice)
         n = len(advice)
-        self.tabs.setTabText(1, f"Warnings ({n})" if n else "Warnings")
+        self.tabs.setTabText(self.tabs.indexOf(self.warnings), f"Warnings ({n})" if n else "Warnings")
         d = self.data
+        self._show_rewards(d)
         if d is None or d.run_dir is None:
             self.failure_box.hide()
             self.model_bar.hide()
@@ -107,6 +119,33 @@ class RunView(QtWidgets.QWidget):
             self.failure_box.show()
         else:
             self.failure_box.hide()
+
+    def _show_rewards(self, d: RunData | None) -> None:
+        """A GRPO run gets the Rewards tab (before Samples), bound to it and refreshed; other runs do not."""
+        grpo = d is not None and (d.objective == "grpo" or len(d.grpo) > 0)
+        shown = self.rewards is not None and self.tabs.indexOf(self.rewards) >= 0
+        if not grpo:
+            if shown:
+                self.tabs.removeTab(self.tabs.indexOf(self.rewards))
+                self.rewards.set_data(None)
+            return
+        if self.dashboard is None:
+            return  # pyqtgraph is imported with the dashboard, after the window shows
+        if self.rewards is None:
+            from app.views.reward_charts import RewardCharts
+
+            self.rewards = RewardCharts()
+        if not shown:
+            self.tabs.insertTab(self.tabs.indexOf(self.samples_tab), self.rewards, "Rewards")
+        if self.rewards.data is not d:
+            self.rewards.set_data(d)
+        self.rewards.refresh()
+
+    def _show_sample(self, item, _previous=None) -> None:
+        from app.model.grpo_metrics import sample_html
+
+        e = self.samples.event_of(item)
+        self.sample_detail.setHtml(sample_html(e) if e is not None else "")
 
     def _refresh_log(self, d: RunData) -> None:
         try:

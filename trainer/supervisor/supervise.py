@@ -66,7 +66,7 @@ class Supervisor:
             rc, seen = self._run_worker(cfg, resume_from)
             outcome = self._decide(cfg, rc, seen)
             if outcome == "oom" and cfg.recovery.oom_ladder:
-                step = ladder.next_step(cfg)
+                step = ladder.next_step(cfg, phase=(seen.get("oom") or {}).get("phase"))  # GRPO: sampling or update
                 if step is None:
                     return self._give_up_oom(cfg)
                 cfg = self._apply_ladder_step(cfg, step, attempt)

@@ -14,15 +14,17 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 
 from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for the tests)
-    MASKED_STYLE, OBJECTIVE_WORDS, TRAINED_STYLE, examples_html, is_pair_format, objectives_for, report_summary,
+    MASKED_STYLE, OBJECTIVE_WORDS, PROMPT_SHAPES, TRAINED_STYLE, examples_html, grpo_examples_html,
+    grpo_report_summary, needs_choice, objectives_for, report_summary,
 )
+from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
+from app.views.wizard.schema_form import nested
 from app.ops import settings
 from app.ops.background import Latest
 from app.ops.commands import Job
 from trainer import config as tc
 from trainer.data.demo import write_sample_dataset
 from trainer.data.formats import describe
-from trainer.data.scan import scan
 
 PREVIEW_ROWS = 5
 EXAMPLES = 3
@@ -35,7 +37,8 @@ class DataPage(QtWidgets.QWizardPage):
         self.state = state
         self.setTitle("Data")
         self.setSubTitle("A .jsonl, .json, .txt, .csv or .parquet file: text, chat messages, ShareGPT, Alpaca, "
-                         "prompt/response, preference or KTO records. 'demo' is the bundled sample.")
+                         "prompt/response, preference, KTO, or prompts with reference answers (GRPO). 'demo' is the "
+                         "bundled sample.")
         self.path = QtWidgets.QLineEdit(str(state.values["data.path"]))
         self.path.editingFinished.connect(self._changed)
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
@@ -116,15 +119,39 @@ class DataPage(QtWidgets.QWizardPage):
         except tc.ConfigError as exc:
             self._error(exc)
             return
-        self._job.submit(lambda: scan(path, data_cfg))
+        answer_field = self.state.values.get("rewards.answer_field") or "answer"
+        self._job.submit(lambda: look_at_data(path, data_cfg, answer_field))
 
     def _show(self, s) -> None:
+        if isinstance(s, PromptData):
+            self._show_prompts(s)
+            return
         skipped = f", {len(s.skipped_lines)} unreadable lines skipped" if s.skipped_lines else ""
         self.stats.setText(f"<b>{s.records:,} records</b>{skipped}. Format: <b>{s.record_format}</b> — "
                            f"{html.escape(describe(s.record_format))}.")
         self._fill_preview(s.sample[:PREVIEW_ROWS])
         self.show_objectives(s.record_format)
         self._start_report()
+
+    def _show_prompts(self, p: PromptData) -> None:
+        """A prompt dataset with reference answers: GRPO is offered; its report needs the objective chosen."""
+        self.stats.setText(f"<b>{p.records:,} records</b>. Format: <b>{html.escape(p.shape)}</b> — "
+                           f"{html.escape(describe_shape(p.shape))}.<br>{html.escape(GRPO_USE)}")
+        self._fill_preview(p.sample[:PREVIEW_ROWS])
+        self.show_objectives(p.shape)
+        if self.state.values.get("training.objective") == "grpo":
+            self._start_report()
+        else:
+            self.tokens.setText("Choose GRPO above to see the prompts as the model will read them.")
+
+    def nextId(self) -> int:
+        """The Reward page follows only for GRPO; other objectives go straight on to the plan."""
+        nid = super().nextId()
+        wizard = self.wizard()
+        page = wizard.page(nid) if wizard is not None and nid != -1 else None
+        if getattr(page, "grpo_only", False) and self.state.values.get("training.objective") != "grpo":
+            return page.nextId()
+        return nid
 
     # -- the objective (what preference and KTO records are trained with) ----------------------------
     def show_objectives(self, record_format: str | None) -> None:
@@ -133,7 +160,7 @@ class DataPage(QtWidgets.QWizardPage):
         self.record_format = record_format
         allowed = objectives_for(record_format)
         current = self.state.values.get("training.objective")
-        if not allowed or (current in allowed and not is_pair_format(record_format)):
+        if not allowed or (current in allowed and not needs_choice(record_format)):
             self.objective_row.hide()
             return
         self.objective.clear()
@@ -154,11 +181,14 @@ class DataPage(QtWidgets.QWizardPage):
         choice = self.objective.currentData()
         if choice is None:
             return
+        changed = self.state.values.get("training.objective") != choice
         self.state.set("training.objective", choice)
         placeholder = self.objective.findData(None)
         if placeholder >= 0:
             self.objective.removeItem(placeholder)
         self._objective_note(True, objectives_for(self.record_format))
+        if changed and self.record_format in PROMPT_SHAPES:
+            self._start_report()  # the GRPO report reads the file as prompts: only with the objective chosen
 
     def _fill_preview(self, rows: list[dict]) -> None:
         cols = sorted({k for r in rows for k in r})
@@ -184,7 +214,7 @@ class DataPage(QtWidgets.QWizardPage):
         config_file = settings.home() / "configs" / "data-preview.yaml"  # the config as edited, for the child
         try:
             config_file.parent.mkdir(parents=True, exist_ok=True)
-            config_file.write_text(tc.dump_yaml(self.state.config()), encoding="utf-8")
+            config_file.write_text(tc.dump_yaml(self._report_config()), encoding="utf-8")
         except (tc.ConfigError, OSError) as exc:
             self.tokens.setText(f"<span style='color:#b00'>token statistics need a valid config: {html.escape(str(exc))}</span>")
             return
@@ -193,6 +223,18 @@ class DataPage(QtWidgets.QWizardPage):
         job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
         job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
         self._data_job = job.start()
+
+    def _report_config(self) -> tc.RunConfig:
+        """The config as edited, for the data command. A GRPO config before the Reward page has no reward yet,
+        which the schema refuses; the prompt report reads no reward, so this temporary file (never the user's
+        config) gets exact_answer on to pass that one check. Any other problem is raised as usual."""
+        try:
+            return self.state.config()
+        except tc.ConfigError as exc:
+            if self.state.values.get("training.objective") != "grpo" or {k for k, _ in exc.problems} != {"rewards"}:
+                raise
+            values = {k: self.state.values[k] for k in self.state.explicit}
+            return tc.validate(nested(dict(values, **{"rewards.exact_answer": 1.0})))
 
     def _report_done(self, job: Job, code: int) -> None:
         self._data_job = None
@@ -216,8 +258,13 @@ class DataPage(QtWidgets.QWizardPage):
             self.bars = None
 
     def show_report(self, r: dict) -> None:
-        """Show a ``trainpilot-cli data --json`` report: statistics, histogram, rendered examples."""
+        """Show a ``trainpilot-cli data --json`` report: statistics, histogram, rendered examples (a GRPO report:
+        prompt statistics and the first prompts as the model reads them)."""
         self.report = r
+        if "prompt_tokens" in r:
+            self.tokens.setText(grpo_report_summary(r))
+            self.examples.setHtml(grpo_examples_html(r["examples"]))
+            return
         self.tokens.setText(report_summary(r))
         self.examples.setHtml(examples_html(r["examples"]))
         edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]

@@ -25,8 +25,13 @@ PAGE_OF = {"model.source": "Model page", "model.architecture": "Model page", "mo
 RUN_FOLDER_KEYS = ("output.runs_dir", "output.run_name")  # what Review's Run folder field sets
 
 
+REWARD_PAGE_KEYS = ("rewards", "grpo.system_prompt")  # the Reward page edits these (GRPO runs)
+
+
 def where(key: str) -> str:
     """The wizard page a dotted key is edited on."""
+    if key.startswith(REWARD_PAGE_KEYS):
+        return "Rewards page"
     return PAGE_OF.get(key, "Method page → Advanced settings")
 
 

@@ -1,4 +1,4 @@
-"""The setup wizard: five pages bound to one WizardState (config values + planner)."""
+"""The setup wizard: five pages (six for GRPO: Rewards after Data) bound to one WizardState (config values + planner)."""
 from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
@@ -9,6 +9,7 @@ from app.views.wizard.page_env import EnvironmentPage
 from app.views.wizard.page_model import ModelPage
 from app.views.wizard.page_plan import PlanPage
 from app.views.wizard.page_review import ReviewPage
+from app.views.wizard.page_rewards import RewardPage
 from app.views.wizard.state import WizardState
 
 
@@ -27,9 +28,10 @@ class SetupWizard(QtWidgets.QWizard):
         self.env = EnvironmentPage(replay_file=getattr(hardware, "hardware_file", None))
         self.model = ModelPage(self.state)
         self.data = DataPage(self.state)
+        self.rewards = RewardPage(self.state)  # GRPO only: the Data page skips it for other objectives
         self.plan = PlanPage(self.state)
         self.review = ReviewPage(self.state)
-        for page in (self.env, self.model, self.data, self.plan, self.review):
+        for page in (self.env, self.model, self.data, self.rewards, self.plan, self.review):
             self.addPage(page)
         self.review.start.connect(self._start)
         self.review.export.connect(self._export)
