@@ -120,14 +120,15 @@ def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path):
 @pytest.mark.slow
 def test_an_oom_while_sampling_says_so_and_the_ladder_shrinks_the_generation_batch(tmp_path):
     """Out of memory while sampling 32 completions from step 2 on, until the generation batch is 8 or less: the oom
-    events say phase "sampling" (the ladder's cue), a retry halves grpo.generation_batch_size (whole groups, the
-    effective batch kept) and the run finishes. Measured: 4 retries, 84 s, while the supervisor does not yet pass
-    the phase to ladder.next_step (micro-batch and generation rungs alternate); with it, 2 would do."""
+    events say phase "sampling", so the ladder's first rung halves grpo.generation_batch_size (whole groups, the
+    effective batch kept) and the run finishes. Measured: 3 retries (generation 32 -> 16; micro-batch 16 -> 8, as a
+    generation batch stays a multiple of it; generation 16 -> 8), 56 s."""
     cfg = grpo_config(tmp_path, training={"max_steps": 3}, checkpoints={"every_steps": 1})
     proc, run = _run(tmp_path, "oom", cfg, env={"TRAINPILOT_INJECT_OOM": "2:8:sampling"})
     assert proc.returncode == 0, proc.stderr
     ooms = events(run, "oom")
     assert ooms and all(o["phase"] == "sampling" for o in ooms), ooms
+    assert events(run, "retry")[0]["changes"] == {"grpo.generation_batch_size": 16}
     gens = [r["changes"]["grpo.generation_batch_size"] for r in events(run, "retry")
             if "grpo.generation_batch_size" in r["changes"]]
     assert gens[-1] == 8 and all(g % 8 == 0 for g in gens), gens
