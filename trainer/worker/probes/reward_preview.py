@@ -1,7 +1,7 @@
 """``python -m trainer.worker.probes.reward_preview CONFIG [--prompts N] [--completions K]``: what the rewards say
 about the base model's answers, before a GRPO run starts (the wizard's Reward page runs it in the background).
 
-The first N prompts of ``data.path`` are rendered as the GRPO worker renders them (``grpocheck.rendered_prompts``:
+The first N prompts of ``data.path`` are rendered as the GRPO worker renders them (``datapipe.grpo_prompts``:
 the chat template with the generation prompt, ``grpo.system_prompt`` first, when the tokenizer has one; plain
 text otherwise); K completions of each are sampled from the base model with the run's sampling settings
 (``grpo.temperature``, ``top_p``, ``top_k``, ``max_completion_length``) and scored by ``reward_functions(cfg)``, the
@@ -73,7 +73,7 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     import torch
 
     from trainer.worker.generate import generation
-    from trainer.worker.probes.grpocheck import rendered_prompts
+    from trainer.worker.datapipe import grpo_prompts
 
     started = time.perf_counter()
     generation.quiet_libraries()
@@ -83,8 +83,9 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     model.eval()
     torch.manual_seed(seed)
     shown = []
-    for record, prompt in zip(records, rendered_prompts(tok, records, cfg.grpo.system_prompt)):
-        ids = _prompt_ids(tok, prompt)
+    for record in records:
+        prompt = grpo_prompts.render(tok, record["prompt"], cfg.grpo.system_prompt)
+        ids = grpo_prompts.prompt_ids(tok, prompt)
         answers = _sample(model, tok, ids, completions, cfg.grpo)
         texts = [a["text"] for a in answers]
         conversational = isinstance(prompt, list)
@@ -95,8 +96,7 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
             completion_ids=[a["ids"] for a in answers],
             columns=dict(columns, trainer_state=None, log_extra=_ignore, log_metric=_ignore))
         shown.append({
-            "prompt": tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False) if conversational
-            else prompt,
+            "prompt": grpo_prompts.prompt_text(tok, prompt),
             "reference": record.get(cfg.rewards.answer_field),
             "completions": [{"text": a["text"], "tokens": len(a["ids"]), "stopped": a["stopped"],
                              "rewards": {r.name: scored["rewards"][r.name][i] for r in rewards},
@@ -105,15 +105,6 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     return {"model": cfg.model.source or cfg.model.architecture, "chat_template": bool(getattr(tok, "chat_template", None)),
             "functions": [{"name": r.name, "weight": r.weight, "builtin": r.builtin} for r in rewards],
             "prompts": shown, "seconds": round(time.perf_counter() - started, 2)}
-
-
-def _prompt_ids(tok, prompt) -> list[int]:
-    """Token ids of a rendered prompt as TRL tokenizes it (chat template with the generation prompt, or the text
-    with the tokenizer's own special tokens: ``grpocheck.prompt_token_counts``)."""
-    if isinstance(prompt, list):
-        out = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
-        return list(out["input_ids"])
-    return list(tok(text=prompt)["input_ids"])
 
 
 def _sample(model, tok, ids: list[int], n: int, g) -> list[dict]:

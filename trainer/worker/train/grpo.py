@@ -35,6 +35,7 @@ from trl.trainer.utils import RepeatSampler
 
 from trainer.core.errors import UserError
 from trainer.rundir.records import SampleEvent, WarningEvent
+from trainer.worker.datapipe import grpo_prompts
 from trainer.worker.loading import modeling
 
 NO_SIGNAL_FRACTION = 0.95  # share of groups whose answers all scored the same that counts as "no signal"
@@ -120,65 +121,16 @@ def _datasets(cfg, tokenizer):
 
     datasets.disable_progress_bars()
     d = cfg.data
-    train_rows, too_long, unreadable = _prompt_rows(cfg, tokenizer, d.path)
-    train = datasets.Dataset.from_list(train_rows)
+    found = grpo_prompts.prompt_rows(cfg, tokenizer, d.path)  # preflight (probes.grpocheck) refused the same first
+    train = datasets.Dataset.from_list(found.rows)
     val = None
     if d.validation_path:
-        val = datasets.Dataset.from_list(_prompt_rows(cfg, tokenizer, d.validation_path)[0])
+        val = datasets.Dataset.from_list(grpo_prompts.prompt_rows(cfg, tokenizer, d.validation_path,
+                                                                  role="data.validation_path").rows)
     elif d.validation_split > 0:
         parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
         train, val = parts["train"], parts["test"]
-    return train, val, too_long, unreadable
-
-
-def _prompt_rows(cfg, tokenizer, path: str) -> tuple[list[dict], list[str], list[int]]:
-    """The file's records with their prompts as the model will see them (messages under a chat template), and
-    where the prompts skipped as too long were ("line 7"; ``data.skip_bad_lines``, else a too-long prompt is refused),
-    and the unreadable lines ``data.skip_bad_lines`` skipped.
-    Preflight (probes.grpocheck) refuses the same prompts before anything starts, in the same words; this check
-    is for a worker started by hand, and does the skipping."""
-    from trainer.data.preference import _line_numbers
-    from trainer.data.prompts import as_messages, read_prompt_records
-    from trainer.data.readers import read_records
-
-    d, g = cfg.data, cfg.grpo
-    records = read_prompt_records(path, answer_field=cfg.rewards.answer_field, fmt=d.format,
-                                  skip_bad_lines=d.skip_bad_lines)
-    raw = read_records(path, d.format, d.skip_bad_lines)
-    where = _line_numbers(raw)
-    chat = bool(getattr(tokenizer, "chat_template", None))
-    room = d.seq_len - g.max_completion_length
-    rows, skipped = [], []
-    for i, rec in enumerate(records):
-        prompt = rec["prompt"]
-        if chat:
-            prompt = as_messages(prompt, g.system_prompt)
-        elif not isinstance(prompt, str):
-            raise UserError(f"data.path: {raw.path} {where[i]}: the prompt is a list of messages but the tokenizer has "
-                            f"no chat template; use a model whose tokenizer has one (or set data.chat_template), or "
-                            f"give the prompts as text", field="data.path")
-        n = len(_prompt_ids(tokenizer, prompt))
-        if n > room:
-            if not d.skip_bad_lines:
-                raise UserError(f"data.path: {raw.path} {where[i]}: the prompt is {n} tokens, but data.seq_len "
-                                f"{d.seq_len} - grpo.max_completion_length {g.max_completion_length} leaves {room} "
-                                f"for it; raise data.seq_len, lower grpo.max_completion_length, or set "
-                                f"data.skip_bad_lines: true to leave such prompts out", field="data.path")
-            skipped.append(where[i])
-            continue
-        rows.append({**rec, "prompt": prompt})
-    if not rows:
-        raise UserError(f"data.path: every prompt of {path} is longer than the {room} tokens data.seq_len leaves "
-                        f"beside grpo.max_completion_length; raise data.seq_len", field="data.path")
-    return rows, skipped, raw.skipped_lines
-
-
-def _prompt_ids(tokenizer, prompt) -> list[int]:
-    """The prompt's tokens exactly as TRL renders them for sampling (chat template with the generation prompt)."""
-    if isinstance(prompt, list):
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
-        return list(ids["input_ids"])
-    return tokenizer(text=prompt)["input_ids"]
+    return train, val, found.too_long, found.unreadable
 
 
 # -- the trainer -------------------------------------------------------------------------------------
