@@ -210,3 +210,18 @@ def test_bad_grpo_inputs_exit_2_with_one_message_and_write_nothing(tmp_path, cas
     assert len(lines) == 1 and all(w in lines[0] for w in words), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_vllm_and_early_stopping_are_refused_before_a_grpo_run_starts(monkeypatch):
+    from trainer.core import capabilities
+    from trainer.planning import requirements
+
+    monkeypatch.setattr(capabilities, "installed", lambda name: name != "vllm")
+    cfg = config_mod.validate({"training": {"objective": "grpo", "effective_batch_size": 8},
+                               "grpo": {"use_vllm": True}, "rewards": {"format": 1.0}})
+    assert [(r.field, r.needs) for r in requirements.unmet(cfg)] == [("grpo.use_vllm", "vLLM")]
+    with pytest.raises(config_mod.ConfigError) as err:
+        config_mod.validate({"training": {"objective": "grpo", "effective_batch_size": 8, "eval_every_steps": 2},
+                             "data": {"validation_split": 0.1}, "evaluation": {"early_stopping_patience": 2},
+                             "rewards": {"format": 1.0}})
+    assert err.value.problems[0][0] == "evaluation.early_stopping_patience"

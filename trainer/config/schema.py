@@ -573,6 +573,10 @@ def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if g.max_completion_length >= cfg.data.seq_len:
         p.append(("grpo.max_completion_length", f"{g.max_completion_length} leaves no room for the prompt in "
                   f"data.seq_len {cfg.data.seq_len}; raise data.seq_len or lower max_completion_length"))
+    if cfg.evaluation.early_stopping_patience:
+        p.append(("evaluation.early_stopping_patience", "GRPO's validation loss is a policy-gradient term, not a "
+                  "measure of quality (it does not fall as the model improves); early stopping on it would stop at "
+                  "random: remove evaluation.early_stopping_patience"))
     if not any(getattr(r, k) > 0 for k in BUILTIN_REWARDS) and not r.python:
         p.append(("rewards", "GRPO needs at least one reward: give a built-in one a weight (e.g. rewards.exact_answer: "
                   "1.0) or set rewards.python to a file of reward functions"))

@@ -38,6 +38,8 @@ OPTIONAL: dict[str, OptionalPackage] = {
     "llama-cpp-python": OptionalPackage("llama_cpp", "llama-cpp-python", "running exported GGUF files in Python",
                                   "pip install llama-cpp-python"),
     "gguf": OptionalPackage("gguf", "gguf", "export-model --gguf", "pip install gguf"),
+    "vllm": OptionalPackage("vllm", "vllm", "GRPO sampling with vLLM (grpo.use_vllm, NVIDIA GPUs)",
+                            "pip install vllm (Linux, CUDA)"),
     "wandb": OptionalPackage("wandb", "wandb", "output.report_to: [wandb]", "pip install wandb"),
     "mlflow": OptionalPackage("mlflow", "mlflow-skinny", "output.report_to: [mlflow]", "pip install mlflow-skinny",
                               also=("mlflow",)),

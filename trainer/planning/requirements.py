@@ -41,6 +41,10 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
         out.append(Requirement("model.attn_implementation", "flash-attn",
                                "flash_attention_2 needs flash-attn, which is not installed; "
                                f"{caps.packages['flash-attn'].install}, or use sdpa"))
+    if cfg.training.objective == "grpo" and cfg.grpo.use_vllm and not caps.has("vllm"):
+        out.append(Requirement("grpo.use_vllm", "vLLM", "vLLM is not installed in this environment; "
+                               f"{capabilities.OPTIONAL['vllm'].install}, or set grpo.use_vllm: false to sample with "
+                               "transformers"))
     if cfg.deepspeed.enabled is True and not caps.has("deepspeed"):
         out.append(Requirement("deepspeed.enabled", "DeepSpeed",
                                "DeepSpeed is not installed; install it (pip install --no-build-isolation deepspeed) "

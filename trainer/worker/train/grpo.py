@@ -21,7 +21,6 @@ restart).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import shutil
@@ -33,6 +32,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.rundir.records import SampleEvent, WarningEvent
 from trainer.worker.datapipe import grpo_prompts
@@ -46,7 +46,7 @@ def build(cfg, tokenizer, precision: str, use_cuda: bool, make_args, common: dic
     from trainer.data.rewards import reward_functions
 
     g = cfg.grpo
-    if g.use_vllm and importlib.util.find_spec("vllm") is None:
+    if g.use_vllm and not capabilities.installed("vllm"):  # preflight refuses it first (planning.requirements)
         raise UserError("grpo.use_vllm: vLLM is not installed in this environment; install it (pip install vllm, "
                         "CUDA only) or set grpo.use_vllm: false to sample with transformers", field="grpo.use_vllm")
     rewards = reward_functions(cfg)

@@ -258,7 +258,7 @@ class StepEvents(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kw):
         if state.is_world_process_zero and metrics:
             numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-            if isinstance(numbers.get("eval_loss"), (int, float)):
+            if isinstance(numbers.get("eval_loss"), (int, float)) and "eval_reward" not in numbers:  # GRPO's loss
                 numbers["perplexity"] = math.exp(min(numbers["eval_loss"], 700.0))  # 700: no overflow
             other = {k: v for k, v in numbers.items() if k not in ("eval_loss", "perplexity")}  # e.g. eval_runtime
             self.writer.emit(EvalEvent(step=state.global_step, eval_loss=numbers.get("eval_loss"),
