@@ -225,3 +225,15 @@ def test_vllm_and_early_stopping_are_refused_before_a_grpo_run_starts(monkeypatc
                              "data": {"validation_split": 0.1}, "evaluation": {"early_stopping_patience": 2},
                              "rewards": {"format": 1.0}})
     assert err.value.problems[0][0] == "evaluation.early_stopping_patience"
+
+
+def test_the_dry_run_hands_message_prompts_conversational_completions(tmp_path):
+    """Under a chat template the worker gives TRL message prompts, and TRL hands rewards completions as
+    [{"role": "assistant", "content": ...}]: the pre-run check calls them the same way (grpocheck renders first)."""
+    f = tmp_path / "r.py"
+    f.write_text("def content_len(prompts, completions, **kwargs):\n"
+                 "    return [float(len(c[0]['content'])) for c in completions]\n")
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "42"}]
+    rewards.dry_run(rewards.load_python_rewards(str(f)), rows, "answer")
+    with pytest.raises(UserError, match="raised TypeError"):
+        rewards.dry_run(rewards.load_python_rewards(str(f)), [{"prompt": "q", "answer": "42"}], "answer")

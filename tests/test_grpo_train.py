@@ -266,6 +266,10 @@ def test_no_signal_message_says_what_the_groups_scored():
         "check the reward (and rewards.answer_field) or start from an SFT model")
     assert "mean reward 1" in no_signal_message(5, 0.97, [1.0] * 5) and "97% of groups" in no_signal_message(
         5, 0.97, [1.0] * 5)
+    solved = no_signal_message(5, 1.0, [1.5] * 5, top=1.5)  # every answer right: learned, not broken
+    assert "the answers are right" in solved and "stop here" in solved and "SFT" not in solved
+    assert "check it" in no_signal_message(5, 1.0, [0.5] * 5, top=1.5) and "grpo.temperature" in no_signal_message(
+        5, 1.0, [0.5] * 5, top=1.5)
 
 
 # The TRL methods TrainPilotGRPOTrainer overrides (and RepeatSampler's constructor it rebuilds), with their

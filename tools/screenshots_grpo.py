@@ -60,10 +60,11 @@ def _wait(app, cond, ms: int = 60000) -> bool:
     return bool(cond())
 
 
-def run_shots(app, window, out: Path, tmp: Path) -> list[Path]:
-    """A finished GRPO run's Rewards, Samples and Dashboard tabs, and a stalled run's Warnings tab."""
+def run_shots(app, window, out: Path, tmp: Path, real_run: Path | None = None) -> list[Path]:
+    """A finished GRPO run's Rewards, Samples and Dashboard tabs (``real_run``: a real run folder, e.g. from
+    benchmarks/grpo_learn.py --keep; else the synthetic fixture), and a stalled run's Warnings tab."""
     view, written = window.run_view, []
-    run = write_grpo_run(tmp / "runs" / "grpo-gsm8k", steps=60)
+    run = real_run or write_grpo_run(tmp / "runs" / "grpo-gsm8k", steps=60)
     window.open_run(str(run))
     _wait(app, lambda: view.rewards is not None and view.tabs.indexOf(view.rewards) >= 0)
     _spin(app, 800)
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     p.add_argument("--no-preview", action="store_true", help="skip the wizard's Preview (it loads the demo model)")
     p.add_argument("--only", choices=("run", "wizard"), help="only the run's tabs, or only the wizard")
+    p.add_argument("--run", type=Path, default=None, help="a real GRPO run folder for the Rewards/Samples/Dashboard "
+                   "shots (benchmarks/grpo_learn.py --keep DIR); default: the synthetic fixture")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         _spin(app, 1500)
         written = []
         if args.only != "wizard":
-            written += run_shots(app, window, out, tmp)
+            written += run_shots(app, window, out, tmp, args.run.resolve() if args.run else None)
         if args.only != "run":
             written += wizard_shots(app, window, out, tmp, preview=not args.no_preview)
         window.hardware.stop()

@@ -28,26 +28,27 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     cfg = config_mod.load(args[0])
     try:
-        records = prompts_mod.read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format,
-                                                  cfg.data.skip_bad_lines)
+        prompts_mod.read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format,
+                                        cfg.data.skip_bad_lines)  # the records' shape first: no tokenizer needed
         rewards = rewards_mod.reward_functions(cfg)
-        rewards_mod.dry_run(rewards, records, cfg.rewards.answer_field)
-        too_long, longest = check_prompt_lengths(cfg, records)
+        found = _rendered(cfg)
+        # the prompts as TRL receives them (messages under a chat template): completions come back in the same form
+        rewards_mod.dry_run(rewards, found.rows, cfg.rewards.answer_field)
+        too_long, longest = len(found.too_long), max(found.lengths, default=0)
     except UserError as exc:
         print(secrets.redact(str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"{len(records)} {too_long} {longest}")
+    print(f"{len(found.rows) + too_long} {too_long} {longest}")
     return 0
 
 
-def check_prompt_lengths(cfg, records: list[dict]) -> tuple[int, int]:
-    """(prompts too long, longest prompt in tokens); UserError at the first too-long prompt unless
-    ``data.skip_bad_lines`` (the worker then leaves them out and says how many)."""
+def _rendered(cfg):
+    """data.path's prompts rendered and measured with the run's tokenizer; UserError at the first too-long prompt
+    unless ``data.skip_bad_lines`` (the worker then leaves them out and says how many)."""
     from trainer.worker.datapipe import grpo_prompts
     from trainer.worker.loading import modeling
 
-    found = grpo_prompts.prompt_rows(cfg, modeling.load_tokenizer(cfg), cfg.data.path)
-    return len(found.too_long), max(found.lengths, default=0)
+    return grpo_prompts.prompt_rows(cfg, modeling.load_tokenizer(cfg), cfg.data.path)
 
 
 def report(cfg, examples: int = 3) -> dict:

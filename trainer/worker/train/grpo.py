@@ -275,19 +275,29 @@ class GrpoEvents(TrainerCallback):
         self.flat_rewards.append(reward)
         if self.flat_steps >= self.cfg.grpo.no_signal_steps:
             self.warned = True
+            top = sum(max(0.0, w) for w in self.info.get("reward_weights") or [])
             self.writer.emit(WarningEvent(code="no_learning_signal", message=no_signal_message(
-                self.flat_steps, flat, self.flat_rewards)))
+                self.flat_steps, flat, self.flat_rewards, top)))
 
 
-def no_signal_message(steps: int, fraction: float, rewards: list) -> str:
-    """The warning's text: how long, how many groups, and what they all scored."""
+def no_signal_message(steps: int, fraction: float, rewards: list, top: float | None = None) -> str:
+    """The warning's text: how long, how many groups, and what they all scored. ``top``: the total reward of an answer
+    every reward scores 1 (the sum of the positive weights); groups all at it have learned what the rewards ask."""
     known = [r for r in rewards if isinstance(r, (int, float))]
     mean = sum(known) / len(known) if known else None
+    if mean is not None and top and mean >= 0.95 * top:
+        return (f"for {steps} steps every answer in {fraction:.0%} of groups scored the same (mean reward {mean:.3g} of "
+                f"{top:.3g}: the answers are right): the model does what the rewards ask, so more steps teach it "
+                f"nothing; stop here, or train on harder prompts")
     if mean is None:
         what = "no reward could score the answers"
     elif mean == 0:
         what = "every answer scores 0"
     else:
-        what = f"the answers of a group all score the same; mean reward {mean:.3g}"
+        of = f" of {top:.3g}" if top else ""
+        return (f"for {steps} steps every answer in {fraction:.0%} of groups scored the same (mean reward {mean:.3g}"
+                f"{of}): no learning signal; the model may give the same answer every time (raise grpo.temperature "
+                f"or grpo.num_generations), or the reward may not tell the answers apart (check it and "
+                f"rewards.answer_field)")
     return (f"for {steps} steps every answer in {fraction:.0%} of groups scored the same ({what}): no learning "
             f"signal; check the reward (and rewards.answer_field) or start from an SFT model")
