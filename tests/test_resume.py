@@ -71,14 +71,15 @@ def test_ctrl_c_is_a_graceful_stop(tmp_path):
 
 
 def test_kill_9_at_random_moments_never_loses_a_complete_checkpoint(tmp_path):
-    # One long run killed 10 times; every third kill lands inside a checkpoint save (slowed down to hit it).
+    # One long run killed 6 times; every third kill (the 1st and the 4th) lands inside a checkpoint save (slowed
+    # down to hit it), the others at random moments of training.
     rng = random.Random(1234)
-    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 60},
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 40},
                                                         checkpoints={"every_steps": 3, "keep_last": 2}))
     run = tmp_path / "run"
     env = dict(os.environ, TRAINPILOT_INJECT_SLOW_SAVE="0.5")
     args = [sys.executable, "-m", "trainer", "run", str(cfg), "--run-dir", str(run), "--quiet"]
-    for trial in range(10):
+    for trial in range(6):
         starts = len(events(run, "run_started"))
         steps_before = len(events(run, "step"))
         expected = max((checkpoint_step(p) for p in complete_checkpoints(run / "checkpoints")), default=0)
@@ -106,7 +107,7 @@ def test_kill_9_at_random_moments_never_loses_a_complete_checkpoint(tmp_path):
     proc = cli("resume", run, "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert read_status(run)["state"] == "finished"
-    assert max(e["step"] for e in events(run, "step")) == 60
+    assert max(e["step"] for e in events(run, "step")) == 40
     assert not list((run / "checkpoints").glob(".staging-*"))
 
 
