@@ -5,6 +5,7 @@ Nothing is created until every check passed, so bad input leaves no trace. Light
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -62,6 +63,20 @@ def claim_run_dir(path: Path, overwrite: bool) -> Path:
                         field="output.runs_dir", path=str(path)) from None
     runlock.hold(path)  # a second `run` racing for the same empty folder stops here
     return path
+
+
+def keep_reward_file(run_dir: Path, cfg):
+    """A GRPO run's ``rewards.python`` file copied into the run folder (``rewards/<name>.py``), and the config pointed
+    at the copy: a resume, the OOM ladder's restart and launch.sh score with the functions the run started with, even
+    after the original is edited. Returns the (resolved) config to write."""
+    if cfg.training.objective != "grpo" or not cfg.rewards.python:
+        return cfg
+    src = Path(cfg.rewards.python).expanduser().resolve()
+    dst = (Path(run_dir) / "rewards" / src.name).resolve()
+    if src != dst:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    return as_resolved(config_mod.replace(cfg, **{"rewards.python": str(dst)}))
 
 
 def write_config_files(run_dir: Path, cfg, plan: dict | None = None) -> None:
