@@ -211,7 +211,7 @@ def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
     assert not run.exists()  # refused before the run folder is made
     if case == "vllm":
         assert "grpo.use_vllm" in msg and "not installed" in msg
-    if case == "no_reference":
+    elif case == "no_reference":
         assert "prompts.jsonl line 3" in msg and "'answer'" in msg and "rewards.answer_field" in msg
     elif case == "too_long":
         assert "prompts.jsonl line 6" in msg and "21 tokens" in msg and "leaves 15" in msg

@@ -21,6 +21,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.data import prompts as prompts_mod
 from trainer.data import rewards as rewards_mod
 from trainer.data.readers import read_records
+from trainer.worker.datapipe import grpo_prompts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
 def _rendered(cfg):
     """data.path's prompts rendered and measured with the run's tokenizer; UserError at the first too-long prompt
     unless ``data.skip_bad_lines`` (the worker then leaves them out and says how many)."""
-    from trainer.worker.datapipe import grpo_prompts
     from trainer.worker.loading import modeling
 
     return grpo_prompts.prompt_rows(cfg, modeling.load_tokenizer(cfg), cfg.data.path)
@@ -54,7 +54,6 @@ def _rendered(cfg):
 def report(cfg, examples: int = 3) -> dict:
     """``trainpilot-cli data`` for a GRPO run: the prompt records, their shape, prompt token statistics with the run's
     tokenizer (rendered as the worker renders them) and the first prompts with their references."""
-    from trainer.worker.datapipe import grpo_prompts
     from trainer.worker.loading import modeling
 
     raw = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines, limit=20).rows

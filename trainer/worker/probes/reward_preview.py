@@ -27,6 +27,7 @@ from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.data import prompts as prompts_mod
 from trainer.data import rewards as rewards_mod
+from trainer.worker.datapipe import grpo_prompts
 
 
 class _Args(argparse.ArgumentParser):
@@ -73,7 +74,6 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     import torch
 
     from trainer.worker.generate import generation
-    from trainer.worker.datapipe import grpo_prompts
 
     started = time.perf_counter()
     generation.quiet_libraries()

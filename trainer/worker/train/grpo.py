@@ -34,6 +34,7 @@ from trl.trainer.utils import RepeatSampler
 
 from trainer.core import capabilities
 from trainer.core.errors import UserError
+from trainer.data.rewards import reward_functions
 from trainer.rundir.records import SampleEvent, WarningEvent
 from trainer.worker.datapipe import grpo_prompts
 from trainer.worker.loading import modeling
@@ -43,7 +44,6 @@ NO_SIGNAL_FRACTION = 0.95  # share of groups whose answers all scored the same t
 
 def build(cfg, tokenizer, precision: str, use_cuda: bool, make_args, common: dict, trainer_class):
     """``(trainer, info)`` for a GRPO run. ``trainer_class(base)`` applies TrainPilotMixin to ``base``."""
-    from trainer.data.rewards import reward_functions
 
     g = cfg.grpo
     if g.use_vllm and not capabilities.installed("vllm"):  # preflight refuses it first (planning.requirements)
