@@ -194,6 +194,7 @@ def _run_cli(tmp_path: Path, data_rows: list[dict], reward_py: str | None = None
 GOOD_ROWS = [{"prompt": f"Repeat the first word: w{i} v{i}", "answer": f"w{i}"} for i in range(4)]
 
 
+@pytest.mark.slow  # a CLI child each, with the tokenizer check (4-5 s)
 @pytest.mark.parametrize("case", ["wrong_length", "no_reference", "prompt_too_long"])
 def test_bad_grpo_inputs_exit_2_with_one_message_and_write_nothing(tmp_path, case):
     if case == "wrong_length":

@@ -67,6 +67,7 @@ def test_grpo_learns_the_last_word_from_the_exact_answer_reward(tmp_path):
     assert not list((run / "checkpoints").rglob("*.parquet"))  # TRL's completion tables stay off
 
 
+@pytest.mark.slow
 def test_a_reward_that_never_scores_warns_no_learning_signal(tmp_path):
     """Every reference is a word the model cannot say: every group scores 0 at every step. One prompt is too long
     for seq_len - max_completion_length and skip_bad_lines is on: it is skipped, and said so."""
@@ -138,6 +139,7 @@ def test_an_oom_while_sampling_says_so_and_the_ladder_shrinks_the_generation_bat
     assert all(s["micro_batch_size"] * s["gradient_accumulation_steps"] == 32 for s in events(run, "step"))
 
 
+@pytest.mark.slow
 def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
     """LoRA, beta > 0 (the reference = adapters off), a chat template: plain prompts become a user message after
     grpo.system_prompt, rendered with the generation prompt."""
@@ -189,6 +191,7 @@ def test_python_rewards_are_weighted_into_the_total_and_a_bad_one_stops_the_run_
     assert events(run, "failed")[-1]["exit_code"] == 2 and not events(run, "step")
 
 
+@pytest.mark.slow  # a CLI child each (5-7 s)
 @pytest.mark.parametrize("case", ["no_reference", "too_long", "messages_without_template", "vllm"])
 def test_bad_grpo_inputs_exit_2_with_one_message(tmp_path, case):
     """The reference field and the prompts are checked in preflight (trainer.data.prompts and probes.grpocheck),
