@@ -24,6 +24,9 @@ sys.path.insert(0, str(ROOT / "tests" / "app"))  # the GRPO fixture lives with t
 
 from grpo_fixture import write_grpo_run  # noqa: E402
 
+from tools.screenshots import _spin, _wait  # noqa: E402
+from tools.screenshots_after import _save  # noqa: E402
+
 XDOTOOL = shutil.which("xdotool")
 NO_GPU = ROOT / "tests" / "fixtures" / "hardware" / "no_gpu.jsonl"
 GSM8K = [
@@ -39,34 +42,13 @@ GSM8K = [
 ]
 
 
-def _spin(app, ms: int) -> None:
-    from PySide6 import QtCore
-
-    timer = QtCore.QElapsedTimer()
-    timer.start()
-    while timer.elapsed() < ms:
-        app.processEvents()
-        QtCore.QThread.msleep(10)
-
-
-def _wait(app, cond, ms: int = 60000) -> bool:
-    from PySide6 import QtCore
-
-    timer = QtCore.QElapsedTimer()
-    timer.start()
-    while not cond() and timer.elapsed() < ms:
-        app.processEvents()
-        QtCore.QThread.msleep(20)
-    return bool(cond())
-
-
 def run_shots(app, window, out: Path, tmp: Path, real_run: Path | None = None) -> list[Path]:
     """A finished GRPO run's Rewards, Samples and Dashboard tabs (``real_run``: a real run folder, e.g. from
     benchmarks/grpo_learn.py --keep; else the synthetic fixture), and a stalled run's Warnings tab."""
     view, written = window.run_view, []
     run = real_run or write_grpo_run(tmp / "runs" / "grpo-gsm8k", steps=60)
     window.open_run(str(run))
-    _wait(app, lambda: view.rewards is not None and view.tabs.indexOf(view.rewards) >= 0)
+    _wait(app, lambda: view.rewards is not None and view.tabs.indexOf(view.rewards) >= 0, 60000)
     _spin(app, 800)
     view.samples.setCurrentItem(view.samples.topLevelItem(0).child(0))  # the detail pane shows one in full
     for name, tab in (("grpo-rewards", view.rewards), ("grpo-samples", view.samples_tab), ("grpo-dashboard", view.dashboard)):
@@ -75,16 +57,11 @@ def run_shots(app, window, out: Path, tmp: Path, real_run: Path | None = None) -
         written.append(_save(window, out / f"{name}.png"))
     stalled = write_grpo_run(tmp / "runs" / "grpo-stalled", steps=12, stalled=True)
     window.open_run(str(stalled))
-    _wait(app, lambda: view.warnings.texts())
+    _wait(app, lambda: view.warnings.texts(), 60000)
     view.tabs.setCurrentWidget(view.warnings)
     _spin(app, 600)
     written.append(_save(window, out / "grpo-no-signal.png"))
     return written
-
-
-def _save(widget, path: Path) -> Path:
-    widget.grab().save(str(path))
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +138,7 @@ def wizard_shots(app, window, out: Path, tmp: Path, preview: bool) -> list[Path]
     wiz.state.set("data.seq_len", 512)  # the demo model reads 512 positions (the Model page's 'Use 512')
     click(app, wiz.button(QtWidgets.QWizard.NextButton))
     type_into(app, wiz.data.path, str(data))
-    _wait(app, lambda: "records" in wiz.data.stats.text() and not wiz.data.objective_row.isHidden())
+    _wait(app, lambda: "records" in wiz.data.stats.text() and not wiz.data.objective_row.isHidden(), 60000)
     wiz.data.objective.setCurrentIndex(wiz.data.objective.findData("grpo"))
     wiz.data.objective.activated.emit(wiz.data.objective.currentIndex())
     _wait(app, lambda: wiz.data.report is not None or "unavailable" in wiz.data.tokens.text(), 120000)
