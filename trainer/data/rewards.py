@@ -75,6 +75,14 @@ def extract_answer(text: str, pattern: Optional[str] = None) -> Optional[str]:
     return m.group(1).strip() if m else None
 
 
+def final_answer(completion, pattern: Optional[str] = None) -> Optional[str]:
+    """What the answer rewards compare: ``extract_answer`` of the completion's text; without a ``pattern``, the whole
+    text when nothing is marked (exact match compares it whole, the numeric reward takes its last number)."""
+    text = completion_text(completion)
+    got = extract_answer(text, pattern)
+    return text if got is None and not pattern else got
+
+
 def _normal(text: str) -> str:
     return " ".join(str(text).split()).casefold()
 
@@ -106,9 +114,7 @@ def make_exact_answer(answer_field: str, pattern: Optional[str]):
         refs = _references(kwargs, answer_field, len(completions))
         out = []
         for c, ref in zip(completions, refs):
-            text = completion_text(c)
-            got = extract_answer(text, pattern)
-            got = text if got is None and not pattern else got
+            got = final_answer(c, pattern)
             out.append(1.0 if got is not None and ref is not None and _normal(got) == _normal(ref) else 0.0)
         return out
     return exact_answer
@@ -119,9 +125,7 @@ def make_numeric_answer(answer_field: str, pattern: Optional[str], tolerance: fl
         refs = _references(kwargs, answer_field, len(completions))
         out = []
         for c, ref in zip(completions, refs):
-            text = completion_text(c)
-            got = extract_answer(text, pattern)
-            value = parse_number(got if got is not None or pattern else text)
+            value = parse_number(final_answer(c, pattern))
             want = parse_number(ref)
             ok = value is not None and want is not None and \
                 abs(value - want) <= tolerance * max(1.0, abs(want))
