@@ -13,6 +13,8 @@ the line (JSONL) or record, the field and the fix.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from trainer.core.errors import UserError
 from trainer.data.preference import _check_messages, _line_numbers
@@ -42,21 +44,38 @@ def gsm8k_reference(answer: str) -> str | None:
     return m.group(1).replace(",", "").strip() if m else None
 
 
-def read_prompt_records(path: str, answer_field: str = "answer", fmt: str = "auto",
-                        skip_bad_lines: bool = False, role: str = "data.path") -> list[dict]:
-    """Records of ``path`` as ``{"prompt", answer_field, ...}``; UserError at the first record that is not a prompt
-    with a reference answer. ``role`` names the config field in messages (data.path or data.validation_path)."""
+@dataclass
+class PromptFile:
+    """A prompt file read once: its records, where each came from ("line 7", "record 3"), its shape and the
+    unreadable lines ``skip_bad_lines`` skipped."""
+
+    path: Path
+    records: list[dict]
+    places: list[str]
+    shape: str | None
+    skipped_lines: list[int] = field(default_factory=list)
+
+
+def read_prompt_file(path: str, answer_field: str = "answer", fmt: str = "auto", skip_bad_lines: bool = False,
+                     role: str = "data.path") -> PromptFile:
+    """``path`` read and checked: records as ``{"prompt", answer_field, ...}``; UserError at the first record that is
+    not a prompt with a reference answer. ``role`` names the config field in messages (data.path or
+    data.validation_path)."""
     records = read_records(path, fmt, skip_bad_lines)
     if not records.rows:
         raise UserError(f"{role}: {records.path} holds no records; GRPO needs prompts with reference answers",
                         field=role, path=str(records.path))
     lines = _line_numbers(records)
     shape = detect_prompt_shape(records.rows, answer_field)
-    out = []
-    for i, row in enumerate(records.rows):
-        where = f"{records.path} {lines[i]}"
-        out.append(_prompt_record(row, shape, answer_field, where, role, str(records.path)))
-    return out
+    out = [_prompt_record(row, shape, answer_field, f"{records.path} {lines[i]}", role, str(records.path))
+           for i, row in enumerate(records.rows)]
+    return PromptFile(records.path, out, lines, shape, list(records.skipped_lines))
+
+
+def read_prompt_records(path: str, answer_field: str = "answer", fmt: str = "auto",
+                        skip_bad_lines: bool = False, role: str = "data.path") -> list[dict]:
+    """The checked records of ``path`` (``read_prompt_file``'s)."""
+    return read_prompt_file(path, answer_field, fmt, skip_bad_lines, role).records
 
 
 def _prompt_record(row: dict, shape: str | None, answer_field: str, where: str, role: str, path: str) -> dict:

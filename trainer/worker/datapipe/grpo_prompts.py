@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.core.errors import UserError
-from trainer.data.preference import _line_numbers
-from trainer.data.prompts import as_messages, read_prompt_records
-from trainer.data.readers import read_records
+from trainer.data.prompts import PromptFile, as_messages, read_prompt_file
 
 
 @dataclass
@@ -53,30 +51,34 @@ def prompt_text(tokenizer, prompt) -> str:
     return prompt
 
 
-def prompt_rows(cfg, tokenizer, path: str, role: str = "data.path", limit: int | None = None) -> PromptRows:
-    """The prompt records of ``path`` rendered and measured; UserError at the first prompt that leaves no room for
-    the completion (unless ``data.skip_bad_lines``), or when every prompt is too long. ``limit``: only the first
-    records (the preview), not checked for length."""
+def prompt_rows(cfg, tokenizer, path: str, role: str = "data.path") -> PromptRows:
+    """The prompt records of ``path`` read, rendered and measured (``measure``)."""
+    d = cfg.data
+    return measure(cfg, tokenizer, read_prompt_file(path, cfg.rewards.answer_field, d.format, d.skip_bad_lines,
+                                                    role=role), role)
+
+
+def measure(cfg, tokenizer, found: PromptFile, role: str = "data.path", refuse_too_long: bool | None = None) -> PromptRows:
+    """A prompt file's records rendered and measured; UserError at the first prompt that leaves no room for the
+    completion (unless ``data.skip_bad_lines``, or ``refuse_too_long`` is False: then they are left out and listed),
+    and when every prompt is too long."""
     d, g = cfg.data, cfg.grpo
-    records = read_prompt_records(path, cfg.rewards.answer_field, d.format, d.skip_bad_lines, role=role)
-    raw = read_records(path, d.format, d.skip_bad_lines)
-    where = _line_numbers(raw)
-    if limit is not None:
-        records = records[:limit]
-    rendered = [render(tokenizer, r["prompt"], g.system_prompt, f"{raw.path} {where[i]}") for i, r in enumerate(records)]
+    refuse = not d.skip_bad_lines if refuse_too_long is None else refuse_too_long
+    records, where = found.records, found.places
+    rendered = [render(tokenizer, r["prompt"], g.system_prompt, f"{found.path} {where[i]}") for i, r in enumerate(records)]
     lengths = [len(prompt_ids(tokenizer, p)) for p in rendered]
     room = d.seq_len - g.max_completion_length
-    over = [i for i, n in enumerate(lengths) if n > room] if limit is None else []
-    if over and not d.skip_bad_lines:
+    over = [i for i, n in enumerate(lengths) if n > room]
+    if over and refuse:
         i = over[0]
-        raise UserError(f"{role}: {raw.path} {where[i]}: the prompt is {lengths[i]} tokens, but data.seq_len "
+        raise UserError(f"{role}: {found.path} {where[i]}: the prompt is {lengths[i]} tokens, but data.seq_len "
                         f"{d.seq_len} - grpo.max_completion_length {g.max_completion_length} leaves {room} for it "
                         f"({len(over)} prompt(s) too long); raise data.seq_len, lower grpo.max_completion_length, or "
                         f"set data.skip_bad_lines: true to leave them out", field=role)
     if records and len(over) == len(records):
-        raise UserError(f"{role}: every prompt of {path} is longer than the {room} tokens data.seq_len leaves beside "
-                        f"grpo.max_completion_length; raise data.seq_len", field=role)
+        raise UserError(f"{role}: every prompt of {found.path} is longer than the {room} tokens data.seq_len leaves "
+                        f"beside grpo.max_completion_length; raise data.seq_len", field=role)
     skip = set(over)
     return PromptRows(rows=[{**r, "prompt": p} for i, (r, p) in enumerate(zip(records, rendered)) if i not in skip],
                       lengths=[n for i, n in enumerate(lengths) if i not in skip],
-                      too_long=[where[i] for i in over], unreadable=list(raw.skipped_lines))
+                      too_long=[where[i] for i in over], unreadable=found.skipped_lines)

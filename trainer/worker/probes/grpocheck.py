@@ -20,7 +20,6 @@ from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.data import prompts as prompts_mod
 from trainer.data import rewards as rewards_mod
-from trainer.data.readers import read_records
 from trainer.worker.datapipe import grpo_prompts
 
 
@@ -29,10 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     cfg = config_mod.load(args[0])
     try:
-        prompts_mod.read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format,
-                                        cfg.data.skip_bad_lines)  # the records' shape first: no tokenizer needed
+        prompt_file = _read(cfg)  # the records' shape first: no tokenizer needed
         rewards = rewards_mod.reward_functions(cfg)
-        found = _rendered(cfg)
+        found = grpo_prompts.measure(cfg, _tokenizer(cfg), prompt_file)
         # the prompts as TRL receives them (messages under a chat template): completions come back in the same form
         rewards_mod.dry_run(rewards, found.rows, cfg.rewards.answer_field)
         too_long, longest = len(found.too_long), max(found.lengths, default=0)
@@ -43,29 +41,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _rendered(cfg):
-    """data.path's prompts rendered and measured with the run's tokenizer; UserError at the first too-long prompt
-    unless ``data.skip_bad_lines`` (the worker then leaves them out and says how many)."""
+def _read(cfg) -> prompts_mod.PromptFile:
+    d = cfg.data
+    return prompts_mod.read_prompt_file(d.path, cfg.rewards.answer_field, d.format, d.skip_bad_lines)
+
+
+def _tokenizer(cfg):
     from trainer.worker.loading import modeling
 
-    return grpo_prompts.prompt_rows(cfg, modeling.load_tokenizer(cfg), cfg.data.path)
+    return modeling.load_tokenizer(cfg)
 
 
 def report(cfg, examples: int = 3) -> dict:
     """``trainpilot-cli data`` for a GRPO run: the prompt records, their shape, prompt token statistics with the run's
     tokenizer (rendered as the worker renders them) and the first prompts with their references."""
-    from trainer.worker.loading import modeling
-
-    raw = read_records(cfg.data.path, cfg.data.format, cfg.data.skip_bad_lines, limit=20).rows
-    tokenizer = modeling.load_tokenizer(cfg)
-    skip = cfg.data.skip_bad_lines
-    found = grpo_prompts.prompt_rows(cfg.model_copy(update={"data": cfg.data.model_copy(update={"skip_bad_lines": True})})
-                                     if not skip else cfg, tokenizer, cfg.data.path)
+    prompt_file = _read(cfg)
+    tokenizer = _tokenizer(cfg)
+    found = grpo_prompts.measure(cfg, tokenizer, prompt_file, refuse_too_long=False)  # counted here, not refused
     counts = sorted(found.lengths) or [0]
     shown = [{"prompt": grpo_prompts.prompt_text(tokenizer, r["prompt"]), "reference": r[cfg.rewards.answer_field]}
              for r in found.rows[:examples]]
-    return {"source": str(cfg.data.path), "format": prompts_mod.detect_prompt_shape(raw, cfg.rewards.answer_field)
-            or "prompt", "records": len(found.rows) + len(found.too_long), "answer_field": cfg.rewards.answer_field,
+    return {"source": str(cfg.data.path), "format": prompt_file.shape or "prompt", "records": len(found.rows) + len(found.too_long), "answer_field": cfg.rewards.answer_field,
             "chat_template": bool(getattr(tokenizer, "chat_template", None)),
             "prompt_tokens": {"median": counts[len(counts) // 2], "p95": counts[min(len(counts) - 1, int(0.95 * len(counts)))],
                               "max": counts[-1]},
