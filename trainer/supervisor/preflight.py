@@ -160,7 +160,7 @@ def _data(cfg, hardware) -> None:
         check_hub_dataset(cfg, trainable=True)
         return
     if cfg.training.objective == "grpo":  # prompts + references; rewards and prompt lengths in a child
-        read_prompt_records(cfg.data.path, cfg.rewards.answer_field, cfg.data.format, cfg.data.skip_bad_lines)
+        _grpo_records(cfg, hardware)
         check_grpo(cfg)
         return
     if cfg.training.objective != "sft":  # preference/KTO records: their own shape check
@@ -193,22 +193,32 @@ def _data_any_format(cfg, hardware):
     return None if cfg.data.hub_dataset else scan(cfg.data.path, cfg.data)
 
 
+def _config_child(module: str, cfg, timeout_s: int, *args: str) -> subprocess.CompletedProcess:
+    """Run the probe ``python -m module CONFIG *args`` on ``cfg`` written to a temporary config.yaml."""
+    with tempfile.TemporaryDirectory(prefix="trainpilot-check-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(dump_yaml(cfg), encoding="utf-8")
+        return subprocess.run(entrypoints.python_m(module, str(path), *args), capture_output=True, text=True,
+                              timeout=timeout_s)
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    """The child's last line on stderr (its one message), or ''."""
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def check_hub_dataset(cfg, trainable: bool = False) -> None:
     """UserError when the hub dataset cannot be opened here (e.g. not cached while offline). Runs
     ``python -m trainer.worker.probes.hubcheck`` as a child: only the worker room may import ``datasets``."""
-    with tempfile.TemporaryDirectory(prefix="trainpilot-hubcheck-") as tmp:
-        path = Path(tmp) / "config.yaml"
-        path.write_text(dump_yaml(cfg), encoding="utf-8")
-        cmd = entrypoints.python_m(entrypoints.HUBCHECK, str(path)) + (["--trainable"] if trainable else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HUBCHECK_TIMEOUT_S)
+    proc = _config_child(entrypoints.HUBCHECK, cfg, HUBCHECK_TIMEOUT_S, *(["--trainable"] if trainable else []))
     if proc.returncode == 2:
-        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "data.hub_dataset: cannot be opened"
+        message = _last_line(proc) or "data.hub_dataset: cannot be opened"
         field, _, rest = message.partition(": ")
         raise UserError(message, field=field if rest else "data.hub_dataset")
     if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise UserError(f"data.hub_dataset: checking '{cfg.data.hub_dataset}' failed ({tail[0]}); check the id and "
-                        f"your network", field="data.hub_dataset")
+        raise UserError(f"data.hub_dataset: checking '{cfg.data.hub_dataset}' failed "
+                        f"({_last_line(proc) or 'no message'}); check the id and your network", field="data.hub_dataset")
 
 
 def _grpo_records(cfg, hardware) -> None:
@@ -219,18 +229,13 @@ def check_grpo(cfg) -> None:
     """UserError when the GRPO run's rewards or prompts are unusable: ``python -m trainer.worker.probes.grpocheck``
     imports the reward file, calls each reward once and tokenizes the prompts, in a child (this process imports
     neither user code nor a tokenizer)."""
-    with tempfile.TemporaryDirectory(prefix="trainpilot-grpocheck-") as tmp:
-        path = Path(tmp) / "config.yaml"
-        path.write_text(dump_yaml(cfg), encoding="utf-8")
-        proc = subprocess.run(entrypoints.python_m(entrypoints.GRPOCHECK, str(path)), capture_output=True, text=True,
-                              timeout=GRPOCHECK_TIMEOUT_S)
+    proc = _config_child(entrypoints.GRPOCHECK, cfg, GRPOCHECK_TIMEOUT_S)
     if proc.returncode == 2:
-        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "rewards: the check failed"
+        message = _last_line(proc) or "rewards: the check failed"
         field, _, rest = message.partition(": ")
         raise UserError(message, field=field if rest and " " not in field else "rewards")
     if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise UserError(f"rewards: checking the rewards and prompts failed ({tail[0]}); run "
+        raise UserError(f"rewards: checking the rewards and prompts failed ({_last_line(proc) or 'no message'}); run "
                         f"'python -m {entrypoints.GRPOCHECK} <config>' to see the whole error", field="rewards")
 
 
