@@ -331,8 +331,9 @@ def reward_functions(cfg) -> list[Reward]:
 def score(rewards: list[Reward], prompts: list, completions: list, completion_ids=None,
           columns: dict | None = None) -> dict:
     """``{"rewards": {name: [value per completion]}, "total": [weighted sum per completion]}`` (None counts as 0 in the
-    total, as TRL's nansum does)."""
-    columns = columns or {}
+    total, as TRL's nansum does). The rewards get what TRL passes outside the record fields too: ``trainer_state``
+    (None here) and ``log_extra``/``log_metric`` (ignored)."""
+    columns = dict(columns or {}, trainer_state=None, log_extra=_ignore, log_metric=_ignore)  # set after, as TRL does
     per = {r.name: r.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
            for r in rewards}
     total = [sum(r.weight * (per[r.name][i] or 0.0) for r in rewards) for i in range(len(completions))]
@@ -355,8 +356,7 @@ def dry_run(rewards: list[Reward], records: list[dict], answer_field: str, limit
                     columns.setdefault(k, []).append(v)
     n = len(completions)
     columns = {k: v for k, v in columns.items() if len(v) == n}  # fields every record has, as TRL's columns
-    score(rewards, prompts, completions, completion_ids=ids,
-          columns=dict(columns, trainer_state=None, log_extra=_ignore, log_metric=_ignore))
+    score(rewards, prompts, completions, completion_ids=ids, columns=columns)
 
 
 def _ignore(*args, **kwargs) -> None:

@@ -94,7 +94,7 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
             rewards, [prompt] * completions,
             [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
             completion_ids=[a["ids"] for a in answers],
-            columns=dict(columns, trainer_state=None, log_extra=_ignore, log_metric=_ignore))
+            columns=columns)
         shown.append({
             "prompt": grpo_prompts.prompt_text(tok, prompt),
             "reference": record.get(cfg.rewards.answer_field),
@@ -128,10 +128,6 @@ def _sample(model, tok, ids: list[int], n: int, g) -> list[dict]:
         answers.append({"text": tok.decode(kept, skip_special_tokens=True), "ids": kept,
                         "stopped": "max_length" if cut is None else "end_of_turn"})
     return answers
-
-
-def _ignore(*_args, **_kwargs) -> None:
-    """Stands in for TRL's log_extra / log_metric callbacks outside training."""
 
 
 if __name__ == "__main__":
