@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from trainer.config.schema import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.core.errors import UserError
 from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, segments
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers_cli import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_config
 
-from trainer.config.schema import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.core.errors import UserError
 from trainer.data import formats
 from trainer.data import scan

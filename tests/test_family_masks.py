@@ -14,7 +14,7 @@ import json
 import pytest
 
 import real_models as rm
-from trainer.config.schema import RunConfig
+from trainer.config.sections import RunConfig
 
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
        "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",

@@ -46,7 +46,7 @@ def _cases(convo):
 def _templates():
     from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE
     from trainer.data.run_template import chat_template
-    from trainer.config.schema import DataConfig
+    from trainer.config.sections import DataConfig
 
     run = chat_template(DataConfig(path="x.jsonl", prompt_template="### Question:\n{question}\n### Answer:\n",
                                    response_template="{answer}"), "<s>", "</s>")

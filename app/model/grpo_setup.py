@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.config.schema import RewardsConfig
+from trainer.config.sections import RewardsConfig
 from trainer.core.errors import UserError
 from trainer.data.prompts import detect_prompt_shape, read_prompt_records
 from trainer.data.readers import read_records

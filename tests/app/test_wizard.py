@@ -201,7 +201,7 @@ def test_one_verdict_on_the_picker_row_the_model_page_and_the_plan_page(qtbot):
 def test_the_users_explicit_settings_reach_the_planner_as_theirs(qtbot):
     """Only what the user set is theirs (a preset layers under the rest); 'no DeepSpeed' chosen in the
     advanced form is planned as the user's: no preset offload under it, no 'offload needs DeepSpeed'."""
-    from trainer.config.schema import explicit_keys
+    from trainer.config.loading import explicit_keys
 
     hw = HardwareMonitor(LAPTOP)
     hw.start()

@@ -1,32 +1,39 @@
-"""The run config: one typed schema (``schema``), presets (``presets``), and the README reference
-(``docgen``). ``trainer.config`` itself re-exports the schema's public names."""
-from trainer.config.schema import (  # noqa: F401
+"""The run config, split by job: the typed sections (``sections``), the checks that span fields (``cross_checks``),
+reading, overrides and validation (``loading``), bad input in words (``messages``), every field for the
+reference and the form (``fields``), presets (``presets``) and the README reference (``docgen``).
+``trainer.config`` itself re-exports the public names."""
+from trainer.config.cross_checks import cross_check  # noqa: F401
+from trainer.config.messages import ConfigError, known_keys  # noqa: F401
+from trainer.config.fields import field_docs  # noqa: F401
+from trainer.config.loading import (  # noqa: F401
     LEGACY_KEYS,
-    SCHEMA_VERSION,
-    Auto,
-    CheckpointConfig,
-    ConfigError,
-    DataConfig,
-    DeepSpeedConfig,
-    DistributedConfig,
-    MethodConfig,
-    ModelConfig,
-    OutputConfig,
-    RecoveryConfig,
-    RunConfig,
-    SpeedConfig,
-    TrainingConfig,
-    _find_tokens,
     apply_overrides,
-    cross_check,
     dump_yaml,
     explicit_keys,
-    field_docs,
-    known_keys,
+    find_tokens,
     load,
     parse_override,
     read_yaml,
     replace,
     to_dict,
     validate,
+)
+from trainer.config.sections import (  # noqa: F401
+    DETECTED,
+    PLANNED_FOR_GRPO,
+    SCHEMA_VERSION,
+    Auto,
+    CheckpointConfig,
+    DataConfig,
+    DeepSpeedConfig,
+    DistributedConfig,
+    GrpoConfig,
+    MethodConfig,
+    ModelConfig,
+    OutputConfig,
+    RecoveryConfig,
+    RewardsConfig,
+    RunConfig,
+    SpeedConfig,
+    TrainingConfig,
 )

@@ -6,7 +6,9 @@ from typing import Any
 
 import yaml
 
-from trainer.config.schema import ConfigError, RunConfig, explicit_keys, replace, to_dict
+from trainer.config.messages import ConfigError
+from trainer.config.loading import explicit_keys, replace, to_dict
+from trainer.config.sections import RunConfig
 from trainer.core.dotted import flatten, get_in
 from trainer.core.errors import UserError
 from trainer.core.paths import PRESETS_DIR

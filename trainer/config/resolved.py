@@ -17,7 +17,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, create_model
 
-from trainer.config.schema import DETECTED, PLANNED_FOR_GRPO, RunConfig, load, validate
+from trainer.config.loading import load, validate
+from trainer.config.sections import DETECTED, PLANNED_FOR_GRPO, RunConfig
 from trainer.core.errors import UserError
 
 AUTO = "auto"

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from trainer import config as config_mod
 from trainer.config import presets
 from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
-from trainer.config.schema import explicit_keys
+from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot

@@ -1,7 +1,7 @@
 """Plain-language reasons for a plan: what the budget is, what each choice costs, what was judged."""
 from __future__ import annotations
 
-from trainer.config.schema import explicit_keys
+from trainer.config.loading import explicit_keys
 from trainer.core.units import count, gib
 from trainer.planning.context import (
     Context,

@@ -13,7 +13,7 @@ from typing import Optional
 
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_dtype
-from trainer.config.schema import explicit_keys
+from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.units import count, gib

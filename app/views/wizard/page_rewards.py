@@ -17,7 +17,7 @@ from app.model.grpo_setup import (
 )
 from app.ops import commands, settings
 from trainer import config as tc
-from trainer.config.schema import RewardsConfig
+from trainer.config.sections import RewardsConfig
 from trainer.data.rewards import BUILTIN_NAMES
 
 RED = "<span style='color:#b00'>{}</span>"

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainer.config.schema import RunConfig
+from trainer.config.sections import RunConfig
 from trainer.core.errors import TrainPilotError, UserError
 from trainer.rundir.events import write_json_atomic
 from trainer.worker.datapipe import pipeline

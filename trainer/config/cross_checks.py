@@ -1,0 +1,117 @@
+"""Checks of the run config that span fields (torchtune-style: every problem at once). Each returns
+``(field path, message with the fix)`` pairs; ``RunConfig``'s validator raises them together.
+Light module, importing nothing: ``RunConfig`` (``sections``) calls it, so it names that type only in annotations.
+"""
+from __future__ import annotations
+
+
+class CrossCheckError(ValueError):
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{a}: {b}" for a, b in problems))
+
+
+def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Checks that span fields. Returns ``(field path, message with the fix)`` pairs."""
+    p: list[tuple[str, str]] = []
+    t, ds = cfg.training, cfg.deepspeed
+    ranks = cfg.world_size
+    mb, ga = t.micro_batch_size, t.gradient_accumulation_steps
+    if isinstance(mb, int):
+        if t.effective_batch_size % (mb * ranks):
+            p.append(("training.effective_batch_size",
+                      f"{t.effective_batch_size} is not divisible by micro_batch_size {mb} × {ranks} GPU(s) = {mb * ranks}; "
+                      f"use a multiple of {mb * ranks} or micro_batch_size: auto"))
+        elif isinstance(ga, int) and mb * ga * ranks != t.effective_batch_size:
+            p.append(("training.gradient_accumulation_steps",
+                      f"{mb} × {ga} × {ranks} GPU(s) = {mb * ga * ranks}, not effective_batch_size "
+                      f"{t.effective_batch_size}; set it to {t.effective_batch_size // (mb * ranks)} or 'auto'"))
+    elif isinstance(ga, int) and t.effective_batch_size % (ga * ranks):
+        p.append(("training.gradient_accumulation_steps",
+                  f"effective_batch_size {t.effective_batch_size} is not divisible by {ga} × {ranks} GPU(s); use 'auto'"))
+    if cfg.distributed.launcher == "single" and ranks > 1:
+        p.append(("distributed.launcher", f"'single' runs one process but {ranks} GPUs are configured; "
+                  "set distributed.launcher: auto (or deepspeed / torchrun)"))
+    if ds.offload_params and ds.zero_stage != 3:
+        p.append(("deepspeed.offload_params", "parameter offload needs zero_stage: 3; set zero_stage: 3 or offload_params: false"))
+    if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
+        p.append(("deepspeed.enabled", "offload needs DeepSpeed; set deepspeed.enabled: true (or auto) or turn offload off"))
+    if cfg.method.type == "qlora" and ds.enabled is True and ds.zero_stage == 3:
+        p.append(("method.type", "QLoRA 4-bit weights cannot be sharded by ZeRO-3; use zero_stage 2 or no DeepSpeed"))
+    if (cfg.data.prompt_template is None) != (cfg.data.response_template is None):
+        which = "response_template" if cfg.data.prompt_template else "prompt_template"
+        p.append((f"data.{which}", "prompt_template and response_template go together; set both, or neither to use text_field"))
+    if cfg.distributed.num_nodes > 1 and not cfg.distributed.hostfile:
+        p.append(("distributed.hostfile", "several machines need a hostfile ('hostname slots=N' per line)"))
+    if cfg.training.eval_every_steps and not (cfg.data.validation_split or cfg.data.validation_path):
+        p.append(("training.eval_every_steps", "evaluation needs data.validation_split > 0 or data.validation_path"))
+    if cfg.data.streaming and not cfg.training.max_steps:
+        p.append(("training.max_steps", "streaming data has no known length; set training.max_steps (or data.streaming: false)"))
+    if cfg.data.streaming and cfg.data.validation_split:
+        p.append(("data.validation_split", "a stream cannot be split; set data.validation_path, or data.streaming: false"))
+    ev = cfg.evaluation
+    if ev.sample_prompts and not ev.sample_every_steps and not cfg.training.eval_every_steps:
+        p.append(("evaluation.sample_prompts", "samples are made at each evaluation or every N steps; set "
+                  "evaluation.sample_every_steps, or training.eval_every_steps with validation data"))
+    if ev.early_stopping_patience and not cfg.training.eval_every_steps:
+        p.append(("evaluation.early_stopping_patience", "early stopping watches the validation loss; set "
+                  "training.eval_every_steps (and data.validation_split or data.validation_path)"))
+    p += _objective_checks(cfg)
+    if cfg.device == "cpu" and cfg.speed.precision == "fp16":
+        p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
+    return p
+
+
+def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Preference objectives read prompt/chosen/rejected (or KTO) records, not templates or packed text."""
+    t, p = cfg.training, []
+    if t.objective == "sft":
+        return p
+    if cfg.data.prompt_template is not None:
+        fields = {"kto": "completion/label", "grpo": f"'{cfg.rewards.answer_field}' (the reference answer)"}.get(
+            t.objective, "chosen/rejected")
+        p.append(("data.prompt_template", f"objective {t.objective} reads 'prompt' and {fields} fields directly; "
+                  "remove the templates"))
+    if t.objective == "kto" and t.micro_batch_size == 1:
+        p.append(("training.micro_batch_size", "KTO estimates its KL term from the other examples of a micro-batch; "
+                  "use 2 or more, or auto"))
+    if t.precompute_ref_log_probs and t.objective == "orpo":
+        p.append(("training.precompute_ref_log_probs", "ORPO has no reference model; set it to false"))
+    if t.objective == "grpo":
+        p += _grpo_checks(cfg)
+    return p
+
+
+BUILTIN_REWARDS = ("exact_answer", "numeric_answer", "format", "json_valid", "length_penalty")
+
+
+def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """GRPO's batch geometry (whole prompt groups) and at least one reward."""
+    t, g, r, p = cfg.training, cfg.grpo, cfg.rewards, []
+    n = g.num_generations
+    if t.effective_batch_size % n:
+        p.append(("training.effective_batch_size", f"{t.effective_batch_size} completions per step is not a whole "
+                  f"number of groups of grpo.num_generations {n}; use a multiple of {n} (e.g. {n * max(1, round(t.effective_batch_size / n))})"))
+    gb = g.generation_batch_size
+    if isinstance(gb, int):
+        per_gpu = t.effective_batch_size // cfg.world_size
+        if gb % n:
+            p.append(("grpo.generation_batch_size", f"{gb} is not a multiple of num_generations {n} (each sampling "
+                      f"pass holds whole groups); use a multiple of {n} or auto"))
+        elif per_gpu % gb:
+            p.append(("grpo.generation_batch_size", f"{gb} does not divide the {per_gpu} completions each GPU trains "
+                      f"on per step; use a divisor of {per_gpu} or auto"))
+        elif isinstance(t.micro_batch_size, int) and gb % t.micro_batch_size:
+            p.append(("grpo.generation_batch_size", f"{gb} is not a multiple of micro_batch_size {t.micro_batch_size}; "
+                      f"use a multiple of it or auto"))
+    if g.max_completion_length >= cfg.data.seq_len:
+        p.append(("grpo.max_completion_length", f"{g.max_completion_length} leaves no room for the prompt in "
+                  f"data.seq_len {cfg.data.seq_len}; raise data.seq_len or lower max_completion_length"))
+    if cfg.evaluation.early_stopping_patience:
+        p.append(("evaluation.early_stopping_patience", "GRPO's validation loss is a policy-gradient term, not a "
+                  "measure of quality (it does not fall as the model improves); early stopping on it would stop at "
+                  "random: remove evaluation.early_stopping_patience"))
+    if not any(getattr(r, k) > 0 for k in BUILTIN_REWARDS) and not r.python:
+        p.append(("rewards", "GRPO needs at least one reward: give a built-in one a weight (e.g. rewards.exact_answer: "
+                  "1.0) or set rewards.python to a file of reward functions"))
+    return p
