@@ -53,8 +53,10 @@ def _go_binary() -> str:
                     "checked with Go's own text/template")
     out = gguf_support.dev_cache_dir() / "go" / "ollama_render"
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([go, "build", "-o", str(out), "main.go"], cwd=GO_RENDER, env=go_env(), check=True,
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")  # xdist workers build at once: rename into place
+    subprocess.run([go, "build", "-o", str(partial), "main.go"], cwd=GO_RENDER, env=go_env(), check=True,
                    capture_output=True, timeout=300)
+    os.replace(partial, out)
     return str(out)
 
 

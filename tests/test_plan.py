@@ -158,14 +158,14 @@ def test_presets():
         load_preset("no_such_preset")
 
 
-def test_plan_is_cheap_and_never_imports_torch():
-    code = ("import sys, time; from trainer import config as C; from trainer.hardware.source import open_probe; "
+def test_plan_never_imports_torch():
+    """What a plan costs is measured by benchmarks/plan_cost.py (a figure of the machine, not a test)."""
+    code = ("import sys; from trainer import config as C; from trainer.hardware.source import open_probe; "
             "from trainer.planning.plan import plan_run; "
             f"hw = open_probe({str(FIX / 'rtx4090_laptop_16gb.jsonl')!r}).snapshot(); "
-            "c = C.validate({'model': {'architecture': 'llama-3.1-8b'}}); t = time.perf_counter(); "
-            "p = plan_run(c, hw); dt = time.perf_counter() - t; "
-            "assert 'torch' not in sys.modules, 'torch imported'; print(dt)")
+            "c = C.validate({'model': {'architecture': 'llama-3.1-8b'}}); p = plan_run(c, hw); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(p.verdict)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).parents[1])
     assert out.returncode == 0, out.stderr
-    assert float(out.stdout.strip()) < 1.0
+    assert out.stdout.strip() != "unknown", "the shipped 8B architecture is planned"
