@@ -347,7 +347,7 @@ def test_a_grpo_run_through_review_saves_the_rewards_as_typed(qtbot, tmp_path):
     qtbot.addWidget(wiz)
     wiz.show()
     try:
-        qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+        qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
         wiz.state.set("data.seq_len", 512)
         wiz.next()
         wiz.next()

@@ -28,7 +28,7 @@ def _wizard_at_review(qtbot, hw, tmp_path, method: str) -> SetupWizard:
     wiz = SetupWizard(hw)
     qtbot.addWidget(wiz)
     wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
     wiz.next(), wiz.next(), wiz.next()  # past the data page, which sets data.path from its own field

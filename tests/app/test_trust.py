@@ -30,7 +30,7 @@ def _wizard(qtbot, hardware: str) -> SetupWizard:
     wiz = SetupWizard(hw)
     qtbot.addWidget(wiz)
     wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     return wiz
 
 
