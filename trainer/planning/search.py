@@ -291,13 +291,18 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     return alt
 
 
+def shorter_lengths(seq_len: int, max_positions: Optional[int]) -> list[int]:
+    """The sequence lengths a "shorter sequences" alternative tries, longest first (tokens): powers of two from
+    256 up, below ``seq_len`` and no longer than the model reads (a length the model refuses is no alternative)."""
+    top = min(seq_len - 1, max_positions or seq_len)
+    return [1 << k for k in range(top.bit_length() - 1, 7, -1)] if top >= 256 else []
+
+
 def _shorter(ctx: Context) -> Optional[dict]:
-    seq = ctx.cfg.data.seq_len // 2
-    while seq >= 256:
+    for seq in shorter_lengths(ctx.cfg.data.seq_len, ctx.spec.max_positions):
         alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
         if alt and alt["fits"]:
             return alt
-        seq //= 2
     return None
 
 
