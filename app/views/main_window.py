@@ -48,6 +48,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.hardware = HardwareMonitor(hardware_file, parent=self)
         self.monitor = Monitor(self)
         self.runs = RunController(self)
+        self.runs.hardware_file = hardware_file
         self.header = HardwareHeader()
         self.run_list = RunList()
         self.run_view = RunView()
