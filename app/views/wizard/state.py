@@ -69,8 +69,12 @@ class WizardState(QtCore.QObject):
         return tc.validate(nested({k: self.values[k] for k in self.explicit}))
 
     def snapshot(self):
-        """The newest hardware snapshot (None until the probe has answered)."""
-        return getattr(self.hardware, "latest", None)
+        """The hardware snapshot to plan for (None until the probe has answered): this machine's newest, or a
+        replayed recording's first moment, as ``trainpilot-cli plan --hardware`` plans it."""
+        if self.hardware is None:
+            return None
+        moment = getattr(self.hardware, "planning_snapshot", None)
+        return moment() if callable(moment) else getattr(self.hardware, "latest", None)
 
     # -- planning -------------------------------------------------------------------------------
     def replan(self) -> None:
