@@ -13,7 +13,7 @@ from trainer import config as tc
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 
 
-def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
+def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home, cuda_torch):
     hw = HardwareMonitor(LAPTOP)
     hw.start()
     wiz = SetupWizard(hw)
