@@ -300,6 +300,29 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
 
 
 @pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connecting is refused, as a machine without a network sees it
+
+
+@pytest.mark.slow  # child processes
+def test_an_unreachable_hub_is_known_after_one_attempt_not_after_retries(tmp_path):
+    """Issue 29 item 7: the Data page waited 40–90 s ("Tokenizing…") for huggingface_hub's retries before a cut
+    error. Nothing sets offline mode here: the hub (HF_ENDPOINT) merely refuses connections."""
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / ".hf-home")}
+    write_jsonl(tmp_path / "train.jsonl", [PAIR])
+    proc = cli(tmp_path, "data", write_config(tmp_path, {"model.source": "someone/not-downloaded-model"}), env=env)
+    assert proc.returncode == 2 and "Retrying" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "someone/not-downloaded-model is not downloaded and the hub cannot be reached" in proc.stderr
+    assert "Download" in proc.stderr and "Traceback" not in proc.stderr
+    cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
+    proc = cli(tmp_path, "data", cfg, env=env, timeout=300)
+    assert proc.returncode == 2 and "offline" in proc.stderr and "Retrying" not in proc.stderr, proc.stderr
+
+
 def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
     cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / ".hf-home")}
