@@ -143,7 +143,7 @@ def test_unknown_model_gives_unknown_verdict_not_crash():
     plan = plan_run(c, hw("desktop_24gb"))
     assert plan.verdict == "unknown" and plan.predicted_peak_bytes is None
     assert exact_batch(plan.resolved) and plan.resolved.speed.gradient_checkpointing is True
-    assert any("no config.json" in n for n in plan.notes)
+    assert any("is not downloaded (its config.json is not on this computer)" in n for n in plan.notes)
 
 
 def test_classify_tiers():

@@ -40,6 +40,8 @@ def contradictions(plan) -> list[str]:
     host_ok = (d["host_ram_needed_bytes"] or 0) <= host_budget(d["host_ram_available_bytes"], d["goal"])[0] \
         or d["device"] == "cpu"
     fits = peak is not None and peak <= budget and host_ok  # in memory (a CPU QLoRA plan fits, cannot run)
+    if peak is not None and sum(d["breakdown"].values()) != peak:  # a CPU plan's runtime was left out once
+        out.append(f"the breakdown ({sum(d['breakdown'].values())}) does not add up to the peak ({peak})")
     for r in d["reasons"]:
         def bad(why: str, r=r) -> None:
             out.append(f"{why}: {r}")

@@ -184,7 +184,7 @@ def plan_details_html(d: dict) -> str:
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
     if d.get("reasons"):
         parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{user_words(r)}</li>" for r in d["reasons"]) + "</ul>")
-    apps = d.get("close_apps") or []
+    apps = d.get("close_apps") or [] if d.get("verdict") != "fits" else []  # nothing to close when it fits
     if apps:
         parts.append("<b>Close these apps to free VRAM</b>:<ul>" + "".join(
             f"<li>{a.get('name')} (pid {a.get('pid')}): {gib(a.get('used_memory_bytes'))}</li>" for a in apps) + "</ul>")
