@@ -109,8 +109,9 @@ def test_8b_full_finetune_on_16gb_laptop_does_not_fit_with_zero2():
     plan = plan_run(c, snap)
     assert plan.verdict == "does_not_fit"
     assert plan.resolved.deepspeed.zero_stage == 2  # explicit: judged, not changed
-    fitting = [a for a in plan.alternatives if a["fits"]]
-    assert fitting and any(a["settings"].get("method.type") == "qlora" for a in fitting)
+    qlora, = [a for a in plan.alternatives if a["settings"].get("method.type") == "qlora"]
+    assert qlora["predicted_peak_bytes"] <= plan.budget_bytes  # its memory fits; it fits here if nothing is missing
+    assert qlora["fits"] == (qlora["needs"] == []) and set(qlora["needs"]) <= {"bitsandbytes"}
     z3 = [a for a in plan.alternatives if a["settings"].get("deepspeed.offload_params")]
     assert z3 and z3[0]["host_ram_needed_bytes"] > snap.host.ram_available_bytes
     assert "host RAM" in z3[0]["description"]
@@ -169,3 +170,24 @@ def test_plan_is_cheap_and_never_imports_torch():
                          cwd=Path(__file__).parents[1])
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.strip()) < 1.0
+
+
+def test_an_alternative_that_fits_can_run_here(monkeypatch):
+    """Issue 29 item 7: QLoRA's alternatives on the CPU (or without bitsandbytes) said 'fits' — a smaller model
+    trained with QLoRA that this machine cannot run at all. Every alternative says what it needs; one that needs
+    something is not 'fits'; a QLoRA plan is offered 16-bit LoRA."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    for machine in ("no_gpu", "rtx4090_laptop_16gb"):
+        for method in ("full", "lora", "qlora"):
+            c = C.validate({"model": {"source": "llama-3.1-8b", "architecture": "llama-3.1-8b", "tokenizer": "demo"},
+                            "method": {"type": method}, "data": {"seq_len": 16384}})
+            plan = plan_run(c, hw(machine))
+            assert plan.alternatives or method != "qlora", (machine, method)
+            for alt in plan.alternatives:
+                assert not (alt["fits"] and alt["needs"]), alt
+                if alt["settings"].get("method.type") == "qlora" or (method == "qlora" and "method.type" not in alt["settings"]):
+                    assert not alt["fits"] and alt["needs"], alt  # no bitsandbytes here, or no GPU
+            if method == "qlora":
+                assert any(a["settings"].get("method.type") == "lora" for a in plan.alternatives)
