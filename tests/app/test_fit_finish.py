@@ -148,3 +148,131 @@ def test_a_gsm8k_file_can_be_trained_as_pairs_and_the_data_page_shows_the_questi
     assert any(not s["trained"] and "What is 0 + 0?" in s["text"] for s in segments)
     assert any(s["trained"] and "#### 0" in s["text"] for s in segments)
     assert not any(s["trained"] and "What is" in s["text"] for s in segments)
+
+
+# -- the main window at 800×600 and the run's tabs ------------------------------------------------------------------
+def _main_window(qtbot, tmp_path, names: dict[str, str], hardware: str = LAPTOP):
+    from app.ops import settings
+    from app.views.main_window import KEEP, MainWindow
+
+    runs = settings.runs_dir()
+    for fixture, name in names.items():
+        shutil.copytree(FIXTURES / "run_dirs" / fixture, runs / name)
+    w = MainWindow(hardware)
+    w.ask_close_choice = lambda _runs: KEEP
+    qtbot.addWidget(w)
+    w.resize(800, 600)
+    w.show()
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == len(names), timeout=20000)
+    return w, runs
+
+
+def _axes(w) -> dict:
+    return {k: tuple(p.viewRange()[0]) for k, p in w.run_view.dashboard.plots.items()}
+
+
+def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path):
+    from app.model import failed_start
+
+    names = {"cpu_demo": "demo-20261125-153012", "laptop_run": "llama-3.2-1b-lora-20261124-091500"}
+    w, runs = _main_window(qtbot, tmp_path, names)
+    failed_start.record(str(runs / "mine-20261125-170000"), None, 2, "trainpilot-cli: data.path: x.jsonl not found\n", None)
+    w.monitor.rescan()
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 3, timeout=20000)
+    rl = w.run_list
+    for i in range(rl.topLevelItemCount()):  # every run's name whole (no "llama-3.2-…124-091500")
+        name = rl.topLevelItem(i).text(0)
+        assert rl.columnWidth(0) >= rl.fontMetrics().horizontalAdvance(name), name
+    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=5000)
+    for label in (w.header.vram, w.header.driver):  # whole or hidden, never cut mid-word
+        assert label.isHidden() or label.fontMetrics().horizontalAdvance(label.text()) <= label.width()
+    w.open_run(str(runs / names["cpu_demo"]))
+    dash = w.run_view.dashboard
+    qtbot.waitUntil(lambda: "finished" in dash.headline.text() and dash.plots["tps"].listDataItems()[0].xData is not None,
+                    timeout=20000)
+    qtbot.wait(300)
+    assert dash.headline.shown_text() == dash.headline.text()  # whole, on two lines
+    tps = dash.data.tokens_per_s
+    left, right = dash.plots["tps"].viewRange()[0]
+    width = tps.x[-1] - tps.x[0]
+    assert right - tps.x[-1] <= 0.05 * width and tps.x[0] - left <= 0.05 * width  # the axis is the data's span
+    demo_axes = _axes(w)
+    w.open_run(str(runs / "mine-20261125-170000"))  # failed before its first step: no data at all
+    qtbot.waitUntil(lambda: dash.data is not None and "mine-2026" in str(dash.data.run_dir), timeout=20000)
+    qtbot.wait(500)
+    axes = _axes(w)
+    assert all(axes[k] != demo_axes[k] for k in axes), (axes, demo_axes)  # nothing of the last run's windows
+    assert axes["loss"] == (0.0, 10.0)
+    w.hardware.stop()
+
+
+def test_the_popup_of_a_killed_run_says_why_not_its_last_loss_lines():
+    from types import SimpleNamespace
+
+    from app.model.failed_start import ended_message
+
+    tail = "step 3/40 loss 2.70\nstep 4/40 loss 2.60\n"
+    killed = SimpleNamespace(error=None, reason="its supervisor (pid 4242) is gone; status.json still says running",
+                             resumable=True, checkpoint_step=4)
+    text = ended_message("demo-1", -9, killed, tail)
+    assert text.startswith("demo-1 was killed (signal 9, SIGKILL): its supervisor (pid 4242) is gone")
+    assert "loss" not in text and "Resume continues from checkpoint 4" in text
+    bad = SimpleNamespace(error=None, reason=None, resumable=False)
+    assert ended_message("r", 2, bad, "loading…\ntrainpilot-cli: data.path: x not found\n") == \
+        "r ended with exit code 2 (bad input): trainpilot-cli: data.path: x not found"
+    oom = SimpleNamespace(error="out of memory at every rung; micro-batch 1 would fit with LoRA", reason=None,
+                          resumable=False)
+    assert "(out of memory after every recovery step): out of memory at every rung" in ended_message("r", 3, oom, tail)
+
+
+def _checkpoint(run, step: int) -> None:
+    folder = run / "checkpoints" / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainpilot_checkpoint.json").write_text("{}")
+
+
+def test_try_it_moves_to_final_when_the_run_finishes_and_keeps_a_pick(qtbot, tmp_path):
+    from app.views.try_it import TryItTab
+    from trainer.rundir.runstate import read_run_state
+
+    run = tmp_path / "run"
+    for step in (4, 8):
+        _checkpoint(run, step)
+    tab = TryItTab()
+    qtbot.addWidget(tab)
+    tab.bind(run)
+    tab.follow(read_run_state(run))
+    assert tab.checkpoint.currentData() == "8"  # the newest while there is no final
+    (run / "final").mkdir()
+    (run / "final" / "config.json").write_text("{}")
+    (run / "status.json").write_text(json.dumps({"state": "finished", "step": 10, "max_steps": 10}))
+    tab.follow(read_run_state(run))
+    assert tab.checkpoint.currentData() == "final"  # the finished run's model, not its last checkpoint
+    tab.checkpoint.setCurrentIndex(tab.checkpoint.findData("4"))
+    # the user picked checkpoint 4: kept while it exists
+    _checkpoint(run, 12)
+    tab.follow(read_run_state(run))
+    assert tab.checkpoint.currentData() == "4"
+
+
+def test_an_empty_samples_tab_says_why(qtbot, tmp_path, fixture_run):
+    from app.model.run_data import RunData
+    from app.model.samples_note import NONE_ASKED, empty_samples_note
+    from app.views.run_view import RunView
+    from trainer.rundir.events import EventWriter
+
+    run = fixture_run("cpu_demo")  # its config asks for no sample prompts
+    view = RunView()
+    qtbot.addWidget(view)
+    data = RunData(run)
+    data.poll()
+    view.bind(data)
+    view.refresh([])
+    assert view.samples.topLevelItemCount() == 0 and view.sample_detail.placeholderText() == NONE_ASKED
+    (run / "config.yaml").write_text("evaluation:\n  sample_prompts: [Hi]\n  sample_every_steps: 5\n")
+    assert empty_samples_note(run, []) == "The answers to evaluation.sample_prompts appear here every 5 steps; none yet."
+    EventWriter(run / "events.jsonl").write("warning", code="samples_off", message="sample prompts are not generated "
+                                            "under ZeRO-3")
+    data.poll()
+    view.refresh([])
+    assert view.sample_detail.placeholderText() == "No sample answers: sample prompts are not generated under ZeRO-3."

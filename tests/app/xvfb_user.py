@@ -84,7 +84,9 @@ def kill_and_compare(app, w, run_dir: str) -> None:
                           "dashboard": w.run_view.dashboard.headline.text().split(" ", 1)[0], "cli": cli_status(run_dir),
                           "recorded": (ev.read_status(run_dir) or {}).get("state"),
                           "resume_enabled": w.act_resume.isEnabled(), "stop_enabled": w.act_stop.isEnabled()}
-    for box in w.findChildren(QtWidgets.QMessageBox):  # "Run ended with exit code -9": read, then closed
+    wait_until(app, lambda: w.findChildren(QtWidgets.QMessageBox), 20, "the popup saying the run ended")
+    for box in w.findChildren(QtWidgets.QMessageBox):  # "… was killed (signal 9, SIGKILL): …": read, then closed
+        seen["kill_popup"] = box.text()
         box.close()
 
 
