@@ -191,3 +191,15 @@ def test_an_alternative_that_fits_can_run_here(monkeypatch):
                     assert not alt["fits"] and alt["needs"], alt  # no bitsandbytes here, or no GPU
             if method == "qlora":
                 assert any(a["settings"].get("method.type") == "lora" for a in plan.alternatives)
+
+
+def test_shorter_sequences_are_lengths_the_model_reads():
+    """Issue 29 item 7: a typed seq_len of 99999999 on the 512-position demo model had Review suggest seq 499999."""
+    from trainer.planning.search import shorter_lengths
+
+    assert shorter_lengths(99_999_999, 512) == [512, 256]
+    assert shorter_lengths(2048, None) == [1024, 512, 256] and shorter_lengths(3000, 131072)[0] == 2048
+    assert shorter_lengths(256, 4096) == []
+    plan = plan_run(C.validate({"data": {"seq_len": 99_999_999}}), hw("no_gpu"))
+    shorter = [a for a in plan.alternatives if "data.seq_len" in a["settings"]]
+    assert all(a["settings"]["data.seq_len"] in (512, 256) for a in shorter)

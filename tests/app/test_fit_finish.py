@@ -276,3 +276,20 @@ def test_an_empty_samples_tab_says_why(qtbot, tmp_path, fixture_run):
     data.poll()
     view.refresh([])
     assert view.sample_detail.placeholderText() == "No sample answers: sample prompts are not generated under ZeRO-3."
+
+
+def test_review_forgets_a_failed_start_once_the_settings_change(qtbot, tmp_path):
+    wiz = _wizard(qtbot)
+    wiz.state.set("data.seq_len", 128)
+    while wiz.currentPage() is not wiz.review:
+        wiz.next()
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    wiz.review.started = wiz.state.config()  # what the failed start was of
+    wiz.review.show_start_failure(2, "trainpilot-cli: data.path: mine.jsonl not found; check the path")
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    assert "The last start failed" in wiz.review.message.text()
+    wiz.back()
+    wiz.state.set("training.learning_rate", 0.001)  # the user changed something: that failure is not news
+    wiz.next()
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    assert "The last start failed" not in wiz.review.message.text() and "Ready" in wiz.review.message.text()
