@@ -131,6 +131,7 @@ def _stand_in_torch(monkeypatch, cuda: str | None) -> None:
     monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0", cuda=cuda, hip=None))
 
 
+@pytest.mark.slow  # a child process
 def test_the_torch_build_is_read_without_importing_torch():
     import importlib.metadata
     import subprocess
@@ -145,6 +146,7 @@ def test_the_torch_build_is_read_without_importing_torch():
     assert gpu == str(build.gpu)
 
 
+@pytest.mark.slow  # a child process
 def test_review_and_start_refuse_a_gpu_plan_with_a_cpu_only_torch(monkeypatch, tmp_path):
     """Issue 29 item 3: device auto, a (replayed) GPU, a CPU-only PyTorch: Review and Start say the same, before
     anything starts, naming the GPU, the recording, the build and the fix; no fit verdict changes for it."""

@@ -31,6 +31,7 @@ def _facts(qtbot, wiz, text: str, wait_for: str) -> str:
     return wiz.model.facts.text()
 
 
+@pytest.mark.slow  # plans and verdicts in the background: 10-30 s
 def test_a_local_model_folder_is_a_folder_and_a_missing_one_says_so_in_the_users_terms(qtbot, tmp_path):
     wiz = _wizard(qtbot)
     wiz.next()
@@ -48,6 +49,7 @@ def test_a_local_model_folder_is_a_folder_and_a_missing_one_says_so_in_the_users
     assert "has no config.json" in _facts(qtbot, wiz, str(bare), "config.json")
 
 
+@pytest.mark.slow  # plans and verdicts in the background: 10-30 s
 def test_the_model_page_rejudges_after_a_change_on_a_later_page(qtbot):
     wiz = _wizard(qtbot, LAPTOP)
     wiz.next()
@@ -171,6 +173,7 @@ def _axes(w) -> dict:
     return {k: tuple(p.viewRange()[0]) for k, p in w.run_view.dashboard.plots.items()}
 
 
+@pytest.mark.slow  # plans and verdicts in the background: 10-30 s
 def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path):
     from app.model import failed_start
 
@@ -278,6 +281,7 @@ def test_an_empty_samples_tab_says_why(qtbot, tmp_path, fixture_run):
     assert view.sample_detail.placeholderText() == "No sample answers: sample prompts are not generated under ZeRO-3."
 
 
+@pytest.mark.slow  # plans and verdicts in the background: 10-30 s
 def test_review_forgets_a_failed_start_once_the_settings_change(qtbot, tmp_path):
     wiz = _wizard(qtbot)
     wiz.state.set("data.seq_len", 128)

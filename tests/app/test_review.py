@@ -93,6 +93,7 @@ def test_a_read_only_runs_folder_is_blocked(qtbot, laptop, tmp_path):
         locked.chmod(0o700)
 
 
+@pytest.mark.slow  # two Review checks: ~20 s
 def test_a_replayed_gpu_with_a_cpu_only_torch_is_blocked_as_start_would(qtbot, tmp_path, monkeypatch):
     """Issue 29 item 3: device auto, the recorded laptop GPU, a CPU-only PyTorch: Review says what Start would
     refuse (not "Ready"), on the device, with the fix; the config can still be exported; device cpu is ready."""

@@ -5,6 +5,7 @@ its text on every show: select 1.000 in a reward's weight, type 0.5, and "0" bec
 refused and a reward got weight 0. Keys go through Qt as real key events (QTest), one at a time."""
 from __future__ import annotations
 
+import pytest
 from conftest import FIXTURES
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtTest import QTest
@@ -58,6 +59,7 @@ def test_a_reward_weight_is_saved_as_typed_when_the_page_re_shows(qtbot):
     assert wiz.state.config().rewards.exact_answer == 1.5
 
 
+@pytest.mark.slow  # every field of every page, key by key: ~15 s
 def test_every_number_field_of_the_wizard_keeps_what_is_typed(qtbot):
     wiz = _wizard(qtbot)
     boxes = wiz.findChildren(QtWidgets.QAbstractSpinBox)
