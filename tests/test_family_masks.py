@@ -172,3 +172,32 @@ def test_data_report_says_what_happens_to_system_messages(tmp_path, monkeypatch)
     assert trained == "4.<end_of_turn>6, of course.<end_of_turn>"
     assert "system:   system text put at the start of the first user turn (the chat template has no system role; " \
            "data.system_message: auto)" in render_text(r)
+
+
+@pytest.mark.slow  # the report tokenizes in a child process (~8 s)
+def test_data_report_says_in_words_what_only_the_render_shows(tmp_path, monkeypatch):
+    """Issue 29 item 7: Gemma's folded system prompt and Qwen3's empty think block were visible only in the rendered
+    text; the report says them in words (the Data page shows the same sentences)."""
+    from trainer.cli.data import render_text
+    from trainer.data.conversations import rendering_notes
+    from trainer.worker.probes.data_report import report
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": [SYSTEM] + TURNS}) + "\n", encoding="utf-8")
+    notes = {}
+    for family in ("qwen3", "gemma-2", "qwen2.5"):
+        cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir(family))},
+                                        "data": {"path": str(path), "seq_len": 256}})
+        r = report(cfg, examples=1)
+        notes[family] = rendering_notes(r)
+        assert r["empty_think_block"] is (family == "qwen3")
+        assert ("thinking: " in render_text(r)) is (family == "qwen3")
+    assert len(notes["qwen3"]) == 1 and "empty reasoning block (<think></think>)" in notes["qwen3"][0]
+    assert len(notes["gemma-2"]) == 1 and "start of the first user turn" in notes["gemma-2"][0]
+    assert notes["qwen2.5"] == []
+    reasoning = tmp_path / "reasoning.jsonl"  # the records' own reasoning: not the template's doing
+    reasoning.write_text(json.dumps({"messages": REASONING}) + "\n", encoding="utf-8")
+    cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir("qwen3"))},
+                                    "data": {"path": str(reasoning), "seq_len": 256}})
+    assert report(cfg, examples=1)["empty_think_block"] is False

@@ -47,6 +47,14 @@ def seq_len_limit(cfg: tc.RunConfig) -> int | None:
         return None
 
 
+def proposed_seq_len(limit: int | None) -> int:
+    """The sequence length the wizard proposes for a model that reads ``limit`` positions (tokens) while the user has
+    not set one: the schema's default, or the model's limit when it reads fewer (a default the model refuses is no
+    default: the 512-position demo model and 2048)."""
+    default = tc.DataConfig.model_fields["seq_len"].default
+    return min(default, limit) if limit else default
+
+
 def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
     """('data.seq_len', why and the fix) when the sequence is longer than the model reads; never changed."""
     why = preflight.seq_len_refusal(cfg.data.seq_len, seq_len_limit(cfg), name="the sequence length")

@@ -12,6 +12,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model import advice
 from app.model import failed_start
+from trainer.rundir.runstate import read_run_state
 from app.ops import settings
 from app.views.export_dialog import ExportDialog
 from app.views.export_model_dialog import ExportModelDialog
@@ -48,6 +49,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.hardware = HardwareMonitor(hardware_file, parent=self)
         self.monitor = Monitor(self)
         self.runs = RunController(self)
+        self.runs.hardware_file = hardware_file
         self.header = HardwareHeader()
         self.run_list = RunList()
         self.run_view = RunView()
@@ -264,11 +266,12 @@ class MainWindow(QtWidgets.QMainWindow):
             self.wizard = wizard
             wizard.show_start_failure(code, stderr_tail)
             return
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
+                                    failed_start.ended_message(Path(run_dir).name, code, read_run_state(run_dir),
+                                                               stderr_tail), parent=self)
         if stderr_tail:
-            box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
-                                        f"{Path(run_dir).name} ended with exit code {code}:\n\n{stderr_tail}",
-                                        parent=self)
-            box.open()
+            box.setDetailedText(stderr_tail)  # the output's last lines, behind "Show Details…" (also the Log tab)
+        box.open()
 
     def _on_refused(self, run_dir: str, why: str) -> None:
         wizard, _ = self._wizard_runs.pop(run_dir, (None, None))

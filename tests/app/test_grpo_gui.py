@@ -192,11 +192,12 @@ def test_data_page_offers_grpo_for_a_gsm8k_file_and_then_the_reward_page(qtbot, 
     assert "gsm8k" in page.stats.text() and "GRPO" in page.stats.text()
     assert not page.objective_row.isHidden()
     choices = [page.objective.itemData(i) for i in range(page.objective.count())]
-    assert choices == [None, "grpo"]  # nothing chosen for the user
+    assert choices == [None, "sft", "grpo"]  # nothing chosen for the user: GSM8K is a question and its answer too
+    assert not page.isComplete()  # Next waits for the choice
     assert page.preview.rowCount() == 3
-    page.objective.setCurrentIndex(1)
-    page.objective.activated.emit(1)
-    assert wizard.state.values["training.objective"] == "grpo"
+    page.objective.setCurrentIndex(2)
+    page.objective.activated.emit(2)
+    assert wizard.state.values["training.objective"] == "grpo" and page.isComplete()
     assert page.nextId() == rewards_id
     page._cancel_report()
 

@@ -13,7 +13,7 @@ from trainer import config as tc
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 
 
-def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
+def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home, cuda_torch):
     hw = HardwareMonitor(LAPTOP)
     hw.start()
     wiz = SetupWizard(hw)
@@ -76,8 +76,9 @@ def test_wizard_end_to_end_on_16gb_laptop(qtbot, trainpilot_home):
 
 
 def test_seq_len_beyond_the_model_is_refused_where_typed_never_changed(qtbot):
-    """The demo model reads 512 positions: a longer seq_len is kept as typed, refused beside the field
-    (Model page, Method page) and at Review; 'Use 512' is the user's explicit fix."""
+    """The demo model reads 512 positions: until the user sets a sequence length the wizard proposes 512 and says
+    so (the first page is not red over a default); a longer seq_len typed is kept as typed, refused beside the
+    field (Model page, Method page) and at Review; 'Use 512' is the user's explicit fix."""
     hw = HardwareMonitor(str(FIXTURES / "hardware" / "no_gpu.jsonl"))
     hw.start()
     wiz = SetupWizard(hw)
@@ -85,15 +86,15 @@ def test_seq_len_beyond_the_model_is_refused_where_typed_never_changed(qtbot):
     wiz.show()
     qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     wiz.next()
-    qtbot.waitUntil(lambda: "longer than this model reads" in wiz.model.facts.text(), timeout=15000)
-    assert wiz.state.values["data.seq_len"] == 2048  # the schema's default, not silently cut
+    qtbot.waitUntil(lambda: "the most this model reads" in wiz.model.facts.text(), timeout=15000)
+    assert wiz.state.values["data.seq_len"] == 512 and wiz.state.config().data.seq_len == 512
+    assert "#b00" not in wiz.model.facts.text() and "Use 512" not in wiz.model.facts.text()
     wiz.next(), wiz.next()
     assert wiz.currentPage() is wiz.plan
     spin = wiz.plan.seq_len
     spin.setFocus()
     spin.selectAll()
     qtbot.keyClicks(spin, "4096")
-    # the error was already showing for 2048 (the default): wait for it to speak of the typed value
     qtbot.waitUntil(lambda: wiz.plan.seq_len_error.isVisible() and "4096" in wiz.plan.seq_len_error.text(),
                     timeout=10000)
     assert spin.value() == 4096 and wiz.state.values["data.seq_len"] == 4096

@@ -9,7 +9,7 @@ from trainer import config as config_mod
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.core.paths import DEMO_CONFIG
-from trainer.hardware.source import open_probe
+from trainer.hardware.source import open_probe, planning_snapshot
 from trainer.rundir.checkpoints import clean_staging, latest_checkpoint
 from trainer.rundir.events import (
     EventWriter,
@@ -63,12 +63,7 @@ def _run_args(p) -> None:
 
 
 def _hardware(path: str | None):
-
-    probe = open_probe(path)
-    try:
-        return probe.snapshot()
-    finally:
-        probe.close()
+    return planning_snapshot(path)
 
 
 def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | None, quiet: bool) -> int:

@@ -89,10 +89,11 @@ class DataConfig(_Section):
     shuffle: bool = Field(True, description="Shuffle the records before packing, and the packed sequences every later "
                           "epoch (seeded by training.seed, so resume is exact).")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
-    record_format: Literal["auto", "text", "template", "alpaca", "prompt_completion", "chat", "sharegpt", "preference",
-                           "kto"] = Field(
+    record_format: Literal["auto", "text", "template", "alpaca", "prompt_completion", "prompt_response", "chat",
+                           "sharegpt", "preference", "kto"] = Field(
         "auto", description="Shape of the records (not the file type): 'auto' detects it from the fields "
-        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, ...). See docs/data.md.",
+        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, prompt/response, question/answer, "
+        "input/output → prompt_response, ...). See docs/data.md.",
         json_schema_extra=DETECTED,
     )
     chat_template: Optional[str] = Field(

@@ -167,3 +167,28 @@ def template_error(exc: Exception, path: str, where: str) -> UserError:
     return UserError(f"data.path: {path} {where}, field 'messages': the chat template refused this conversation "
                      f"({msg}); use roles the template knows (system/user/assistant), fix or drop the record, or "
                      f"set data.chat_template to a template that accepts it", field="data.path", path=path)
+
+
+SYSTEM_ACTIONS = {"none": "no record has a system message", "kept": "system messages kept",
+                  "merged": "system text put at the start of the first user turn", "dropped": "system messages dropped",
+                  "refused": "system messages refused"}
+THINK_WORDS = ("the chat template writes an empty reasoning block (<think></think>) before every answer, and it is "
+               "trained with the answer: the model learns to answer without thinking first")
+
+
+def system_line(s: dict) -> str:
+    """One line on what data.system_message does to this data (a data report's ``system_message``)."""
+    why = "the chat template has a system role" if s["template_has_system_role"] else "the chat template has no system role"
+    return f"{SYSTEM_ACTIONS[s['action']]} ({why}; data.system_message: {s['setting']})"
+
+
+def rendering_notes(report: dict) -> list[str]:
+    """What the chat template does to the records that shows only in the rendered text, in words: a system message
+    folded into the first user turn, dropped or refused (a template without a system role, e.g. Gemma's), and an
+    empty reasoning block written into every answer (Qwen3's). For the data command's report (``--json``)."""
+    out, s = [], report.get("system_message") or {}
+    if s.get("action") in ("merged", "dropped", "refused"):
+        out.append(f"{system_line(s)[:1].upper()}{system_line(s)[1:]}.")
+    if report.get("empty_think_block"):
+        out.append(f"{THINK_WORDS[:1].upper()}{THINK_WORDS[1:]}.")
+    return out

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.core.paths import MODELS_DIR
+from trainer.core.paths import MODELS_DIR, hf_hub_cache
 
 DEMO_MODEL = "demo-tiny-llama"
 
@@ -82,3 +82,9 @@ def tokenizer_source(cfg) -> str | None:
     if m.source == DEMO_MODEL or (m.architecture and m.source == DEMO_MODEL):
         return "demo"
     return m.source
+
+
+def tokenizer_cached(repo_id: str) -> bool:
+    """True when the Hugging Face cache holds tokenizer files of the hub model ``repo_id`` (no network)."""
+    snapshots = hf_hub_cache() / ("models--" + repo_id.strip().replace("/", "--")) / "snapshots"
+    return any(next(snapshots.glob(f"*/{name}"), None) is not None for name in _TOKENIZER_FILES)

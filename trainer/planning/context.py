@@ -8,7 +8,7 @@ from typing import Any, Optional
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.models.spec import ModelSpec, spec_for_run
-from trainer.planning.budget import HOST_RAM_USABLE, budget_for
+from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, Estimate, TrainSetup
 
 SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
@@ -32,6 +32,7 @@ class Context:
     usable: int
     held: int
     host_budget: int
+    budget_terms: tuple = (0, ())  # (the memory the budget is taken from, [(what, bytes) kept out of it])
 
     @classmethod
     def build(cls, cfg, hardware, gpu, device: str, goal: str) -> "Context":
@@ -40,14 +41,15 @@ class Context:
             spec, err = spec_for_run(cfg), ""
         except UserError as exc:
             spec, err = None, str(exc)
-        host = int(hardware.host.ram_available_bytes * HOST_RAM_USABLE)
+        available = hardware.host.ram_available_bytes
+        host, cpu_budget, cpu_terms = host_budget(available, goal)
         if device == "cuda" and gpu is not None:
             budget, usable, held = budget_for(gpu, goal)
+            terms = gpu_budget_terms(gpu, goal)
         else:
-            usable, held = host, 0
-            budget = int(host * (0.85 if goal == "most_headroom" else 1.0))
+            usable, held, budget, terms = host, 0, cpu_budget, (available, cpu_terms)
         return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
-                   held, host)
+                   held, host, terms)
 
 
     @classmethod

@@ -128,7 +128,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
         choice.verdict = "does_not_fit"
         choice.reasons.append("QLoRA, 8-bit AdamW (bitsandbytes) and activation offload (to host RAM from the GPU) "
                               "run only on an NVIDIA GPU")
-    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
+    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, _shown_breakdown(choice.estimate, device),
                 choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
                 close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
@@ -142,6 +142,16 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
     return plan
+
+
+def _shown_breakdown(est, device: str) -> dict:
+    """The components of the plan's peak (bytes), adding up to it: the GPU's; on the CPU the training's components
+    plus what the process holds besides them (the Python/torch runtime, the weights while they load), which is part
+    of the host-RAM need the plan is judged by (a CPU plan's 0.5 GiB was otherwise unexplained)."""
+    if device == "cuda":
+        return est.breakdown
+    extra = {k: v for k, v in est.host_breakdown.items() if k != "training" and v}
+    return {**est.breakdown, **extra}
 
 
 def _phases(est) -> dict:

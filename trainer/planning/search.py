@@ -31,6 +31,7 @@ from trainer.planning.context import (
     need,
     per_rank_batch,
 )
+from trainer.planning import requirements
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
 from trainer.planning.savings import savings, savings_reasons
@@ -235,13 +236,18 @@ def _variant(ctx: Context, changes: dict) -> Optional[Context]:
 
 
 def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:
+    """An alternative: ``fits`` when its memory fits AND this machine can run it (``needs``: what it lacks, the
+    verdict's rule: QLoRA on the CPU or without bitsandbytes is no alternative that fits, for any model)."""
     v = _variant(ctx, changes)
     if v is None or v.spec is None:
         return None
     choice = search(v)
     settings = dict(changes, **choice.settings)
+    machine = config_mod.replace(v.cfg, device=ctx.device)
+    needs = list(dict.fromkeys(r.needs for r in requirements.unmet(machine, ctx.hardware) if not r.every_method))
     return {"description": description, "settings": settings, "predicted_peak_bytes": choice.peak,
-            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits"}
+            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits" and not needs,
+            "needs": needs}
 
 
 AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": "auto",
@@ -269,6 +275,9 @@ def alternatives(ctx: Context) -> list[dict]:
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
         out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
+    if c.method.type == "qlora":  # 16-bit weights: more memory, but no bitsandbytes and no GPU needed
+        out.append(_alt(ctx, {**_auto(ctx), "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) on 16-bit weights "
+                                                                    "instead of QLoRA's 4-bit ones"))
     if c.method.type != "qlora" and ctx.device == "cuda":
         bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
         out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
@@ -291,13 +300,18 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     return alt
 
 
+def shorter_lengths(seq_len: int, max_positions: Optional[int]) -> list[int]:
+    """The sequence lengths a "shorter sequences" alternative tries, longest first (tokens): powers of two from
+    256 up, below ``seq_len`` and no longer than the model reads (a length the model refuses is no alternative)."""
+    top = min(seq_len - 1, max_positions or seq_len)
+    return [1 << k for k in range(top.bit_length() - 1, 7, -1)] if top >= 256 else []
+
+
 def _shorter(ctx: Context) -> Optional[dict]:
-    seq = ctx.cfg.data.seq_len // 2
-    while seq >= 256:
+    for seq in shorter_lengths(ctx.cfg.data.seq_len, ctx.spec.max_positions):
         alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
         if alt and alt["fits"]:
             return alt
-        seq //= 2
     return None
 
 

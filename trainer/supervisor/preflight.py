@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from trainer.data.readers import read_records
 from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
-from trainer.core import entrypoints
+from trainer.core import entrypoints, network
 from trainer.planning import requirements
 from trainer.planning.plan import plan_run
 from trainer.supervisor import create
@@ -193,13 +194,38 @@ def _data_any_format(cfg, hardware):
     return None if cfg.data.hub_dataset else scan(cfg.data.path, cfg.data)
 
 
-def _config_child(module: str, cfg, timeout_s: int, *args: str) -> subprocess.CompletedProcess:
+def _config_child(module: str, cfg, timeout_s: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the probe ``python -m module CONFIG *args`` on ``cfg`` written to a temporary config.yaml."""
     with tempfile.TemporaryDirectory(prefix="trainpilot-check-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(dump_yaml(cfg), encoding="utf-8")
         return subprocess.run(entrypoints.python_m(module, str(path), *args), capture_output=True, text=True,
-                              timeout=timeout_s)
+                              timeout=timeout_s, env=env)
+
+
+def uses_hub(cfg) -> bool:
+    """True when looking at ``cfg``'s data needs the hub: a hub dataset, or a tokenizer named by a hub id."""
+    tok = sources.tokenizer_source(cfg)
+    hub_data = bool(cfg.data.hub_dataset) and not sources.is_local(cfg.data.hub_dataset)
+    return hub_data or (tok not in (None, "demo", "corpus") and not sources.is_local(tok))
+
+
+def offline_unless_reachable(cfg, env: dict | None = None) -> str | None:
+    """For a look at ``cfg``'s data (the ``data`` command, the hub-dataset check): when it needs the hub and the hub
+    cannot be reached, HF_HUB_OFFLINE=1 in ``env`` (default: this process) so the cache answers at once instead of
+    after ~25-70 s of retries. Returns why the hub cannot be reached, or None."""
+    return network.offline_unless_reachable(env) if uses_hub(cfg) else None
+
+
+def check_tokenizer_offline(cfg, offline: str | None) -> None:
+    """UserError at once when the hub cannot be reached (``offline``: why) and the tokenizer is a hub model's that
+    is not downloaded (otherwise the tokenizer load finds out after importing torch)."""
+    tok = sources.tokenizer_source(cfg)
+    if offline and tok not in (None, "demo", "corpus") and not sources.is_local(tok) and not sources.tokenizer_cached(tok):
+        key = "model.tokenizer" if cfg.model.tokenizer else "model.source"
+        raise UserError(f"{key}: {tok} is not downloaded and the hub cannot be reached ({offline}); download it when "
+                        f"online (the model picker's Download…), or set {key} to a downloaded model or a folder",
+                        field=key)
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:
@@ -211,7 +237,9 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 def check_hub_dataset(cfg, trainable: bool = False) -> None:
     """UserError when the hub dataset cannot be opened here (e.g. not cached while offline). Runs
     ``python -m trainer.worker.probes.hubcheck`` as a child: only the worker room may import ``datasets``."""
-    proc = _config_child(entrypoints.HUBCHECK, cfg, HUBCHECK_TIMEOUT_S, *(["--trainable"] if trainable else []))
+    env = dict(os.environ)
+    offline_unless_reachable(cfg, env)
+    proc = _config_child(entrypoints.HUBCHECK, cfg, HUBCHECK_TIMEOUT_S, *(["--trainable"] if trainable else []), env=env)
     if proc.returncode == 2:
         message = _last_line(proc) or "data.hub_dataset: cannot be opened"
         field, _, rest = message.partition(": ")

@@ -9,6 +9,7 @@ are rendered here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from trainer.data import formats
@@ -54,8 +55,21 @@ def report(cfg, examples: int = 3) -> dict:
         "chat_template": None if template is None else ("config" if cfg.data.chat_template else
                                                         "tokenizer" if had_template else "default"),
         "system_message": _system_message(tokenizer, src, cfg.data),
+        "empty_think_block": _empty_think_block(src, head, shown),
         "examples": shown,
     }
+
+
+EMPTY_THINK = re.compile(r"<think>\s*</think>")
+
+
+def _empty_think_block(src, head: list[dict], shown: list[dict]) -> bool | None:
+    """True when the chat template writes an empty reasoning block (``<think></think>``, Qwen3's templates) into the
+    trained answers the records do not have themselves; None for formats without a chat template."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return None
+    own = any("<think>" in json.dumps(rec, ensure_ascii=False) for rec in head)
+    return not own and any(s["trained"] and EMPTY_THINK.search(s["text"]) for ex in shown for s in ex["segments"])
 
 
 def _system_message(tokenizer, src, d) -> dict | None:
@@ -113,8 +127,9 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
     if fmt in formats.CONVERSATION_FORMATS:
         examples = enc.render(rec, index)
         parts, n = [p for text, spans in examples for p in segments(text, spans)], len(examples)
-    elif fmt == "template":
-        prompt, answer = d.prompt_template.format(**rec), d.response_template.format(**rec) + (tokenizer.eos_token or "")
+    elif fmt in ("template", "prompt_completion"):  # prompt_completion: the fields are the templates' halves
+        prompt_t, answer_t = (d.prompt_template, d.response_template) if fmt == "template" else ("{prompt}", "{completion}")
+        prompt, answer = prompt_t.format(**rec), answer_t.format(**rec) + (tokenizer.eos_token or "")
         parts = [{"text": prompt, "trained": d.train_on_prompt}, {"text": answer, "trained": True}]
     else:
         value = rec.get(d.text_field)
