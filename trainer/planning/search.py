@@ -35,7 +35,7 @@ from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
 from trainer.planning.savings import savings, savings_reasons
-from trainer.planning.speed import step_seconds
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
 
 
 def ckpt_options(ctx: Context) -> list[bool]:
@@ -168,7 +168,7 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
              f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe at "
              f"≈{ctx.gpu.pcie_bytes_per_second / 1e9:.0f} GB/s, compute {t_o['compute'] * (per // mb_o):.2f} s); "
              "estimates from the card's published peak and its PCIe link")
-    if step_o < step_c:
+    if step_o < (1.0 - OFFLOAD_MIN_GAIN) * step_c:
         return (ds, True, opt), False, {False: other}, [f"activation offload rather than gradient checkpointing: {words}"]
     return level, True, found, [f"gradient checkpointing rather than activation offload: {words}"]
 

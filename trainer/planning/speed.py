@@ -15,6 +15,9 @@ from typing import Optional
 
 MFU = 0.45  # share of the dense tensor peak a step reaches (46% measured: H100, Llama-3.2-1B, micro-batch 8)
 PCIE_EFFICIENCY = 0.85  # pinned host <-> GPU copies reach this share of the link's signalling rate (fitted, see above)
+# Offload replaces checkpointing only when estimated this much faster: the estimates are rough, and checkpointing needs
+# no pinned host RAM and no second stream's timing to hold.
+OFFLOAD_MIN_GAIN = 0.10
 
 # Dense 16-bit tensor peaks with fp32 accumulation (FLOP/s), from NVIDIA's data sheets and architecture whitepapers
 # (GeForce cards accumulate in fp32 at half their fp16-accumulate rate). The RTX 4090 Laptop GPU has no published
