@@ -228,8 +228,13 @@ def measure_data_lengths(cfg) -> None:
     unpacked supervised training; GRPO's prompts are measured by its own check) and ``token_stats`` has no entry:
     one ``python -m trainer.worker.probes.data_stats`` child, the measurement ``trainpilot-cli data`` makes. A bad
     record is reported as the data command reports it (UserError); a child that fails otherwise, or runs out of
-    time, leaves the plan at data.seq_len, and its reasons say so."""
+    time, leaves the plan at data.seq_len, and its reasons say so. Skipped when the plan chooses nothing (micro-batch,
+    accumulation, checkpointing, activation offload and DeepSpeed all set): it would only judge."""
     if not token_stats.follows_data(cfg) or cfg.training.objective == "grpo" or token_stats.load(cfg) is not None:
+        return
+    t, sp = cfg.training, cfg.speed
+    if "auto" not in (t.micro_batch_size, t.gradient_accumulation_steps, sp.gradient_checkpointing,
+                      sp.activation_offload, cfg.deepspeed.enabled):
         return
     if is_encoder_decoder(cfg.model.architecture or cfg.model.source):
         return  # an encoder-decoder is planned at data.seq_len
