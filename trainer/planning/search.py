@@ -158,7 +158,7 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
     t_c, t_o = (_step_time(ctx, mb, ck, ds, off, opt, est) for mb, ck, off, est in
                 ((mb_c, True, False, est_c), (mb_o, False, True, est_o)))
     if t_c is None or t_o is None:
-        return level, True, found, [f"gradient checkpointing rather than activation offload (which also fits, at "
+        return level, True, found, [f"gradient checkpointing on rather than activation offload (which also fits, at "
                                     f"micro-batch {mb_o}): the time of offload's PCIe copies cannot be estimated for "
                                     f"this GPU (its PCIe link or its compute peak is not known), so the planner keeps "
                                     f"the one that needs no host RAM"]
@@ -169,8 +169,8 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
              f"≈{ctx.gpu.pcie_bytes_per_second / 1e9:.0f} GB/s, compute {t_o['compute'] * (per // mb_o):.2f} s); "
              "estimates from the card's published peak and its PCIe link")
     if step_o < (1.0 - OFFLOAD_MIN_GAIN) * step_c:
-        return (ds, True, opt), False, {False: other}, [f"activation offload rather than gradient checkpointing: {words}"]
-    return level, True, found, [f"gradient checkpointing rather than activation offload: {words}"]
+        return (ds, True, opt), False, {False: other}, [f"gradient checkpointing off, activation offload instead: {words}"]
+    return level, True, found, [f"gradient checkpointing on rather than activation offload: {words}"]
 
 
 def _step_time(ctx: Context, mb: int, ckpt: bool, ds: DsOption, off: bool, opt: str, est: Estimate) -> Optional[dict]:
@@ -206,8 +206,10 @@ def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, foun
     judged = _with_generation(ctx, gen)  # the reasons' what-ifs keep this generation batch
     saved = savings(judged, mb, ckpt, level, est)
     why = reasons(judged, mb, ckpt, ds, est, verdict, found, off, opt)
-    if tradeoff:
-        why[2:2] = tradeoff  # after the budget and the model, before the batch and the checkpointing sentences
+    if tradeoff:  # after the budget and the model, before the batch and the checkpointing sentences
+        why[2:2] = tradeoff
+        if off:  # checkpointing is off because offload is estimated faster, not because it is "not needed"
+            why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
     why[at:at] = savings_reasons(judged, saved) + margin_notes(est.breakdown)
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
