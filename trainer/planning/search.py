@@ -132,7 +132,7 @@ def search(ctx: Context) -> Choice:
         ckpt = _pick_ckpt(ctx, found)
         mb, est, gen = found[ckpt]
         level, why = (ds, off, opt), []
-        if ckpt and not off and True in offload_options(ctx):
+        if ckpt and not off and True in offload_options(ctx) and False in ckpt_options(ctx):  # both are the planner's
             level, ckpt, found, why = _recompute_or_offload(ctx, level, found)
             mb, est, gen = found[ckpt]
         return _choice(ctx, mb, ckpt, level, est, found, gen, why)
