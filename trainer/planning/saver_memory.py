@@ -23,6 +23,8 @@ margin, named ``*_MARGIN`` here and said in the plan's reasons (``margin_notes``
   storage it already holds from a recent save: that one stays on the GPU until backward (``storage_to_tensor_id``),
   so a storage saved twice is never freed there. In HF's layers that is RMSNorm's fp32 copy of its input (saved by
   ``pow`` and by the multiply) and, when the Linears train, the normed input every projection of a block saves.
+  (TRL keys a storage by its data pointer plus a view's element offset, so a view with an offset can collide with
+  another live tensor and stay too: seen on the CPU with Phi's partial rotary; part of the unmeasured margin.)
 - **CUDA runtime** (``runtime_bytes``): what the device shows beyond torch's reserve once the run's kernels are
   loaded: the CUDA context and the kernel modules and library workspaces loaded at first use.
 """
