@@ -70,6 +70,7 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
     """Plan, check, create the run directory, supervise. Returns the exit code."""
     hardware = _hardware(hardware_file)
     preflight.check(cfg, hardware)  # every input, before the planner reads any of it
+    preflight.measure_data_lengths(cfg)  # DPO/KTO/ORPO/unpacked: the plan follows the data's longest sample
     resolved, plan = rundir.resolve(cfg, hardware)
     preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
     target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)

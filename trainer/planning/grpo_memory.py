@@ -42,7 +42,9 @@ def generation_batch(s) -> int:
 
 
 def prompt_tokens(s) -> int:
-    """The longest prompt: data.seq_len minus room for the longest completion (TRL pads prompts to the longest)."""
+    """The longest prompt: the planned sequence length (data.seq_len, or the data's longest prompt + the longest
+    completion: ``token_stats.planned_length``) minus room for the longest completion (TRL pads prompts to the
+    longest)."""
     return max(1, s.seq_len - s.max_completion_length)
 
 

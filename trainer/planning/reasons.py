@@ -25,6 +25,7 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
+    out.append(ctx.length.words)  # the sequence length planned for: data.seq_len or the data's longest sample
     out += _grpo(ctx, mb, ckpt, ds, est, offload, optimizer)
     out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer, verdict, est))
     out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer, est))
@@ -91,12 +92,12 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
         return []
     g, per, gen = c.grpo, per_rank_batch(c), c.grpo.generation_batch_size
     sampling, update = est.phase_breakdown["sampling"], est.phase_breakdown["update"]
-    prompt = c.data.seq_len - g.max_completion_length
+    prompt = ctx.seq - g.max_completion_length  # the longest prompt planned for
     out = [f"GRPO: {g.num_generations} completions per prompt, {per} per optimizer step per GPU; {gen} are sampled at "
            f"once ({gen // g.num_generations} prompts, {per // gen} sampling pass(es) per step, every {gen // mb} "
            f"micro-batch(es)) and trained on in micro-batches of {mb}",
            f"sampling peaks at {gib(est.phases['sampling'])}, {_sampling_words(ctx, mb, ckpt, ds, sampling, prompt)}; "
-           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
+           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {ctx.seq} tokens; TRL's "
            f"fused head scores the completion tokens without full logits)"]
     if g.beta <= 0:
         out.append("reference model: none (grpo.beta is 0: no KL term)")
@@ -121,11 +122,11 @@ def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: d
     if "reference_forward" in sampling:
         return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
     if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
-        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), c.data.seq_len))
+        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), ctx.seq))
         return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
                 f"{c.grpo.max_completion_length}-token completions are in), the prompts' forward "
                 f"{gib(sampling.get('generation_forward', 0))}")
-    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {c.data.seq_len} tokens), a decoding step "
+    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {ctx.seq} tokens), a decoding step "
             f"{gib(sampling.get('generation_forward', 0))}")
 
 
@@ -169,7 +170,7 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict,
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
         return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
-                f"({found[False][0] * ctx.cfg.data.seq_len} tokens), with it {mb}; the bigger batch uses the GPU better")
+                f"({found[False][0] * ctx.seq} tokens), with it {mb}; the bigger batch uses the GPU better")
     e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds, offload, optimizer))
     if est is None or need(ctx, e) <= need(ctx, est):
         return ""  # it does not lower the peak: the savings' sentence says why it is on and what it costs

@@ -18,6 +18,7 @@ from pathlib import Path
 from trainer.config import ConfigError, dump_yaml
 from trainer.config.resolved import as_resolved
 from trainer.core.errors import UserError
+from trainer.data import token_stats
 from trainer.data.formats import check_trainable, detect_format, seq2seq_problem
 from trainer.data.preference import read_preference_records
 from trainer.data.prompts import read_prompt_records
@@ -32,6 +33,7 @@ from trainer.supervisor import create
 
 GRPOCHECK_TIMEOUT_S = 600  # imports the user's reward file and a tokenizer, renders every prompt (seconds)
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
+DATA_STATS_TIMEOUT_S = 1800  # tokenises every record with the run's tokenizer (seconds)
 
 
 def check(cfg, hardware=None) -> None:
@@ -247,6 +249,31 @@ def check_hub_dataset(cfg, trainable: bool = False) -> None:
     if proc.returncode != 0:
         raise UserError(f"data.hub_dataset: checking '{cfg.data.hub_dataset}' failed "
                         f"({_last_line(proc) or 'no message'}); check the id and your network", field="data.hub_dataset")
+
+
+def measure_data_lengths(cfg) -> None:
+    """Before a run is planned, measure its data's token lengths when its memory follows them (DPO, KTO, ORPO,
+    unpacked supervised training; GRPO's prompts are measured by its own check) and ``token_stats`` has no entry:
+    one ``python -m trainer.worker.probes.data_stats`` child, the measurement ``trainpilot-cli data`` makes. A bad
+    record is reported as the data command reports it (UserError); a child that fails otherwise, or runs out of
+    time, leaves the plan at data.seq_len, and its reasons say so. Skipped when the plan chooses nothing (micro-batch,
+    accumulation, checkpointing, activation offload and DeepSpeed all set): it would only judge."""
+    if not token_stats.follows_data(cfg) or cfg.training.objective == "grpo" or token_stats.load(cfg) is not None:
+        return
+    t, sp = cfg.training, cfg.speed
+    if "auto" not in (t.micro_batch_size, t.gradient_accumulation_steps, sp.gradient_checkpointing,
+                      sp.activation_offload, cfg.deepspeed.enabled):
+        return
+    if is_encoder_decoder(cfg.model.architecture or cfg.model.source):
+        return  # an encoder-decoder is planned at data.seq_len
+    try:
+        proc = _config_child(entrypoints.DATA_STATS, cfg, DATA_STATS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return
+    if proc.returncode == 2:
+        message = _last_line(proc) or "data.path: the token lengths could not be measured"
+        field, _, rest = message.partition(": ")
+        raise UserError(message, field=field if rest and " " not in field else "data.path")
 
 
 def _grpo_records(cfg, hardware) -> None:

@@ -14,6 +14,7 @@ from trainer.core.errors import UserError
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
+from trainer.worker.loading import kbit
 
 
 def load_tokenizer(cfg):
@@ -69,13 +70,17 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
         # from host memory, so its models are still built there.
         where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
-        with torch.device(where):
-            model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
-                                             common)
+        if cfg.method.type == "qlora":  # 4-bit from the start: the 16-bit model would not fit where QLoRA is needed
+            model = _with_attention_fallback(
+                lambda kw: kbit.random_4bit_model(auto, conf, dtype, where, kw, precision), common)
+        else:
+            with torch.device(where):
+                model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
+                                                 common)
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
-            kwargs["quantization_config"] = _bnb_config(precision)
+            kwargs["quantization_config"] = kbit.quantization_config(precision)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
             model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
@@ -103,24 +108,16 @@ def _with_attention_fallback(build, common: dict):
         return build(dict(common, attn_implementation="eager"))
 
 
-def _bnb_config(precision: str):
-    import torch
-    from transformers import BitsAndBytesConfig
-
-    compute = torch.bfloat16 if precision == "bf16" else torch.float16
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute)
-
-
 def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
     """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks); for QLoRA the
-    4-bit model is prepared for k-bit training first (in place)."""
-    from peft import LoraConfig, prepare_model_for_kbit_training
+    4-bit model is prepared for training first, in place (``kbit.prepare_kbit_model``: embedding, head and
+    norms stay 16-bit, unlike peft's ``prepare_model_for_kbit_training``)."""
+    from peft import LoraConfig
 
     method = cfg.method
     _check_target_modules(method.target_modules, model)
     if method.type == "qlora":
-        prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
+        kbit.prepare_kbit_model(model, checkpointing=cfg.speed.gradient_checkpointing is True)
     return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
                       target_modules=method.target_modules, task_type=task_type)
 

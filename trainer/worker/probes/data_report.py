@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from trainer.data import formats
+from trainer.data import formats, token_stats
 from trainer.data.conversations import segments, system_action, template_takes_system
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
@@ -38,14 +38,17 @@ def report(cfg, examples: int = 3) -> dict:
     if src.record_format in formats.PAIR_FORMATS:
         raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data)
         head = rows_of(raw[: max(examples, 0)]) if examples else []
-        lengths, trained, shown = _pair_stats(tokenizer, raw, src.record_format), None, _pair_examples(tokenizer, head, src)
+        (lengths, parts), trained = _pair_stats(tokenizer, raw, src.record_format), None
+        shown = _pair_examples(tokenizer, head, src)
     else:
         reader = producer.record_reader(cfg, "train")[1] if raw is None else producer.ArrowRows(raw)
         head = rows_of(reader.batch(range(min(max(examples, 0), len(reader))))) if examples else []
         rendering.check_roles(tokenizer, src, cfg.data)
-        lengths, trained = _lengths(cfg, tokenizer, src)
+        (lengths, trained), parts = _lengths(cfg, tokenizer, src), {}
         enc = Encoder(cfg, tokenizer, src.record_format, src.where)
         shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
+    if len(lengths):  # the planner's plan follows the data from now on (trainer.data.token_stats)
+        token_stats.store(cfg, {"longest": int(lengths.max()), "records": int(len(lengths)), **parts})
     return {
         "format": src.record_format, "format_description": formats.describe(src.record_format),
         "source": src.where, "records": src.records if src.records is not None else len(lengths),
@@ -154,17 +157,22 @@ def _normalised(rec: dict, fmt: str) -> dict:
 
 
 def _pair_stats(tokenizer, raw, fmt: str):
-    """Tokens of prompt + the longer answer (chosen/rejected) or prompt + completion, every record."""
+    """Tokens of prompt + the longer answer (chosen/rejected) or prompt + completion, every record; and the longest
+    prompt and the longest answer alone (``longest_prompt``, ``longest_completion``: KTO's KL pairs mix them)."""
     import numpy as np
 
-    out = []
+    out, prompt_max, answer_max = [], 0, 0
     for batch in raw.iter(batch_size=1000):
         for rec in rows_of(batch):
             r = _normalised(rec, fmt)
             answers = [r["chosen"], r["rejected"]] if fmt == "preference" else [r["completion"]]
-            texts = [_pair_text(tokenizer, r["prompt"], True) + _pair_text(tokenizer, a, False) for a in answers]
-            out.append(max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]))
-    return np.array(out, dtype=np.int64)
+            prompt = _pair_text(tokenizer, r["prompt"], True)
+            texts = [_pair_text(tokenizer, a, False) for a in answers]
+            ids = tokenizer([prompt + t for t in texts] + [prompt] + texts, add_special_tokens=False)["input_ids"]
+            out.append(max(len(x) for x in ids[: len(texts)]))
+            prompt_max = max(prompt_max, len(ids[len(texts)]))
+            answer_max = max([answer_max] + [len(x) for x in ids[len(texts) + 1:]])
+    return np.array(out, dtype=np.int64), {"longest_prompt": prompt_max, "longest_completion": answer_max}
 
 
 def _pair_examples(tokenizer, head: list[dict], src) -> list[dict]:
