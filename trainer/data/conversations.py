@@ -24,6 +24,7 @@ here, through a ``Chat``: the chat template's render, the tokenizer's encode and
 """
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
@@ -52,6 +53,7 @@ SYSTEM_MODES = ("auto", "merge", "drop", "error")
 MERGE_SEP = "\n\n"  # a system text merged into a user turn: system, blank line, user text
 PROBE = "TRAINPILOT_CONTENT_PROBE_7F3A"  # stands in for a turn's content to find where the template puts it
 SYSTEM_PROBE = "TRAINPILOT_SYSTEM_PROBE_51C2"
+STRFTIME = re.compile(r"strftime_now\(\s*(['\"])(.*?)\1\s*\)")  # a template printing today's date, and its format
 REASONING = re.compile(r"^\s*<think>.*?</think>\s*", re.S)  # a thinking model's reasoning block (Qwen3, DeepSeek-R1)
 
 Render = Callable[[list, bool], str]  # (messages, add_generation_prompt) -> text
@@ -270,6 +272,48 @@ def with_system_message(messages: list[dict], action: str) -> list[dict]:
         if m.get("role") == "user" and isinstance(m.get("content"), str):
             return rest[:i] + [{**m, "content": f"{system}{MERGE_SEP}{m['content']}"}] + rest[i + 1:]
     return [{"role": "user", "content": system}] + rest
+
+
+def prints_date(template: str | None) -> bool:
+    """Whether a chat template prints today's date (``strftime_now``: Llama 3.x, Granite 3.x)."""
+    return isinstance(template, str) and "strftime_now" in template
+
+
+def pin_date(tok, date: str | None) -> None:
+    """Make ``tok.apply_chat_template`` render ``strftime_now`` as ``date`` (YYYY-MM-DD, ``data.chat_date``): training,
+    TRL's trainers, chat and export then print the run's date, not the day they happen to run."""
+    if not date or getattr(tok, "_trainpilot_date", None) == date:
+        return
+    when = datetime.date.fromisoformat(date)
+    apply = getattr(tok, "_trainpilot_apply", None) or tok.apply_chat_template
+
+    def apply_chat_template(*args, **kwargs):
+        kwargs.setdefault("strftime_now", when.strftime)
+        return apply(*args, **kwargs)
+
+    tok._trainpilot_apply, tok._trainpilot_date, tok.apply_chat_template = apply, date, apply_chat_template
+
+
+def pinned_template(template: str, date: str) -> str:
+    """``template`` with ``strftime_now`` defined in it as a macro that prints ``date`` in each format the template asks
+    for: an exported model (llama.cpp, transformers) prompts with the date training used. Unchanged when it prints none."""
+    formats = list(dict.fromkeys(m.group(2) for m in STRFTIME.finditer(template or "")))
+    if not formats:
+        return template
+    when = datetime.date.fromisoformat(date)
+    cases = "".join(f"{{%- {'if' if i == 0 else 'elif'} format == {_jinja_str(f)} -%}}{_jinja_lit(when.strftime(f))}"
+                    for i, f in enumerate(formats))
+    return (f"{{#- TrainPilot: this model was trained with the date {date} (data.chat_date); the template prints it "
+            f"instead of today's -#}}\n{{%- macro strftime_now(format) -%}}{cases}{{%- else -%}}{_jinja_lit(date)}"
+            f"{{%- endif -%}}{{%- endmacro -%}}\n" + template)
+
+
+def _jinja_str(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _jinja_lit(text: str) -> str:
+    return "{{ " + _jinja_str(text) + " }}"
 
 
 def shared_system_prompt(conversations: Iterable[list[dict]]) -> str | None:

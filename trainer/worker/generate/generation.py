@@ -73,6 +73,7 @@ def load_tokenizer(cfg, source: Path | None):
         tok = AutoTokenizer.from_pretrained(str(source))
         # a folder saved before TrainPilot kept tokenizer.model (a fast tokenizer's save drops it): the source's
         modeling.keep_sentencepiece_model(tok, modeling.sentencepiece_model(tok) or modeling.source_sentencepiece_model(cfg))
+        conversations.pin_date(tok, cfg.data.chat_date)
     else:
         tok = modeling.load_tokenizer(cfg)
     if tok.pad_token is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from trainer.config.resolved import resolve_dtype
 from trainer.core import secrets
 from trainer.core.errors import UserError
+from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
@@ -38,6 +39,7 @@ def load_tokenizer(cfg):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     keep_sentencepiece_model(tok)
+    conversations.pin_date(tok, cfg.data.chat_date)  # a template printing today's date prints the run's
     return tok
 
 
