@@ -281,14 +281,16 @@ def prints_date(template: str | None) -> bool:
 
 def pin_date(tok, date: str | None) -> None:
     """Make ``tok.apply_chat_template`` render ``strftime_now`` as ``date`` (YYYY-MM-DD, ``data.chat_date``): training,
-    TRL's trainers, chat and export then print the run's date, not the day they happen to run."""
+    TRL's trainers, chat and export then print the run's date, not the day they happen to run. (transformers turns
+    callables passed to a template into text, so the template itself is given the date: ``pinned_template``.)"""
     if not date or getattr(tok, "_trainpilot_date", None) == date:
         return
-    when = datetime.date.fromisoformat(date)
     apply = getattr(tok, "_trainpilot_apply", None) or tok.apply_chat_template
 
     def apply_chat_template(*args, **kwargs):
-        kwargs.setdefault("strftime_now", when.strftime)
+        template = kwargs.get("chat_template") or getattr(tok, "chat_template", None)
+        if isinstance(template, str) and prints_date(template):
+            kwargs["chat_template"] = pinned_template(template, date)
         return apply(*args, **kwargs)
 
     tok._trainpilot_apply, tok._trainpilot_date, tok.apply_chat_template = apply, date, apply_chat_template

@@ -75,6 +75,16 @@ def _split(text: str, marks: list[str]) -> list[str] | None:
     return pieces + [rest]
 
 
+def _whole_markers(prefix: str) -> str:
+    """``prefix`` without a marker it ends inside: the text a user turn and the generation prompt share ends at
+    ``<|CHATBOT_TOKEN|>``, not at ``<|START_`` (Command R7B's answer opens ``<|START_RESPONSE|>``, its generation
+    prompt ``<|START_THINKING|>``), so every piece of the TEMPLATE holds whole special tokens."""
+    for opening, closing in (("<", ">"), ("[", "]")):
+        if prefix.rfind(opening) > prefix.rfind(closing):
+            prefix = prefix[:prefix.rfind(opening)]
+    return prefix
+
+
 def _common_suffix(*texts: str) -> str:
     n = 0
     while all(len(t) > n for t in texts) and len({t[len(t) - n - 1] for t in texts}) == 1:
@@ -153,7 +163,7 @@ def infer_shape(render: Render, bos: str | None = None) -> Shape | None:
     if plain is None:
         return None
     x0, x1, x2, x3 = plain
-    user_suffix = os.path.commonprefix([x1, x3])
+    user_suffix = _whole_markers(os.path.commonprefix([x1, x3]))
     found = _user_prefix(rend, plain)
     if found is None:
         return None
