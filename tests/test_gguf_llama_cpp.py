@@ -23,7 +23,7 @@ import os
 import shutil
 
 import pytest
-from helpers_gguf import (FAMILY_TEMPLATES, TEXTS, go_render, llama_cpp_report, llama_model,
+from helpers_gguf import (FAMILY_TEMPLATES, TEXTS, go_render, llama_cpp_report, llama_model, require_llama_cpp,
                           stops_at_end_of_turn)
 
 pytestmark = pytest.mark.slow
@@ -67,8 +67,8 @@ def _ollama_equal(tok, out) -> int | None:
 
     from trainer.worker.export import ollama, ollama_template
 
-    if shutil.which("go") is None:
-        return None
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        return None  # without Go the TEMPLATE is checked by the product's own renderer (test_gotemplate.py); CI has Go
     shape = ollama.check(tok)
     bos = tok.bos_token if ollama.adds_bos(tok) else None
     body = (out / "Modelfile").read_text(encoding="utf-8").split('TEMPLATE """', 1)[1].split('"""', 1)[0]
@@ -85,7 +85,7 @@ def test_family_export_runs_in_llama_cpp_as_in_transformers(family, tmp_path):
 
     from trainer.worker.export import model_export
 
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (CI builds it: .ci/run)")
+    require_llama_cpp()
     folder = real_models.family_dir(family)
     out = tmp_path / "export"
     tok, files = _export(family, folder, out)
