@@ -32,20 +32,8 @@ from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
 
 
-def merged_model(cfg, source: Path):
-    """The model of ``source`` as one full model in fp32 on the CPU (an adapter merged into its base)."""
-    model = chat.load_model(cfg, source, use_cuda=False)
-    if (source / "adapter_config.json").is_file():
-        model = model.merge_and_unload()
-    return model.float()
-
-
-def ensure_chat_template(cfg, tok) -> str:
-    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
-    if not getattr(tok, "chat_template", None):
-        bos = tok.bos_token if chat.training_bos(tok) else None
-        tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
-    return tok.chat_template
+merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
+ensure_chat_template = chat.ensure_chat_template
 
 
 def end_of_turn_id(tok, model=None) -> int | None:

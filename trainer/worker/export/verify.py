@@ -70,14 +70,13 @@ def verify(folder: Path, run_dir: Path | None = None) -> dict:
 
 def _checks(folder: Path, record: dict, run: Path, source: Path) -> dict:
     from trainer.worker.export import llama_checks, modelfile_check, ollama, run_records
-    from trainer.worker.export.model_export import ensure_chat_template, merged_model
     from trainer.worker.generate import generation
 
     generation.quiet_libraries()
     cfg = config_mod.load(run / "config.yaml")
     tok = generation.load_tokenizer(cfg, source)
-    ensure_chat_template(cfg, tok)
-    model = merged_model(cfg, source).eval()
+    generation.ensure_chat_template(cfg, tok)
+    model = generation.merged_model(cfg, source).eval()
     chat = generation.chat_rules(cfg, tok, model)
     cases = run_records.cases(cfg, tok, chat)
     kind = record.get("gguf_type", "f16")

@@ -65,6 +65,22 @@ def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     return model
 
 
+def merged_model(cfg, source: Path):
+    """The model of ``source`` as one full model in fp32 on the CPU (an adapter merged into its base)."""
+    model = load_model(cfg, source, use_cuda=False)
+    if (source / "adapter_config.json").is_file():
+        model = model.merge_and_unload()
+    return model.float()
+
+
+def ensure_chat_template(cfg, tok) -> str:
+    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
+    if not getattr(tok, "chat_template", None):
+        bos = tok.bos_token if training_bos(tok) else None
+        tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
+    return tok.chat_template
+
+
 def load_tokenizer(cfg, source: Path | None):
     """The tokenizer saved with ``source`` (it carries the chat template), else the run's own."""
     from transformers import AutoTokenizer
