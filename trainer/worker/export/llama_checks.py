@@ -93,6 +93,18 @@ def _hf_greedy(model, ids: list[int], steps: int):
     return out, logits
 
 
+def last_logits(llm):
+    """llama.cpp's logits after the last token it evaluated (a copy; without ``logits_all`` ``Llama.scores`` holds none)."""
+    import ctypes
+
+    import llama_cpp
+    import numpy as np
+
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.array(np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(llm.n_vocab(),)),
+                    dtype=np.float32)
+
+
 def greedy_check(llm, model, tok, cases, kind: str) -> dict:
     """Teacher-forced agreement of llama.cpp's top token with the trained model's greedy answer (module doc)."""
     import numpy as np
@@ -103,7 +115,7 @@ def greedy_check(llm, model, tok, cases, kind: str) -> dict:
         llm.reset()
         llm.eval(case.ids)
         for step, (want, ref) in enumerate(zip(hf_tokens, hf_logits)):
-            got_row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)[: ref.shape[0]]
+            got_row = last_logits(llm)[: ref.shape[0]]
             ref = ref.numpy()
             scale = float(np.abs(ref).max()) or 1.0
             worst = max(worst, float(np.abs(ref - got_row).max()) / scale)
