@@ -87,7 +87,7 @@ class ExportModelDialog(QtWidgets.QDialog):
         form.addRow(self.buttons)
         self.job: Job | None = None
         self.files: list[str] = []
-        self.resize(560, 260)
+        self.resize(600, 300)  # room for a two-line verification result
 
     def _browse(self) -> None:
         chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())
