@@ -80,7 +80,8 @@ GREEDY_STEPS = 8
 def llama_model(gguf: Path):
     """The GGUF loaded in llama.cpp (llama-cpp-python); skips when it is not installed."""
     llama_cpp = require_llama_cpp()
-    return llama_cpp.Llama(str(gguf), n_ctx=256, logits_all=True, verbose=False, seed=0, n_threads=2)
+    # 2048: Command R7B's template opens with a ~900-token preamble
+    return llama_cpp.Llama(str(gguf), n_ctx=2048, logits_all=True, verbose=False, seed=0, n_threads=2)
 
 
 def require_llama_cpp():
