@@ -80,8 +80,9 @@ GREEDY_STEPS = 8
 def llama_model(gguf: Path):
     """The GGUF loaded in llama.cpp (llama-cpp-python); skips when it is not installed."""
     llama_cpp = require_llama_cpp()
-    # 2048: Command R7B's template opens with a ~900-token preamble
-    return llama_cpp.Llama(str(gguf), n_ctx=2048, logits_all=True, verbose=False, seed=0, n_threads=2)
+    # 2048: Command R7B's template opens with a ~900-token preamble; no logits_all (n_ctx × vocab floats: 2 GB for
+    # R7B's 256k vocabulary): the last position's logits are read as the export's verification reads them
+    return llama_cpp.Llama(str(gguf), n_ctx=2048, verbose=False, seed=0, n_threads=2)
 
 
 def require_llama_cpp():
@@ -124,12 +125,14 @@ def _greedy_llama(llm, ids: list[int]) -> tuple[list[int], "np.ndarray"]:
     """Greedy tokens of llama.cpp after ``ids``, and its logits at the prompt's last position."""
     import numpy as np
 
+    from trainer.worker.export.llama_checks import last_logits
+
     llm.reset()
     llm.eval(ids)
-    first = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    first = last_logits(llm)
     out = []
     for _ in range(GREEDY_STEPS):
-        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        out.append(int(np.argmax(last_logits(llm))))
         llm.eval([out[-1]])
     return out, first
 
