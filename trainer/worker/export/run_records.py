@@ -8,6 +8,7 @@ import json
 import string
 from dataclasses import dataclass
 
+from trainer.core.errors import TrainPilotError
 from trainer.data import formats
 from trainer.data.conversations import Chat, SystemRefused, shared_system_prompt
 from trainer.worker.datapipe import producer
@@ -86,8 +87,22 @@ def messages_of(cfg, rec: dict, fmt: str) -> list[dict]:
     return [{"role": "user", "content": (text if isinstance(text, str) else str(text or ""))[:400]}]
 
 
+FALLBACK = [[{"role": "user", "content": "What is 7 plus 3?"}],
+            [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]]
+
+
 def cases(cfg, tok, chat: Chat, n: int = CASES) -> list[Case]:
-    """Up to ``n`` prompts of the run's own records with the ids training gave them (``Case``)."""
+    """Up to ``n`` prompts of the run's own records with the ids training gave them (``Case``); when the run's data
+    cannot be read any more (moved, deleted), fixed conversations rendered by the same rules, and said so."""
+    try:
+        return _record_cases(cfg, tok, chat, n)
+    except (OSError, TrainPilotError) as exc:
+        where = f"a fixed prompt (the run's data cannot be read: {str(exc).splitlines()[0][:120]})"
+        msgs = [chat.with_system(m) for m in FALLBACK]
+        return [Case(m, chat.prompt_ids(m), where, m) for m in msgs]
+
+
+def _record_cases(cfg, tok, chat: Chat, n: int) -> list[Case]:
     which = "validation" if cfg.data.validation_path else "train"
     _src, reader = _reader(cfg, which)
     idx, label = _indices(cfg, n, len(reader))
@@ -112,9 +127,17 @@ def cases(cfg, tok, chat: Chat, n: int = CASES) -> list[Case]:
 
 
 def shared_system(cfg) -> str | None:
-    """The system prompt every training record opens with (conversations), or ``grpo.system_prompt``; else None."""
+    """The system prompt every training record opens with (conversations), or ``grpo.system_prompt``; else None (also
+    when the run's data cannot be read any more)."""
     if cfg.training.objective == "grpo":
         return cfg.grpo.system_prompt or None
+    try:
+        return _scan_system(cfg)
+    except (OSError, TrainPilotError):
+        return None
+
+
+def _scan_system(cfg) -> str | None:
     _src, reader = _reader(cfg, "train")
     size = len(reader)
     first = rows_of(reader.batch(list(range(min(20, size))))) if size else []
