@@ -145,10 +145,11 @@ def _tampering_is_caught(tmp_path, out, env) -> None:
     cases = {"swapped": tmp_path / "swapped", "template": tmp_path / "template", "stop": tmp_path / "stop"}
     for folder in cases.values():
         shutil.copytree(out, folder)
-    other = _train(tmp_path / "other", "qwen3", env)  # another model of the same vocabulary
-    proc = cli("export-model", other, "--to", tmp_path / "other-export", "--gguf", "f16", "--no-verify", env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    shutil.copyfile(tmp_path / "other-export" / "model-f16.gguf", cases["swapped"] / "model-f16.gguf")
+    from trainer.models import gguf_support
+    from trainer.worker.export import gguf_convert
+
+    # another model of the same vocabulary: Qwen3's (untrained) in place of the trained Qwen2.5's
+    gguf_convert.convert(gguf_support.converter_dir(), rm.family_dir("qwen3"), cases["swapped"] / "model-f16.gguf", "f16")
     mf = cases["template"] / "Modelfile"
     mf.write_text(mf.read_text(encoding="utf-8").replace("<|im_start|>assistant\n", "<|im_start|>assistant "),
                   encoding="utf-8")
