@@ -152,7 +152,7 @@ def _record_and_verify(tmp: Path, to: Path, record: dict | None, gguf_name: str 
     if not checking:
         return None
     progress.step("verifying the export in llama.cpp on the CPU, on the run's own prompts")
-    result = run_verification(tmp)
+    result = run_verification(tmp, reference="export")
     if result["verified"] is False:
         aside = staging.set_aside(tmp, to)
         raise ExportDiffers(f"export-model: {result['summary']}. Nothing was written to {to}; the files are kept for "
@@ -160,13 +160,13 @@ def _record_and_verify(tmp: Path, to: Path, record: dict | None, gguf_name: str 
     return result
 
 
-def run_verification(folder: Path, run_dir: Path | None = None) -> dict:
+def run_verification(folder: Path, run_dir: Path | None = None, reference: str = "run") -> dict:
     """``verify`` on ``folder`` in a child process on the CPU; without llama-cpp-python, at once here
-    (``"verified": null`` with the command that installs it)."""
+    (``"verified": null`` with the command that installs it). ``reference``: see ``verify.verify``."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return verify.verify(folder, run_dir)
+        return verify.verify(folder, run_dir, reference)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    args = [folder] + ([run_dir] if run_dir else [])
+    args = [folder] + ([run_dir] if run_dir else []) + (["--reference-export"] if reference == "export" else [])
     proc = subprocess.run(entrypoints.python_m(entrypoints.VERIFY_EXPORT, *args), capture_output=True, text=True,
                           encoding="utf-8", errors="replace", env=env)
     path = folder / verify.RESULT

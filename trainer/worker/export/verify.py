@@ -54,8 +54,11 @@ def _source(record: dict, run_dir: Path | None) -> tuple[Path, Path]:
     return run, source
 
 
-def verify(folder: Path, run_dir: Path | None = None) -> dict:
-    """Run every check on the export in ``folder`` and write ``verification.json``; returns the result."""
+def verify(folder: Path, run_dir: Path | None = None, reference: str = "run") -> dict:
+    """Run every check on the export in ``folder`` and write ``verification.json``; returns the result.
+    ``reference``: the transformers model compared with, ``run`` (the run's own model: base + adapter merged, as
+    verify-export does) or ``export`` (the export's own full safetensors, written from that model moments before:
+    export-model's check, which then needs no second base model and merge)."""
     started = time.perf_counter()
     folder = Path(folder)
     record = read_record(folder)
@@ -64,11 +67,22 @@ def verify(folder: Path, run_dir: Path | None = None) -> dict:
         result = {"verified": None, "summary": f"not verified: llama-cpp-python is not installed; install it with: "
                                                f"{install_hint()}", "checks": {}}
         return _write(folder, result, started)
-    result = _checks(folder, record, run, source)
+    result = _checks(folder, record, run, source, reference)
     return _write(folder, result, started)
 
 
-def _checks(folder: Path, record: dict, run: Path, source: Path) -> dict:
+def _reference_model(cfg, folder: Path, source: Path, reference: str):
+    """The trained model in transformers (fp32, CPU): the export's own full weights, or the run's model."""
+    from trainer.worker.generate import generation
+
+    if reference == "export" and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
+    return generation.merged_model(cfg, source).eval()
+
+
+def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str = "run") -> dict:
     from trainer.worker.export import llama_checks, modelfile_check, ollama, run_records
     from trainer.worker.generate import generation
 
@@ -76,7 +90,7 @@ def _checks(folder: Path, record: dict, run: Path, source: Path) -> dict:
     cfg = config_mod.load(run / "config.yaml")
     tok = generation.load_tokenizer(cfg, source)
     generation.ensure_chat_template(cfg, tok)
-    model = generation.merged_model(cfg, source).eval()
+    model = _reference_model(cfg, folder, source, reference)
     chat = generation.chat_rules(cfg, tok, model)
     cases = run_records.cases(cfg, tok, chat)
     kind = record.get("gguf_type", "f16")
@@ -97,7 +111,8 @@ def _checks(folder: Path, record: dict, run: Path, source: Path) -> dict:
         checks["ollama"] = modelfile_check.check(folder, record, cases, want_text, stops, cfg.data.seq_len)
     verified = all(c["ok"] is not False for c in checks.values()) and checks["prompt"]["ok"] is True
     return {"verified": verified, "summary": summary(checks, kind, verified), "checks": checks,
-            "cases": [c.where for c in cases], "gguf": record["gguf"], "gguf_type": kind}
+            "cases": [c.where for c in cases], "gguf": record["gguf"], "gguf_type": kind,
+            "reference": "the export's safetensors" if reference == "export" else f"the run's {source.name}"}
 
 
 def summary(checks: dict, kind: str, verified: bool) -> str:
@@ -133,9 +148,11 @@ def _write(folder: Path, result: dict, started: float) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """``EXPORT_DIR [RUN_DIR]``: verify, print the summary line, exit 0 / 4 / 2 (see the module docstring)."""
+    """``EXPORT_DIR [RUN_DIR] [--reference-export]``: verify, print the summary line, exit 0 / 4 / 2 (module doc)."""
+    reference = "export" if "--reference-export" in argv else "run"
+    argv = [a for a in argv if a != "--reference-export"]
     try:
-        result = verify(Path(argv[0]), Path(argv[1]) if len(argv) > 1 else None)
+        result = verify(Path(argv[0]), Path(argv[1]) if len(argv) > 1 else None, reference)
     except TrainPilotError as exc:
         print(f"trainpilot: {exc}", file=sys.stderr)
         return exc.exit_code
