@@ -1,11 +1,12 @@
-"""Print docs/after-training.md's per-family export table from a run of tests/test_gguf_llama_cpp.py.
+"""Print docs/after-training.md's per-family export table from a run of tests/test_family_training.py.
 
 Runs tests/test_family_masks.py (the assistant-only masks of each family's real template: multi-turn,
 history-rewriting templates, tool calls) and reads each family's results from pytest's JUnit XML, then
-runs tests/test_gguf_llama_cpp.py (llama.cpp itself via llama-cpp-python, tests/real_models.py's tiny models of each
-family with its real tokenizer and chat template) with ``TRAINPILOT_FAMILIES_OUT`` set, so each family
-records its figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown
-table. ``--from FILE`` prints the table of an earlier run's JSON lines without running anything.
+runs tests/test_family_training.py (each family of tests/real_models.py trained through ``trainpilot-cli run``,
+exported with ``export-model --gguf f16 --ollama``, its export verified in llama.cpp, then llama.cpp itself via
+llama-cpp-python compared with transformers) with ``TRAINPILOT_FAMILIES_OUT`` set, so each family records its
+figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown table. ``--from FILE``
+prints the table of an earlier run's JSON lines without running anything.
 
     .venv/bin/python benchmarks/families_table.py [--from results.jsonl] [--keep results.jsonl]
 """
@@ -21,8 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = ("| family | masks exact (checks passed) | GGUF f16 | GGUF q8_0 | llama.cpp tokens = HF tokenizer | greedy tokens = transformers "
-          "| chat prompt = training (render + ids) | stops at end of turn | Ollama TEMPLATE (Go) = Jinja |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| chat prompt = training (render + ids) | stops at end of turn | Ollama TEMPLATE (Go) = Jinja "
+          "| export's own verification (after training) |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def _frac(a, b) -> str:
@@ -63,13 +65,13 @@ def row(r: dict, masks: tuple[int, int] | None = None) -> str:
     q8 = {True: "written, loads", None: "not run", False: "failed"}[r.get("q8_0")]
     mask = "–" if masks is None else ("yes" if masks[0] == masks[1] else "NO") + f" ({masks[0]}/{masks[1]})"
     return (f"| {r['family']} | {mask} | written, loads | {q8} | {tokens} | {greedy} | {_frac(r['chat'], r['chat_of'])} "
-            f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} |")
+            f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} | {r.get('verification', '–')} |")
 
 
 def run_tests(out: Path, q8: bool) -> int:
     """Run the family tests, recording into ``out``; returns pytest's exit status."""
     env = dict(os.environ, TRAINPILOT_FAMILIES_OUT=str(out), **({"TRAINPILOT_FAMILIES_Q8": "1"} if q8 else {}))
-    cmd = [sys.executable, "-m", "pytest", "tests/test_gguf_llama_cpp.py", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "tests/test_family_training.py", "-q", "-p", "no:cacheprovider"]
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 

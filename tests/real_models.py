@@ -15,7 +15,8 @@ written aside and renamed into place. ``python tests/real_models.py --build [FAM
 Where a family's own vocabulary is not among the GGUFs, the closest one is used and said so in
 ``Family.note`` (Mistral Nemo's Tekken vocabulary -> Llama 2's SentencePiece; Gemma 2's SentencePiece
 -> Llama 2's pieces under Gemma's special-token names, no dummy prefix; DeepSeek-R1-Distill-Qwen ->
-Qwen2's vocabulary with DeepSeek's special tokens at its reserved ids, as the real one has).
+Qwen2's vocabulary with DeepSeek's special tokens at its reserved ids, as the real one has; Command R7B ->
+Command R's vocabulary with R7B's new tokens at reserved ids; Granite 3.3 -> StarCoder's, which Granite's extends).
 """
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ DEEPSEEK_RESERVED = ["<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sent
                      "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
                      "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
                      "<｜tool▁output▁end｜>", "<｜tool▁sep｜>"]
+# Command R7B's tokens beyond Command R's vocabulary (its template writes them around thinking, actions and answers).
+COMMAND_R7B_TOKENS = ["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>",
+                      "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>"]
 NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
                "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
 
@@ -118,6 +122,25 @@ FAMILIES: dict[str, Family] = {
                       extra_tokens=("<pad>", "<start_of_turn>", "<end_of_turn>"), config={"tie_word_embeddings": True},
                       note="Llama 2's SentencePiece pieces under Gemma's special-token names, no dummy prefix "
                            "(Gemma 2's 256k SentencePiece vocabulary is not among the GGUFs); ids differ from Gemma's"),
+    "command-r7b": Family(
+        "command-r", "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>",
+        ("<|END_OF_TURN_TOKEN|>",), True, pad="<PAD>", renames={255029 + i: t for i, t in enumerate(COMMAND_R7B_TOKENS)},
+        config={"rope_theta": 50000.0, "logit_scale": 0.25, "sliding_window": 4096, "rotary_pct": 1.0,
+                "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 8192,
+                "tie_word_embeddings": True},
+        note="Command R's 256k BPE vocabulary (ggml-vocab-command-r.gguf, digits split, NFC) with R7B's thinking, action "
+             "and response tokens at reserved ids 255029.. (R7B's own vocabulary is not among the GGUFs; those ids "
+             "differ from R7B's)"),
+    "granite-3.3": Family(
+        "starcoder", "ibm-granite-granite-3.3-2B-Instruct", "Granite", "<|end_of_text|>", "<|end_of_text|>",
+        ("<|end_of_text|>",), False, pad="<|end_of_text|>", renames={0: "<|end_of_text|>"},
+        extra_tokens=("<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"),
+        config={"rope_theta": 10000000.0, "embedding_multiplier": 12.0, "logits_scaling": 8.0,
+                "residual_multiplier": 0.22, "attention_multiplier": 0.0625, "max_position_embeddings": 131072,
+                "tie_word_embeddings": True},
+        note="StarCoder's 49k BPE vocabulary (ggml-vocab-starcoder.gguf), the closest to Granite 3's, which extends it: "
+             "<|endoftext|> renamed <|end_of_text|>, Granite's role tokens appended from id 49152 (Granite 3.3's own "
+             "vocabulary is not among the GGUFs)"),
 }
 
 
@@ -133,13 +156,21 @@ def sdist_root() -> Path | None:
     return root if (root / "vendor" / "llama.cpp" / "models").is_dir() else None
 
 
+def missing(what: str) -> None:
+    """A tool the real-family tests need is not here: skip the test, but fail it under CI (``CI`` set), where the
+    families must run, not skip silently (``.ci/run`` installs Go, the llama.cpp sources and llama-cpp-python)."""
+    import pytest
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {what}; the real-family tests must run in CI, not skip", pytrace=False)
+    pytest.skip(what)
+
+
 def llama_cpp_dir() -> Path:
-    """``vendor/llama.cpp`` of the sdist (skips the calling test when it is absent)."""
+    """``vendor/llama.cpp`` of the sdist (skips the calling test when it is absent; fails it in CI)."""
     root = sdist_root()
     if root is None:
-        import pytest
-        pytest.skip(f"the llama-cpp-python {SDIST_VERSION} source distribution is not unpacked under {cache_root()} "
-                    f"(run installers/linux/dev-setup.sh --dev, or set TRAINPILOT_LLAMA_SDIST)")
+        missing(f"the llama-cpp-python {SDIST_VERSION} source distribution is not unpacked under {cache_root()} "
+                f"(run installers/linux/dev-setup.sh --dev, or set TRAINPILOT_LLAMA_SDIST)")
     return root / "vendor" / "llama.cpp"
 
 

@@ -32,9 +32,44 @@ def build_tokenizer(fam, src: Path, out: Path):
     fields = gguf_fields(gguf_path)
     if "scores" in fields and fam.vocab in ("llama-spm", "phi-3"):
         _sentencepiece_files(fam, fields, out)
+    elif fam.vocab in DIGIT_BPE:
+        _digit_bpe_files(fam, gguf_path, out)
     else:
         _bpe_files(fam, src, gguf_path.name, len(fields["tokens"]), out)
     return _load(fam, out)
+
+
+DIGIT_BPE = {"command-r": True, "starcoder": False}  # byte-level BPE that splits digits; value: NFC normalizer
+
+
+def _digit_bpe_files(fam, gguf_path: Path, out: Path) -> None:
+    """tokenizer.json of a byte-level BPE vocab GGUF whose pre-tokenizer splits digits one by one (llama.cpp's
+    ``command-r`` and ``starcoder``; transformers' GGUF reader refuses these architectures): the GGUF's tokens and
+    merges, Digits + ByteLevel as the models' own tokenizer.json files have it (NFC first for Command R), control
+    tokens special, the family's renamed ids and extra tokens. Passes all of llama.cpp's test vectors."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    r = GGUFReader(str(gguf_path))
+    tokens, kinds, merges = (r.fields[f"tokenizer.ggml.{k}"].contents() for k in ("tokens", "token_type", "merges"))
+    tokens = [fam.renames.get(i, t) for i, t in enumerate(tokens)]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                                   merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False))
+    if DIGIT_BPE[fam.vocab]:
+        backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True,
+                                                                              use_regex=True)])
+    backend.decoder = decoders.ByteLevel()
+    special = [t for i, (t, k) in enumerate(zip(tokens, kinds)) if k == 3 or i in fam.renames or
+               (k == 4 and not t.startswith("[PAD"))]
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special + list(fam.extra_tokens)])
+    if fam.add_bos:
+        spec = json.loads(backend.to_str())
+        spec["post_processor"] = _bos_post_processor(fam.bos, tokens.index(fam.bos))
+        (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    else:
+        backend.save(str(out / "tokenizer.json"))
+    _write_config(out, {})
 
 
 def _gguf_tokenizer_json(src: Path, gguf_name: str, cache: Path) -> dict:
@@ -142,7 +177,7 @@ def _load(fam, out: Path):
     tok.bos_token, tok.eos_token = fam.bos, fam.eos
     tok.pad_token = fam.pad
     tok.unk_token = "<unk>" if "<unk>" in tok.get_vocab() else None
-    if fam.vocab in ("llama-spm", "phi-3"):
+    if fam.vocab in ("llama-spm", "phi-3") or (fam.vocab in DIGIT_BPE and not fam.add_bos):
         backend = tok.backend_tokenizer
         backend.post_processor = None
         if fam.add_bos:

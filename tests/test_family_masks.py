@@ -18,9 +18,11 @@ from trainer.config.sections import RunConfig
 
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
        "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",
-       "gemma-2": "<end_of_turn>"}
-# What each family's model writes before its answer text at inference (after the generation prompt).
-OPENS = {"qwen3": "<think>\n\n</think>\n\n"}
+       "gemma-2": "<end_of_turn>", "command-r7b": "<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
+       "granite-3.3": "<|end_of_text|>"}
+# What each family's model writes before its answer text at inference (after the generation prompt): Command R7B's
+# prompt ends with an empty thinking block, its answer opens with <|START_RESPONSE|> (a whole token, never cut).
+OPENS = {"qwen3": "<think>\n\n</think>\n\n", "command-r7b": "<|START_RESPONSE|>"}
 SYSTEM = {"role": "system", "content": "You are terse."}
 TURNS = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."},
          {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6, of course."}]
@@ -66,7 +68,7 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
     tok = _tok(name)
     for ids, labels in examples:
         assert len(ids) == len(labels)
-        if tok.bos_token_id is not None:
+        if tok.bos_token_id is not None and tok.bos_token_id != tok.eos_token_id:  # Granite's BOS ends turns too
             assert ids.count(tok.bos_token_id) <= 1, "BOS doubled"
     want_trained = 0
     for i, answer in answers.items():

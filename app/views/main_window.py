@@ -15,7 +15,7 @@ from app.model import failed_start
 from trainer.rundir.runstate import read_run_state
 from app.ops import settings
 from app.views.export_dialog import ExportDialog
-from app.views.export_model_dialog import ExportModelDialog
+from app.views.export_model_dialog import ExportModelDialog, VerifyExportDialog
 from app.ops.hardware_feed import HardwareMonitor
 from app.views.header import HardwareHeader
 from app.views.learning_view import RunEndNotifier
@@ -81,6 +81,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_stop = bar.addAction("Stop", self.stop_selected)
         self.act_export = bar.addAction("Export…", self.export_selected)
         self.act_export_model = bar.addAction("Export model…", self.export_model_selected)
+        self.act_verify_export = bar.addAction("Verify export…", self.verify_export)
+        self.act_verify_export.setToolTip("Check an exported GGUF in llama.cpp and its Ollama Modelfile against the "
+                                          "run it came from")
         for act, tip in ((self.act_resume, RESUME_TIP),
                          (self.act_stop, "Stop after the current step and save a checkpoint")):
             act.setToolTip(tip)
@@ -231,6 +234,12 @@ class MainWindow(QtWidgets.QMainWindow):
         run_dir = self._selected_dir()
         if run_dir:
             ExportModelDialog(run_dir, self).open()
+
+    def verify_export(self) -> None:
+        """Check an export folder again (``trainpilot-cli verify-export``), the selected run's exports folder first."""
+        run_dir = self._selected_dir()
+        start = str(Path(run_dir).parent.parent / "exports" / Path(run_dir).name) if run_dir else ""
+        VerifyExportDialog(start, self).open()
 
     def open_wizard(self) -> None:
         """Open the setup wizard (non-modal). A wizard whose run failed to start comes back with the

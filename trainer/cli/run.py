@@ -75,6 +75,7 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
     preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
     target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
     resolved = rundir.keep_reward_file(target, resolved)  # GRPO: the run keeps the reward file it starts with
+    resolved = rundir.pin_chat_date(resolved)  # templates that print today's date render the run's date
     rundir.write_config_files(target, resolved, plan)
     _warn_if_plan_does_not_fit(target, plan, quiet)
     write_status(target, state="starting", max_steps=resolved.training.max_steps)

@@ -106,6 +106,11 @@ class DataConfig(_Section):
         "always does that; 'drop' removes them; 'error' stops at the first one the template cannot take.",
         json_schema_extra=DETECTED,
     )
+    chat_date: Optional[str] = Field(
+        None, description="The date (YYYY-MM-DD) a chat template that prints today's date renders (Llama 3.x's "
+        "strftime_now, Granite's \"Today's Date\"); null: the day the run is created, written into the run's "
+        "config.yaml, so training, chat and an export (its Modelfile says so) render the same date."
+    )
     hub_dataset: Optional[str] = Field(
         None, description="Hugging Face hub dataset id (or a local dataset folder) loaded through 'datasets' and its "
         "cache instead of data.path; the token comes from model.hub_token_env."
@@ -122,6 +127,16 @@ class DataConfig(_Section):
                         "temporary folder.")
     num_proc: int = Field(0, ge=0, description="Tokenizing processes for files from 8 MiB (each takes every n-th "
                           "chunk); 0 means 1 (the tokenizer's threads already use every core).")
+
+
+
+    @field_validator("chat_date")
+    @classmethod
+    def _a_date(cls, value):
+        if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(value)):
+            raise ValueError(f"'{value}' is not a date; write it as YYYY-MM-DD (e.g. 2026-11-25), or null for the day "
+                             f"the run is created")
+        return value
 
 
 class MethodConfig(_Section):

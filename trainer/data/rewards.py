@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from trainer.data import conversations
 from trainer.core.errors import UserError
 
 BUILTIN_NAMES = ("exact_answer", "numeric_answer", "format", "json_valid", "length_penalty")
@@ -76,9 +77,10 @@ def extract_answer(text: str, pattern: Optional[str] = None) -> Optional[str]:
 
 
 def final_answer(completion, pattern: Optional[str] = None) -> Optional[str]:
-    """What the answer rewards compare: ``extract_answer`` of the completion's text; without a ``pattern``, the whole
-    text when nothing is marked (exact match compares it whole, the numeric reward takes its last number)."""
-    text = completion_text(completion)
+    """What the answer rewards compare: ``extract_answer`` of the completion's text after a thinking model's
+    reasoning block (``<think>…</think>``, Qwen3, DeepSeek-R1: the chat rules' ``answer_text``); without a ``pattern``,
+    the whole answer when nothing is marked (exact match compares it whole, the numeric reward takes its last number)."""
+    text = conversations.answer_text(completion_text(completion))
     got = extract_answer(text, pattern)
     return text if got is None and not pattern else got
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from trainer.config.resolved import resolve_dtype
 from trainer.core import secrets
 from trainer.core.errors import UserError
+from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
@@ -36,7 +39,50 @@ def load_tokenizer(cfg):
                             f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    keep_sentencepiece_model(tok)
+    conversations.pin_date(tok, cfg.data.chat_date)  # a template printing today's date prints the run's
     return tok
+
+
+def sentencepiece_model(tok) -> Path | None:
+    """The SentencePiece ``tokenizer.model`` the tokenizer was loaded from (local folder or hub cache), or None."""
+    src = getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
+    return Path(src) if isinstance(src, str) and src.endswith(".model") and Path(src).is_file() else None
+
+
+def source_sentencepiece_model(cfg) -> Path | None:
+    """``tokenizer.model`` of the run's tokenizer source (a local folder, or the hub cache; nothing is downloaded),
+    for a model saved before TrainPilot kept it (a fast tokenizer's save does not write it)."""
+    src = tokenizer_source(cfg)
+    if src in (None, "demo", "corpus"):
+        return None
+    if Path(src).expanduser().is_dir():
+        found = Path(src).expanduser() / "tokenizer.model"
+        return found if found.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(src, "tokenizer.model", revision=cfg.model.revision)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def keep_sentencepiece_model(tok, model_file: Path | None = None) -> None:
+    """Make every ``tok.save_pretrained`` (``final/``, each checkpoint, TRL's saves, an export) write
+    ``tokenizer.model`` beside ``tokenizer.json``: a fast tokenizer's save does not, and llama.cpp's converter reads
+    a SentencePiece vocabulary (Llama 2, Mistral v0.x, Phi-3, Gemma) only from it. ``model_file``: the file to
+    copy (default: the one ``tok`` was loaded from)."""
+    model_file = model_file or sentencepiece_model(tok)
+    if model_file is None or getattr(tok, "_trainpilot_keeps_sp", None) == model_file:
+        return
+    save = tok.save_pretrained
+
+    def save_pretrained(save_directory, *args, **kwargs):
+        files = save(save_directory, *args, **kwargs)
+        target = Path(save_directory) / "tokenizer.model"
+        if not target.exists():
+            shutil.copyfile(model_file, target)
+        return tuple(files) + (str(target),)
+
+    tok.save_pretrained, tok._trainpilot_keeps_sp = save_pretrained, model_file
 
 
 def torch_dtype(cfg, precision: str):

@@ -12,8 +12,8 @@ import json
 import re
 from pathlib import Path
 
-from trainer.data import formats, token_stats
-from trainer.data.conversations import segments, system_action, template_takes_system
+from trainer.data import conversations, formats, token_stats
+from trainer.data.conversations import segments
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
@@ -80,10 +80,10 @@ def _system_message(tokenizer, src, d) -> dict | None:
     ``action`` (none: no record has one; kept, merged into the first user turn, dropped, refused)."""
     if src.record_format not in formats.CONVERSATION_FORMATS:
         return None
-    takes = template_takes_system(rendering.renderer(tokenizer))
+    chat = conversations.for_tokenizer(tokenizer, d.system_message)
     has = any("system" in roles for roles, _where in src.roles)
-    return {"setting": d.system_message, "template_has_system_role": takes,
-            "action": system_action([{"role": "system"}] if has else [], d.system_message, takes)}
+    return {"setting": d.system_message, "template_has_system_role": chat.takes_system,
+            "action": chat.system_action([{"role": "system"}] if has else [])}
 
 
 def _lengths(cfg, tokenizer, src):
@@ -129,7 +129,7 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
     d, fmt, n = cfg.data, enc.fmt, 1
     if fmt in formats.CONVERSATION_FORMATS:
         examples = enc.render(rec, index)
-        parts, n = [p for text, spans in examples for p in segments(text, spans)], len(examples)
+        parts, n = [p for ex in examples for p in segments(ex.text, ex.spans)], len(examples)
     elif fmt in ("template", "prompt_completion"):  # prompt_completion: the fields are the templates' halves
         prompt_t, answer_t = (d.prompt_template, d.response_template) if fmt == "template" else ("{prompt}", "{completion}")
         prompt, answer = prompt_t.format(**rec), answer_t.format(**rec) + (tokenizer.eos_token or "")
