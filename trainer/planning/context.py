@@ -101,7 +101,8 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device,
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
-        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta)
+        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
+        num_iterations=c.grpo.num_iterations)
 
 
 def attention(ctx: Context) -> str:

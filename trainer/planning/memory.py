@@ -79,6 +79,7 @@ class TrainSetup:
     max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
     generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
+    num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
 
     @property
     def world(self) -> int:

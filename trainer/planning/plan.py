@@ -19,6 +19,7 @@ from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
+from trainer.planning import ladder
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
 from trainer.planning.context import Context, attention
@@ -205,6 +206,8 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
         out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
+    if out.recovery.ladder_keeps == "auto":  # the user's own settings, written into config.yaml for every resume
+        out = config_mod.replace(out, **{"recovery.ladder_keeps": sorted(ladder.kept_settings(cfg))})
     return as_resolved(out)
 
 

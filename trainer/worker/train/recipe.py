@@ -27,7 +27,7 @@ from trainer.core.errors import (
     UserError,
 )
 from trainer.launch.argv import rank_environment
-from trainer.rundir.checkpoints import latest_checkpoint
+from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
     Failed,
@@ -114,11 +114,15 @@ def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) ->
 
 def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
     """Set up, train, clean up. Returns the exit code."""
+    from trainer.worker.train import engine_switch
+
     setup = _setup(cfg, run_dir, writer, rank)
     trainer, steps, info = setup.trainer, setup.steps, setup.data_info
+    change = engine_switch.prepare(trainer, resume_from, cfg)  # a checkpoint of another engine (the OOM ladder's)
     if rank == 0:
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
-                               world_size=int(os.environ.get("WORLD_SIZE", "1")), extra=dict(info)))
+                               world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
+                               extra=dict(info)))
         if info["skipped_lines"]:
             writer.emit(WarningEvent(code="skipped_lines",
                                      message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
@@ -280,10 +284,10 @@ def _no_deepspeed_import() -> None:
 
 
 def _checkpoint_meta(cfg) -> dict:
+    """What each checkpoint's marker records: the batch geometry and the engine (``checkpoints.engine_meta``)."""
     t = cfg.training
     return {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": t.gradient_accumulation_steps,
-            "effective_batch_size": t.effective_batch_size, "deepspeed": cfg.deepspeed.enabled is True,
-            "zero_stage": cfg.deepspeed.zero_stage if cfg.deepspeed.enabled is True else None}
+            "effective_batch_size": t.effective_batch_size, **engine_meta(cfg)}
 
 
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):
