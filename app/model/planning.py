@@ -21,11 +21,6 @@ def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
     return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
 
 
-def plan_for(cfg: tc.RunConfig, snapshot):
-    """Plan ``cfg`` for ``snapshot`` (seconds of CPU for big models: call it off the GUI thread)."""
-    return _plan(cfg, snapshot)
-
-
 def _plan(cfg: tc.RunConfig, snapshot):
     """Plan ``cfg`` for ``snapshot``; the plan remembers which config it was made for and carries its
     ``method_verdict`` (``trainer.planning.verdict``: 'needs bitsandbytes' as well as fits). Raises ConfigError

@@ -19,7 +19,7 @@ from trainer.rundir.events import (
 )
 from trainer.rundir.records import WarningEvent
 from trainer.rundir.runstate import read_run_state
-from trainer.supervisor import create as rundir
+from trainer.supervisor import create
 from trainer.supervisor import preflight
 from trainer.rundir.stopfile import clear_stop, request_stop
 from trainer.supervisor.supervise import Supervisor
@@ -75,11 +75,11 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
     """Plan, check, create the run directory, supervise. Returns the exit code."""
     hardware = _hardware(hardware_file)
     preflight.check(cfg, hardware)  # every input, before the planner reads any of it
-    resolved, plan = rundir.resolve(cfg, hardware)
+    resolved, plan = create.resolve(cfg, hardware)
     preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
-    target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
-    resolved = rundir.keep_reward_file(target, resolved)  # GRPO: the run keeps the reward file it starts with
-    rundir.write_config_files(target, resolved, plan)
+    target = create.claim_run_dir(Path(run_dir) if run_dir else create.default_run_dir(resolved), overwrite)
+    resolved = create.keep_reward_file(target, resolved)  # GRPO: the run keeps the reward file it starts with
+    create.write_config_files(target, resolved, plan)
     _warn_if_plan_does_not_fit(target, plan, quiet)
     write_status(target, state="starting", max_steps=resolved.training.max_steps)
     if not quiet:

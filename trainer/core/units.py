@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 GIB = 2**30
-MIB = 2**20
 
 
 def gib(n: Optional[float], digits: int = 1) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from trainer.core.errors import UserError
 
-RECORD_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt", "preference", "kto")
 CONVERSATION_FORMATS = ("alpaca", "chat", "sharegpt")   # rendered through the tokenizer's chat template
 TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt")
 SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "chat", "sharegpt")  # hold an input and a target

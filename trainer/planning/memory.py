@@ -29,7 +29,7 @@ QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
-# Chunked loss (trainer/worker/train/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
+# Chunked loss (trainer/worker/loading/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
 # many bytes; the loss's working memory is then 12 bytes per logit of one chunk instead of the whole micro-batch.
 CHUNK_LOGIT_BYTES = 64 * 2**20
 LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)

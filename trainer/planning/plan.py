@@ -3,7 +3,7 @@
 Only values the config leaves ``"auto"`` are chosen (micro-batch, accumulation, checkpointing,
 DeepSpeed on/off, device, precision); with ``deepspeed.enabled: auto`` the planner also owns the
 ZeRO stage and offload. Explicit values are never changed, only judged. The search itself lives in
-``trainer.plan_search``; see docs/planner.md for the rules in words.
+``trainer.planning.search``; see docs/planner.md for the rules in words.
 """
 from __future__ import annotations
 
