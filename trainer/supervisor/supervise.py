@@ -19,7 +19,7 @@ from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.core.processes import kill_tree
 from trainer.core.units import duration
-from trainer.launch.argv import worker_command, worker_env
+from trainer.launch.argv import worker_command
 from trainer.planning import ladder
 from trainer.rundir.checkpoints import checkpoint_step, clean_staging, engine_change, latest_checkpoint, read_marker
 from trainer.rundir.events import (
@@ -35,14 +35,16 @@ from trainer.rundir.stopfile import request_stop, stop_requested  # noqa: F401 (
 from trainer.supervisor import runlock
 from trainer.supervisor import notify
 from trainer.supervisor.create import write_config_files
+from trainer.supervisor.spawn import Standby, spawn_worker
 
 LOG_FILE = "train.log"
 
 
 class Supervisor:
     """Runs and watches the worker of one run directory until it finishes, stops or gives up."""
-    def __init__(self, run_dir: Path, quiet: bool = False, telemetry_probe=None):
+    def __init__(self, run_dir: Path, quiet: bool = False, telemetry_probe=None, standby: Standby | None = None):
         self.run_dir = Path(run_dir)
+        self.standby = standby  # a worker already importing (spawn.Standby): the first attempt's, when it can serve
         self.quiet = quiet
         self.events = EventWriter(self.run_dir / EVENTS_FILE, redact=secrets.redact)
         self.tail = JsonlTail(self.run_dir / EVENTS_FILE)
@@ -56,6 +58,13 @@ class Supervisor:
     # -- the attempt loop ------------------------------------------------------------------------
     def supervise(self, resume_from: Path | None, attempt: int = 1) -> int:
         """Start the worker and handle its exits until done. Returns the exit code for the CLI."""
+        try:
+            return self._supervise(resume_from, attempt)
+        finally:
+            if self.standby is not None:  # never used (the run ended before its first worker)
+                self.standby.cancel()
+
+    def _supervise(self, resume_from: Path | None, attempt: int) -> int:
         runlock.hold(self.run_dir)  # one supervisor per run folder
         self._install_signal_handlers()
         cfg = _run_config(self.run_dir)
@@ -162,13 +171,13 @@ class Supervisor:
     # -- one worker process ----------------------------------------------------------------------
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
-        kwargs = {"start_new_session": True} if os.name != "nt" else {
-            "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "CREATE_NO_WINDOW", 0)}
-        env = worker_env(dict(os.environ))
+        standby, self.standby = self.standby, None
+        self.proc = (standby.take(cmd) if standby is not None else None) or spawn_worker(cmd)
         log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}\n")
+        started = " (started early, importing while the inputs were checked)" if self.proc is getattr(
+            standby, "proc", None) else ""
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}{started}\n")
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=os.getcwd(), **kwargs)
         write_status(self.run_dir, worker_pid=self.proc.pid)
         lock = threading.Lock()
         pumps = [threading.Thread(target=self._pump, args=(s, log, lock), daemon=True)

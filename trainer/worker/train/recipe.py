@@ -43,9 +43,18 @@ from trainer.worker.train import trackers
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     ap = argparse.ArgumentParser(prog="trainer.worker")
-    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--run-dir")
     ap.add_argument("--resume-from", default=None)
+    ap.add_argument("--standby", action="store_true", help="import the training libraries, then read this "
+                    "command's other arguments as one JSON list on stdin (end of input: exit 0 at once)")
     args = ap.parse_args(argv)
+    if args.standby:
+        rest = standby()
+        if rest is None:
+            return 0
+        args = ap.parse_args(rest)
+    if not args.run_dir:
+        ap.error("--run-dir is required")
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
@@ -61,6 +70,25 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(writer, rank, str(exc), exc.exit_code, kind="bad_input" if exc.exit_code == 2 else "fault")
     except BaseException as exc:  # classify: out-of-memory, failed save, anything else
         return _classify(exc, writer, rank)
+
+
+def standby() -> list[str] | None:
+    """A worker started before its run folder exists (``trainer.supervisor.standby``): import what every run needs
+    (torch, transformers' Trainer, this room's modules: most of a worker's start-up) while the CLI checks the inputs
+    and plans, then wait for the arguments on stdin. None when stdin ends first (the CLI gave up: bad input, or it
+    died): nothing was written anywhere."""
+    import json
+
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments  # noqa: F401
+
+    from trainer.worker.datapipe import sequences  # noqa: F401
+    from trainer.worker.loading import chunked_loss, modeling  # noqa: F401
+    from trainer.worker.train import engine_switch, evaluation, hf_glue, objectives  # noqa: F401
+
+    line = sys.stdin.readline()
+    return json.loads(line) if line.strip() else None
 
 
 def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
