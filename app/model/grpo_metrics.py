@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 
 from app.model.series import Series
+from trainer.rundir.records import OBJECTIVE_FIELDS
 
-# Step fields charted as they are (name → the series of GrpoSeries that holds them).
+# Step fields charted as they are (name → the series of GrpoSeries that holds them): typed in the trainer's records.
 SCALARS = ("reward", "reward_std", "no_signal_fraction", "completion_length", "completion_clipped", "kl", "entropy")
+assert set(SCALARS) <= set(OBJECTIVE_FIELDS), set(SCALARS) - set(OBJECTIVE_FIELDS)
 
 
 def is_grpo_step(e: dict) -> bool:
