@@ -183,3 +183,19 @@ def test_explicit_chunked_loss_false_and_no_deepspeed_are_never_turned_on(tmp_pa
     assert resolved.speed.chunked_loss is False and resolved.deepspeed.enabled is False
     failed = events(run, "failed")[-1]
     assert failed["exit_code"] == 3 and failed["report"]["held_back"][0]["changes"] == {"speed.chunked_loss": True}
+
+
+def test_what_a_resume_on_another_engine_carries_is_said_in_words():
+    from trainer.rundir.checkpoints import engine_change, engine_meta
+
+    cfg = _resolved()
+    z2 = C.replace(cfg, **{"deepspeed.enabled": True, "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": True})
+    assert engine_change(engine_meta(cfg), cfg) is None  # the library's own resume
+    assert engine_change({"deepspeed": False, "zero_stage": None}, cfg) is None  # a marker older than the fields
+    moved = engine_change(engine_meta(cfg), z2)
+    assert moved["from"] == "plain PyTorch (AdamW)" and moved["to"].startswith("DeepSpeed ZeRO-2 with optimizer")
+    assert "AdamW moments and step count (per parameter)" in moved["carried"] and not moved["not_carried"]
+    eight = engine_change(engine_meta(cfg), C.replace(cfg, **{"training.optimizer": "adamw_8bit"}))
+    assert eight["not_carried"][0].startswith("optimizer moments") and "weights" in eight["carried"]
+    fp16 = C.replace(z2, **{"speed.precision": "fp16", "model.dtype": "float32"})
+    assert any("loss scale" in line for line in engine_change(engine_meta(cfg), fp16)["not_carried"])
