@@ -33,7 +33,7 @@ CHARTS = {
 }
 KL_ABSENT = "KL: not measured (grpo.beta is 0)"
 VALIDATION_COLOR = "#ff7f0e"  # as the dashboard's validation loss
-WITH_VALIDATION = "Total reward (weighted, band ±1 std) · validation prompts ●"
+WITH_VALIDATION = f"Total reward (±1 std) · <span style='color:{VALIDATION_COLOR}'>● validation</span>"  # short: one row
 
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
