@@ -199,3 +199,14 @@ def test_what_a_resume_on_another_engine_carries_is_said_in_words():
     assert eight["not_carried"][0].startswith("optimizer moments") and "weights" in eight["carried"]
     fp16 = C.replace(z2, **{"speed.precision": "fp16", "model.dtype": "float32"})
     assert any("loss scale" in line for line in engine_change(engine_meta(cfg), fp16)["not_carried"])
+
+
+def test_an_exported_config_says_which_settings_were_yours(tmp_path):
+    """``trainpilot-cli export`` writes every key; recovery.ladder_keeps keeps which ones the user chose."""
+    from trainer.launch.export_scripts import export
+
+    src = tmp_path / "mine.yaml"
+    write_config(src, {"deepspeed": {"enabled": False}, "training": {"micro_batch_size": 4, "effective_batch_size": 8}})
+    export(str(src), str(tmp_path / "out"))
+    written = C.load(tmp_path / "out" / "config.yaml")
+    assert written.recovery.ladder_keeps == ["deepspeed.enabled", "training.micro_batch_size"]

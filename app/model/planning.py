@@ -6,7 +6,7 @@ from __future__ import annotations
 from trainer import config as tc
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
-from trainer.planning.ladder import kept_settings
+from trainer.planning.ladder import record_kept_settings
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor import preflight
@@ -17,9 +17,7 @@ def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
     settings the user gave a value written into ``recovery.ladder_keeps`` (the written file sets every key, so the
     CLI could no longer tell which were the user's: the OOM ladder would keep them all)."""
     if plan is None or getattr(plan, "config_in", None) != cfg or getattr(plan, "resolved", None) is None:
-        if cfg.recovery.ladder_keeps == "auto":
-            return tc.replace(cfg, **{"recovery.ladder_keeps": sorted(kept_settings(cfg))})
-        return cfg
+        return record_kept_settings(cfg)
     resolved = plan.resolved
     return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
 

@@ -49,6 +49,16 @@ def kept_settings(cfg) -> frozenset[str]:
     return frozenset(k for k in LADDER_KEYS if k in explicit_keys(cfg) and get_in(data, k) != "auto")
 
 
+def record_kept_settings(cfg, chosen=None):
+    """``cfg`` with ``recovery.ladder_keeps`` written out when it is "auto": ``kept_settings`` of ``chosen`` (the
+    config as the user wrote it, before the planner filled its "auto"s; default ``cfg``). Call it before a config
+    is written whole (a run folder's config.yaml, the GUI's file, an export): a file that sets every key no longer
+    says which ones the user chose."""
+    if cfg.recovery.ladder_keeps != "auto":
+        return cfg
+    return config_mod.replace(cfg, **{"recovery.ladder_keeps": sorted(kept_settings(chosen or cfg))})
+
+
 @dataclass(frozen=True)
 class LadderStep:
     """One rung: the new config, the changed settings (dotted key → value) and why, in words."""

@@ -206,9 +206,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
         out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
-    if out.recovery.ladder_keeps == "auto":  # the user's own settings, written into config.yaml for every resume
-        out = config_mod.replace(out, **{"recovery.ladder_keeps": sorted(ladder.kept_settings(cfg))})
-    return as_resolved(out)
+    return as_resolved(ladder.record_kept_settings(out, chosen=cfg))  # the user's settings, for every resume
 
 
 def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
