@@ -130,6 +130,9 @@ def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
     assert steps, "the rungs that change none of them are still climbed"
     report = ladder.exhausted_report(last, [{"why": "x"}] * len(steps))
     held = {k for h in report["held_back"] for k in h["yours"]}
+    if kept == ["training.optimizer"]:  # 8-bit AdamW was passed over, then DeepSpeed's own optimizer came: at the
+        assert not held                 # end no rung needs the setting, so the report names none
+        return
     assert held and held <= set(kept), report
     assert "settings your config sets" in report["message"]
     assert any(k in line for k in held for line in report["suggestions"][:len(report["held_back"])])
