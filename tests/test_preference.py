@@ -100,7 +100,8 @@ def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path, kind):
 @pytest.mark.slow
 def test_oom_during_dpo_climbs_the_ladder_and_keeps_the_effective_batch(tmp_path):
     geometry = {"max_steps": 6, "micro_batch_size": 8, "gradient_accumulation_steps": 1, "effective_batch_size": 8}
-    cfg = pref_config(tmp_path, "dpo", "lora", training=geometry, checkpoints={"every_steps": 2})
+    cfg = pref_config(tmp_path, "dpo", "lora", training=geometry, checkpoints={"every_steps": 2},
+                      recovery={"ladder_keeps": []})  # the config sets the micro-batch; the ladder may change it
     # out of memory from step 3 on while the micro-batch holds more than 2 pairs: 8 → 4 (still) → 2
     proc, run = _run(tmp_path, "ladder", cfg, env={"TRAINPILOT_INJECT_OOM": "3:2"})
     assert proc.returncode == 0, proc.stderr

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 from trainer.core.errors import UserError
 
-RECORD_FORMATS = ("text", "template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt", "preference",
-                  "kto")
 CONVERSATION_FORMATS = ("alpaca", "prompt_response", "chat", "sharegpt")   # rendered through the chat template
 TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")
 SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")  # input + target

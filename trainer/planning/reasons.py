@@ -121,6 +121,9 @@ def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: d
     gen, done = c.grpo.generation_batch_size, gib(sampling.get("generation_kv_cache", 0))
     if "reference_forward" in sampling:
         return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
+    if "old_policy_forward" in sampling:  # grpo.num_iterations > 1
+        return (f"scoring the sampled completions' log-probs for the later iterations "
+                f"({gib(sampling['old_policy_forward'])} of working memory)")
     if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
         full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), ctx.seq))
         return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
