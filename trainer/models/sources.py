@@ -82,3 +82,18 @@ def tokenizer_source(cfg) -> str | None:
     if m.source == DEMO_MODEL or (m.architecture and m.source == DEMO_MODEL):
         return "demo"
     return m.source
+
+
+# config.json keys that count a mixture of experts' routed experts (Qwen-MoE, Mixtral/gpt-oss/Phi-MoE/Granite-MoE,
+# DeepSeek, ERNIE), at the top or in a multimodal checkpoint's text_config
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def routed_experts(conf: dict) -> int | None:
+    """How many routed experts per layer an HF ``config.json`` (as a dict) declares; None for a dense model."""
+    for section in (conf, conf.get("text_config") or {}):
+        for key in EXPERT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and value > 1:
+                return value
+    return None

@@ -21,6 +21,7 @@ from trainer.models import gguf_support
 from trainer.worker.export import gguf_convert, staging
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
+from trainer.worker.loading import model_parts
 
 
 def merged_model(cfg, source: Path):
@@ -81,14 +82,22 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
     ensure_chat_template(cfg, tok)
     written = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
-                           merged=merge and is_adapter)
+                           merged=merge and is_adapter, companions=processor_files(cfg, source, model))
     progress.finish(written)
     return written
 
 
+def processor_files(cfg, source: Path, model) -> list[Path]:
+    """A multimodal model's processor files: saved with ``source`` by the run, else the base model's."""
+    if not model_parts.tower_prefixes(model):
+        return []
+    return model_parts.processor_files(source) or model_parts.source_processor_files(cfg)
+
+
 def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
-                 merged: bool = False) -> list[Path]:
-    """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``.
+                 merged: bool = False, companions: list[Path] = ()) -> list[Path]:
+    """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``, and
+    ``companions`` beside them (a multimodal model's processor files).
 
     Every check that can refuse runs before a file is written; the files are written into a hidden
     folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""
@@ -99,6 +108,7 @@ def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, olla
         progress.step("writing safetensors" + (" (merged)" if merged else ""))
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save_pretrained(str(tmp))
+        model_parts.copy_files(list(companions), tmp)
         _copy_sentencepiece_model(tok, tmp)
         _record_special_tokens(tok, tmp)
         progress.step("writing the generation config")
