@@ -43,8 +43,8 @@ def ensure_chat_template(cfg, tok) -> str:
 def end_of_turn_id(tok) -> int | None:
     """The token a chat turn ends with: the template's end token when it has one, else EOS."""
     vocab, template = tok.get_vocab(), tok.chat_template or ""
-    for token in chat.END_OF_TURN_TOKENS:
-        if token in vocab and token in template:
+    for token in chat.end_of_turn_tokens(vocab):
+        if token in template:
             return vocab[token]
     return tok.eos_token_id
 

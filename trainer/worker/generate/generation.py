@@ -20,8 +20,17 @@ from trainer.data import run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
 from trainer.worker.loading import model_parts, modeling
 
-# End-of-turn tokens of the common chat templates, stopped at when the vocabulary has them.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
+# End-of-turn tokens of the common chat templates, stopped at when the vocabulary has them. gpt-oss's harmony
+# format ends an answer with <|return|> (or <|call|>, a tool call: both its EOS ids); its <|end|> closes one
+# message (the reasoning before the final answer), so it is no end of turn there.
+END_OF_TURN_TOKENS = ("<|return|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
+MESSAGE_ENDS = {"<|return|>": "<|end|>"}  # a vocabulary with the key ends messages, not turns, with the value
+
+
+def end_of_turn_tokens(vocab) -> list[str]:
+    """``END_OF_TURN_TOKENS`` this vocabulary has, without those that end a message but not a turn in it."""
+    skip = {end for marker, end in MESSAGE_ENDS.items() if marker in vocab}
+    return [t for t in END_OF_TURN_TOKENS if t in vocab and t not in skip]
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
 
@@ -108,7 +117,7 @@ def stop_ids(tok, model=None) -> list[int]:
     eos = getattr(gen, "eos_token_id", None)
     ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
     vocab = tok.get_vocab()
-    ids.update(vocab[t] for t in END_OF_TURN_TOKENS if t in vocab and getattr(tok, "chat_template", None))
+    ids.update(vocab[t] for t in end_of_turn_tokens(vocab) if getattr(tok, "chat_template", None))
     return sorted(i for i in ids if isinstance(i, int))
 
 
