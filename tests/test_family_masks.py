@@ -18,9 +18,11 @@ from trainer.config.sections import RunConfig
 
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
        "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",
-       "gemma-2": "<end_of_turn>"}
+       "gemma-2": "<end_of_turn>", "qwen3-moe": "<|im_end|>", "gpt-oss": "<|return|>", "gemma-3": "<end_of_turn>"}
 # What each family's model writes before its answer text at inference (after the generation prompt).
-OPENS = {"qwen3": "<think>\n\n</think>\n\n"}
+OPENS = {"qwen3": "<think>\n\n</think>\n\n", "qwen3-moe": "<think>\n\n</think>\n\n",
+         "gpt-oss": "<|channel|>final<|message|>"}
+NO_SYSTEM = ("gemma-2", "gemma-3")  # templates that refuse a system role
 SYSTEM = {"role": "system", "content": "You are terse."}
 TURNS = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."},
          {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6, of course."}]
@@ -81,7 +83,7 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
 
 @pytest.mark.parametrize("name", sorted(rm.FAMILIES))
 def test_multi_turn_masks_are_exact(name):
-    msgs = TURNS if name == "gemma-2" else [SYSTEM] + TURNS
+    msgs = TURNS if name in NO_SYSTEM else [SYSTEM] + TURNS
     first = 2 if msgs[0]["role"] == "system" else 1
     answers = {first: OPENS.get(name, "") + "4." + END[name], first + 2: OPENS.get(name, "") + "6, of course." + END[name]}
     check_turns(name, msgs, answers)

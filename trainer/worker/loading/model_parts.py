@@ -141,12 +141,18 @@ def lora_targets(method, model) -> tuple[str | list[str], list[str]]:
         return method.target_modules, []
     if method.target_modules != "all-linear":
         names = [n for n in names if n.rsplit(".", 1)[-1] in method.target_modules]
-    names = [n for n in names if n not in _renamed_by_peft(model, names)]
+    renamed = _renamed_by_peft(model, names)
+    _base(model).tp_not_adapted = sorted(renamed)  # part_warnings says so
+    names = [n for n in names if n not in renamed]
     if not names and not method.lora_experts:
         raise UserError("method.target_modules: PEFT maps these layer names to the fused experts of this model; "
                         "target attention layers (q_proj, k_proj, v_proj, o_proj) or all-linear, or set "
                         "method.lora_experts: true with method.lora_dropout: 0", field="method.target_modules")
     return names, [name for name, _ in experts] if method.lora_experts else []
+
+
+def _base(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _renamed_by_peft(model, names: list[str]) -> set[str]:
@@ -158,9 +164,8 @@ def _renamed_by_peft(model, names: list[str]) -> set[str]:
         from peft.utils.transformers_weight_conversion import convert_peft_config_for_transformers
     except ImportError:  # a PEFT without the conversion does not rename anything
         return set()
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     probe = LoraConfig(target_modules=list(names))
-    convert_peft_config_for_transformers(probe, model=base, conversions=None)
+    convert_peft_config_for_transformers(probe, model=_base(model), conversions=None)
     return set(names) - set(probe.target_modules or ())
 
 
@@ -187,6 +192,10 @@ def part_warnings(cfg, model) -> list[tuple[str, str]]:
     if not experts:
         return []
     out = []
+    left = getattr(_base(model), "tp_not_adapted", [])
+    if left:
+        out.append(("layers_not_adapted", f"LoRA leaves {len(left)} dense layer(s) frozen whose names PEFT maps to the "
+                    f"fused experts of this architecture (first: {', '.join(left[:3])})"))
     if not method.lora_experts:
         out.append(("experts_not_adapted", f"LoRA adapts attention and dense layers; the experts' weights "
                     f"({experts}, {params:,} parameters) stay frozen (set method.lora_experts: true with "
