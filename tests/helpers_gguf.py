@@ -19,7 +19,7 @@ FAMILY_TEMPLATES = {  # family -> file under llama.cpp's models/templates (the r
     "llama-3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen3": "Qwen-Qwen3-0.6B",
     "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407", "phi-3.5": "microsoft-Phi-3.5-mini-instruct",
     "gemma-2": "google-gemma-2-2b-it", "deepseek-r1-distill": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
-    "qwen3-moe": "Qwen-Qwen3-0.6B", "gpt-oss": "openai-gpt-oss-120b",
+    "qwen3-moe": "Qwen-Qwen3-0.6B", "gpt-oss": "openai-gpt-oss-120b", "gemma-3": "google-gemma-2-2b-it",
 }
 
 

@@ -99,7 +99,7 @@ LLAMA3_EOT = ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")
 # 128 experts, 8 per token, moe_intermediate_size 768, no shared experts, every layer sparse; openai/gpt-oss-20b:
 # 32 local experts, 4 per token, intermediate 2880, sliding window 128 on every other layer, yarn rope ×32 over
 # 4096, attention bias and sinks; google/gemma-3-4b-it: Gemma3ForConditionalGeneration, a SigLIP vision tower
-# (896 px, patch 14) pooled to 256 tokens per image, linear rope ×8 on global layers, sliding window 1024).
+# (896 px, patch 14) pooled to 256 tokens per image, linear rope ×8 on global layers (every 6th), sliding window 1024).
 # Expert widths differ from hidden/2 so that a transposed expert weight cannot pass unnoticed.
 QWEN3_MOE = {"rope_theta": 1000000.0, "tie_word_embeddings": False, "num_experts": 8, "num_experts_per_tok": 2,
              "moe_intermediate_size": 48, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -114,7 +114,9 @@ GPT_OSS = {"rope_theta": 150000.0, "max_position_embeddings": 131072, "tie_word_
 HARMONY = {128000: "<|startoftext|>", 128001: "<|endoftext|>", 128004: "<|return|>", 128005: "<|constrain|>",
            128007: "<|channel|>", 128008: "<|start|>", 128009: "<|end|>", 128010: "<|message|>", 128014: "<|call|>"}
 GEMMA3_TEXT = {"tie_word_embeddings": True, "query_pre_attn_scalar": 16, "sliding_window": 128,
-               "layer_types": ["sliding_attention", "full_attention"], "hidden_activation": "gelu_pytorch_tanh",
+               # five sliding layers, then a global one: Gemma 3's pattern, which llama.cpp assumes for the arch
+               "num_hidden_layers": 6, "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+               "hidden_activation": "gelu_pytorch_tanh",
                "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "rope_theta": 1000000.0,
                "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072}
 GEMMA3_VISION = {"vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,

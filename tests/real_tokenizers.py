@@ -141,8 +141,34 @@ def _gemma_bpe_files(fam, gguf_path: Path, fields: dict, out: Path) -> None:
         backend.post_processor = processors.TemplateProcessing(single=f"{fam.bos} $A", special_tokens=[bos],
                                                                pair=f"{fam.bos} $A {fam.bos}:1 $B:1")
     backend.save(str(out / "tokenizer.json"))
+    _sentencepiece_from_merges(tokens, kinds, merges, out)
     image = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
     _write_config(out, {"extra_special_tokens": image} if fam.vision else {})
+
+
+def _sentencepiece_from_merges(tokens: list[str], kinds: list[int], merges: list[tuple[str, str]], out: Path) -> None:
+    """``tokenizer.model`` as Gemma's hub repos ship it beside tokenizer.json (llama.cpp's converter reads Gemma's
+    vocabulary from it): a SentencePiece BPE model whose piece scores order the merges as the GGUF lists them
+    (a piece scores minus the rank of the first merge that makes it), so it encodes as the BPE merges do
+    (all 46 of the GGUF's test vectors)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    rank: dict[str, int] = {}
+    for i, (a, b) in enumerate(merges):
+        rank.setdefault(a + b, i)
+    m = pb.ModelProto()
+    m.trainer_spec.model_type = pb.TrainerSpec.BPE
+    m.trainer_spec.vocab_size = len(tokens)
+    m.trainer_spec.byte_fallback = True
+    m.trainer_spec.pad_id, m.trainer_spec.eos_id, m.trainer_spec.bos_id, m.trainer_spec.unk_id = 0, 1, 2, 3
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = False
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    for i, (text, kind) in enumerate(zip(tokens, kinds)):
+        piece = m.pieces.add()
+        piece.piece, piece.type = text, int(kind)
+        piece.score = float(-rank[text]) if text in rank else (0.0 if kind != 1 else -float(len(merges) + i))
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
 
 
 def _bos_post_processor(bos: str, bos_id: int) -> dict:

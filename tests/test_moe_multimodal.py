@@ -142,15 +142,20 @@ def test_lora_experts_with_dropout_is_refused_with_the_fix():
     config_mod.validate({**BASE, "method": {"type": "full", "lora_experts": True}})  # nothing to adapt: not refused
 
 
+def model_folder(path, conf: dict):
+    """A model folder preflight accepts as one: ``conf`` as config.json, an empty safetensors file, a tokenizer."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(conf), encoding="utf-8")
+    (path / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
+    (path / "tokenizer.json").write_text("{}", encoding="utf-8")
+    return path
+
+
 def test_preflight_refuses_lora_experts_for_a_model_that_declares_no_experts(tmp_path):
     from trainer.supervisor import preflight
 
-    for name, conf in (("dense", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}),
-                       ("moe", {"model_type": "qwen3_moe", "num_experts": 128})):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(conf), encoding="utf-8")
-        (tmp_path / name / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")  # an empty one
-        (tmp_path / name / "tokenizer.json").write_text("{}", encoding="utf-8")
+    model_folder(tmp_path / "dense", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
+    model_folder(tmp_path / "moe", {"model_type": "qwen3_moe", "num_experts": 128})
     cfg = config_mod.validate({**BASE, "model": {"source": str(tmp_path / "dense")},
                                "method": {"type": "lora", "lora_experts": True, "lora_dropout": 0}})
     with pytest.raises(config_mod.ConfigError) as info:
@@ -333,3 +338,14 @@ def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_l
     inputs = processor(text=["<start_of_image> What is this?"], images=[[image]], return_tensors="pt")
     with torch.no_grad():
         assert merged(**inputs).logits.shape[-1] == 262208
+
+
+def test_preflight_reads_a_multimodal_checkpoints_positions_from_its_text_config(tmp_path):
+    from trainer.supervisor import preflight
+
+    folder = model_folder(tmp_path / "gemma-3", {"model_type": "gemma3", "vision_config": {},
+                                                 "text_config": {"max_position_embeddings": 64}})
+    cfg = config_mod.validate({**BASE, "model": {"source": str(folder)}, "data": {"path": "x.jsonl", "seq_len": 128}})
+    with pytest.raises(config_mod.ConfigError) as info:
+        preflight.check(cfg)
+    assert "longer than the model's maximum of 64 positions" in dict(info.value.problems)["data.seq_len"]

@@ -39,12 +39,13 @@ def test_tokenizer_passes_llama_cpp_test_vectors(name):
     assert wrong == []
 
 
-def test_gemma_tokenizer_equals_its_sentencepiece_model():
+@pytest.mark.parametrize("name,vocab", [("gemma-2", "llama-spm"), ("gemma-3", "gemma-4")])
+def test_gemma_tokenizer_equals_its_sentencepiece_model(name, vocab):
     import sentencepiece as spm
-    d = rm.family_dir("gemma-2")
+    d = rm.family_dir(name)
     sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
-    tok = _tok("gemma-2")
-    texts = [t for t, _ in rm.test_vectors("llama-spm")]
+    tok = _tok(name)
+    texts = [t for t, _ in rm.test_vectors(vocab)]
     assert [tok(t, add_special_tokens=False)["input_ids"] for t in texts] == [sp.encode(t) for t in texts]
     assert tok("Hi")["input_ids"][0] == tok.bos_token_id == sp.piece_to_id("<bos>")
     for marker in ("<start_of_turn>", "<end_of_turn>"):

@@ -275,6 +275,7 @@ def _seq_len(cfg, hardware) -> None:
     conf = _model_config(cfg)
     if not conf:
         return
+    conf = {**(conf.get("text_config") or {}), **conf}  # a multimodal checkpoint: the text model's positions
     why = seq_len_refusal(cfg.data.seq_len, conf.get("max_position_embeddings") or conf.get("n_positions"))
     if why:
         raise UserError(f"data.seq_len: {why}", field="data.seq_len")
