@@ -301,6 +301,11 @@ def test_cli_refuses_lora_experts_with_adapter_dropout_before_writing_anything(t
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_loads_the_result(tmp_path, method):
+    """LoRA: only the text model adapted; the merged export (towers as they were, processor files) loads with
+    the original class and processor, chat answers, and its text GGUF runs in llama.cpp. Full: the optimizer holds
+    the text model only, final/ loads the same way."""
+    import importlib.util
+
     import numpy as np
     import real_models as rm
     import torch
@@ -315,7 +320,8 @@ def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_l
     if method == "lora":
         adapter = tensors(final / "adapter_model.safetensors")
         assert adapter and all(".language_model." in k for k in adapter), "only the text model is adapted"
-        out = export(run_dir, tmp_path / "out")
+        assert (final / "tokenizer.model").is_file(), "the SentencePiece model llama.cpp's converter reads"
+        out = export(run_dir, tmp_path / "out", "--gguf", "f16")  # the text model's GGUF
         answer = cli("chat", run_dir, "--prompt", "What is 2+2?", "--json", "--max-new-tokens", "4")
         assert answer.returncode == 0 and "text" in json.loads(answer.stdout.splitlines()[-1]), answer.stderr[-2000:]
     else:
@@ -338,6 +344,12 @@ def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_l
     inputs = processor(text=["<start_of_image> What is this?"], images=[[image]], return_tensors="pt")
     with torch.no_grad():
         assert merged(**inputs).logits.shape[-1] == 262208
+    if method == "lora" and importlib.util.find_spec("llama_cpp") is not None:
+        from helpers_gguf import llama_cpp_report
+
+        r = llama_cpp_report(out, out / "model-f16.gguf", merged)
+        assert r["tokens"] == r["tokens_of"] and r["chat"] == r["chat_of"], r
+        assert r["max_logit_diff"] <= 1e-2 * r["max_abs_logit"] and r["near_tie_only"], r
 
 
 def test_preflight_reads_a_multimodal_checkpoints_positions_from_its_text_config(tmp_path):

@@ -82,22 +82,25 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
     ensure_chat_template(cfg, tok)
     written = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
-                           merged=merge and is_adapter, companions=processor_files(cfg, source, model))
+                           merged=merge and is_adapter, companions=companion_files(cfg, source, model))
     progress.finish(written)
     return written
 
 
-def processor_files(cfg, source: Path, model) -> list[Path]:
-    """A multimodal model's processor files: saved with ``source`` by the run, else the base model's."""
+def companion_files(cfg, source: Path, model) -> list[Path]:
+    """What goes beside the model: a multimodal model's processor files (saved with ``source`` by the run, else
+    the base model's) and the SentencePiece ``tokenizer.model`` the run saved with ``source``."""
+    found = [source / "tokenizer.model"] if (source / "tokenizer.model").is_file() else []
     if not model_parts.tower_prefixes(model):
-        return []
-    return model_parts.processor_files(source) or model_parts.source_processor_files(cfg)
+        return found
+    return found + (model_parts.processor_files(source) or [f for f in model_parts.companion_files(cfg, model)
+                                                           if f.name in model_parts.PROCESSOR_FILES])
 
 
 def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
                  merged: bool = False, companions: list[Path] = ()) -> list[Path]:
     """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``, and
-    ``companions`` beside them (a multimodal model's processor files).
+    ``companions`` beside them (processor files, tokenizer.model).
 
     Every check that can refuse runs before a file is written; the files are written into a hidden
     folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""

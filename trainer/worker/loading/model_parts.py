@@ -25,7 +25,7 @@ from pathlib import Path
 
 from trainer.core import secrets
 from trainer.core.errors import UserError
-from trainer.models.sources import is_local
+from trainer.models.sources import is_local, tokenizer_source
 
 TOWER_CONFIGS = ("vision_config", "audio_config")  # sub-configs of the parts a text run does not train
 # What a multimodal repo's processor reads besides the tokenizer (the tokenizer saves its own files)
@@ -212,18 +212,32 @@ def processor_files(folder: Path) -> list[Path]:
     return [folder / name for name in PROCESSOR_FILES if (folder / name).is_file()]
 
 
-def source_processor_files(cfg) -> list[Path]:
-    """The processor files of the run's base model (a local folder, or fetched from the hub beside its weights)."""
+def companion_files(cfg, model) -> list[Path]:
+    """Files of the base model that go beside every model the run saves (final/, checkpoints): a multimodal
+    model's processor files, and ``tokenizer.model`` of a SentencePiece tokenizer (a fast tokenizer's
+    ``save_pretrained`` does not write it, and llama.cpp's converter reads Gemma's, Llama 2's, Mistral's and
+    Phi-3's vocabulary from it)."""
+    found = _source_files(cfg, cfg.model.source, PROCESSOR_FILES) if tower_prefixes(model) else []
+    src = tokenizer_source(cfg)
+    if src not in (None, "demo", "corpus"):
+        found += _source_files(cfg, src, ("tokenizer.model",))
+    return found
+
+
+def _source_files(cfg, source: str, names: tuple[str, ...]) -> list[Path]:
+    """``names`` that the model or tokenizer ``source`` has: from a local folder, or fetched from the hub (the
+    run's revision and token) beside the weights."""
     m = cfg.model
-    if not m.source or m.architecture:
+    if not source or m.architecture:
         return []
-    if is_local(m.source):
-        return processor_files(Path(m.source).expanduser())
+    if is_local(source):
+        folder = Path(source).expanduser()
+        return [folder / name for name in names if (folder / name).is_file()]
     from transformers.utils import cached_file
 
     found = []
-    for name in PROCESSOR_FILES:
-        path = cached_file(m.source, name, revision=m.revision, token=secrets.hub_token(cfg),
+    for name in names:
+        path = cached_file(source, name, revision=m.revision, token=secrets.hub_token(cfg),
                            _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
         if path:
             found.append(Path(path))

@@ -254,7 +254,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     if objectives.handles(cfg):
         objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
-    trainer.tp_companion_files = model_parts.source_processor_files(cfg) if model_parts.tower_prefixes(trainer.model) else []
+    trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
 
