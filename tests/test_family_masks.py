@@ -81,7 +81,8 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
     assert sum(sum(lab != -100 for lab in labels) for _ids, labels in examples) == want_trained
 
 
-@pytest.mark.parametrize("name", sorted(rm.FAMILIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow]) if n == "gemma-3" else n  # 262k vocab:
+                                  for n in sorted(rm.FAMILIES)])                                     # seconds to load
 def test_multi_turn_masks_are_exact(name):
     msgs = TURNS if name in NO_SYSTEM else [SYSTEM] + TURNS
     first = 2 if msgs[0]["role"] == "system" else 1

@@ -24,13 +24,20 @@ VECTORS = {"qwen2.5": "qwen2", "llama-3.2": "llama-bpe", "mistral-nemo": "llama-
            "qwen3-moe": "qwen2", "gpt-oss": "llama-bpe", "gemma-3": "gemma-4"}
 
 
+BIG = {"gemma-3"}  # a 262k vocabulary: loading its tokenizer takes seconds (pytest -m 'not slow' skips it)
+
+
+def _params(names):
+    return [pytest.param(n, marks=[pytest.mark.slow]) if n in BIG else n for n in names]
+
+
 @functools.lru_cache(maxsize=None)
 def _tok(name):
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(rm.family_dir(name))
 
 
-@pytest.mark.parametrize("name", sorted(VECTORS))
+@pytest.mark.parametrize("name", _params(sorted(VECTORS)))
 def test_tokenizer_passes_llama_cpp_test_vectors(name):
     tok = _tok(name)
     vectors = rm.test_vectors(VECTORS[name])
@@ -39,7 +46,8 @@ def test_tokenizer_passes_llama_cpp_test_vectors(name):
     assert wrong == []
 
 
-@pytest.mark.parametrize("name,vocab", [("gemma-2", "llama-spm"), ("gemma-3", "gemma-4")])
+@pytest.mark.parametrize("name,vocab", [("gemma-2", "llama-spm"),
+                                        pytest.param("gemma-3", "gemma-4", marks=[pytest.mark.slow])])
 def test_gemma_tokenizer_equals_its_sentencepiece_model(name, vocab):
     import sentencepiece as spm
     d = rm.family_dir(name)
@@ -52,7 +60,7 @@ def test_gemma_tokenizer_equals_its_sentencepiece_model(name, vocab):
         assert len(tok(marker, add_special_tokens=False)["input_ids"]) == 1
 
 
-@pytest.mark.parametrize("name", sorted(SPECIAL))
+@pytest.mark.parametrize("name", _params(sorted(SPECIAL)))
 def test_special_tokens_match_the_family(name):
     bos, eos, end_of_turn, adds_bos = SPECIAL[name]
     d = rm.family_dir(name)

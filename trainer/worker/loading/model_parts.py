@@ -49,10 +49,15 @@ def auto_class(conf, seq2seq: bool = False):
     return AutoModelForImageTextToText if is_multimodal(conf) else AutoModelForCausalLM
 
 
+def _base(model):
+    """The transformers model inside a PEFT wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def tower_prefixes(model) -> list[str]:
     """Module names of the parts beside the text decoder (``model.vision_tower``, ``model.multi_modal_projector``,
     ``model.visual``...); empty for a text-only model."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _base(model)
     if not is_multimodal(base.config) or not hasattr(base, "get_decoder"):
         return []
     decoder = base.get_decoder()
@@ -149,10 +154,6 @@ def lora_targets(method, model) -> tuple[str | list[str], list[str]]:
                         "target attention layers (q_proj, k_proj, v_proj, o_proj) or all-linear, or set "
                         "method.lora_experts: true with method.lora_dropout: 0", field="method.target_modules")
     return names, [name for name, _ in experts] if method.lora_experts else []
-
-
-def _base(model):
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _renamed_by_peft(model, names: list[str]) -> set[str]:
