@@ -36,6 +36,11 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("deepspeed.offload_params", "parameter offload needs zero_stage: 3; set zero_stage: 3 or offload_params: false"))
     if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
         p.append(("deepspeed.enabled", "offload needs DeepSpeed; set deepspeed.enabled: true (or auto) or turn offload off"))
+    m = cfg.method
+    if m.lora_experts and m.type != "full" and m.lora_dropout > 0:
+        p.append(("method.lora_experts", f"adapting the experts (PEFT's target_parameters) works only without "
+                  f"adapter dropout, and method.lora_dropout is {m.lora_dropout}; set method.lora_dropout: 0, or "
+                  f"method.lora_experts: false to adapt attention and dense layers only"))
     if cfg.method.type == "qlora" and ds.enabled is True and ds.zero_stage == 3:
         p.append(("method.type", "QLoRA 4-bit weights cannot be sharded by ZeRO-3; use zero_stage 2 or no DeepSpeed"))
     if (cfg.data.prompt_template is None) != (cfg.data.response_template is None):

@@ -153,6 +153,11 @@ class MethodConfig(_Section):
     target_modules: Union[list[str], Literal["all-linear"]] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or names like [q_proj, v_proj]."
     )
+    lora_experts: bool = Field(
+        False, description="Mixture-of-experts models (Qwen3-MoE, gpt-oss...): also adapt the experts' fused weights "
+        "(PEFT's target_parameters; needs lora_dropout: 0). Off: LoRA adapts attention and dense layers, the experts "
+        "stay frozen."
+    )
 
 
 class TrainingConfig(_Section):

@@ -57,6 +57,7 @@ class TrainPilotMixin:
         self._tp_first_step = None  # the optimizer step this attempt started at (a resume's checkpoint step)
         self._tp_offload = contextlib.nullcontext()
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
+        self.tp_companion_files: list[Path] = []  # saved beside every model (a multimodal model's processor files)
 
     def _tp_offload_activations(self) -> None:
         """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
@@ -114,6 +115,12 @@ class TrainPilotMixin:
         if not isinstance(inputs, list):
             inputs.pop(REAL_TOKENS_KEY, None)
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    def _save(self, output_dir=None, state_dict=None):
+        """HF's save of the model and tokenizer (final/, checkpoints), and the files that go with the model."""
+        super()._save(output_dir, state_dict)
+        for f in self.tp_companion_files:
+            shutil.copyfile(f, Path(output_dir or self.args.output_dir) / f.name)
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
     def _get_output_dir(self, trial):

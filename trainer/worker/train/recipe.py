@@ -155,6 +155,9 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
             writer.emit(WarningEvent(code="skipped_lines",
                                      message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
                                              f"(first: {info['skipped_line_numbers'][:5]})"))
+        for code, message in setup.warnings:
+            print(f"trainpilot: {message}", file=sys.stderr, flush=True)  # train.log says it too
+            writer.emit(WarningEvent(code=code, message=message))
     trainer.train(resume_from_checkpoint=resume_from)
     code = _finish(cfg, run_dir, writer, trainer, steps, rank)
     trackers.finish(cfg, code)
@@ -227,13 +230,14 @@ class WorkerSetup:
     data_info: dict  # what the data pipeline reports (sequences, tokens, skipped lines)
     device: str  # cuda | cpu
     precision: str  # bf16 | fp16 | fp32
+    warnings: list  # (code, message): what the run leaves as it is (model_parts.part_warnings)
 
 
 def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
     import torch
 
     from trainer.worker.train import evaluation
-    from trainer.worker.loading import modeling
+    from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
@@ -282,8 +286,9 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     if objectives.handles(cfg):
         objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
+    trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
-                       precision=precision)
+                       precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
 
 
 def _loss_kernel(cfg, model, use_cuda: bool) -> str:
