@@ -172,8 +172,11 @@ def test_t5_without_templates_and_kto_with_micro_batch_1_are_refused_up_front(tm
     from trainer import config as config_mod
     from trainer.supervisor import preflight
 
+    # question/answer records are a pair of their own (prompt_response); plain text holds no input and target
     cfg = t5_config(tmp_path)
     cfg["data"].pop("prompt_template"), cfg["data"].pop("response_template")
+    preflight.check(config_mod.validate(cfg))
+    cfg["data"]["path"] = str(write_jsonl(tmp_path / "text.jsonl", [{"text": p["prompt"] + p["chosen"]} for p in pairs()]))
     with pytest.raises(config_mod.ConfigError, match="prompt_template.*encoder-decoder"):
         preflight.check(config_mod.validate(cfg))
     kto = pref_config(tmp_path, "kto", "lora", training={"micro_batch_size": 1, "gradient_accumulation_steps": 8})

@@ -114,7 +114,11 @@ def test_gradient_accumulation_equivalence_on_variable_lengths(tmp_path):
         for step in l0:
             assert l1[step] == pytest.approx(l0[step], abs=1e-5)
         for name in w0:
-            assert torch.allclose(w0[name], w1[name], atol=1e-5), name
+            # Adam divides by the gradient's own size, so a near-zero gradient whose float rounding differs between
+            # splits can move its weight by up to lr per step (seen once in CI on gate_proj): bound that, and require
+            # the weights to agree on average, which a wrongly weighted micro-batch (a different direction) breaks.
+            diff = (w0[name] - w1[name]).abs()
+            assert diff.max() <= 2 * 1e-3 * 3 and diff.mean() <= 1e-6, (name, diff.max(), diff.mean())
 
 
 def test_export_then_launch_reproduces_losses(tmp_path):
