@@ -53,7 +53,7 @@ def test_the_doctor_says_what_the_probe_says(monkeypatch):
 
 def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True}))
+    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.loss_kernel": "chunked"}))
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     assert ladder.next_step(cfg) is None
     monkeypatch.delitem(sys.modules, "deepspeed")

@@ -48,6 +48,9 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
 
 
 LEGACY_KEYS = (("distributed", "backend"),)  # read by no code; accepted (and dropped) so old run folders resume
+# Renamed keys, read as their new spelling so old configs and run folders keep their meaning:
+# (section, old key, new key, {old value: new value}). A config that sets both keeps the new one unless it is "auto".
+RENAMED_KEYS = (("speed", "chunked_loss", "loss_kernel", {True: "chunked", False: "hf", "auto": "auto"}),)
 
 
 def _drop_legacy_keys(data: dict) -> dict:
@@ -55,6 +58,15 @@ def _drop_legacy_keys(data: dict) -> dict:
     for section, key in LEGACY_KEYS:
         if isinstance(out.get(section), dict) and key in out[section]:
             out[section] = {k: v for k, v in out[section].items() if k != key}
+    for section, old, new, values in RENAMED_KEYS:
+        part = out.get(section)
+        if isinstance(part, dict) and old in part:
+            part = {k: v for k, v in part.items() if k != old}
+            value = data[section][old]
+            # a value the old key never took is left for validation to name (under the new key)
+            if part.get(new, "auto") == "auto":
+                part[new] = values.get(value, value) if isinstance(value, (bool, str)) else value
+            out[section] = part
     return out
 
 

@@ -24,6 +24,7 @@ class OptionalPackage:
     needed_for: str
     install: str
     also: tuple[str, ...] = ()  # other distributions that provide the module (their version counts too)
+    requires: tuple[str, ...] = ()  # other modules that must import for it to work (Liger: Triton)
 
 
 OPTIONAL: dict[str, OptionalPackage] = {
@@ -33,8 +34,9 @@ OPTIONAL: dict[str, OptionalPackage] = {
                               "pip install bitsandbytes"),
     "flash-attn": OptionalPackage("flash_attn", "flash-attn", "model.attn_implementation: flash_attention_2",
                             "pip install flash-attn --no-build-isolation (Linux, CUDA)"),
-    "liger-kernel": OptionalPackage("liger_kernel", "liger-kernel", "fused Triton kernels (NVIDIA GPUs)",
-                              "pip install liger-kernel"),
+    "liger-kernel": OptionalPackage("liger_kernel", "liger-kernel", "Liger's fused loss kernel (speed.loss_kernel: "
+                                    "liger; NVIDIA GPUs, Triton)", "pip install liger-kernel==0.8.5",
+                                    requires=("triton",)),
     "llama-cpp-python": OptionalPackage("llama_cpp", "llama-cpp-python", "running exported GGUF files in Python",
                                   "pip install llama-cpp-python"),
     "gguf": OptionalPackage("gguf", "gguf", "export-model --gguf", "pip install gguf"),
@@ -58,8 +60,13 @@ class Package:
 
 
 def installed(name: str) -> bool:
-    """True when the optional package ``name`` (a key of OPTIONAL) can be imported here."""
-    module = OPTIONAL[name].module
+    """True when the optional package ``name`` (a key of OPTIONAL) can be imported here (with the modules it
+    requires: liger-kernel without Triton cannot run)."""
+    opt = OPTIONAL[name]
+    return all(_found(m) for m in (opt.module, *opt.requires))
+
+
+def _found(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a broken parent package, or a module without a spec

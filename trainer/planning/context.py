@@ -2,16 +2,16 @@
 setting becomes a memory-model setup. Bytes throughout."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.models.spec import ModelSpec, spec_for_run
+from trainer.planning import loss_kernel
 from trainer.planning.budget import HOST_RAM_USABLE, budget_for
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, Estimate, TrainSetup
-
-SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
+from trainer.planning.memory import Estimate, TrainSetup
+from trainer.planning.throughput import SMALL_TOKENS  # noqa: F401  (the search's threshold, re-exported)
 
 
 DsOption = tuple[bool, int, bool, bool]  # (enabled, zero_stage, offload_optimizer, offload_params)
@@ -32,6 +32,8 @@ class Context:
     usable: int
     held: int
     host_budget: int
+    liger: bool = False  # Liger's kernels run here (loss_kernel.liger_runs: a GPU, liger-kernel with Triton)
+    loss_kernel: Optional[str] = None  # the loss this context plans (the search sets it; None: the config's)
 
     @classmethod
     def build(cls, cfg, hardware, gpu, device: str, goal: str) -> "Context":
@@ -47,14 +49,15 @@ class Context:
             usable, held = host, 0
             budget = int(host * (0.85 if goal == "most_headroom" else 1.0))
         return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
-                   held, host)
+                   held, host, loss_kernel.liger_runs(device))
 
 
     @classmethod
     def for_resolved(cls, cfg, spec: ModelSpec) -> "Context":
         """A context for judging a resolved config without a hardware snapshot (the OOM ladder): its device and
         precision as resolved, no budget."""
-        return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0)
+        return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0,
+                   loss_kernel.liger_runs(cfg.device))
 
 
 def _precision(cfg, gpu, device: str) -> str:
@@ -68,14 +71,22 @@ def weights_16bit(cfg, precision: str) -> bool:
     return cfg.model.dtype == "auto" and precision == "bf16"
 
 
-def chunked_loss(cfg, spec: Optional[ModelSpec]) -> bool:
-    """Whether the run computes its loss in chunks: ``speed.chunked_loss`` when set; ``auto`` is on where it
-    is exact — supervised training of a decoder-only family whose head is a plain lm_head (an unknown
-    architecture too: the worker checks the loaded model and keeps HF's loss where it is not exact)."""
-    v = cfg.speed.chunked_loss
-    if isinstance(v, bool):
-        return v
-    return cfg.training.objective == "sft" and (spec is None or spec.family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES)
+def family(ctx: Context) -> Optional[str]:
+    """The model's family (its model_type), or None when the architecture is unknown."""
+    return ctx.spec.family if ctx.spec is not None else None
+
+
+def loss_of(ctx: Context) -> str:
+    """The loss kernel ``ctx`` plans for (``trainer.planning.loss_kernel``): the one the search set, else the
+    config's, else ``auto``'s first candidate."""
+    if ctx.loss_kernel:
+        return ctx.loss_kernel
+    return loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)[0]
+
+
+def with_loss(ctx: Context, kernel: str) -> Context:
+    """``ctx`` planning for ``kernel``."""
+    return replace(ctx, loss_kernel=kernel)
 
 
 def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Optional[bool] = None,
@@ -94,7 +105,7 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
     return TrainSetup(
         micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
-        chunked_loss=chunked_loss(c, ctx.spec) and c.training.objective == "sft", activation_offload=offload,
+        loss_kernel=loss_of(ctx) if c.training.objective == "sft" else "hf", activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,

@@ -1,6 +1,7 @@
 """The out-of-memory recovery ladder (light): each rung keeps the effective batch exact.
 
-Rungs in order of cost: the chunked loss (free and exact); halve the micro-batch and double
+Rungs in order of cost: a loss without full logits (``loss_kernel.ladder_kernel``: Liger's or the chunked
+loss, exact, usually no slower); halve the micro-batch and double
 accumulation (down to 1); gradient checkpointing (recompute); activation offload to pinned host RAM
 (PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
 ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
@@ -19,8 +20,9 @@ from trainer import config as config_mod
 from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
+from trainer.planning import loss_kernel
 from trainer.planning.context import Context, generation_candidates, make_setup
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, estimate
+from trainer.planning.memory import estimate
 
 
 @dataclass(frozen=True)
@@ -32,15 +34,19 @@ class LadderStep:
     why: str
 
 
-def _chunked_loss_applies(cfg) -> bool:
-    """Supervised training of a family where the chunked loss is exact (an unknown one: try it; the worker
-    keeps HF's loss where it would not be exact)."""
-    if cfg.training.objective != "sft":
-        return False
+def _loss_rung(cfg) -> tuple[dict, str] | None:
+    """A run on HF's loss moves to a loss without the full tokens × vocabulary logits, where one is exact for
+    this model and runs here (``loss_kernel.ladder_kernel``; an unknown architecture keeps HF's loss)."""
     try:
-        return spec_for_run(cfg).family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES
+        family = spec_for_run(cfg).family
     except UserError:
-        return True
+        return None
+    kernel = loss_kernel.ladder_kernel(cfg, family)
+    if kernel is None:
+        return None
+    return ({"speed.loss_kernel": kernel},
+            f"compute the loss with {loss_kernel.NAMES[kernel]} (no full tokens × vocabulary logits; same loss and "
+            "gradients)")
 
 
 def _micro_rung(cfg) -> tuple[dict, str] | None:
@@ -98,11 +104,11 @@ def grpo_phase_guess(cfg) -> str | None:
 
 
 def _cheap_rung(cfg, phase: str | None = None) -> tuple[dict, str] | None:
-    """The free and the exact rungs: chunked loss, smaller micro-batch, checkpointing; for GRPO the generation
+    """The free and the exact rungs: a loss without full logits, smaller micro-batch, checkpointing; for GRPO the generation
     batch too, first when sampling ran out of memory, else after checkpointing."""
-    if cfg.speed.chunked_loss is not True and _chunked_loss_applies(cfg):
-        return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
-                                              "logits; same loss and gradients)")
+    loss = _loss_rung(cfg)
+    if loss:
+        return loss
     if cfg.training.objective == "grpo" and (phase or grpo_phase_guess(cfg)) == "sampling":
         order = (_generation_rung, _micro_rung, _checkpointing_rung)
     else:

@@ -77,7 +77,8 @@ class TrainPilotMixin:
             return False
         base = self.accelerator.unwrap_model(model)
         base = base.get_base_model() if hasattr(base, "get_base_model") else base
-        return self.args.per_device_train_batch_size > floor or (needs == "chunked" and not getattr(base, "tp_chunked_loss", False))
+        full_logits = getattr(base, "tp_loss_kernel", "hf") == "hf"
+        return self.args.per_device_train_batch_size > floor or (needs == "chunked" and full_logits)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation step (drop our token count key; GRPO's batches are lists of prompt records)."""
