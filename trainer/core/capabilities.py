@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -117,3 +121,24 @@ class Capabilities:
 def probe(hardware=None) -> Capabilities:
     """The capabilities of this environment and of ``hardware`` (a MachineSnapshot, or None)."""
     return Capabilities({name: package(name) for name in OPTIONAL}, cuda_gpu(hardware))
+
+
+def install_state_path() -> Path:
+    """Where the installers' record of what they installed is (docs/install.md): ``$TRAINPILOT_INSTALL_STATE``,
+    else next to the environment (``<prefix>/venv`` → ``<prefix>/install-state.json``)."""
+    return Path(os.environ.get("TRAINPILOT_INSTALL_STATE") or Path(sys.prefix).parent / "install-state.json")
+
+
+def install_note(name: str) -> str | None:
+    """Why the installer did not install the GPU extra ``name`` (``bitsandbytes``, ``liger-kernel``), in its own
+    words from install-state.json, or None (no record, or it was installed)."""
+    try:
+        extras = json.loads(install_state_path().read_text(encoding="utf-8")).get("gpu_extras") or {}
+    except (OSError, ValueError):
+        return None
+    info = extras.get(name) or {}
+    if info.get("install_error"):
+        return f"the installer tried: {info['install_error']}"
+    if info.get("planned") is False:
+        return f"the installer skipped it: {info.get('reason', '')}"
+    return None
