@@ -86,8 +86,8 @@ def problem(kernel: str, cfg, family: Optional[str], device: str,
             liger_installed: Optional[bool] = None) -> Optional[Problem]:
     """Why ``kernel`` cannot compute this run's loss here; None when it can. ``family`` is the model's
     model_type (None when unknown); ``device`` is "cuda" or "cpu"; ``liger_installed`` None: ask
-    ``capabilities``."""
-    if kernel == HF:
+    ``capabilities``. ``auto`` is never a problem (the planner resolves it to a kernel that can run)."""
+    if kernel in (HF, "auto"):
         return None
     field = f"speed.loss_kernel: {kernel}"
     objective = cfg.training.objective

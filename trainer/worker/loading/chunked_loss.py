@@ -48,6 +48,8 @@ def install_kernel(model, cfg, device: str, apply_liger: bool = False) -> str:
     returns it. ``apply_liger``: patch Liger's kernels in here (HF's Trainer does it itself when its
     ``use_liger_kernel`` is on). UserError when this model or machine cannot take the kernel."""
     kernel = cfg.speed.loss_kernel
+    if kernel == "auto":  # only an unresolved config (the worker's is resolved): install nothing, the model's own loss
+        kernel = loss_kernel.HF
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     found = loss_kernel.problem(kernel, cfg, getattr(base.config, "model_type", None), device)
     if found:
@@ -217,18 +219,40 @@ def _ce_and_grad(logits: torch.Tensor, targets: torch.Tensor, softcap: float | N
     return loss, grad.to(logits.dtype)
 
 
-_compiled_ce = None
+_compiled_ce = None  # the compiled kernel once built; False when compiling failed here (eager from then on)
 
 
 def _ce_kernel(device: torch.device):
     """``_ce_and_grad`` as one compiled kernel on CUDA (compiled once, for any chunk size); eager elsewhere
-    (inductor's CPU code needs a C++ compiler and seconds to build, for little gain on memory-bound CPU loops)."""
+    (inductor's CPU code needs a C++ compiler and seconds to build, for little gain on memory-bound CPU loops) and
+    where Triton is missing (PyTorch's Windows CUDA wheels ship none) or compiling fails: the loss is the same."""
     global _compiled_ce
-    if device.type != "cuda":
+    if device.type != "cuda" or _compiled_ce is False:
         return _ce_and_grad
     if _compiled_ce is None:
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            _compiled_ce = False
+            return _ce_and_grad
         _compiled_ce = torch.compile(_ce_and_grad, dynamic=True)
-    return _compiled_ce
+    return _compiled_or_eager
+
+
+def _compiled_or_eager(logits, targets, softcap):
+    """The compiled kernel; if inductor cannot build it here, say so once and run eagerly from then on."""
+    global _compiled_ce
+    try:
+        return _compiled_ce(logits, targets, softcap)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # a Triton/inductor failure (a broken toolchain, an unsupported GPU)
+        import warnings
+
+        warnings.warn(f"the chunked loss runs its per-chunk kernel eagerly: torch.compile failed here "
+                      f"({type(exc).__name__}: {str(exc)[:200]})", RuntimeWarning, stacklevel=2)
+        _compiled_ce = False
+        return _ce_and_grad(logits, targets, softcap)
 
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
