@@ -86,10 +86,10 @@ def _loss_kernel_check(torch, gpu: str | None) -> dict:
 def _bnb_check(torch, gpu: str | None, four_bit: bool) -> dict:
     name = "4-bit (QLoRA)" if four_bit else "8-bit AdamW"
     install = capabilities.OPTIONAL["bitsandbytes"].install
-    what = "method.type: qlora" if four_bit else "training.optimizer: adamw_8bit"
+    what = "QLoRA (method.type: qlora)" if four_bit else "8-bit AdamW (training.optimizer: adamw_8bit)"
     if not capabilities.installed("bitsandbytes"):
-        return check(name, False, f"bitsandbytes is not installed: no {what}{_why_missing('bitsandbytes')}", install,
-                     required=False)
+        return check(name, False, f"bitsandbytes is not installed, so {what} is not available"
+                     f"{_why_missing('bitsandbytes')}", install, required=False)
     version = _dist_version("bitsandbytes")
     if gpu is None:
         return check(name, False, f"bitsandbytes {version} is installed, but its kernels need an NVIDIA GPU",
