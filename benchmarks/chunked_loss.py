@@ -20,7 +20,7 @@ Speed of the loss alone (``--skip-memory --skip-runs``): forward and backward of
 
 Speed of runs: ``python -m trainer run`` (what users run: supervisor + worker, separate processes) of the
 Qwen2-shaped 151,936-vocabulary model on the demo data (the demo tokenizer; the model still scores every one of
-its 151,936 logits) at sequence 128, alternating chunked / HF's loss, tokens/s from the worker's ``step`` events
+its 151,936 logits) at sequence 128, 8 sequences per step, alternating chunked / HF's loss, tokens/s from the worker's ``step`` events
 (median of steps after the first 5); the figure is the median over pairs of chunked/HF.
 """
 from __future__ import annotations
@@ -157,7 +157,8 @@ def demo_run(chunked: bool, steps: int, tmp: Path, tag: str) -> float:
     arch.write_text(json.dumps(dict(SHAPE, architectures=["Qwen2ForCausalLM"], bos_token_id=1, eos_token_id=2)))
     cfg = yaml.safe_load((ROOT / "trainer" / "resources" / "demo.yaml").read_text())
     cfg["model"] = {"source": "demo-tiny-llama", "architecture": str(arch), "tokenizer": "demo"}
-    cfg["training"].update(max_steps=steps, micro_batch_size=4, gradient_accumulation_steps=4)
+    # 8 sequences of 128 tokens per step (1,024 tokens × 151,936 logits: the loss is most of the step's work)
+    cfg["training"].update(max_steps=steps, effective_batch_size=8, micro_batch_size=4, gradient_accumulation_steps=2)
     cfg["speed"]["loss_kernel"] = "chunked" if chunked else "hf"
     cfg["checkpoints"] = {"every_steps": 10_000, "keep_last": 1, "save_final_model": False}
     cfg["output"] = {"tensorboard": False}

@@ -266,5 +266,6 @@ def test_cli_t5_run_with_chunked_loss_gives_the_same_losses(tmp_path):
         assert events(run, "run_started")[0]["loss_kernel"] == kernel
         runs[kernel] = losses(run)
     assert runs["hf"].keys() == runs["chunked"].keys() and len(runs["chunked"]) == 3
-    for step, loss in runs["hf"].items():
-        assert runs["chunked"][step] == pytest.approx(loss, abs=1e-5), step
+    assert runs["chunked"][1] == pytest.approx(runs["hf"][1], abs=1e-5)  # before any update: the same loss
+    for step, loss in runs["hf"].items():  # after AdamW steps: fp32 summation order only (T5's loss is ~43)
+        assert runs["chunked"][step] == pytest.approx(loss, rel=1e-5), step
