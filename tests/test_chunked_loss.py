@@ -83,11 +83,11 @@ def _assert_same(model, ids, labels, tol: float = 1e-5, chunk: int = CHUNK, norm
         assert worst <= tol, (n, worst)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "gemma2"])
+@pytest.mark.parametrize("kind, vocab", [("llama", VOCAB), ("qwen2", VOCAB), ("gemma2", 32_000)])
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_chunked_loss_and_gradients_equal_hf(kind, lora):
-    model = _model(kind, lora)
-    _assert_same(model, *_batch())
+def test_chunked_loss_and_gradients_equal_hf(kind, vocab, lora):
+    model = _model(kind, lora, vocab=vocab)
+    _assert_same(model, *_batch(vocab=vocab))
 
 
 @pytest.mark.parametrize("family", sorted(loss_kernel.CHUNKED_FAMILIES))
@@ -100,13 +100,15 @@ def test_every_family_the_rule_calls_exact_is_exact(family):
 
 def test_gemma2_soft_capping_is_applied_as_liger_does():
     """``tanh(logits / cap) * cap`` in fp32 before the cross-entropy: without it the loss would differ."""
-    model = _model("gemma2")
-    ids, labels = _batch()
-    hf = float(model(input_ids=ids, labels=labels).loss)
-    hidden = model.model(input_ids=ids).last_hidden_state
-    uncapped = float(chunked_loss.chunked_causal_lm_loss(hidden, model.lm_head, labels, vocab=VOCAB, chunk_tokens=CHUNK))
-    capped = float(chunked_loss.chunked_causal_lm_loss(hidden, model.lm_head, labels, vocab=VOCAB, chunk_tokens=CHUNK,
-                                                       softcap=30.0))
+    model = _model("gemma2", vocab=32_000)
+    ids, labels = _batch(vocab=32_000)
+    with torch.no_grad():
+        hf = float(model(input_ids=ids, labels=labels).loss)
+        hidden = model.model(input_ids=ids).last_hidden_state
+        uncapped = float(chunked_loss.chunked_causal_lm_loss(hidden, model.lm_head, labels, vocab=32_000,
+                                                             chunk_tokens=CHUNK))
+        capped = float(chunked_loss.chunked_causal_lm_loss(hidden, model.lm_head, labels, vocab=32_000,
+                                                           chunk_tokens=CHUNK, softcap=30.0))
     assert capped == pytest.approx(hf, abs=1e-5) and abs(uncapped - hf) > 1e-3
 
 
@@ -114,13 +116,14 @@ def test_a_lora_d_lm_head_goes_through_the_head_module_and_stays_exact():
     """PEFT wraps a targeted lm_head: the fused path cannot read its weight, the checkpointed chunks call it."""
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(_model("llama"), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
-                                                        target_modules=["q_proj", "lm_head"]))
+    model = get_peft_model(_model("llama", vocab=32_000), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                                      task_type="CAUSAL_LM",
+                                                                      target_modules=["q_proj", "lm_head"]))
     for name, p in model.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.02)
     assert not chunked_loss._plain_linear(model.get_base_model().lm_head)
-    _assert_same(model, *_batch())
+    _assert_same(model, *_batch(vocab=32_000))
 
 
 def test_bf16_autocast_over_fp32_weights_matches_hf_within_bf16_noise():

@@ -175,11 +175,11 @@ def decide(cfg, outcomes: dict[str, Outcome], budget: int, gib, family: Optional
     if kernels == [HF]:
         return Decision(HF, _hf_only(cfg))
     if kernels[0] == LIGER:
-        liger = outcomes[LIGER]
-        if not liger.zero3:
+        fused = outcomes[LIGER]
+        if not fused.zero3:
             return Decision(LIGER, ("loss: Liger's fused loss, the fastest exact loss measured (H100, Llama-3.2-1B: "
                                     "54.5k tokens/s vs 40.9k for HF's loss) and no full logits "
-                                    f"({_at(liger, gib, budget)})"))
+                                    f"({_at(fused, gib, budget)})"))
         return Decision(CHUNKED, "loss: the chunked loss: this run needs DeepSpeed ZeRO-3, which Liger's fused loss "
                                  "cannot run under (it reads the partitioned lm_head.weight)")
     hf, ch = outcomes[HF], outcomes[CHUNKED]
