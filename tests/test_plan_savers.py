@@ -34,8 +34,8 @@ def test_qwen_half_b_full_finetune_on_the_laptop_gets_a_bigger_micro_batch():
     before = plan_run(cfg("qwen2.5-0.5b", speed={"loss_kernel": "hf"}), hw("rtx4090_laptop_16gb"))
     after = plan_run(cfg("qwen2.5-0.5b"), hw("rtx4090_laptop_16gb"))
     assert before.breakdown["logits_loss"] > 2 * GIB  # HF's loss: 8 bytes per logit beside the log-softmax
-    # one chunk of 440 tokens × 151,936 logits (12 bytes each) and the head's 16-bit weight gradient
-    assert after.breakdown["logits_loss"] == 12 * 440 * 151_936 + 2 * 151_936 * 896
+    # one chunk of 440 tokens × 151,936 logits (8 bytes each) and the head's 16-bit weight gradient
+    assert after.breakdown["logits_loss"] == 8 * 440 * 151_936 + 2 * 151_936 * 896
     assert after.resolved.speed.loss_kernel == "chunked" and before.resolved.speed.loss_kernel == "hf"
     b, a = before.resolved.training, after.resolved.training
     assert a.micro_batch_size > b.micro_batch_size

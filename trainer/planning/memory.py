@@ -34,9 +34,9 @@ FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob
 # large enough that the LM head's gradient, accumulated once per chunk, costs little time on a GPU).
 CHUNK_LOGIT_BYTES = 256 * 2**20
 LOSS_BYTES_PER_LOGIT = 12  # HF's loss: fp32 log-softmax + the NLL's and log-softmax's gradients (see logits_bytes)
-# The chunked loss per logit of one chunk: the 16-bit logits, their fp32 copy, logsumexp's fp32 temporary and the
-# 16-bit gradient (12), plus tanh's fp32 output under Gemma's soft-capping (4)
-CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 12, 4
+# The chunked loss per logit of one chunk: the 16-bit logits, their fp32 copy (worked on in place) and the 16-bit
+# gradient (8), plus tanh's fp32 output kept for its derivative under Gemma's soft-capping (4)
+CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 8, 4
 SOFTCAPPED_FAMILIES = frozenset({"gemma2"})  # final_logit_softcapping set in their configs (Gemma 3's is None)
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 

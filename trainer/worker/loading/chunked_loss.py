@@ -205,17 +205,24 @@ def _chunk_loss(head, rows: torch.Tensor, targets: torch.Tensor, softcap: float 
 
 
 def _ce_and_grad(logits: torch.Tensor, targets: torch.Tensor, softcap: float | None):
-    """(summed fp32 cross-entropy, its gradient with respect to ``logits`` in their dtype) of one chunk."""
-    z = logits.float()
+    """(summed fp32 cross-entropy, its gradient with respect to ``logits`` in their dtype) of one chunk.
+
+    Eagerly it works in one fp32 buffer, in place (``logits`` may be overwritten: the caller's temporary): 16-bit
+    logits + their fp32 copy + the 16-bit gradient, 8 bytes per logit at most (12 with soft-capping, which keeps
+    tanh for its derivative); compiled it is one kernel."""
+    z = logits.float()  # logits themselves when they are fp32
     if softcap is not None:
-        capped = torch.tanh(z / softcap)
-        z = capped * softcap
-    lse = torch.logsumexp(z, dim=-1)
-    loss = (lse - z.gather(1, targets.unsqueeze(1)).squeeze(1)).sum()
-    grad = z.sub_(lse.unsqueeze(1)).exp_()  # the softmax, in z's memory
-    grad.scatter_add_(1, targets.unsqueeze(1), torch.full_like(lse, -1.0).unsqueeze(1))
+        tanh = z.div_(softcap).tanh_()
+        z = tanh * softcap  # Gemma: cap · tanh(x / cap), in fp32, as Liger applies it
+    picked = z.gather(1, targets.unsqueeze(1)).squeeze(1)
+    top = z.amax(1, keepdim=True)
+    z.sub_(top).exp_()
+    total = z.sum(1, keepdim=True)
+    loss = (top.squeeze(1) + total.log().squeeze(1) - picked).sum()
+    grad = z.div_(total)  # the softmax
+    grad.scatter_add_(1, targets.unsqueeze(1), torch.full_like(picked, -1.0).unsqueeze(1))
     if softcap is not None:
-        grad = grad.mul_(1.0 - capped * capped)  # d(cap·tanh(x/cap))/dx
+        grad.mul_(tanh.mul_(tanh).neg_().add_(1.0))  # d(cap·tanh(x/cap))/dx = 1 - tanh²
     return loss, grad.to(logits.dtype)
 
 
