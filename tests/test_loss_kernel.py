@@ -143,7 +143,8 @@ def test_explicit_values_win_and_are_judged(tmp_path, capsys):
     assert note in gpt2["notes"]
     cfg = C.validate({"model": {"architecture": "gpt2"}, "speed": {"loss_kernel": "chunked"}})
     hw = open_probe(str(FIX / "h100_training.jsonl")).snapshot()
-    assert [(r.field, r.message) for r in requirements.unmet(cfg, hw)] == [("speed.loss_kernel", note)]
+    # Start refuses it with the same words, after the field ("speed.loss_kernel: ...", as preflight prints)
+    assert [(r.field, f"{r.field}: {r.message}") for r in requirements.unmet(cfg, hw)] == [("speed.loss_kernel", note)]
     liger_cpu = _plan(tmp_path, capsys, "no_gpu", "demo-tiny-llama", 512, "speed.loss_kernel=liger")
     assert any("liger needs an NVIDIA GPU" in n for n in liger_cpu["notes"])
     compiled = search.search(_ctx("llama-3.2-1b", "h100_training", liger=True,

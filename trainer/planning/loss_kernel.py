@@ -72,11 +72,16 @@ def exact(kernel: str, family: Optional[str]) -> bool:
 
 @dataclass(frozen=True)
 class Problem:
-    """Why a kernel cannot run: ``needs`` in a few words (the fit verdict's "needs ..."), ``message`` naming
-    the field and the fix (preflight's refusal, the worker's error)."""
+    """Why a kernel cannot run: ``needs`` in a few words (the fit verdict's "needs ..."), ``detail`` with the
+    fix (preflight's refusal, shown after the field), ``message`` the same with the field (the worker's error,
+    the plan's note)."""
 
     needs: str
-    message: str
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return f"speed.loss_kernel: {self.detail}"
 
     def __str__(self) -> str:
         return self.message
@@ -89,18 +94,17 @@ def problem(kernel: str, cfg, family: Optional[str], device: str,
     ``capabilities``. ``auto`` is never a problem (the planner resolves it to a kernel that can run)."""
     if kernel in (HF, "auto"):
         return None
-    field = f"speed.loss_kernel: {kernel}"
     objective = cfg.training.objective
     if objective != "sft":
-        return Problem("speed.loss_kernel: auto", f"{field} applies to supervised training; {objective.upper()} "
+        return Problem("speed.loss_kernel: auto", f"{kernel} applies to supervised training; {objective.upper()} "
                        "computes its own loss in TRL (log-probabilities in chunks): set speed.loss_kernel: auto")
     if family is None:
-        return Problem("a known model family", f"{field}: the model's family is unknown, so {NAMES[kernel]} cannot "
+        return Problem("a known model family", f"{kernel}: the model's family is unknown, so {NAMES[kernel]} cannot "
                                                "be known to be exact: use hf")
     if not exact(kernel, family):
         where = "Liger has no kernels for" if kernel == LIGER else "the chunked loss is not exact for"
         other = "chunked or " if exact(CHUNKED, family) else ""
-        return Problem("another speed.loss_kernel", f"{field}: {where} {family} models; use {other}hf (or auto)")
+        return Problem("another speed.loss_kernel", f"{kernel}: {where} {family} models; use {other}hf (or auto)")
     if kernel == LIGER:
         return _liger_problem(cfg, device, liger_installed)
     return None
@@ -108,14 +112,14 @@ def problem(kernel: str, cfg, family: Optional[str], device: str,
 
 def _liger_problem(cfg, device: str, installed: Optional[bool]) -> Optional[Problem]:
     if device != "cuda":
-        return Problem("an NVIDIA GPU", "speed.loss_kernel: liger needs an NVIDIA GPU (Triton kernels); use chunked "
-                                        "or hf on this machine")
+        return Problem("an NVIDIA GPU", "liger needs an NVIDIA GPU (Triton kernels); use chunked or hf on this "
+                                        "machine")
     if not (capabilities.installed("liger-kernel") if installed is None else installed):
-        return Problem("liger-kernel", "speed.loss_kernel: liger needs liger-kernel with Triton, which is not "
-                       f"installed: {capabilities.OPTIONAL['liger-kernel'].install}, or use chunked")
+        return Problem("liger-kernel", "liger needs liger-kernel with Triton, which is not installed: "
+                       f"{capabilities.OPTIONAL['liger-kernel'].install}, or use chunked")
     if cfg.deepspeed.enabled is True and cfg.deepspeed.zero_stage == 3:
-        return Problem("DeepSpeed ZeRO-2 or none", "speed.loss_kernel: liger reads lm_head.weight directly, which "
-                       "DeepSpeed ZeRO-3 partitions (it fails with a size mismatch): use chunked, or ZeRO-2")
+        return Problem("DeepSpeed ZeRO-2 or none", "liger reads lm_head.weight directly, which DeepSpeed ZeRO-3 "
+                       "partitions (it fails with a size mismatch): use chunked, or ZeRO-2")
     return None
 
 

@@ -63,7 +63,7 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
                                "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
     kernel_problem = _loss_kernel_problem(cfg, caps)
     if kernel_problem:
-        out.append(Requirement("speed.loss_kernel", kernel_problem.needs, kernel_problem.message))
+        out.append(Requirement("speed.loss_kernel", kernel_problem.needs, kernel_problem.detail))
     if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
         out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
                                                                      "one 'host slots=N' line per machine"))
