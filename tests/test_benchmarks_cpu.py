@@ -81,3 +81,11 @@ def test_gpu_modes_refuse_cleanly_without_cuda(tmp_path):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
+
+
+@pytest.mark.slow  # starts trainpilot-cli plan as a child process per row
+def test_plan_cost_prints_both_paths(tmp_path):
+    text = run("plan_cost.py", "--repeat", "1", "--arch", "qwen2.5-0.5b", "--json", str(tmp_path / "c.json"))
+    assert "plan_run (own work)" in text and "trainpilot-cli plan" in text
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert [r["path"] for r in rows] == ["plan_run (own work)", "trainpilot-cli plan"] and all(r["median_s"] > 0 for r in rows)

@@ -67,7 +67,18 @@ def _drop_legacy_keys(data: dict) -> dict:
             if part.get(new, "auto") == "auto":
                 part[new] = values.get(value, value) if isinstance(value, (bool, str)) else value
             out[section] = part
+        out = _rename_kept(out, f"{section}.{old}", f"{section}.{new}")
     return out
+
+
+def _rename_kept(data: dict, old: str, new: str) -> dict:
+    """``recovery.ladder_keeps`` written before a rename names the old key: read as the new one."""
+    recovery = data.get("recovery")
+    keep = recovery.get("ladder_keeps") if isinstance(recovery, dict) else None
+    if not isinstance(keep, list) or old not in keep:
+        return data
+    kept = list(dict.fromkeys(new if k == old else k for k in keep))
+    return dict(data, recovery=dict(recovery, ladder_keeps=kept))
 
 
 def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:

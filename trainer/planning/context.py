@@ -7,9 +7,10 @@ from typing import Any, Optional
 
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
+from trainer.data import token_stats
 from trainer.models.spec import ModelSpec, spec_for_run
 from trainer.planning import loss_kernel
-from trainer.planning.budget import HOST_RAM_USABLE, budget_for
+from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import Estimate, TrainSetup
 from trainer.planning.throughput import SMALL_TOKENS  # noqa: F401  (the search's threshold, re-exported)
 
@@ -32,8 +33,21 @@ class Context:
     usable: int
     held: int
     host_budget: int
-    liger: bool = False  # Liger's kernels run here (loss_kernel.liger_runs: a GPU, liger-kernel with Triton)
+    budget_terms: tuple = (0, ())  # (the memory the budget is taken from, [(what, bytes) kept out of it])
+    length: token_stats.PlannedLength = None  # the sequence length memory is planned at (data.seq_len, or the data's)
+    liger: Optional[bool] = None  # Liger's kernels run here (loss_kernel.liger_runs: a GPU, liger-kernel with Triton)
     loss_kernel: Optional[str] = None  # the loss this context plans (the search sets it; None: the config's)
+
+    def __post_init__(self):
+        if self.length is None:
+            self.length = token_stats.planned_length(self.cfg)
+        if self.liger is None:  # asked once per plan
+            self.liger = loss_kernel.liger_runs(self.device)
+
+    @property
+    def seq(self) -> int:
+        """Tokens per sequence the plan is made for (``data.seq_len``, or the data's longest sample when shorter)."""
+        return self.length.tokens
 
     @classmethod
     def build(cls, cfg, hardware, gpu, device: str, goal: str) -> "Context":
@@ -42,22 +56,22 @@ class Context:
             spec, err = spec_for_run(cfg), ""
         except UserError as exc:
             spec, err = None, str(exc)
-        host = int(hardware.host.ram_available_bytes * HOST_RAM_USABLE)
+        available = hardware.host.ram_available_bytes
+        host, cpu_budget, cpu_terms = host_budget(available, goal)
         if device == "cuda" and gpu is not None:
             budget, usable, held = budget_for(gpu, goal)
+            terms = gpu_budget_terms(gpu, goal)
         else:
-            usable, held = host, 0
-            budget = int(host * (0.85 if goal == "most_headroom" else 1.0))
+            usable, held, budget, terms = host, 0, cpu_budget, (available, cpu_terms)
         return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
-                   held, host, loss_kernel.liger_runs(device))
+                   held, host, terms)
 
 
     @classmethod
     def for_resolved(cls, cfg, spec: ModelSpec) -> "Context":
         """A context for judging a resolved config without a hardware snapshot (the OOM ladder): its device and
         precision as resolved, no budget."""
-        return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0,
-                   loss_kernel.liger_runs(cfg.device))
+        return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0)
 
 
 def _precision(cfg, gpu, device: str) -> str:
@@ -103,7 +117,7 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         gb = c.grpo.generation_batch_size
         generation = gb if isinstance(gb, int) else per
     return TrainSetup(
-        micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
+        micro_batch=micro, seq_len=ctx.seq, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
         loss_kernel=loss_of(ctx) if c.training.objective == "sft" else "hf", activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
@@ -112,7 +126,19 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device,
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
-        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta)
+        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
+        num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx))
+
+
+def triton_kernels(ctx: Context) -> bool:
+    """Triton kernels load in the worker and hold device memory (``saver_memory.runtime_bytes``): Liger's, or
+    inductor's under ``speed.torch_compile`` (CUDA). The chunked loss's one compiled per-chunk kernel is not counted
+    as such: the 1.1 GiB was measured with Liger's set of kernels, and one small kernel's share is not measured yet
+    (``KERNELS_MARGIN`` stands for it)."""
+    if ctx.device != "cuda":
+        return False
+    loss = loss_of(ctx) if ctx.cfg.training.objective == "sft" else loss_kernel.HF
+    return loss == loss_kernel.LIGER or bool(ctx.cfg.speed.torch_compile)
 
 
 def attention(ctx: Context) -> str:

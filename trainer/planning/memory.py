@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import grpo_memory
+from trainer.planning import grpo_memory, saver_memory
+from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
-CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
 # Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
 # every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%
 # with it (recomputation frees and reallocates every layer). Under ZeRO-3 (each layer's parameters
@@ -25,7 +25,6 @@ FRAGMENTATION_CHECKPOINTING = 0.25
 FRAGMENTATION_ZERO3 = 0.35
 DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
-QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
@@ -87,6 +86,8 @@ class TrainSetup:
     max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
     generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
+    triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
+    num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
 
     @property
     def world(self) -> int:
@@ -96,6 +97,11 @@ class TrainSetup:
     def sequences_per_sample(self) -> int:
         """Sequences one sample puts through the model with gradients: a DPO/ORPO pair is chosen + rejected."""
         return 2 if self.objective in ("dpo", "orpo") else 1
+
+    @property
+    def liger(self) -> bool:
+        """Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (``loss_kernel`` liger: planning/loss_kernel.py)."""
+        return self.loss_kernel == "liger" and self.objective == "sft"
 
     @property
     def full_logits(self) -> bool:
@@ -157,8 +163,8 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     if s.deepspeed and s.device == "cuda":
         return _zero_states(spec, s)
     wb = 2 if s.weights_16bit else 4
-    opt = 2 if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb
-    return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt * P}, {}
+    opt = saver_memory.eight_bit_state_bytes(spec) if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb * P
+    return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {}
 
 
 def reference_bytes(spec: ModelSpec, s: TrainSetup) -> tuple[int, int]:
@@ -216,12 +222,9 @@ def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
 def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states."""
     P, T = spec.params, lora_params(spec, s)
-    if s.method == "qlora":
-        linear = spec.layers * sum(i * o for i, o in spec.linear_shapes) + \
-            spec.decoder_layers * sum(i * o for i, o in spec.decoder_linear_shapes)
-        base = int(QLORA_BYTES_PER_PARAM * linear) + 2 * (P - linear)  # embeddings and lm_head stay 16-bit
-        dequant = 2 * max(i * o for i, o in spec.linear_shapes)  # one layer dequantised at a time
-        return {"weights": base + dequant, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
+    if s.method == "qlora":  # 4-bit Linears with their quantisation state; embeddings, head and norms 16-bit
+        return {"weights": saver_memory.qlora_weight_bytes(spec), "dequant_buffer": saver_memory.dequant_buffer_bytes(spec),
+                "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
     wb = 2 if s.weights_16bit else 4
     return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
 
@@ -329,13 +332,21 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
 
 
 def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> int:
-    """Bytes of saved activations TRL's activation offloading moves to pinned host RAM (per micro-batch):
-    every decoder layer's (or checkpointed input's) saved tensors but one layer's worth, which is in flight
-    (its forward stash of 5 tensors, or the layer brought back for backward). The head stays: TRL keeps the
-    output Linear's tensors on the GPU."""
+    """Bytes of saved activations TRL's activation offloading copies to pinned host RAM per micro-batch: every
+    decoder layer's (or checkpointed input's) saved tensors. The head's stay on the GPU (TRL keeps the output
+    Linear's tensors there)."""
     if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
         return 0
-    return acts["layers"] * (spec.layers - 1) // spec.layers
+    return acts["layers"]
+
+
+def offload_device_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> dict:
+    """What activation offload still holds on the GPU for the layers: ``activations`` one layer's worth in flight
+    (the forward stash of five tensors, or the layers brought back for backward), ``offload_kept`` the storages
+    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``)."""
+    kept = saver_memory.offload_kept_bytes(spec, s)
+    return {"activations": acts["layers"] // spec.layers, "offload_kept": kept,
+            "offload_margin": int(saver_memory.OFFLOAD_MARGIN * acts["layers"])}
 
 
 def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -409,22 +420,26 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     offloaded = offloaded_activation_bytes(spec, s, acts)
     if offloaded:
         host_states = dict(host_states, offloaded_activations=offloaded)
-    breakdown["activations"] = acts["layers"] - offloaded + acts["head"]
+        on_gpu = offload_device_bytes(spec, s, acts)
+        breakdown["activations"] = on_gpu.pop("activations") + acts["head"]
+        breakdown.update(on_gpu)
+    else:
+        breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0)
+        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
-    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
+    breakdown.update(saver_memory.runtime_bytes(s))
     breakdown = {k: int(v) for k, v in breakdown.items() if v}
     phases, by_phase = {}, {}
     if s.objective == "grpo" and not spec.encoder_decoder:
         breakdown, phases, by_phase = _grpo_phases(spec, s, states, breakdown)
     host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
     # weights pass through host memory once while loading (16-bit checkpoint shards)
-    host["loading"] = 2 * spec.params if s.method != "qlora" else int(QLORA_BYTES_PER_PARAM * spec.params)
+    host["loading"] = 2 * spec.params if s.method != "qlora" else saver_memory.qlora_weight_bytes(spec)
     if ref_device or ref_host:  # the reference copy is made from the loaded weights
         host["loading"] *= 2
     if s.device == "cpu":
@@ -437,7 +452,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
                     int(sum(host.values())), trainable, tuple(notes), phases, by_phase)
 
 
-PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context")
+PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context", "cuda_kernels")
 
 
 def _grpo_phases(spec: ModelSpec, s: TrainSetup, states: dict, update: dict) -> tuple[dict, dict, dict]:
