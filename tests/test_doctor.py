@@ -111,17 +111,19 @@ def test_measure_child_refuses_without_cuda_and_measures_with_it(tmp_path):
 
 
 def _measured(scale):
-    """What a GPU child would report: the prediction scaled by ``scale`` (context excluded)."""
+    """What a GPU child would report: the prediction scaled by ``scale``, less what the CUDA runtime holds outside
+    torch's reserve (the context and the kernel modules, as the plan has them: ``measure`` adds them back)."""
     from trainer.models.spec import load_model_spec
     from trainer.planning.context import Context
     from trainer.planning.measure import _setup
-    from trainer.planning.memory import CUDA_CONTEXT_BYTES, estimate
+    from trainer.planning.memory import estimate
 
     def probe(cfg, mb):
         hw = open_probe(LAPTOP).snapshot()
         ctx = Context.build(cfg, hw, hw.gpus[0], "cuda", "fastest")
-        pred = estimate(load_model_spec("llama-3.2-1b"), _setup(ctx, cfg, mb)).peak_bytes
-        return {"micro_batch": mb, "peak_reserved_bytes": int(scale * pred) - CUDA_CONTEXT_BYTES, "device": "replay"}
+        est = estimate(load_model_spec("llama-3.2-1b"), _setup(ctx, cfg, mb))
+        runtime = est.breakdown["cuda_context"] + est.breakdown["cuda_kernels"]
+        return {"micro_batch": mb, "peak_reserved_bytes": int(scale * est.peak_bytes) - runtime, "device": "replay"}
     return probe
 
 
