@@ -19,10 +19,10 @@ from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
-from trainer.planning import ladder
+from trainer.planning import ladder, loss_kernel
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
-from trainer.planning.context import Context, attention
+from trainer.planning.context import Context, attention, family
 
 
 @dataclass
@@ -118,6 +118,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     if ctx.spec is None:
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
+    notes += _loss_notes(cfg, ctx, choice.loss_kernel)
     if attention(ctx) != cfg.model.attn_implementation:
         notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
                      "eager (the memory above is for eager attention)")
@@ -143,6 +144,13 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
     return plan
+
+
+def _loss_notes(cfg, ctx, kernel: str) -> list[str]:
+    """What is wrong with an explicit loss kernel here (Start refuses it: ``requirements``) or known to crash."""
+    out = [loss_kernel.problem(kernel, cfg, family(ctx), ctx.device, ctx.liger or None),
+           loss_kernel.compile_note(cfg, kernel)]
+    return [str(n) for n in out if n]
 
 
 def _shown_breakdown(est, device: str) -> dict:
