@@ -8,7 +8,9 @@ llama-cpp-python compared with transformers) with ``TRAINPILOT_FAMILIES_OUT`` se
 figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown table. ``--from FILE``
 prints the table of an earlier run's JSON lines without running anything.
 
-    .venv/bin/python benchmarks/families_table.py [--from results.jsonl] [--keep results.jsonl]
+    .venv/bin/python benchmarks/families_table.py [--from results.jsonl] [--keep results.jsonl] [--families A B]
+
+``--families`` runs only those families (their rows; pytest ``-k``), e.g. after adding one to tests/real_models.py.
 """
 from __future__ import annotations
 
@@ -49,10 +51,15 @@ def mask_results(xml: Path) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in out.items()}
 
 
-def run_masks(xml: Path) -> int:
+def _only(families: list[str] | None) -> list[str]:
+    """pytest arguments that select the tests of ``families`` (all when None)."""
+    return ["-k", " or ".join(families)] if families else []
+
+
+def run_masks(xml: Path, families: list[str] | None = None) -> int:
     """Run the per-family mask tests, writing JUnit XML to ``xml``; returns pytest's exit status."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_family_masks.py", "-q", "-p", "no:cacheprovider",
-           f"--junitxml={xml}"]
+           f"--junitxml={xml}", *_only(families)]
     return subprocess.run(cmd, cwd=REPO).returncode
 
 
@@ -68,10 +75,11 @@ def row(r: dict, masks: tuple[int, int] | None = None) -> str:
             f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} | {r.get('verification', '–')} |")
 
 
-def run_tests(out: Path, q8: bool) -> int:
+def run_tests(out: Path, q8: bool, families: list[str] | None = None) -> int:
     """Run the family tests, recording into ``out``; returns pytest's exit status."""
     env = dict(os.environ, TRAINPILOT_FAMILIES_OUT=str(out), **({"TRAINPILOT_FAMILIES_Q8": "1"} if q8 else {}))
-    cmd = [sys.executable, "-m", "pytest", "tests/test_family_training.py", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "tests/test_family_training.py", "-q", "-p", "no:cacheprovider",
+           *_only(families)]
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from", dest="source", type=Path, help="JSON lines of an earlier run (no tests run)")
     p.add_argument("--keep", type=Path, help="also keep this run's JSON lines here")
     p.add_argument("--no-q8", action="store_true", help="skip the q8_0 conversions (faster)")
+    p.add_argument("--families", nargs="+", help="run these families only (names as in tests/real_models.py)")
     args = p.parse_args(argv)
     status, masks = 0, {}
     if args.source:
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.keep or Path(tempfile.mkdtemp()) / "families.jsonl"
         path.unlink(missing_ok=True)
         xml = path.with_suffix(".masks.xml")
-        status = run_masks(xml) | run_tests(path, not args.no_q8)
+        status = run_masks(xml, args.families) | run_tests(path, not args.no_q8, args.families)
         masks = mask_results(xml) if xml.is_file() else {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
     if not rows:

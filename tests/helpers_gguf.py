@@ -22,6 +22,7 @@ FAMILY_TEMPLATES = {  # family -> file under llama.cpp's models/templates (the r
     "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407", "phi-3.5": "microsoft-Phi-3.5-mini-instruct",
     "gemma-2": "google-gemma-2-2b-it", "deepseek-r1-distill": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
     "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "granite-3.3": "ibm-granite-granite-3.3-2B-Instruct",
+    "qwen3-moe": "Qwen-Qwen3-0.6B", "gpt-oss": "openai-gpt-oss-120b", "gemma-3": "google-gemma-2-2b-it",
 }
 
 
@@ -98,12 +99,12 @@ def require_llama_cpp():
 
 
 def f16_stored(model):
-    """``model`` (fp32) with its 2-D weights rounded to f16, as an f16 GGUF stores them."""
+    """``model`` (fp32) with its 2-D and 3-D weights (fused experts) rounded to f16, as an f16 GGUF stores them."""
     import torch
 
     with torch.no_grad():
         for p in model.parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:
                 p.copy_(p.half().float())
     return model
 

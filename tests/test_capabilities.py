@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers_cli import REPO, run_cli, write_config, write_demo_data
+from helpers_cli import DELETE, REPO, run_cli, write_config, write_demo_data
 from trainer import config as tc
 from trainer.core import capabilities
 from trainer.hardware.source import open_probe
@@ -53,7 +53,8 @@ def test_the_doctor_says_what_the_probe_says(monkeypatch):
 
 def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True}))
+    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True,
+                                          "deepspeed.enabled": DELETE}))  # DeepSpeed left to the ladder
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     assert ladder.next_step(cfg) is None
     monkeypatch.delitem(sys.modules, "deepspeed")

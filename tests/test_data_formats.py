@@ -69,6 +69,12 @@ def test_the_named_pair_formats_keep_their_own_shape():
     assert formats.detect_format([TEMPLATE], data_cfg(prompt_template="{question}", response_template="{answer}")) \
         == "template"
     assert formats.detect_format([PAIR], data_cfg(record_format="text")) == "text"  # set: the user's
+    # a full text beside its question and answer (the bundled demo: its training and the overhead benchmark's bare
+    # script read the text) is text; the pair stays there for GRPO's prompts and references
+    assert formats.detect_format([dict(PAIR, text="The cat sleeps near the river.")]) == "text"
+    from trainer.data.readers import read_records
+
+    assert formats.detect_format(read_records("demo", "auto").rows) == "text"
 
 
 def test_records_without_the_text_field_get_a_fix_that_keeps_both_fields(tmp_path):

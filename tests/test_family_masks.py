@@ -19,10 +19,12 @@ from trainer.config.sections import RunConfig
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
        "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",
        "gemma-2": "<end_of_turn>", "command-r7b": "<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
-       "granite-3.3": "<|end_of_text|>"}
+       "granite-3.3": "<|end_of_text|>", "qwen3-moe": "<|im_end|>", "gpt-oss": "<|return|>", "gemma-3": "<end_of_turn>"}
 # What each family's model writes before its answer text at inference (after the generation prompt): Command R7B's
 # prompt ends with an empty thinking block, its answer opens with <|START_RESPONSE|> (a whole token, never cut).
-OPENS = {"qwen3": "<think>\n\n</think>\n\n", "command-r7b": "<|START_RESPONSE|>"}
+OPENS = {"qwen3": "<think>\n\n</think>\n\n", "qwen3-moe": "<think>\n\n</think>\n\n",
+         "gpt-oss": "<|channel|>final<|message|>", "command-r7b": "<|START_RESPONSE|>"}
+NO_SYSTEM = ("gemma-2", "gemma-3")  # templates that refuse a system role
 SYSTEM = {"role": "system", "content": "You are terse."}
 TURNS = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."},
          {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6, of course."}]
@@ -81,9 +83,10 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
     assert sum(sum(lab != -100 for lab in labels) for _ids, labels in examples) == want_trained
 
 
-@pytest.mark.parametrize("name", sorted(rm.FAMILIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow]) if n == "gemma-3" else n  # 262k vocab:
+                                  for n in sorted(rm.FAMILIES)])                                     # seconds to load
 def test_multi_turn_masks_are_exact(name):
-    msgs = TURNS if name == "gemma-2" else [SYSTEM] + TURNS
+    msgs = TURNS if name in NO_SYSTEM else [SYSTEM] + TURNS
     first = 2 if msgs[0]["role"] == "system" else 1
     answers = {first: OPENS.get(name, "") + "4." + END[name], first + 2: OPENS.get(name, "") + "6, of course." + END[name]}
     check_turns(name, msgs, answers)

@@ -57,8 +57,16 @@ def contradictions(plan) -> list[str]:
         if "is the largest that fits" in r:
             if not fits:
                 bad("'largest that fits' on a plan that does not fit")
-            m = re.search(r"would need " + NUM + r"(?:, over the " + NUM + " budget)?", r)
-            if m and float(m.group(1)) <= float(m.group(2) or _g(budget)):
+            host = re.search(r"would need " + NUM + r" of host RAM(?: while sampling)?, over the " + NUM + " usable", r)
+            hair = re.search(r"would need " + NUM + r"(?: while sampling)?, (\d+) MiB over the " + NUM + " budget", r)
+            m = re.search(r"would need " + NUM, r)
+            if host:  # the next size's offloaded activations are over the host RAM the plan may use
+                if float(host.group(1)) <= float(host.group(2)) or not _close(host.group(2), host_budget(d["host_ram_available_bytes"], d["goal"])[0]):
+                    bad("the next micro-batch's host RAM is not over the usable host RAM")
+            elif hair:  # a hair over: the excess is printed, and the budget is the plan's
+                if int(hair.group(2)) < 1 or abs(float(hair.group(3)) - budget / GIB) > 0.0051:
+                    bad("the next micro-batch is not shown over the plan's budget")
+            elif m and float(m.group(1)) <= _g(budget):
                 bad("the next micro-batch 'would need' no more than the budget")
         if "DeepSpeed off" in r and "fit" in r and "not" not in r and not fits:
             bad("DeepSpeed off because things fit, on a plan that does not fit")

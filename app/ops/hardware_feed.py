@@ -1,7 +1,7 @@
 """The GUI's own hardware probe, sampled off the GUI thread (NVML calls cost milliseconds).
 
 Light samples every second, full snapshots (with the process list) every few seconds. A recorded
-trace (``--hardware FILE``) replays through the same ``trainer.gpu.open_probe`` API.
+trace (``--hardware FILE``) replays through the same ``trainer.hardware.source.open_probe`` API.
 """
 from __future__ import annotations
 

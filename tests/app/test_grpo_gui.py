@@ -93,6 +93,25 @@ def test_rewards_tab_charts_each_function_with_its_band(run_view, grpo_run):
     assert f"reward {step_metrics(40, False)['reward']:.3g}" in dash.headline.text()
 
 
+def test_the_validation_reward_is_charted_beside_the_total_not_a_loss(run_view, tmp_path):
+    """GRPO's evaluation samples completions for the validation prompts and scores them with the run's rewards: the
+    Rewards tab shows that reward at each evaluation (its validation loss, a policy-gradient term, is not written)."""
+    data = _read(write_grpo_run(tmp_path / "val", steps=30, eval_every=10))
+    assert list(data.grpo.validation.mean.x) == [10.0, 20.0, 30.0]
+    run_view.bind(data)
+    run_view.refresh([])
+    charts = run_view.rewards
+    m = step_metrics(30, stalled=False)
+    assert list(charts.curves["validation"].xData) == [10.0, 20.0, 30.0]
+    assert charts.curves["validation"].yData[-1] == pytest.approx(m["reward"] - 0.1)
+    assert "validation" in charts.plots["total"].titleLabel.text
+    assert not len(run_view.dashboard.eval_curve.xData or [])  # no eval loss on the dashboard's loss chart
+    run_view.bind(_read(write_grpo_run(tmp_path / "noval", steps=6)))
+    run_view.refresh([])
+    assert "validation" not in run_view.rewards.plots["total"].titleLabel.text
+    assert not len(run_view.rewards.curves["validation"].xData or [])
+
+
 def test_no_kl_without_beta_says_why(run_view, tmp_path):
     run_view.bind(_read(write_grpo_run(tmp_path / "nokl", steps=6, beta=0.0)))
     run_view.refresh([])

@@ -232,4 +232,9 @@ def test_the_users_explicit_settings_reach_the_planner_as_theirs(qtbot):
     assert "Fix these settings" not in wiz.plan.verdict.text() and "offload needs" not in wiz.plan.details.text()
     report = {r["key"]: r for r in wiz.state.plan.preset_values}
     assert report["deepspeed.enabled"]["status"] == "yours", report.get("deepspeed.enabled")
+    # the file Start runs sets every key: which are the user's travels in recovery.ladder_keeps (the OOM ladder's)
+    assert wiz.state.final_config().recovery.ladder_keeps == ["deepspeed.enabled"]
+    from app.model.planning import final_from_plan
+
+    assert final_from_plan(cfg, None).recovery.ladder_keeps == ["deepspeed.enabled"]  # no plan yet: the same
     hw.stop()

@@ -47,8 +47,12 @@ DEFAULT_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
 # End-of-turn tokens of the common chat templates: stops wherever the vocabulary has them and the template writes them.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|END_OF_TURN_TOKEN|>",
+END_OF_TURN_TOKENS = ("<|return|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|END_OF_TURN_TOKEN|>",
                       "<|end_of_text|>", "<|endoftext|>", "</s>", "<｜end▁of▁sentence｜>")
+# gpt-oss's harmony format ends an answer with <|return|> (or <|call|>, a tool call: both its EOS ids); its <|end|>
+# closes one message (the reasoning before the final answer), so it is no end of turn there: where the key token is
+# in the template, the value is not a stop.
+MESSAGE_ENDS = {"<|return|>": "<|end|>"}
 SYSTEM_MODES = ("auto", "merge", "drop", "error")
 MERGE_SEP = "\n\n"  # a system text merged into a user turn: system, blank line, user text
 PROBE = "TRAINPILOT_CONTENT_PROBE_7F3A"  # stands in for a turn's content to find where the template puts it
@@ -195,7 +199,8 @@ def stop_ids(tok, eos_ids: Iterable[int] = ()) -> list[int]:
     template = getattr(tok, "chat_template", None)
     template = template if isinstance(template, str) else ""
     ids = [tok.eos_token_id, *eos_ids]
-    for token in END_OF_TURN_TOKENS:
+    skip = {end for marker, end in MESSAGE_ENDS.items() if marker in template}
+    for token in (t for t in END_OF_TURN_TOKENS if t not in skip):
         tid = tok.convert_tokens_to_ids(token) if token in template else None
         if isinstance(tid, int) and tid != getattr(tok, "unk_token_id", None) and tok.convert_ids_to_tokens(tid) == token:
             ids.append(tid)

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 from trainer.core.errors import UserError
 
-RECORD_FORMATS = ("text", "template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt", "preference",
-                  "kto")
 CONVERSATION_FORMATS = ("alpaca", "prompt_response", "chat", "sharegpt")   # rendered through the chat template
 TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")
 SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")  # input + target
@@ -85,10 +83,10 @@ def format_of(rec: dict, text_field: str = "text") -> str | None:
         return "prompt_completion"
     if {"instruction", "output"} <= keys:
         return "alpaca"
+    if text_field in keys:  # a full text beside a question and answer (the bundled demo) is trained as text
+        return "text"
     if pair_fields(rec) is not None:
         return "prompt_response"
-    if text_field in keys:
-        return "text"
     return None
 
 

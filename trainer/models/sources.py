@@ -88,3 +88,18 @@ def tokenizer_cached(repo_id: str) -> bool:
     """True when the Hugging Face cache holds tokenizer files of the hub model ``repo_id`` (no network)."""
     snapshots = hf_hub_cache() / ("models--" + repo_id.strip().replace("/", "--")) / "snapshots"
     return any(next(snapshots.glob(f"*/{name}"), None) is not None for name in _TOKENIZER_FILES)
+
+
+# config.json keys that count a mixture of experts' routed experts (Qwen-MoE, Mixtral/gpt-oss/Phi-MoE/Granite-MoE,
+# DeepSeek, ERNIE), at the top or in a multimodal checkpoint's text_config
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def routed_experts(conf: dict) -> int | None:
+    """How many routed experts per layer an HF ``config.json`` (as a dict) declares; None for a dense model."""
+    for section in (conf, conf.get("text_config") or {}):
+        for key in EXPERT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and value > 1:
+                return value
+    return None

@@ -125,7 +125,8 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
-        liger=ctx.liger, triton_kernels=ctx.liger or (ctx.device == "cuda" and c.speed.torch_compile))
+        num_iterations=c.grpo.num_iterations, liger=ctx.liger,
+        triton_kernels=ctx.liger or (ctx.device == "cuda" and c.speed.torch_compile))
 
 
 def liger_kernels(ctx: Context) -> bool:

@@ -28,7 +28,7 @@ RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 G
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
-# Chunked loss (trainer/worker/train/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
+# Chunked loss (trainer/worker/loading/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
 # many bytes; the loss's working memory is then 12 bytes per logit of one chunk instead of the whole micro-batch.
 CHUNK_LOGIT_BYTES = 64 * 2**20
 LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)
@@ -83,6 +83,7 @@ class TrainSetup:
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
     liger: bool = False  # Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (CUDA, liger-kernel installed)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
+    num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
 
     @property
     def world(self) -> int:

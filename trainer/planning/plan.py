@@ -3,7 +3,7 @@
 Only values the config leaves ``"auto"`` are chosen (micro-batch, accumulation, checkpointing,
 DeepSpeed on/off, device, precision); with ``deepspeed.enabled: auto`` the planner also owns the
 ZeRO stage and offload. Explicit values are never changed, only judged. The search itself lives in
-``trainer.plan_search``; see docs/planner.md for the rules in words.
+``trainer.planning.search``; see docs/planner.md for the rules in words.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
 from trainer.core.units import GIB
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
+from trainer.planning import ladder
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
 from trainer.planning.context import Context, attention
@@ -215,7 +216,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
         out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
-    return as_resolved(out)
+    return as_resolved(ladder.record_kept_settings(out, chosen=cfg))  # the user's settings, for every resume
 
 
 def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:

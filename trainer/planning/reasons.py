@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
-from trainer.core.units import count, gib, gib_difference
+from trainer.core.units import GIB, MIB, count, gib, gib_difference
 from trainer.planning.context import (
     Context,
     DsOption,
@@ -110,8 +110,8 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
     bigger = [o for o in generation_candidates(c, mb) if o > gen]
     if bigger and "grpo.generation_batch_size" not in explicit_keys(c) and fits(ctx, est):
         e = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, min(bigger)))
-        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} would need "
-                   f"{gib(e.phases['sampling'])} while sampling)")
+        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} "
+                   f"{_over_by(ctx, e.phases['sampling'], e, ' while sampling')})")
     return out
 
 
@@ -121,6 +121,9 @@ def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: d
     gen, done = c.grpo.generation_batch_size, gib(sampling.get("generation_kv_cache", 0))
     if "reference_forward" in sampling:
         return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
+    if "old_policy_forward" in sampling:  # grpo.num_iterations > 1
+        return (f"scoring the sampled completions' log-probs for the later iterations "
+                f"({gib(sampling['old_policy_forward'])} of working memory)")
     if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
         full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), ctx.seq))
         return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
@@ -146,11 +149,19 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = Fals
         return f"micro-batch {mb} is the whole per-GPU batch; {tail}"
     nxt = min(bigger)
     e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds, offload, optimizer))
-    what = need(ctx, e)
-    if gib(what) == gib(ctx.budget):  # a hair over: print enough digits to see it is over
-        return (f"micro-batch {mb} is the largest that fits ({nxt} would need {gib(what, 2)}, over the "
-                f"{gib(ctx.budget, 2)} budget); {tail}")
-    return f"micro-batch {mb} is the largest that fits ({nxt} would need {gib(what)}); {tail}"
+    return f"micro-batch {mb} is the largest that fits ({nxt} {_over_by(ctx, need(ctx, e), e)}); {tail}"
+
+
+def _over_by(ctx: Context, what: int, est: Estimate, where: str = "") -> str:
+    """Why the next size up does not fit, with the number that is over: the budget (printed to enough digits to
+    see it is over), or host RAM when its offloaded activations are what does not fit."""
+    if what <= ctx.budget and ctx.device == "cuda" and est.host_ram_bytes > ctx.host_budget:
+        return (f"would need {gib(est.host_ram_bytes)} of host RAM{where}, over the {gib(ctx.host_budget)} "
+                f"usable; its {gib(what)} of VRAM would fit")
+    if round(what / GIB, 1) > round(ctx.budget / GIB, 1):
+        return f"would need {gib(what)}{where}"
+    over_mib = max(1, round((what - ctx.budget) / MIB))
+    return f"would need {gib(what, 2)}{where}, {over_mib} MiB over the {gib(ctx.budget, 2)} budget"
 
 
 def _over(ctx: Context, est: Estimate) -> str:

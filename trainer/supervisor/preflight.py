@@ -39,8 +39,8 @@ DATA_STATS_TIMEOUT_S = 1800  # tokenises every record with the run's tokenizer (
 def check(cfg, hardware=None) -> None:
     """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
     problems: list[tuple[str, str]] = []
-    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len):
-        if fn is _seq_len and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
+    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _lora_experts):
+        if fn in (_seq_len, _lora_experts) and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
             continue  # the model's config.json is already reported unusable: don't report it twice
         try:
             fn(cfg, hardware)
@@ -330,9 +330,22 @@ def _seq_len(cfg, hardware) -> None:
     conf = _model_config(cfg)
     if not conf:
         return
+    conf = {**(conf.get("text_config") or {}), **conf}  # a multimodal checkpoint: the text model's positions
     why = seq_len_refusal(cfg.data.seq_len, conf.get("max_position_embeddings") or conf.get("n_positions"))
     if why:
         raise UserError(f"data.seq_len: {why}", field="data.seq_len")
+
+
+def _lora_experts(cfg, hardware) -> None:
+    """``method.lora_experts`` asks for a mixture of experts: refused for a model whose config.json declares none
+    (a hub model is checked by the worker, once its config is here)."""
+    if not cfg.method.lora_experts or cfg.method.type == "full":
+        return
+    conf = _model_config(cfg)
+    if conf and not sources.routed_experts(conf):
+        raise UserError(f"method.lora_experts: {cfg.model.architecture or cfg.model.source} is not a mixture of "
+                        f"experts (its config.json declares no experts); set method.lora_experts: false",
+                        field="method.lora_experts")
 
 
 def seq_len_refusal(seq_len: int, limit: int | None, name: str = "data.seq_len") -> str | None:

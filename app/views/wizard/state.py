@@ -13,7 +13,7 @@ from app.ops.background import Latest
 from app.views.wizard.schema_form import nested
 from trainer import config as tc
 from trainer.core.dotted import flatten
-from app.model.planning import _plan, final_from_plan, plan_for  # noqa: F401  (plan_for: re-exported)
+from app.model.planning import _plan, final_from_plan
 
 PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
 

@@ -30,6 +30,7 @@ from trainer.models import gguf_support
 from trainer.worker.export import gguf_convert, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
+from trainer.worker.loading import model_parts
 
 
 merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
@@ -85,18 +86,29 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
               "exported": time.strftime("%Y-%m-%dT%H:%M:%S")} if gguf_type else None
     files, result = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
                                  merged=merge and is_adapter, system_mode=cfg.data.system_message, system=system,
-                                 chat_date=cfg.data.chat_date, record=record, checking=checking, release=True)
+                                 chat_date=cfg.data.chat_date, record=record, checking=checking, release=True,
+                                 companions=companion_files(cfg, source, model))
     progress.finish(files, result)
     return files, result
+
+
+def companion_files(cfg, source: Path, model) -> list[Path]:
+    """What goes beside the model: a multimodal model's processor files (saved with ``source`` by the run, else
+    the base model's) and the SentencePiece ``tokenizer.model`` the run saved with ``source``."""
+    found = [source / "tokenizer.model"] if (source / "tokenizer.model").is_file() else []
+    if not model_parts.tower_prefixes(model):
+        return found
+    return found + (model_parts.processor_files(source) or [f for f in model_parts.companion_files(cfg, model)
+                                                           if f.name in model_parts.PROCESSOR_FILES])
 
 
 def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
                  merged: bool = False, system_mode: str = "auto", system: str | None = None,
                  chat_date: str | None = None, record: dict | None = None, checking: bool = False,
-                 release: bool = False) -> tuple[list[Path], dict | None]:
+                 release: bool = False, companions: list[Path] = ()) -> tuple[list[Path], dict | None]:
     """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``; with a GGUF and
     ``record`` (where the export came from) write ``trainpilot-export.json``, and with ``checking`` verify the
-    written files before they move into place. Returns the files and the verification (or None). ``release``: free
+    written files before they move into place. ``companions`` go beside them (processor files, tokenizer.model). Returns the files and the verification (or None). ``release``: free
     ``model`` once written (the verification loads the trained model itself).
 
     Every check that can refuse runs before a file is written; the files are written into a hidden folder beside
@@ -113,6 +125,7 @@ def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, olla
         progress.step("writing safetensors" + (" (merged)" if merged else ""))
         model.save_pretrained(str(tmp), safe_serialization=True)
         _write_tokenizer(tok, tmp, chat_date if dated else None)
+        model_parts.copy_files(list(companions), tmp)
         progress.step("writing the generation config")
         _write_generation_config(model, tok, eot, tmp)
         if release:

@@ -18,7 +18,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
-from trainer.worker.loading import modeling
+from trainer.worker.loading import model_parts, modeling
 
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
@@ -45,7 +45,7 @@ def base_model(cfg, use_cuda: bool):
 
 def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     """The model in ``source`` (full weights or an adapter over the base), or the base itself; eval mode."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
     if base:
         model = base_model(cfg, use_cuda)
@@ -55,7 +55,8 @@ def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
         model = PeftModel.from_pretrained(base_model(cfg, use_cuda), str(source))
     elif (source / "config.json").is_file():
         dtype = modeling.torch_dtype(cfg, training_precision(cfg, use_cuda))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+        auto = model_parts.auto_class(AutoConfig.from_pretrained(str(source)))  # multimodal: its own class
+        model = auto.from_pretrained(str(source), dtype=dtype)
         if use_cuda:
             model = model.to("cuda")
     else:

@@ -17,7 +17,7 @@ from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
-from trainer.worker.loading import kbit
+from trainer.worker.loading import kbit, model_parts
 
 
 def load_tokenizer(cfg):
@@ -99,9 +99,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     ``apply_method=False`` returns the base model (TRL's trainers wrap it in the adapters themselves);
     ``seq2seq`` builds an encoder-decoder (T5) with its LM head."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
-    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    from transformers import AutoConfig
 
     m = cfg.model
     dtype = torch_dtype(cfg, precision)
@@ -111,6 +109,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
         if vocab_size:
             conf.vocab_size = vocab_size
+        auto = model_parts.auto_class(conf, seq2seq)
         torch.manual_seed(cfg.training.seed)
         # Random init straight on the GPU: on the CPU it takes about a minute per billion parameters
         # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
@@ -129,6 +128,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
             kwargs["quantization_config"] = kbit.quantization_config(precision)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
+            auto = model_parts.auto_class(_source_config(cfg), seq2seq)
             model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
                                              common)
         except OSError as exc:
@@ -137,9 +137,19 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
+    model_parts.freeze_towers(model)  # a multimodal checkpoint trains its text model only
     if not apply_method:
         return model
     return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
+
+
+def _source_config(cfg):
+    """The config of ``model.source`` (a folder or hub id), read before the weights to pick the model class."""
+    from transformers import AutoConfig
+
+    m = cfg.model
+    return AutoConfig.from_pretrained(m.source, revision=m.revision, token=secrets.hub_token(cfg),
+                                      trust_remote_code=m.trust_remote_code)
 
 
 def _with_attention_fallback(build, common: dict):
@@ -155,17 +165,18 @@ def _with_attention_fallback(build, common: dict):
 
 
 def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
-    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks); for QLoRA the
-    4-bit model is prepared for training first, in place (``kbit.prepare_kbit_model``: embedding, head and
-    norms stay 16-bit, unlike peft's ``prepare_model_for_kbit_training``)."""
+    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks; the targets of MoE and
+    multimodal models: ``model_parts.lora_targets``); for QLoRA the 4-bit model is prepared for training first, in
+    place (``kbit.prepare_kbit_model``: embedding, head and norms stay 16-bit, unlike peft's
+    ``prepare_model_for_kbit_training``)."""
     from peft import LoraConfig
 
     method = cfg.method
-    _check_target_modules(method.target_modules, model)
+    targets, experts = model_parts.lora_targets(method, model)
     if method.type == "qlora":
         kbit.prepare_kbit_model(model, checkpointing=cfg.speed.gradient_checkpointing is True)
     return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
-                      target_modules=method.target_modules, task_type=task_type)
+                      target_modules=targets, target_parameters=experts or None, task_type=task_type)
 
 
 def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
@@ -177,23 +188,3 @@ def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
     if cfg.speed.gradient_checkpointing is True:
         model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
     return model
-
-
-def _check_target_modules(targets, model) -> None:
-    """UserError (exit 2) when a LoRA target names no Linear layer of the model; PEFT would raise for
-    all-unknown names and silently skip a single misspelled one."""
-    if targets == "all-linear":
-        return
-    import difflib
-
-    import torch
-
-    linear = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
-                     if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D"})
-    unknown = [t for t in targets if t not in linear]
-    if unknown:
-        hints = [f"{t} → {m[0]}" for t in unknown if (m := difflib.get_close_matches(t, linear, n=1))]
-        raise UserError(f"method.target_modules: {', '.join(unknown)} not in this model"
-                        + (f" (did you mean {'; '.join(hints)}?)" if hints else "")
-                        + f"; its linear layers are: {', '.join(linear)} (or use all-linear)",
-                        field="method.target_modules")
