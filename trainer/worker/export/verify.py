@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_EXPORT_DIFFERS, TrainPilotError, UserError
+from trainer.hardware.probe import free_cores
 from trainer.models.gguf_support import LLAMA_CPP_PYTHON
 
 RECORD = "trainpilot-export.json"
@@ -90,7 +91,6 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
     loaded first: the chat rules take its generation config's end-of-turn ids, and the cases are built from them."""
     import torch
 
-    from trainer.hardware.probe import free_cores
     from trainer.worker.export import llama_checks, run_records
     from trainer.worker.generate import generation
 
