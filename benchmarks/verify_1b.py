@@ -5,7 +5,8 @@ real tokenizer and chat template (``tests/real_models.py``) is trained one LoRA 
 chat records, then exported twice through the CLI as a user would: ``--gguf f16 --ollama --no-verify`` and
 ``--gguf f16 --ollama`` (verified). Printed: both wall times, their difference, the verification child's own
 seconds (``verification.json``), its summary line, the cores and the load average before and after (the machine may
-be shared).
+be shared). Then the verification alone again on the written export (``python -m trainer.worker.export.verify DIR
+--reference-export``, what export-model runs): its wall time, CPU time (user + system) and peak RSS.
 
     .venv/bin/python benchmarks/verify_1b.py [--keep DIR]
 """
@@ -36,6 +37,19 @@ def _cli(*args, env) -> tuple[float, subprocess.CompletedProcess]:
     if proc.returncode != 0:
         sys.exit(f"trainpilot-cli {' '.join(map(str, args[:2]))} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return time.perf_counter() - started, proc
+
+
+def _verify_alone(folder: Path, env) -> str:
+    """The verification child by itself on the written export: wall s, CPU s (user + system), peak RSS (its own)."""
+    started = time.perf_counter()
+    with open(folder / "verify.log", "w", encoding="utf-8") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.worker.export.verify", str(folder / "checked"),
+                                 "--reference-export"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    return (f"verification alone: {wall:.0f} s wall, {usage.ru_utime + usage.ru_stime:.0f} s CPU "
+            f"({usage.ru_utime:.0f} user, {usage.ru_stime:.0f} system), peak RSS {usage.ru_maxrss / 2 ** 20:.1f} GB, "
+            f"exit {os.waitstatus_to_exitcode(status)}, load average {os.getloadavg()[0]:.1f}")
 
 
 def _config(folder: Path, tokenizer: Path) -> Path:
@@ -80,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}")
     print(f"train 1 step: {train_s:.0f} s; export --gguf f16 --ollama --no-verify: {plain_s:.0f} s; "
           f"with verification: {checked_s:.0f} s (+{checked_s - plain_s:.0f} s)")
-    print(f"verification child: {result['seconds']:.1f} s: {result['summary']}")
+    print(f"verification child: {result['seconds']:.1f} s on {result.get('threads')} threads: {result['summary']}")
+    print(_verify_alone(folder, env))
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     return 0 if result["verified"] else 1

@@ -3,11 +3,13 @@ own prompts (``run_records.Case``):
 
 - **prompt**: the GGUF's chat template, rendered by llama-cpp-python's own chat formatter (what
   ``create_chat_completion`` sends) and tokenized by llama.cpp, gives exactly the ids training gave that prompt;
-- **greedy**: from those ids, llama.cpp's top token equals transformers' at every step of the trained model's greedy
-  answer (teacher-forced on it, so one early difference does not hide the rest). For f16 the reference is the
-  trained model with its matrices rounded to f16 as the file stores them, and every step must agree; a step where
-  transformers' own top two logits are closer than the type's noise (``TOLERANCE`` of the largest logit) is a near
-  tie either side may break. Q8_0/Q4_K_M are compared with the fp32 model: the agreement must reach ``FLOOR``;
+- **greedy**: from those ids, llama.cpp answers greedily (``GREEDY_STEPS`` tokens, KV-cached), and the trained model
+  in transformers reads that answer teacher-forced in one forward: at every step its top token must equal
+  llama.cpp's (so when all agree, the two greedy answers are the same text; after a difference the later steps are
+  still compared on the same prefix). For f16 the reference is the trained model with its matrices rounded to f16
+  as the file stores them, and every step must agree; a step where transformers' own top two logits are closer than
+  the type's noise (``TOLERANCE`` of the largest logit) is a near tie either side may break. Q8_0/Q4_K_M are compared
+  with the fp32 model: the agreement must reach ``FLOOR``;
 - **stops**: llama.cpp ends generation at the trained end-of-turn token (``llama_vocab_is_eog``, and a chat completion
   pushed to that token finishes with "stop"), and the export's ``generation_config.json`` stops transformers there.
 """
@@ -21,14 +23,12 @@ TOLERANCE = {"f16": 0.02, "q8_0": 0.05, "q4_k_m": 0.15}  # a near tie: a top-two
 FLOOR = {"f16": 1.0, "q8_0": 0.9, "q4_k_m": 0.75}  # the agreement (equal or near tie) an export must reach
 
 
-def load(gguf: Path, n_ctx: int):
-    """The GGUF in llama.cpp on the CPU (every core), quiet."""
-    import os
-
+def load(gguf: Path, n_ctx: int, threads: int):
+    """The GGUF in llama.cpp on the CPU (``threads`` threads, memory-mapped), quiet."""
     import llama_cpp
 
-    return llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=os.cpu_count() or 1, n_gpu_layers=0, verbose=False,
-                           seed=0)
+    return llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_gpu_layers=0,
+                           verbose=False, seed=0)
 
 
 def formatter(llm):
@@ -68,29 +68,15 @@ def prompt_check(llm, tok, cases) -> dict:
 
 
 def f16_stored(model):
-    """``model`` (fp32) with its matrices rounded to f16, as an f16 GGUF stores them (norms and biases stay f32)."""
+    """``model`` (fp32) with its matrices and fused 3-D expert weights rounded to f16, as an f16 GGUF stores them
+    (norms and biases stay f32)."""
     import torch
 
     with torch.no_grad():
         for p in model.parameters():
-            if p.dim() == 2:
-                p.copy_(p.half().float())
+            if p.dim() >= 2:
+                p.copy_(p.half())  # in place: one f16 copy of one matrix at a time, no fp32 twin
     return model
-
-
-def _hf_greedy(model, ids: list[int], steps: int):
-    """The trained model's greedy tokens after ``ids`` and each step's logits (fp32, on the CPU, KV-cached)."""
-    import torch
-
-    out, logits = [], []
-    with torch.no_grad():
-        step = model(input_ids=torch.tensor([ids]), use_cache=True)
-        for _ in range(steps):
-            row = step.logits[0, -1].float()
-            logits.append(row)
-            out.append(int(row.argmax()))
-            step = model(input_ids=torch.tensor([[out[-1]]]), past_key_values=step.past_key_values, use_cache=True)
-    return out, logits
 
 
 def last_logits(llm):
@@ -105,31 +91,61 @@ def last_logits(llm):
                     dtype=np.float32)
 
 
-def greedy_check(llm, model, tok, cases, kind: str) -> dict:
-    """Teacher-forced agreement of llama.cpp's top token with the trained model's greedy answer (module doc)."""
+def greedy_answers(llm, cases, steps: int = GREEDY_STEPS) -> list[tuple[list[int], "np.ndarray"]]:
+    """llama.cpp's greedy answer to each case (``steps`` tokens, KV-cached, the end of turn not special) and the
+    logits it chose each token from (``steps`` × vocabulary, float32)."""
+    import numpy as np
+
+    out = []
+    for case in cases:
+        llm.reset()
+        llm.eval(case.ids)
+        rows, tokens = [last_logits(llm)], []
+        for k in range(steps):
+            tokens.append(int(rows[-1].argmax()))
+            if k + 1 < steps:
+                llm.eval([tokens[-1]])
+                rows.append(last_logits(llm))
+        out.append((tokens, np.stack(rows)))
+    return out
+
+
+def teacher_forced_logits(model, ids: list[int], answer: list[int]):
+    """The trained model's logits (fp32, CPU) before each token of ``answer`` after ``ids``: one forward over the
+    prompt and the answer (``len(answer)`` × vocabulary), each row what greedy decoding would pick from there."""
+    import inspect
+
+    import torch
+
+    keep = len(answer)
+    takes_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids + answer[:-1]]), use_cache=False,
+                    **({"logits_to_keep": keep} if takes_keep else {}))
+    return out.logits[0, -keep:].float().numpy()
+
+
+def greedy_check(answers, reference_rows, tok, cases, kind: str) -> dict:
+    """Agreement of llama.cpp's greedy answers (``greedy_answers``) with the trained model's top token at every step,
+    teacher-forced on those answers (``reference_rows[i]``: ``teacher_forced_logits`` of case ``i``; module doc)."""
     import numpy as np
 
     tol, equal, ties, total, diffs, worst = TOLERANCE.get(kind, 0.15), 0, 0, 0, [], 0.0
-    for case in cases:
-        hf_tokens, hf_logits = _hf_greedy(model, case.ids, GREEDY_STEPS)
-        llm.reset()
-        llm.eval(case.ids)
-        for step, (want, ref) in enumerate(zip(hf_tokens, hf_logits)):
-            got_row = last_logits(llm)[: ref.shape[0]]
-            ref = ref.numpy()
+    for case, (tokens, rows), ref_rows in zip(cases, answers, reference_rows):
+        for step, (got, got_row, ref) in enumerate(zip(tokens, rows, ref_rows)):
+            got_row = got_row[: ref.shape[0]]
             scale = float(np.abs(ref).max()) or 1.0
             worst = max(worst, float(np.abs(ref - got_row).max()) / scale)
+            want = int(ref.argmax())
             top2 = np.sort(ref)[-2:]
             total += 1
-            if int(got_row.argmax()) == want:
+            if got == want:
                 equal += 1
             elif float(top2[1] - top2[0]) <= tol * scale:
                 ties += 1
             else:
-                diffs.append(f"{case.where}, answer token {step + 1}: llama.cpp picks {_token(tok, int(got_row.argmax()))}"
-                             f", the trained model {_token(tok, want)} (its lead {float(top2[1] - top2[0]):.3g} is not "
-                             f"a near tie)")
-            llm.eval([want])
+                diffs.append(f"{case.where}, answer token {step + 1}: llama.cpp picks {_token(tok, got)}, the trained "
+                             f"model {_token(tok, want)} (its lead {float(top2[1] - top2[0]):.3g} is not a near tie)")
     agreement = (equal + ties) / total if total else 0.0
     return {"ok": bool(total) and agreement >= FLOOR.get(kind, 0.75) and (kind != "f16" or not diffs),
             "equal": equal, "near_ties": ties, "of": total, "agreement": round(agreement, 4),
@@ -138,7 +154,9 @@ def greedy_check(llm, model, tok, cases, kind: str) -> dict:
 
 
 def stop_check(llm, tok, eot: int | None, folder: Path, cases) -> dict:
-    """Whether llama.cpp and the export's generation config end a turn at the trained end-of-turn id ``eot``."""
+    """Whether llama.cpp and the export's generation config end a turn at the trained end-of-turn id ``eot``. The chat
+    completion asks for the last case, whose prompt llama.cpp evaluated last (``greedy_answers``): its KV cache is
+    reused, so only one token is evaluated again."""
     import llama_cpp
 
     if eot is None:
@@ -149,8 +167,7 @@ def stop_check(llm, tok, eot: int | None, folder: Path, cases) -> dict:
     if not llama_cpp.llama_vocab_is_eog(llm._model.vocab, int(eot)):
         diffs.append(f"llama.cpp does not end generation at {name!r} ({eot}): the GGUF does not mark it end-of-turn")
     if cases:
-        llm.reset()
-        out = llm.create_chat_completion(cases[0].messages, max_tokens=4, temperature=0.0, logit_bias={int(eot): 100.0})
+        out = llm.create_chat_completion(cases[-1].messages, max_tokens=4, temperature=0.0, logit_bias={int(eot): 100.0})
         choice = out["choices"][0]
         if choice.get("finish_reason") != "stop" or out["usage"]["completion_tokens"] > 1:
             diffs.append(f"a llama.cpp chat completion at {name!r} did not stop (finish_reason "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_EXPORT_DIFFERS, TrainPilotError, UserError
+from trainer.hardware.probe import free_cores
 from trainer.models.gguf_support import LLAMA_CPP_PYTHON
 
 RECORD = "trainpilot-export.json"
@@ -72,7 +73,8 @@ def verify(folder: Path, run_dir: Path | None = None, reference: str = "run") ->
 
 
 def _reference_model(cfg, folder: Path, source: Path, reference: str):
-    """The trained model in transformers (fp32, CPU): the export's own full weights, or the run's model."""
+    """The trained model in transformers (fp32, CPU): the export's own full weights (memory-mapped: read when first
+    used), or the run's model."""
     from trainer.worker.generate import generation
 
     if reference == "export" and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
@@ -83,7 +85,13 @@ def _reference_model(cfg, folder: Path, source: Path, reference: str):
 
 
 def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str = "run") -> dict:
-    from trainer.worker.export import llama_checks, modelfile_check, ollama, run_records
+    """Every check (module doc). llama.cpp answers first (its greedy tokens and logits, KV-cached) and is closed
+    before transformers computes, so the two never compete for the cores; transformers then reads llama.cpp's answers
+    teacher-forced, one forward a prompt (instead of ``GREEDY_STEPS`` incremental steps). The reference model is
+    loaded first: the chat rules take its generation config's end-of-turn ids, and the cases are built from them."""
+    import torch
+
+    from trainer.worker.export import llama_checks, run_records
     from trainer.worker.generate import generation
 
     generation.quiet_libraries()
@@ -93,26 +101,42 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
     model = _reference_model(cfg, folder, source, reference)
     chat = generation.chat_rules(cfg, tok, model)
     cases = run_records.cases(cfg, tok, chat)
-    kind = record.get("gguf_type", "f16")
-    reference = llama_checks.f16_stored(model) if kind == "f16" else model
+    kind, threads = record.get("gguf_type", "f16"), free_cores()
     n_ctx = max(256, max((len(c.ids) for c in cases), default=0) + llama_checks.GREEDY_STEPS + 8)
-    llm = llama_checks.load(folder / record["gguf"], n_ctx)
-    eot = chat.end_of_turn_id()
-    checks = {"prompt": llama_checks.prompt_check(llm, tok, cases),
-              "greedy": llama_checks.greedy_check(llm, reference, tok, cases, kind),
-              "stops": llama_checks.stop_check(llm, tok, eot, folder, cases)}
-    if (folder / "Modelfile").is_file():
-        bos = tok.bos_token if ollama.adds_bos(tok) else None
-
-        def want_text(case):
-            text = chat.render(case.messages, True)
-            return text[len(bos):] if bos and text.startswith(bos) else text
-        stops = [tok.convert_ids_to_tokens(i) for i in ollama.stop_ids(tok, chat)]
-        checks["ollama"] = modelfile_check.check(folder, record, cases, want_text, stops, cfg.data.seq_len)
+    llm = llama_checks.load(folder / record["gguf"], n_ctx, threads)
+    try:
+        checks = {"prompt": llama_checks.prompt_check(llm, tok, cases)}
+        answers = llama_checks.greedy_answers(llm, cases)
+        checks["stops"] = llama_checks.stop_check(llm, tok, chat.end_of_turn_id(), folder, cases)
+    finally:
+        llm.close()
+    torch.set_num_threads(threads)
+    model = llama_checks.f16_stored(model) if kind == "f16" else model
+    rows = [llama_checks.teacher_forced_logits(model, c.ids, a[0]) for c, a in zip(cases, answers)]
+    checks = {"prompt": checks["prompt"], "greedy": llama_checks.greedy_check(answers, rows, tok, cases, kind),
+              "stops": checks["stops"]}
+    ollama = _ollama_check(folder, record, cfg, tok, chat, cases)
+    if ollama is not None:
+        checks["ollama"] = ollama
     verified = all(c["ok"] is not False for c in checks.values()) and checks["prompt"]["ok"] is True
     return {"verified": verified, "summary": summary(checks, kind, verified), "checks": checks,
-            "cases": [c.where for c in cases], "gguf": record["gguf"], "gguf_type": kind,
+            "cases": [c.where for c in cases], "gguf": record["gguf"], "gguf_type": kind, "threads": threads,
             "reference": "the export's safetensors" if reference == "export" else f"the run's {source.name}"}
+
+
+def _ollama_check(folder: Path, record: dict, cfg, tok, chat, cases) -> dict | None:
+    """The Modelfile against training's render of ``cases`` (``modelfile_check``); None without a Modelfile."""
+    from trainer.worker.export import modelfile_check, ollama
+
+    if not (folder / "Modelfile").is_file():
+        return None
+    bos = tok.bos_token if ollama.adds_bos(tok) else None
+
+    def want_text(case):
+        text = chat.render(case.messages, True)
+        return text[len(bos):] if bos and text.startswith(bos) else text
+    stops = [tok.convert_ids_to_tokens(i) for i in ollama.stop_ids(tok, chat)]
+    return modelfile_check.check(folder, record, cases, want_text, stops, cfg.data.seq_len)
 
 
 def summary(checks: dict, kind: str, verified: bool) -> str:
