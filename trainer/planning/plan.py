@@ -17,7 +17,8 @@ from trainer.config import presets
 from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
 from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
-from trainer.core.units import GIB
+from trainer.core import capabilities
+from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
@@ -117,6 +118,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     if ctx.spec is None:
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
+    notes += model_notes(ctx.spec, cfg)
     if attention(ctx) != cfg.model.attn_implementation:
         notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
                      "eager (the memory above is for eager attention)")
@@ -142,6 +144,31 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
     return plan
+
+
+KERNEL_PACKAGES = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
+
+
+def model_notes(spec, cfg) -> list[str]:
+    """What the plan knows about the model from its structure record: a probe child read it now (once), towers a
+    text run keeps frozen, experts LoRA leaves alone, kernels that would replace the measured implementation."""
+    notes = []
+    if spec.origin == "probe":
+        notes.append(f"{spec.family}: a new architecture — its structure was read by one probe child "
+                     f"({spec.probe_seconds:.0f} s: transformers built it on the meta device and measured what each "
+                     "layer kind saves for backward); cached, so the next plan is instant")
+    if spec.frozen_params:
+        notes.append(f"a multimodal checkpoint trained on text: its vision/audio towers ({count(spec.frozen_params)} "
+                     "parameters) stay frozen in 16 bits (no gradients, optimizer states or activations)")
+    if spec.experts and cfg.method.type != "full" and not getattr(cfg.method, "lora_experts", False):
+        notes.append(f"LoRA adapts the attention and dense Linears, not the {spec.experts['total']} experts' fused "
+                     "weights; method.lora_experts: true adapts those too (PEFT's target_parameters, lora_dropout 0)")
+    for kernel in spec.kernels:
+        package = KERNEL_PACKAGES.get(kernel, kernel)
+        if capabilities.installed(package):
+            notes.append(f"{package} is installed: the run uses its fused kernels, which keep less for backward "
+                         "than the reference implementation the activations were measured with (an upper bound)")
+    return notes
 
 
 def _phases(est) -> dict:
