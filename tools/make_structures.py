@@ -1,6 +1,6 @@
 """Regenerate the shipped structure records (``trainer/resources/models/structures/<hash>.json``) for every
 architecture in ``trainer/resources/models/``: one structure probe child each (``python -m
-trainer.worker.probes.structure``), then the records no shipped config names any more are removed.
+trainer.worker.probes.structure_probe``), then the records no shipped config names any more are removed.
 
     python tools/make_structures.py            # only the missing or stale ones
     python tools/make_structures.py --all      # every one again (after a probe change: bump its FORMAT)

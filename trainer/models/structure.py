@@ -1,7 +1,7 @@
 """Model structure records: where the planner's knowledge of an architecture comes from. Light: no torch.
 
-A record is what the structure probe (``python -m trainer.worker.probes.structure``, worker side) wrote after
-building the model from its ``config.json`` on the meta device: exact parameters, every decoder layer's kind and
+A record is what the structure probe (``python -m trainer.worker.probes.structure_probe``, worker side) wrote
+after building the model from its ``config.json`` on the meta device: exact parameters, every decoder layer's kind and
 Linear shapes, experts, towers, and what each layer kind saves for backward. Records are found, in order: shipped
 with TrainPilot for the architectures in ``trainer/resources/models/`` (``structures/<hash>.json``), in the user
 cache (``trainer.core.paths.cache_dir()/structures``), else made by one probe child and cached. They are keyed by
@@ -22,7 +22,7 @@ from trainer.core import entrypoints
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.paths import STRUCTURES_DIR, cache_dir
 
-FORMAT = 1  # trainer/worker/probes/structure.py FORMAT: a record of another format is probed again
+FORMAT = 1  # trainer/worker/probes/structure_probe.py FORMAT: a record of another format is probed again
 PROBE_TIMEOUT_S = 900
 
 

@@ -1,4 +1,4 @@
-"""The structure probe: ``python -m trainer.worker.probes.structure CONFIG_JSON --out RECORD_JSON``.
+"""The structure probe: ``python -m trainer.worker.probes.structure_probe CONFIG_JSON --out RECORD_JSON``.
 
 Builds the model from its ``config.json`` with transformers' own classes on the meta device (no weights, no
 download: ``AutoModelForCausalLM``, ``AutoModelForImageTextToText`` for multimodal checkpoints,
@@ -335,7 +335,7 @@ def probe(config_path: Path, measure: bool = True) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Child-process entry: write the record to --out; exit 2 with one line when the model cannot be planned."""
-    ap = argparse.ArgumentParser(prog="python -m trainer.worker.probes.structure")
+    ap = argparse.ArgumentParser(prog="python -m trainer.worker.probes.structure_probe")
     ap.add_argument("config", type=Path, help="a config.json")
     ap.add_argument("--out", type=Path, required=True, help="where the structure record (JSON) goes")
     ap.add_argument("--no-activations", action="store_true", help="the structure only (no saved-tensor measurement)")
