@@ -286,8 +286,7 @@ def activations(model, keys: list, layers, norm, rec: dict) -> dict:
              any(m is x for x in decoder.modules())}
     sliding = rec["sdpa"] and any(k["type"] == "sliding_attention" for k in rec["kinds"])
     out = saved_bytes.measure(model, kept, norm, names, sliding, reps)
-    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS,
-            "kernels": _kernel_notes(rec), "setups": out}
+    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, "setups": out}
 
 
 def _is_linear(m) -> bool:
@@ -295,18 +294,6 @@ def _is_linear(m) -> bool:
     from transformers.pytorch_utils import Conv1D
 
     return isinstance(m, (torch.nn.Linear, Conv1D))
-
-
-def _kernel_notes(rec: dict) -> list[str]:
-    """Optional CUDA kernels that would replace a measured reference implementation (the reader says so when one
-    is installed where the run plans)."""
-    types = {k["type"] for k in rec["kinds"]}
-    out = []
-    if "linear_attention" in types:
-        out.append("fla")
-    if "conv" in types:
-        out.append("causal_conv1d")
-    return out
 
 
 def probe(config_path: Path, measure: bool = True) -> dict:
