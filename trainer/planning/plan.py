@@ -62,8 +62,9 @@ class Plan:
         return {k: getattr(self, k) for k in keys}
 
 
-def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan:
+def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alternatives: bool = True) -> Plan:
     """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch).
+    ``alternatives`` False skips the "what would fit instead" search (a verdict needs none: the picker).
 
     The tier's preset is the base layer under ``cfg`` (machine settings the user left unset); the
     plan starts from it, keeps its values when they fit and says which it changed and why."""
@@ -76,7 +77,7 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
     # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
     layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
-    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset))
+    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     return plan
 
@@ -111,7 +112,8 @@ def _reason_for(key: str, reasons: list[str]) -> str:
     return next((r for r in reasons if word and r.startswith(word)), "the planner's choice for this machine")
 
 
-def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier_form_preset) -> Plan:
+def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier_form_preset,
+               alternatives: bool = True) -> Plan:
     tier, form, preset = tier_form_preset
     ctx = Context.build(cfg, hardware, gpu, device, goal)
     notes = _hardware_notes(hardware, gpu, device, cfg)
@@ -137,7 +139,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
                 host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
                 savings=choice.savings or [], phases=_phases(choice.estimate))
-    if choice.verdict != "fits":
+    if choice.verdict != "fits" and alternatives:
         plan.alternatives = ps.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits":
         plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
