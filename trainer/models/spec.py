@@ -237,6 +237,23 @@ def find_config(source: str) -> Optional[Path]:
     return None
 
 
+def needs_probe(source_or_arch: str) -> bool:
+    """True when planning this model will first run the structure probe (its config.json is here but no record
+    matches it yet): light, for saying so before the seconds it takes. False when there is nothing to probe."""
+    path = find_config(source_or_arch)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(cfg, dict):
+        return False
+    try:
+        rec, _ = structure.cached_record(cfg, measured=str(cfg.get("model_type") or "").lower() not in FITTED_FAMILIES)
+    except structure.ArchitectureUnknown:
+        return False
+    return rec is None
+
+
 def load_model_spec(source_or_arch: str) -> ModelSpec:
     """ModelSpec for a config path, model folder, shipped architecture name or cached hub id.
     Raises ModelSpecNotFound (a UserError) when no config.json is available locally."""

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -85,7 +86,20 @@ def record_for(cfg: dict, name: str = "", measured: bool = True) -> tuple[dict, 
     rec, origin = cached_record(cfg, measured)
     if rec is not None:
         return rec, origin
-    return run_probe(cfg, name, measured=measured), "probe"
+    with _lock(config_hash(cfg)):  # the GUI's pages may ask for one new model from two threads: probe it once
+        rec, origin = cached_record(cfg, measured)
+        if rec is not None:
+            return rec, origin
+        return run_probe(cfg, name, measured=measured), "probe"
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock(key: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(key, threading.Lock())
 
 
 def _atomic_write(path: Path, data: dict) -> None:
@@ -101,8 +115,8 @@ def run_probe(cfg: dict, name: str = "", timeout_s: float = PROBE_TIMEOUT_S, mea
     folder = user_records_dir()
     folder.mkdir(parents=True, exist_ok=True)
     key = config_hash(cfg)
-    stem = folder / f"{key}.{os.getpid()}.{time.monotonic_ns()}"
-    config_path, out = stem.with_suffix(".config.json"), stem.with_suffix(".out.json")
+    stem = f"{key}.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}"
+    config_path, out = folder / f"{stem}.config.json", folder / f"{stem}.out.json"
     config_path.write_text(json.dumps(canonical(cfg)), encoding="utf-8")
     started = time.perf_counter()
     try:

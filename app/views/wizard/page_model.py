@@ -15,7 +15,7 @@ from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
 from trainer.models import catalog
-from trainer.models.spec import load_model_spec, spec_for_run
+from trainer.models.spec import load_model_spec, needs_probe, spec_for_run
 from trainer.planning.verdict import model_verdict
 
 
@@ -116,7 +116,9 @@ class ModelPage(QtWidgets.QWizardPage):
                     self.state.values.get("model.architecture")):
                 changes.update({"model.architecture": None, "model.tokenizer": None})  # set here, undone here
             self.state.update(changes) if len(changes) > 1 else self.state.set("model.source", text)
-        self.facts.setText(f"Reading {html.escape(text)}…")
+        new = " — a new architecture: TrainPilot builds it (no weights) and measures what it keeps for backward, " \
+            "once (a child process, up to a minute; then it is cached)" if needs_probe(text) else ""
+        self.facts.setText(f"Reading {html.escape(text)}…{new}")
         snap = self.picker.snapshot or self.state.snapshot()
         try:
             cfg = self.state.config()
@@ -134,7 +136,8 @@ class ModelPage(QtWidgets.QWizardPage):
         lines = [f"<b>{html.escape(spec.name or text)}</b>{kind} — {spec.family}, {count(spec.params)} parameters, "
                  f"{spec.layers} layers, hidden {spec.hidden}, vocabulary {spec.vocab:,}, reads up to "
                  f"{spec.max_positions:,} tokens.", f"Here: {verdicts}."]
-        if "/" in text and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
+        local = Path(text).expanduser().exists()  # a folder on this computer is no hub id to download
+        if "/" in text and not local and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
             lines.append(f"{html.escape(text)} is {hub.cached_state(text)}: press "
                          "Download… below (it asks first and shows the size).")
         limit, seq = result["limit"], self.state.values.get("data.seq_len")
