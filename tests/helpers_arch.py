@@ -80,3 +80,11 @@ def tiny_config(family: str) -> dict:
     for part in (cfg, cfg.get("text_config") or {}):  # special token ids inside the shrunk vocabulary
         part.update({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
     return cfg
+
+
+def lora_targets(spec):
+    """What the LoRA rule adapts: every Linear (PEFT's all-linear) — but not the fused experts, which PEFT 0.21's
+    all-linear also wraps for MoE models (and then refuses lora_dropout > 0): there, the Linears by name."""
+    if not spec.experts:
+        return "all-linear"
+    return sorted({n.rsplit(".", 1)[-1] for g in spec.groups for n, _, _ in g.linears})

@@ -55,6 +55,15 @@ def test_the_records_reproduce_the_retired_counters_exactly(name):
     assert _fields(load_model_spec(name)) == expected
 
 
+@pytest.mark.slow  # one structure probe child per shrunk config (structure only: fitted families)
+@pytest.mark.parametrize("case", BEFORE["_shrunk"], ids=lambda c: c["architecture"])
+def test_shrunk_configs_reproduce_the_retired_counters_exactly(case, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path))
+    cfg = {k: v for k, v in json.loads(find_config(case["architecture"]).read_text()).items() if not k.startswith("_")}
+    spec = spec_from_config({**cfg, **case["overrides"]})
+    assert spec.origin == "probe" and _fields(spec) == {f: case["spec"][f] for f in FIELDS}
+
+
 def test_a_note_in_the_config_does_not_change_its_hash():
     cfg = json.loads(find_config("llama-3.2-1b").read_text())
     assert structure.config_hash(cfg) == structure.config_hash({**cfg, "_trainpilot": "another note"})
