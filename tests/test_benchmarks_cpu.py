@@ -63,3 +63,28 @@ def test_gpu_modes_refuse_cleanly_without_cuda(tmp_path):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--out", str(tmp_path / "x")],
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
+
+
+@pytest.mark.slow  # plans 23 models × 2 machines × 3 methods
+def test_catalog_fit_prints_the_table(tmp_path):
+    text = run("catalog_fit.py", "--json", str(tmp_path / "c.json"))
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert "| Qwen/Qwen3-30B-A3B |" in text and len(rows) >= 20
+    assert all(c["verdict"] != "unknown" for r in rows for c in r["cells"].values())
+
+
+@pytest.mark.slow  # a structure probe child, real forwards
+def test_arch_activations_prints_planned_vs_measured(tmp_path):
+    pytest.importorskip("torch")
+    text = run("arch_activations.py", "--families", "lfm2", "--json", str(tmp_path / "a.json"), timeout=900)
+    row = json.loads((tmp_path / "a.json").read_text())["rows"][0]
+    assert "| lfm2 |" in text and set(row["cases"]) == {"full", "checkpointing", "lora"}
+
+
+@pytest.mark.slow  # CLI children and one structure probe
+def test_plan_cost_prints_cached_and_first_plans(tmp_path):
+    text = run("plan_cost.py", "--models", "qwen3-0.6b", "--repeat", "1", "--json", str(tmp_path / "p.json"),
+               timeout=900)
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert [r["case"] for r in rows] == ["shipped record", "new architecture (probe child)", "the same, cached"]
+    assert "probe child" in rows[1]["note"] and not rows[2]["note"] and "plan_run s" in text
