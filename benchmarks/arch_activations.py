@@ -52,7 +52,8 @@ def measure(family: str) -> dict:
     """One row: the architecture's layer kinds, the probe's seconds, and per case measured bytes and the ratios."""
     from helpers_arch import lora_targets, tiny_config
 
-    from trainer.models.spec import spec_from_config
+    from trainer.models import structure
+    from trainer.models.spec import spec_from_record
     from trainer.planning import measured
     from trainer.planning.memory import TrainSetup, activation_bytes
     from trainer.worker.probes.memory_probe import saved_activation_bytes
@@ -61,9 +62,13 @@ def measure(family: str) -> dict:
     if family == "gpt2":
         cfg["attn_pdrop"] = 0.0
     started = time.perf_counter()
-    spec = spec_from_config(cfg, name=family)
+    record, origin = structure.record_for(cfg, family, measured=True)  # measured even where a fitted formula plans
+    spec = spec_from_record(record, cfg, family, origin=origin)
     row = {"family": family, "model_type": spec.family, "fitted": spec.fitted, "probe_s": round(time.perf_counter() - started, 1),
-           "kinds": {g.type + ("+moe" if g.experts else ""): g.count for g in spec.groups}, "cases": {}}
+           "kinds": {}, "cases": {}}
+    for g in spec.groups:  # layer kinds by what they are (SmolLM3's RoPE and no-RoPE layers are both attention)
+        label = g.type + ("+moe" if g.experts else "")
+        row["kinds"][label] = row["kinds"].get(label, 0) + g.count
     attn = "sdpa" if spec.supports_sdpa and spec.family != "gemma2" else "eager"
     for label, b, s, ckpt in CASES:
         model = _real(cfg, lora=label == "lora", targets=lora_targets(spec))
