@@ -7,8 +7,8 @@ models built from the real configs): its structure record is made by the probe c
 runs), then the model is built for real in bf16 and one training forward is measured with saved-tensor hooks
 (distinct storages, parameters skipped) — full fine-tune, full with checkpointing, LoRA (PEFT, r 8, dropout
 0.05) — and compared with what the planner plans for that setup: the fitted formula where the family has one
-(and the measured coefficients beside it), the record's measured coefficients otherwise. LoRA targets
-every Linear (MoE: not the fused experts: tests/helpers_arch.lora_targets). Prints a Markdown
+(and the measured coefficients beside it), the record's measured coefficients otherwise. LoRA targets what the
+worker targets (every text Linear; MoE: not the fused experts; tests/helpers_arch.lora_config). Prints a Markdown
 table of planned/measured − 1. Measurements of this machine's CPU kernels (SDPA's flash path); GPT-2 runs without
 attention dropout, which would send CPU SDPA to its math path (s² probabilities a CUDA run never keeps).
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 CASES = (("full", 2, 128, False), ("checkpointing", 2, 128, True), ("lora", 2, 128, False))
 
 
-def _real(cfg: dict, lora: bool, targets="all-linear"):
+def _real(cfg: dict, lora: bool):
     import torch
     import transformers
 
@@ -43,14 +43,15 @@ def _real(cfg: dict, lora: bool, targets="all-linear"):
     if lora:
         import peft
 
-        model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05,
-                                                           target_modules=targets))
+        from helpers_arch import lora_config
+
+        model = peft.get_peft_model(model, lora_config(model))  # the worker's targets (model_parts.lora_targets)
     return model
 
 
 def measure(family: str) -> dict:
     """One row: the architecture's layer kinds, the probe's seconds, and per case measured bytes and the ratios."""
-    from helpers_arch import lora_targets, tiny_config
+    from helpers_arch import tiny_config
 
     from trainer.models import structure
     from trainer.models.spec import spec_from_record
@@ -71,7 +72,7 @@ def measure(family: str) -> dict:
         row["kinds"][label] = row["kinds"].get(label, 0) + g.count
     attn = "sdpa" if spec.supports_sdpa and spec.family != "gemma2" else "eager"
     for label, b, s, ckpt in CASES:
-        model = _real(cfg, lora=label == "lora", targets=lora_targets(spec))
+        model = _real(cfg, lora=label == "lora")
         got = saved_activation_bytes(model, b, s, ckpt)
         setup = TrainSetup(micro_batch=b, seq_len=s, checkpointing=ckpt, attn=attn, device="cpu",
                            method="lora" if label == "lora" else "full", lora_r=8, lora_dropout=0.05)

@@ -1,13 +1,16 @@
-"""Print docs/after-training.md's per-family export table from a run of tests/test_gguf_llama_cpp.py.
+"""Print docs/after-training.md's per-family export table from a run of tests/test_family_training.py.
 
 Runs tests/test_family_masks.py (the assistant-only masks of each family's real template: multi-turn,
 history-rewriting templates, tool calls) and reads each family's results from pytest's JUnit XML, then
-runs tests/test_gguf_llama_cpp.py (llama.cpp itself via llama-cpp-python, tests/real_models.py's tiny models of each
-family with its real tokenizer and chat template) with ``TRAINPILOT_FAMILIES_OUT`` set, so each family
-records its figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown
-table. ``--from FILE`` prints the table of an earlier run's JSON lines without running anything.
+runs tests/test_family_training.py (each family of tests/real_models.py trained through ``trainpilot-cli run``,
+exported with ``export-model --gguf f16 --ollama``, its export verified in llama.cpp, then llama.cpp itself via
+llama-cpp-python compared with transformers) with ``TRAINPILOT_FAMILIES_OUT`` set, so each family records its
+figures, and ``TRAINPILOT_FAMILIES_Q8=1`` so q8_0 is converted too; then prints a Markdown table. ``--from FILE``
+prints the table of an earlier run's JSON lines without running anything.
 
-    .venv/bin/python benchmarks/families_table.py [--from results.jsonl] [--keep results.jsonl]
+    .venv/bin/python benchmarks/families_table.py [--from results.jsonl] [--keep results.jsonl] [--families A B]
+
+``--families`` runs only those families (their rows; pytest ``-k``), e.g. after adding one to tests/real_models.py.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = ("| family | masks exact (checks passed) | GGUF f16 | GGUF q8_0 | llama.cpp tokens = HF tokenizer | greedy tokens = transformers "
-          "| chat prompt = training (render + ids) | stops at end of turn | Ollama TEMPLATE (Go) = Jinja |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| chat prompt = training (render + ids) | stops at end of turn | Ollama TEMPLATE (Go) = Jinja "
+          "| export's own verification (after training) |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def _frac(a, b) -> str:
@@ -47,10 +51,15 @@ def mask_results(xml: Path) -> dict[str, tuple[int, int]]:
     return {k: (a, b) for k, (a, b) in out.items()}
 
 
-def run_masks(xml: Path) -> int:
+def _only(families: list[str] | None) -> list[str]:
+    """pytest arguments that select the tests of ``families`` (all when None)."""
+    return ["-k", " or ".join(families)] if families else []
+
+
+def run_masks(xml: Path, families: list[str] | None = None) -> int:
     """Run the per-family mask tests, writing JUnit XML to ``xml``; returns pytest's exit status."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_family_masks.py", "-q", "-p", "no:cacheprovider",
-           f"--junitxml={xml}"]
+           f"--junitxml={xml}", *_only(families)]
     return subprocess.run(cmd, cwd=REPO).returncode
 
 
@@ -63,13 +72,14 @@ def row(r: dict, masks: tuple[int, int] | None = None) -> str:
     q8 = {True: "written, loads", None: "not run", False: "failed"}[r.get("q8_0")]
     mask = "–" if masks is None else ("yes" if masks[0] == masks[1] else "NO") + f" ({masks[0]}/{masks[1]})"
     return (f"| {r['family']} | {mask} | written, loads | {q8} | {tokens} | {greedy} | {_frac(r['chat'], r['chat_of'])} "
-            f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} |")
+            f"| {'yes' if r['stops'] else 'no'} | {_frac(r['ollama'], r['ollama_of'])} | {r.get('verification', '–')} |")
 
 
-def run_tests(out: Path, q8: bool) -> int:
+def run_tests(out: Path, q8: bool, families: list[str] | None = None) -> int:
     """Run the family tests, recording into ``out``; returns pytest's exit status."""
     env = dict(os.environ, TRAINPILOT_FAMILIES_OUT=str(out), **({"TRAINPILOT_FAMILIES_Q8": "1"} if q8 else {}))
-    cmd = [sys.executable, "-m", "pytest", "tests/test_gguf_llama_cpp.py", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "tests/test_family_training.py", "-q", "-p", "no:cacheprovider",
+           *_only(families)]
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from", dest="source", type=Path, help="JSON lines of an earlier run (no tests run)")
     p.add_argument("--keep", type=Path, help="also keep this run's JSON lines here")
     p.add_argument("--no-q8", action="store_true", help="skip the q8_0 conversions (faster)")
+    p.add_argument("--families", nargs="+", help="run these families only (names as in tests/real_models.py)")
     args = p.parse_args(argv)
     status, masks = 0, {}
     if args.source:
@@ -87,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.keep or Path(tempfile.mkdtemp()) / "families.jsonl"
         path.unlink(missing_ok=True)
         xml = path.with_suffix(".masks.xml")
-        status = run_masks(xml) | run_tests(path, not args.no_q8)
+        status = run_masks(xml, args.families) | run_tests(path, not args.no_q8, args.families)
         masks = mask_results(xml) if xml.is_file() else {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
     if not rows:

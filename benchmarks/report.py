@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from trainer.core.units import GIB
+from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -105,7 +106,8 @@ def memory_summary(rows: list[dict]) -> str:
             f"row {r['row']}: {r['predicted_host_bytes'] / GIB:.1f} vs {r['host_peak_rss_bytes'] / GIB:.1f} GiB"
             for r in rows if r["config"]["off_opt"] and r["ran"]),
         f"- CUDA context measured through NVML: {rows[0]['context_bytes'] / GIB:.2f} GiB "
-        f"(the estimator assumes 0.50 GiB)"])
+        f"(the plan's cuda_context: {CUDA_CONTEXT_BYTES / GIB:.2f} GiB; its cuda_kernels term is left out of these rows, "
+        f"which measure torch's reserve + the bare context)"])
 
 
 def speed_table(bench: Path = BENCH) -> str:

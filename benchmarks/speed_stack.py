@@ -24,14 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer.models.spec import load_model_spec  # noqa: E402
+from trainer.planning.speed import PEAK_16BIT as PEAK_BF16  # noqa: E402,F401  (one table: the planner's)
+from trainer.planning.speed import flops_per_token  # noqa: E402,F401  (one formula: the planner's)
 
 # What seed 001 claims for each step (its cumulative column where it gives one).
 SEED_CLAIMS = {"+ bf16": "+20-30% (1.25x cum.)", "+ TF32": "+10-20% (4.0-4.5x cum., last in seed)",
                "+ SDPA/flash": "2-3x attention (1.75x cum.)", "+ fused AdamW": "+10-15% (1.90x cum.)",
                "+ torch.compile": "+20-40% (2.50x cum.)", "+ larger micro-batch": "+50-80% (3.75x cum.)",
                "+ checkpointing off": "+20-30%"}
-PEAK_BF16 = [("h100 nvl", 835e12), ("h100 pcie", 756e12), ("h100", 989.4e12), ("h200", 989.4e12),
-             ("a100", 312e12)]  # dense bf16 TFLOPS from NVIDIA's data sheets
 
 
 def stages(cuda: bool, big_mb: int, fastest: tuple[int, bool]) -> list[tuple[str, dict]]:
@@ -55,13 +55,6 @@ def stages(cuda: bool, big_mb: int, fastest: tuple[int, bool]) -> list[tuple[str
             s = dict(s, **{k: out[-1][1][k] for k in change})
         out.append((name, dict(s, skip=skip)))
     return out
-
-
-def flops_per_token(spec, seq: int) -> float:
-    """Model FLOPs per trained token: 6 per matmul weight (the embedding lookup is free, a tied
-    embedding still does the lm_head matmul) plus attention scores 12·L·h·s."""
-    matmul = spec.params - (0 if spec.tied_embeddings else spec.vocab * spec.hidden)
-    return 6.0 * matmul + 12.0 * spec.layers * spec.hidden * seq
 
 
 def attn_impl(name: str) -> str:

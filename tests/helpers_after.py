@@ -1,15 +1,13 @@
 """Trained runs for the after-training tests (chat, export-model, notify), trained once per test
-process with the real CLI in child processes and shared between test modules."""
+session with the real CLI in child processes and shared between test modules and xdist workers."""
 from __future__ import annotations
 
-import atexit
 import functools
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 from helpers_train import cli, tiny_config, write_config
+from shared_once import shared_once
 
 PROMPT_TEMPLATE = "### Question:\n{question}\n### Answer:\n"
 RESPONSE_TEMPLATE = "{answer}"
@@ -56,7 +54,11 @@ def train(root: Path, cfg: dict, env: dict | None = None) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def trained_runs() -> dict[str, Path]:
-    """``{"full": run_dir, "lora": run_dir}``, trained once per process (in a temporary folder)."""
-    root = Path(tempfile.mkdtemp(prefix="tp-after-"))
-    atexit.register(shutil.rmtree, root, True)
-    return {"full": train(root, full_config(root)), "lora": train(root, lora_config(root))}
+    """``{"full": run_dir, "lora": run_dir}``, trained once per test session (shared by the xdist workers; tests
+    that change a run copy it first)."""
+    def build(root: Path) -> None:
+        train(root, full_config(root))
+        train(root, lora_config(root))
+
+    root = shared_once("after-runs", build)
+    return {name: root / "runs" / name for name in ("full", "lora")}

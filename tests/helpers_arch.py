@@ -82,9 +82,14 @@ def tiny_config(family: str) -> dict:
     return cfg
 
 
-def lora_targets(spec):
-    """What the LoRA rule adapts: every Linear (PEFT's all-linear) — but not the fused experts, which PEFT 0.21's
-    all-linear also wraps for MoE models (and then refuses lora_dropout > 0): there, the Linears by name."""
-    if not spec.experts:
-        return "all-linear"
-    return sorted({n.rsplit(".", 1)[-1] for g in spec.groups for n, _, _ in g.linears})
+def lora_config(model, r: int = 8, dropout: float = 0.05, experts: bool = False):
+    """The PEFT LoraConfig the worker makes for ``model`` on a LoRA run of rank ``r`` (``modeling.lora_config``:
+    the one LoRA target rule, ``planning.adapters.matches`` applied by ``model_parts.lora_targets`` — every text
+    Linear, not the fused experts unless ``experts``, never the towers of a multimodal checkpoint)."""
+    from trainer import config as config_mod
+    from trainer.worker.loading import modeling
+
+    cfg = config_mod.validate({"model": {"source": "x"}, "data": {"path": "x.jsonl"},
+                               "method": {"type": "lora", "lora_r": r, "lora_alpha": 2 * r, "lora_dropout": dropout,
+                                          "lora_experts": experts}})
+    return modeling.lora_config(cfg, model)

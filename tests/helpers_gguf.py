@@ -1,5 +1,6 @@
 """Helpers for the export tests: the pinned llama.cpp sources (templates, converter), Go's text/template
-(``tests/go/ollama_render``), and llama-cpp-python — each skipped with a reason where it is missing."""
+(``tests/go/ollama_render``), and llama-cpp-python — each skipped with a reason where it is missing, and failed
+with that reason under CI (``real_models.missing``)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from real_models import missing
 from trainer.models import gguf_support
 
 GO_RENDER = Path(__file__).resolve().parent / "go" / "ollama_render"
@@ -19,6 +21,8 @@ FAMILY_TEMPLATES = {  # family -> file under llama.cpp's models/templates (the r
     "llama-3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen3": "Qwen-Qwen3-0.6B",
     "mistral-nemo": "mistralai-Mistral-Nemo-Instruct-2407", "phi-3.5": "microsoft-Phi-3.5-mini-instruct",
     "gemma-2": "google-gemma-2-2b-it", "deepseek-r1-distill": "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "command-r7b": "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "granite-3.3": "ibm-granite-granite-3.3-2B-Instruct",
+    "qwen3-moe": "Qwen-Qwen3-0.6B", "gpt-oss": "openai-gpt-oss-120b", "gemma-3": "google-gemma-2-2b-it",
 }
 
 
@@ -26,7 +30,7 @@ def llama_cpp_dir() -> Path:
     """The pinned llama.cpp folder (converter, templates); skips the test when it is not on this machine."""
     folder = gguf_support.converter_dir()
     if folder is None:
-        pytest.skip(f"llama.cpp's sources are not here: {gguf_support.GET_IT}")
+        missing(f"llama.cpp's sources are not here: {gguf_support.GET_IT}")
     return folder
 
 
@@ -34,7 +38,7 @@ def family_template(family: str) -> str:
     """The real Jinja chat template of ``family`` from llama.cpp's models/templates."""
     path = llama_cpp_dir() / "models" / "templates" / f"{FAMILY_TEMPLATES[family]}.jinja"
     if not path.is_file():
-        pytest.skip(f"{path} is missing from this llama.cpp copy")
+        missing(f"{path} is missing from this llama.cpp copy")
     return path.read_text(encoding="utf-8")
 
 
@@ -49,12 +53,14 @@ def go_env() -> dict:
 def _go_binary() -> str:
     go = shutil.which("go")
     if go is None:
-        pytest.skip("Go is not installed (Debian: apt-get install golang-go); the Ollama TEMPLATE renders are "
+        missing("Go is not installed (Debian: apt-get install golang-go); the Ollama TEMPLATE renders are "
                     "checked with Go's own text/template")
     out = gguf_support.dev_cache_dir() / "go" / "ollama_render"
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([go, "build", "-o", str(out), "main.go"], cwd=GO_RENDER, env=go_env(), check=True,
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")  # xdist workers build at once: rename into place
+    subprocess.run([go, "build", "-o", str(partial), "main.go"], cwd=GO_RENDER, env=go_env(), check=True,
                    capture_output=True, timeout=300)
+    os.replace(partial, out)
     return str(out)
 
 
@@ -76,18 +82,29 @@ GREEDY_STEPS = 8
 
 def llama_model(gguf: Path):
     """The GGUF loaded in llama.cpp (llama-cpp-python); skips when it is not installed."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (CI builds it from "
-                                                       "source: .ci/run; pip install llama-cpp-python==0.3.36)")
-    return llama_cpp.Llama(str(gguf), n_ctx=256, logits_all=True, verbose=False, seed=0, n_threads=2)
+    llama_cpp = require_llama_cpp()
+    # 2048: Command R7B's template opens with a ~900-token preamble; no logits_all (n_ctx × vocab floats: 2 GB for
+    # R7B's 256k vocabulary): the last position's logits are read as the export's verification reads them
+    return llama_cpp.Llama(str(gguf), n_ctx=2048, verbose=False, seed=0, n_threads=2)
+
+
+def require_llama_cpp():
+    """The ``llama_cpp`` module; skips (fails under CI) when llama-cpp-python is not installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        missing("llama-cpp-python is not installed (CI builds it from source: .ci/run; pip install "
+                "llama-cpp-python==0.3.36)")
+    return llama_cpp
 
 
 def f16_stored(model):
-    """``model`` (fp32) with its 2-D weights rounded to f16, as an f16 GGUF stores them."""
+    """``model`` (fp32) with its 2-D and 3-D weights (fused experts) rounded to f16, as an f16 GGUF stores them."""
     import torch
 
     with torch.no_grad():
         for p in model.parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:
                 p.copy_(p.half().float())
     return model
 
@@ -111,12 +128,14 @@ def _greedy_llama(llm, ids: list[int]) -> tuple[list[int], "np.ndarray"]:
     """Greedy tokens of llama.cpp after ``ids``, and its logits at the prompt's last position."""
     import numpy as np
 
+    from trainer.worker.export.llama_checks import last_logits
+
     llm.reset()
     llm.eval(ids)
-    first = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    first = last_logits(llm)
     out = []
     for _ in range(GREEDY_STEPS):
-        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        out.append(int(np.argmax(last_logits(llm))))
         llm.eval([out[-1]])
     return out, first
 

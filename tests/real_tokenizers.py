@@ -32,9 +32,46 @@ def build_tokenizer(fam, src: Path, out: Path):
     fields = gguf_fields(gguf_path)
     if "scores" in fields and fam.vocab in ("llama-spm", "phi-3"):
         _sentencepiece_files(fam, fields, out)
+    elif fam.vocab in DIGIT_BPE:
+        _digit_bpe_files(fam, gguf_path, out)
+    elif fam.vocab == "gemma-4":
+        _gemma_bpe_files(fam, gguf_path, fields, out)
     else:
         _bpe_files(fam, src, gguf_path.name, len(fields["tokens"]), out)
     return _load(fam, out)
+
+
+DIGIT_BPE = {"command-r": True, "starcoder": False}  # byte-level BPE that splits digits; value: NFC normalizer
+
+
+def _digit_bpe_files(fam, gguf_path: Path, out: Path) -> None:
+    """tokenizer.json of a byte-level BPE vocab GGUF whose pre-tokenizer splits digits one by one (llama.cpp's
+    ``command-r`` and ``starcoder``; transformers' GGUF reader refuses these architectures): the GGUF's tokens and
+    merges, Digits + ByteLevel as the models' own tokenizer.json files have it (NFC first for Command R), control
+    tokens special, the family's renamed ids and extra tokens. Passes all of llama.cpp's test vectors."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    r = GGUFReader(str(gguf_path))
+    tokens, kinds, merges = (r.fields[f"tokenizer.ggml.{k}"].contents() for k in ("tokens", "token_type", "merges"))
+    tokens = [fam.renames.get(i, t) for i, t in enumerate(tokens)]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                                   merges=[tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False))
+    if DIGIT_BPE[fam.vocab]:
+        backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True,
+                                                                              use_regex=True)])
+    backend.decoder = decoders.ByteLevel()
+    special = [t for i, (t, k) in enumerate(zip(tokens, kinds)) if k == 3 or i in fam.renames or
+               (k == 4 and not t.startswith("[PAD"))]
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special + list(fam.extra_tokens)])
+    if fam.add_bos:
+        spec = json.loads(backend.to_str())
+        spec["post_processor"] = _bos_post_processor(fam.bos, tokens.index(fam.bos))
+        (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    else:
+        backend.save(str(out / "tokenizer.json"))
+    _write_config(out, {})
 
 
 def _gguf_tokenizer_json(src: Path, gguf_name: str, cache: Path) -> dict:
@@ -115,6 +152,60 @@ def _spm_fast_json(fam, m, fields: dict, n: int, out: Path) -> None:
     backend.save(str(out / "tokenizer.json"))
 
 
+def _gemma_bpe_files(fam, gguf_path: Path, fields: dict, out: Path) -> None:
+    """tokenizer.json of Gemma's 262k vocabulary as its GGUF stores it (BPE merges over raw UTF-8, spaces as "▁",
+    byte fallback, no dummy prefix; split only at newlines, as llama.cpp's gemma4 pre-tokenizer): every test
+    vector of the GGUF passes. ``fam.renames`` give ids the family's own token names, ``fam.extra_tokens``
+    are appended after the vocabulary (Gemma 3's image soft token at 262144)."""
+    from gguf import GGUFReader
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors)
+    merges = [tuple(m.split(" ", 1)) for m in GGUFReader(str(gguf_path)).fields["tokenizer.ggml.merges"].contents()]
+    tokens = [fam.renames.get(i, t) for i, t in enumerate(fields["tokens"])]
+    kinds = [3 if i in fam.renames else k for i, k in enumerate(fields["token_type"])]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, unk_token="<unk>",
+                                   fuse_unk=True, byte_fallback=True))
+    backend.normalizer = normalizers.Replace(" ", "▁")
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("[^\\n]+|[\\n]+"), behavior="isolated")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t, k in zip(tokens, kinds) if k == 3] + list(fam.extra_tokens))
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, kinds) if k == 4])
+    if fam.add_bos:
+        bos = (fam.bos, tokens.index(fam.bos))
+        backend.post_processor = processors.TemplateProcessing(single=f"{fam.bos} $A", special_tokens=[bos],
+                                                               pair=f"{fam.bos} $A {fam.bos}:1 $B:1")
+    backend.save(str(out / "tokenizer.json"))
+    _sentencepiece_from_merges(tokens, kinds, merges, out)
+    image = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    _write_config(out, {"extra_special_tokens": image} if fam.vision else {})
+
+
+def _sentencepiece_from_merges(tokens: list[str], kinds: list[int], merges: list[tuple[str, str]], out: Path) -> None:
+    """``tokenizer.model`` as Gemma's hub repos ship it beside tokenizer.json (llama.cpp's converter reads Gemma's
+    vocabulary from it): a SentencePiece BPE model whose piece scores order the merges as the GGUF lists them
+    (a piece scores minus the rank of the first merge that makes it), so it encodes as the BPE merges do
+    (all 46 of the GGUF's test vectors)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    rank: dict[str, int] = {}
+    for i, (a, b) in enumerate(merges):
+        rank.setdefault(a + b, i)
+    m = pb.ModelProto()
+    m.trainer_spec.model_type = pb.TrainerSpec.BPE
+    m.trainer_spec.vocab_size = len(tokens)
+    m.trainer_spec.byte_fallback = True
+    m.trainer_spec.pad_id, m.trainer_spec.eos_id, m.trainer_spec.bos_id, m.trainer_spec.unk_id = 0, 1, 2, 3
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = False
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    for i, (text, kind) in enumerate(zip(tokens, kinds)):
+        piece = m.pieces.add()
+        piece.piece, piece.type = text, int(kind)
+        piece.score = float(-rank[text]) if text in rank else (0.0 if kind != 1 else -float(len(merges) + i))
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+
+
 def _bos_post_processor(bos: str, bos_id: int) -> dict:
     """Meta's Llama 3 post-processor: ``bos $A`` (and ``bos $A bos $B`` for pairs)."""
     return {"type": "TemplateProcessing",
@@ -142,7 +233,7 @@ def _load(fam, out: Path):
     tok.bos_token, tok.eos_token = fam.bos, fam.eos
     tok.pad_token = fam.pad
     tok.unk_token = "<unk>" if "<unk>" in tok.get_vocab() else None
-    if fam.vocab in ("llama-spm", "phi-3"):
+    if fam.vocab in ("llama-spm", "phi-3") or (fam.vocab in DIGIT_BPE and not fam.add_bos):
         backend = tok.backend_tokenizer
         backend.post_processor = None
         if fam.add_bos:

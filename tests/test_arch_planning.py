@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_arch import NEW, TEN, lora_targets, tiny_config
+from helpers_arch import NEW, TEN, lora_config, tiny_config
 
 from trainer.models.spec import spec_from_config
 from trainer.planning.memory import TrainSetup, activation_bytes
@@ -48,7 +48,7 @@ def _config(family: str) -> dict:
     return cfg
 
 
-def _real(cfg: dict, dtype: str = "bfloat16", lora: bool = False, targets="all-linear"):
+def _real(cfg: dict, dtype: str = "bfloat16", lora: bool = False):
     import torch
     import transformers
 
@@ -63,8 +63,7 @@ def _real(cfg: dict, dtype: str = "bfloat16", lora: bool = False, targets="all-l
     if lora:
         import peft
 
-        model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05,
-                                                           target_modules=targets))
+        model = peft.get_peft_model(model, lora_config(model))  # the worker's targets
     return model
 
 
@@ -80,7 +79,7 @@ def _check_activations(family: str):
     spec = spec_from_config(cfg, name=family)
     attn = "sdpa" if spec.supports_sdpa and spec.family != "gemma2" else "eager"
     for method in ("full", "lora"):
-        model = _real(cfg, lora=method == "lora", targets=lora_targets(spec))
+        model = _real(cfg, lora=method == "lora")
         for b, s, ckpt in CASES:
             got = saved_activation_bytes(model, b, s, ckpt)
             setup = TrainSetup(micro_batch=b, seq_len=s, checkpointing=ckpt, attn=attn, device="cpu", method=method,
@@ -132,17 +131,19 @@ def test_plan_on_the_cli_gives_a_verdict_and_says_the_probe_ran_once(family, tmp
     assert second["predicted_peak_bytes"] == first["predicted_peak_bytes"]
 
 
-def test_expert_adapters_are_what_peft_makes():
-    """method.lora_experts: PEFT's target_parameters (lora.ParamWrapper) on the fused experts, plus the Linears."""
+@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss", "gemma3", "qwen3_5", "llama"])
+def test_planned_adapters_are_what_the_worker_makes(family, cache):
+    """One LoRA target rule: PEFT, given the worker's config (model_parts.lora_targets: every text Linear; the
+    fused experts through target_parameters with method.lora_experts; never a tower), trains exactly the
+    adapter parameters the planner counts (planning/adapters.py)."""
     pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
     from trainer.planning.memory import lora_params
 
-    cfg = _config("qwen3_moe")
+    cfg = _config(family)
     spec = spec_from_config(cfg)
-    for experts in (False, True):
+    for experts in ((False, True) if spec.experts else (False,)):
         model = _real(cfg)
-        conf = peft.LoraConfig(r=8, lora_dropout=0.0, target_modules=lora_targets(spec),
-                               target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"] if experts else None)
+        conf = lora_config(model, dropout=0.0, experts=experts)
         trained = sum(p.numel() for p in peft.get_peft_model(model, conf).parameters() if p.requires_grad)
         assert trained == lora_params(spec, TrainSetup(method="lora", lora_r=8, lora_experts=experts)), experts

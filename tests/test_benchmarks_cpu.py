@@ -82,9 +82,14 @@ def test_arch_activations_prints_planned_vs_measured(tmp_path):
 
 
 @pytest.mark.slow  # CLI children and one structure probe
-def test_plan_cost_prints_cached_and_first_plans(tmp_path):
-    text = run("plan_cost.py", "--models", "qwen3-0.6b", "--repeat", "1", "--json", str(tmp_path / "p.json"),
+def test_plan_cost_prints_both_paths_and_the_first_plan(tmp_path):
+    text = run("plan_cost.py", "--repeat", "1", "--arch", "qwen3-0.6b", "--json", str(tmp_path / "p.json"),
                timeout=900)
+    assert "plan_run (own work)" in text and "trainpilot-cli plan" in text
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
-    assert [r["case"] for r in rows] == ["shipped record", "new architecture (probe child)", "the same, cached"]
-    assert "probe child" in rows[1]["note"] and not rows[2]["note"] and "plan_run s" in text
+    assert [(r["case"], r["path"]) for r in rows] == [
+        ("shipped record", "plan_run (own work)"), ("shipped record", "trainpilot-cli plan"),
+        ("new architecture (probe child)", "trainpilot-cli plan"), ("the same, cached", "trainpilot-cli plan"),
+        ("the same, cached", "plan_run (own work)")]
+    assert all(r["median_s"] > 0 for r in rows)
+    assert "probe child" in rows[2]["note"] and not rows[3]["note"] and not rows[1]["note"]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers_cli import REPO, run_cli, write_config, write_demo_data
+from helpers_cli import DELETE, REPO, run_cli, write_config, write_demo_data
 from trainer import config as tc
 from trainer.core import capabilities
 from trainer.hardware.source import open_probe
@@ -53,7 +53,8 @@ def test_the_doctor_says_what_the_probe_says(monkeypatch):
 
 def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True}))
+    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True,
+                                          "deepspeed.enabled": DELETE}))  # DeepSpeed left to the ladder
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     assert ladder.next_step(cfg) is None
     monkeypatch.delitem(sys.modules, "deepspeed")
@@ -116,3 +117,59 @@ def test_a_tracker_that_is_not_installed_is_refused_before_start(monkeypatch, tm
     assert "pip install wandb" in problems["output.report_to"]
     checks = {c["name"]: c for c in doctor.light_checks("runs", _laptop(NO_GPU))}
     assert not checks["wandb"]["ok"] and checks["mlflow"]["ok"] is capabilities.installed("mlflow")
+
+
+def _torch_code(cuda: str | None) -> str:
+    """A CLI child whose PyTorch is the build named (``cuda`` None: CPU-only), whatever this machine has."""
+    return ("import sys, types; sys.modules['torch.version'] = types.SimpleNamespace(__version__='2.13.0', "
+            f"cuda={cuda!r}, hip=None); sys.argv[0] = 'trainpilot-cli'; "
+            "from trainer.cli.main import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _stand_in_torch(monkeypatch, cuda: str | None) -> None:
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0", cuda=cuda, hip=None))
+
+
+@pytest.mark.slow  # a child process
+def test_the_torch_build_is_read_without_importing_torch():
+    import importlib.metadata
+    import subprocess
+
+    build = capabilities.torch_build()
+    assert build.found and build.version == importlib.metadata.version("torch")
+    code = ("import sys; from trainer.core import capabilities as c; b = c.torch_build(); "
+            "print(b.version, b.gpu, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    version, gpu, imported = out.stdout.split()
+    assert (version, imported) == (build.version, "False"), out.stderr  # never imports torch (seconds)
+    assert gpu == str(build.gpu)
+
+
+@pytest.mark.slow  # a child process
+def test_review_and_start_refuse_a_gpu_plan_with_a_cpu_only_torch(monkeypatch, tmp_path):
+    """Issue 29 item 3: device auto, a (replayed) GPU, a CPU-only PyTorch: Review and Start say the same, before
+    anything starts, naming the GPU, the recording, the build and the fix; no fit verdict changes for it."""
+    from trainer.planning.verdict import model_verdict
+
+    write_demo_data(tmp_path / "train.jsonl", 20)
+    path = write_config(tmp_path, {"device": "auto", "method.type": "lora", "speed.precision": "auto",
+                                   "output.runs_dir": str(tmp_path / "runs")})
+    _stand_in_torch(monkeypatch, None)
+    ready = preflight.start_problems(tc.load(path), _laptop(), run_dir=tmp_path / "runs" / "r")
+    assert ready.plan.resolved.device == "cuda"
+    (field, message), = [p for p in ready.problems if p[0] == "device"]
+    for words in ("RTX 4090 Laptop GPU", "rtx4090_laptop_16gb.jsonl", "CPU-only build", "set device: cpu"):
+        assert words in message, message
+    verdicts = model_verdict(tc.load(path), _laptop()).methods.values()
+    assert all("a CUDA build of PyTorch" not in v.needs for v in verdicts) and verdicts
+    start = run_cli(["run", str(path), "--hardware", str(LAPTOP), "--run-dir", str(tmp_path / "runs" / "r")],
+                    cwd=tmp_path, python_code=_torch_code(None))
+    assert start.returncode == 2 and f"{field}: {message}" in start.stderr, start.stderr
+    assert "Traceback" not in start.stderr and not (tmp_path / "runs").exists()
+    _stand_in_torch(monkeypatch, "12.8")  # the same machine with a CUDA build: nothing to say
+    assert not [p for p in preflight.start_problems(tc.load(path), _laptop()).problems if p[0] == "device"]
+    _stand_in_torch(monkeypatch, None)
+    cpu = preflight.start_problems(tc.load(write_config(tmp_path, {"device": "cpu"})), _laptop())
+    assert cpu.ready, cpu.problems  # the fix the message gives

@@ -61,15 +61,16 @@ def encode(tok, records: list[dict], fmt: str = "chat", **data):
 
 def expected_labels(tok, msgs: list[dict]) -> list[int]:
     """Labels built independently: token counts of apply_chat_template on conversation prefixes; each turn is
-    trained through its first eos token (where generation stops), not the newline the template adds after."""
+    trained through its first stop token (where generation stops: eos, or the template's end-of-turn token
+    ``<|im_end|>``/``<end_of_turn>``), not the newline the template adds after."""
     ids = tok.apply_chat_template(msgs, tokenize=True)["input_ids"]
+    stops = {tok.eos_token_id, *tok.convert_tokens_to_ids([SPECIALS["chatml"][1], SPECIALS["gemma"][1]])} - {None}
     labels = [-100] * len(ids)
     for i, m in enumerate(msgs):
         if m["role"] == "assistant":
             start = len(tok.apply_chat_template(msgs[:i], tokenize=True, add_generation_prompt=True)["input_ids"])
             end = len(tok.apply_chat_template(msgs[: i + 1], tokenize=True)["input_ids"])
-            if tok.eos_token_id in ids[start:end]:
-                end = ids.index(tok.eos_token_id, start) + 1
+            end = next((j + 1 for j in range(start, end) if ids[j] in stops), end)
             labels[start:end] = ids[start:end]
     return labels
 
@@ -200,19 +201,61 @@ def _history_rewriting_render(msgs: list[dict], gen: bool) -> str:
     return out + ("<a>" if gen else "")
 
 
-def test_templates_that_rewrite_history_give_one_sequence_per_turn_as_inference_sees_it():
-    from trainer.data.conversations import conversation_examples
+def _marker_encode(texts: list[str]):
+    """A tokenizer in Python for the chat-rules tests: each ``<tag>`` is one token, every other character one."""
+    import re
 
+    out = []
+    for text in texts:
+        found = list(re.finditer(r"<[a-z/]+>|.", text, re.S))
+        out.append(([sum(map(ord, m.group())) * 7 + len(m.group()) for m in found], [m.span() for m in found]))
+    return out
+
+
+def _chat(render, stops=("<eot>",)):
+    from trainer.data.conversations import Chat
+
+    return Chat(render, _marker_encode, [_marker_encode([s])[0][0][0] for s in stops])
+
+
+def test_templates_that_rewrite_history_give_one_sequence_per_turn_as_inference_sees_it():
     msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"},
             {"role": "assistant", "content": "<think>add</think>4."}, {"role": "user", "content": "3+3?"},
             {"role": "assistant", "content": "<think>again</think>6."}]
-    got = conversation_examples(msgs, _history_rewriting_render, ("<eot>",))
+    got = _chat(_history_rewriting_render).examples(msgs)
     prompts = ["<u>Be terse.\n\n2+2?<eot>\n<a>", "<u>2+2?<eot>\n<a>4.<eot>\n<u>Be terse.\n\n3+3?<eot>\n<a>"]
     answers = ["<think>add</think>4.<eot>", "<think>again</think>6.<eot>"]
-    assert got == [(p + a, [(len(p), len(p + a))]) for p, a in zip(prompts, answers)]
+    assert [(ex.text, ex.spans) for ex in got] == [(p + a, [(len(p), len(p + a))]) for p, a in zip(prompts, answers)]
+    for ex, p, a in zip(got, prompts, answers):
+        assert ex.ids == _marker_encode([p + a])[0][0]
+        assert ex.labels == [-100] * len(_marker_encode([p])[0][0]) + _marker_encode([a])[0][0]
     plain = [m if m["role"] != "assistant" else {**m, "content": m["content"].split("</think>")[-1]} for m in msgs[1:]]
-    [(text, spans)] = conversation_examples(plain, _history_rewriting_render, ("<eot>",))
-    assert [text[a:b] for a, b in spans] == ["4.<eot>", "6.<eot>"], "a prefix-consistent render stays one sequence"
+    [ex] = _chat(_history_rewriting_render).examples(plain)
+    assert [ex.text[a:b] for a, b in ex.spans] == ["4.<eot>", "6.<eot>"], "a prefix-consistent render stays one sequence"
+
+
+def _thinking_block_render(msgs: list[dict], gen: bool) -> str:
+    """Command R7B's shape in Python: the prompt always ends with an empty thinking block, a rendered answer opens
+    with its own start token instead."""
+    out = "".join(f"<t><u>{m['content']}<e>" if m["role"] == "user" else f"<t><c><r>{m['content']}<x><e>"
+                  for m in msgs)
+    return out + "<t><c><s><z>"
+
+
+def test_the_boundary_never_cuts_a_special_token():
+    """Characters of ``<s>`` (the prompt's thinking block) and ``<r>`` (the answer's start) agree up to ``<``: a
+    character compare cut there and trained ``r>`` as text; on token ids the answer starts at ``<r>``."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "bye"}, {"role": "assistant", "content": "ciao"}]
+    chat = _chat(_thinking_block_render, stops=("<e>",))
+    turn = chat.turn(msgs, 1)
+    assert turn.prompt_text == "<t><u>hi<e><t><c><s><z>" and turn.answer_text == "<r>yo<x><e>"
+    assert turn.answer == _marker_encode(["<r>yo<x><e>"])[0][0]
+    examples = chat.examples(msgs)
+    assert [ex.text[a:b] for ex in examples for a, b in ex.spans] == ["<r>yo<x><e>", "<r>ciao<x><e>"]
+    assert all(ex.ids[:len(_marker_encode([ex.text[:ex.spans[0][0]]])[0][0])] ==
+               chat.prompt_ids(msgs[:2 * i + 1]) for i, ex in enumerate(examples)), "each prompt is inference's"
+    assert chat.end_of_turn_id() == _marker_encode(["<e>"])[0][0][0]
 
 
 def test_system_message_actions():

@@ -25,9 +25,11 @@ ALPACA = {"instruction": "Say where the cat is.", "input": "The cat is near the 
 PREFERENCE = {"prompt": "Where is the cat?", "chosen": "Near the river.", "rejected": "I do not know."}
 KTO = {"prompt": "Where is the cat?", "completion": "Near the river.", "label": True}
 TEMPLATE = {"question": "Where is the cat?", "answer": "Near the river."}
+PAIR = {"prompt": "Where is the cat?", "response": "Near the river."}
 SAMPLES = {"text": [{"text": "The cat sleeps near the river."}, {"text": "A dog runs in the park."}],
            "chat": [CHAT, TOOL_CHAT], "sharegpt": [SHAREGPT], "alpaca": [ALPACA, dict(ALPACA, input="")],
-           "preference": [PREFERENCE], "kto": [KTO, dict(KTO, label=False)], "template": [TEMPLATE]}
+           "preference": [PREFERENCE], "kto": [KTO, dict(KTO, label=False)], "template": [TEMPLATE],
+           "prompt_response": [PAIR, {"prompt": "And the dog?", "response": "In the park."}]}
 TEMPLATES = {"data.prompt_template": "Q: {question}\nA: ", "data.response_template": "{answer}"}
 
 
@@ -41,10 +43,45 @@ def data_cfg(**fields):
 
 
 # -- detection and normalisation (light) -------------------------------------------------------------------
-@pytest.mark.parametrize("fmt", ["text", "chat", "sharegpt", "alpaca", "preference", "kto"])
+@pytest.mark.parametrize("fmt", ["text", "chat", "sharegpt", "alpaca", "preference", "kto", "prompt_response"])
 def test_each_format_is_detected_from_its_fields(fmt):
     assert formats.detect_format(SAMPLES[fmt]) == fmt
     assert formats.detect_format(SAMPLES[fmt], data_cfg(record_format="text")) == "text", "the override wins"
+
+
+@pytest.mark.parametrize("names", formats.PAIR_NAMES, ids="/".join)
+def test_a_prompt_and_its_answer_under_the_common_names_is_a_pair(names):
+    """Issue 29 item 5: {"prompt", "response"} and the like were read as plain text, and the suggested fix
+    (data.text_field) would have trained on one field."""
+    prompt, answer = names
+    rec = {prompt: "Where is the cat?", answer: "Near the river.", "id": 7}
+    assert formats.detect_format([rec]) == "prompt_response" and formats.check_record(rec, "prompt_response") is None
+    assert formats.to_messages(rec, "prompt_response") == [{"role": "user", "content": "Where is the cat?"},
+                                                           {"role": "assistant", "content": "Near the river."}]
+    assert formats.to_input_target(rec, "prompt_response") == ("Where is the cat?", "Near the river.")
+    assert formats.check_record({prompt: "a", answer: 3}, "prompt_response")[0] == answer
+    assert "prompt_response" in formats.TRAINABLE_FORMATS and "prompt_response" in formats.CONVERSATION_FORMATS
+
+
+def test_the_named_pair_formats_keep_their_own_shape():
+    assert formats.detect_format([{"prompt": "a", "completion": "b"}]) == "prompt_completion"
+    assert formats.detect_format([ALPACA]) == "alpaca"  # instruction + input + output: not input/output
+    assert formats.detect_format([TEMPLATE], data_cfg(prompt_template="{question}", response_template="{answer}")) \
+        == "template"
+    assert formats.detect_format([PAIR], data_cfg(record_format="text")) == "text"  # set: the user's
+    # a full text beside its question and answer (the bundled demo: its training and the overhead benchmark's bare
+    # script read the text) is text; the pair stays there for GRPO's prompts and references
+    assert formats.detect_format([dict(PAIR, text="The cat sleeps near the river.")]) == "text"
+    from trainer.data.readers import read_records
+
+    assert formats.detect_format(read_records("demo", "auto").rows) == "text"
+
+
+def test_records_without_the_text_field_get_a_fix_that_keeps_both_fields(tmp_path):
+    path = write_jsonl(tmp_path / "odd.jsonl", [{"ask": "Where is the cat?", "reply": "Near the river."}])
+    with pytest.raises(UserError) as err:
+        scan.scan(str(path), data_cfg(path=str(path)))
+    assert "data.prompt_template: '{ask}'" in str(err.value) and "data.response_template: '{reply}'" in str(err.value)
 
 
 def test_templates_configured_mean_template_format():
@@ -102,7 +139,8 @@ def report_env(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("fmt", ["text", "template", "chat", "sharegpt", "alpaca", "preference", "kto"])
+@pytest.mark.parametrize("fmt", ["text", "template", "chat", "sharegpt", "alpaca", "preference", "kto",
+                                 "prompt_response"])
 def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, fmt):
     from trainer.worker.probes.data_report import report
 
@@ -127,7 +165,7 @@ def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, f
         ex = r["examples"][0]
         assert [s["trained"] for s in ex["segments"]] == [False, True]
         assert ("rejected" in ex) == (fmt == "preference") and ("label" in ex) == (fmt == "kto")
-    if fmt in ("chat", "sharegpt", "alpaca"):
+    if fmt in ("chat", "sharegpt", "alpaca", "prompt_response"):
         assert r["chat_template"] == "default"
         trained = "".join(s["text"] for s in r["examples"][0]["segments"] if s["trained"])
         masked = "".join(s["text"] for s in r["examples"][0]["segments"] if not s["trained"])
@@ -136,6 +174,31 @@ def test_each_format_is_previewed_with_trained_and_masked_segments(report_env, f
     if fmt == "chat":
         tokens = report(cfg.model_copy(update={"data": cfg.data.model_copy(update={"seq_len": 1000})}), 0)["tokens"]
         assert tokens["truncated_fraction"] == 0.0 and tokens["max"] == t["max"]
+
+
+@pytest.mark.parametrize("names", formats.PAIR_NAMES[1:], ids="/".join)
+def test_every_pair_naming_is_previewed_with_the_prompt_masked(report_env, names):
+    from trainer.worker.probes.data_report import report
+
+    rows = [{names[0]: f"Where is cat {i}?", names[1]: f"Near river {i}."} for i in range(6)]
+    cfg = RunConfig.model_validate({"model": {"source": "demo-tiny-llama"},
+                                    "data": {"path": str(write_jsonl(report_env / "pairs.jsonl", rows)), "seq_len": 64}})
+    r = report(cfg, examples=1)
+    segments = r["examples"][0]["segments"]
+    trained = "".join(s["text"] for s in segments if s["trained"])
+    masked = "".join(s["text"] for s in segments if not s["trained"])
+    assert r["format"] == "prompt_response" and "Near river 0." in trained and "Where is cat 0?" in masked
+    assert "Where is cat" not in trained and 0 < r["tokens"]["trained"] < r["tokens"]["per_epoch"]
+
+
+def test_prompt_completion_is_previewed_as_it_is_trained(report_env):
+    from trainer.worker.probes.data_report import report
+
+    rows = [{"prompt": f"Where is cat {i}?", "completion": f" Near river {i}."} for i in range(6)]
+    cfg = RunConfig.model_validate({"model": {"source": "demo-tiny-llama"},
+                                    "data": {"path": str(write_jsonl(report_env / "pc.jsonl", rows)), "seq_len": 64}})
+    segments = report(cfg, examples=1)["examples"][0]["segments"]
+    assert [(s["text"], s["trained"]) for s in segments] == [("Where is cat 0?", False), (" Near river 0.</s>", True)]
 
 
 @pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
@@ -243,6 +306,29 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
 
 
 @pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connecting is refused, as a machine without a network sees it
+
+
+@pytest.mark.slow  # child processes
+def test_an_unreachable_hub_is_known_after_one_attempt_not_after_retries(tmp_path):
+    """Issue 29 item 7: the Data page waited 40–90 s ("Tokenizing…") for huggingface_hub's retries before a cut
+    error. Nothing sets offline mode here: the hub (HF_ENDPOINT) merely refuses connections."""
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / ".hf-home")}
+    write_jsonl(tmp_path / "train.jsonl", [PAIR])
+    proc = cli(tmp_path, "data", write_config(tmp_path, {"model.source": "someone/not-downloaded-model"}), env=env)
+    assert proc.returncode == 2 and "Retrying" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "someone/not-downloaded-model is not downloaded and the hub cannot be reached" in proc.stderr
+    assert "Download" in proc.stderr and "Traceback" not in proc.stderr
+    cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
+    proc = cli(tmp_path, "data", cfg, env=env, timeout=300)
+    assert proc.returncode == 2 and "offline" in proc.stderr and "Retrying" not in proc.stderr, proc.stderr
+
+
 def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
     cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / ".hf-home")}

@@ -24,13 +24,13 @@ def run_format(tmp_path: Path, fmt: str, **data) -> Path:
     return run
 
 
-@pytest.mark.parametrize("fmt", ["template", "alpaca", "chat", "sharegpt"])
+@pytest.mark.parametrize("fmt", ["template", "alpaca", "chat", "sharegpt", "prompt_response"])
 def test_each_trainable_format_trains(tmp_path, fmt):
     run = run_format(tmp_path, fmt)
     started = events(run, "run_started")[-1]
     assert started["record_format"] == fmt and started["records"] == 20 * len(SAMPLES[fmt])
     assert len(losses(run)) == 2 and all(v > 0 for v in losses(run).values())
-    if fmt in ("alpaca", "chat", "sharegpt"):  # the template rendered in training ships with the model
+    if fmt in ("alpaca", "chat", "sharegpt", "prompt_response"):  # the template rendered in training ships with it
         saved = (run / "final" / "chat_template.jinja")
         config = json.loads((run / "final" / "tokenizer_config.json").read_text())
         template = saved.read_text() if saved.exists() else config.get("chat_template")

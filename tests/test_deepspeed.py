@@ -64,3 +64,36 @@ def test_zero2_stop_then_resume_matches_uninterrupted(tmp_path):
     wa, wb = final_weights(full), final_weights(part)
     for name in wa:
         assert torch.allclose(wa[name], wb[name], atol=1e-6), name
+
+
+def test_the_ladder_moves_a_run_onto_deepspeed_and_to_zero3_carrying_its_state(tmp_path):
+    """Issue 29: moving a run from plain PyTorch to DeepSpeed resumed from a checkpoint DeepSpeed cannot read ("Can't
+    find a valid checkpoint", exit 1). Out of memory on the 3rd step of every attempt until ZeRO-3: the micro-batch and
+    checkpointing are the config's, so the ladder goes to ZeRO-2 optimizer offload (resuming plain checkpoint-2), then
+    to ZeRO-3 parameter offload (resuming ZeRO-2's checkpoint-4). Weights, AdamW moments, schedule, data position and
+    random state carry over: every step's loss equals an uninterrupted plain run's (with the moments restarted, step
+    4's loss moves by 3.6e-3)."""
+    data = tiny_config(training={"max_steps": 6})
+    del data["deepspeed"]  # left to the ladder
+    cfg = write_config(tmp_path / "c.yaml", data)
+    run = tmp_path / "ladder"
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "+3:0:zero3"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    retries = events(run, "retry")
+    assert [r["changes"] for r in retries] == [
+        {"deepspeed.enabled": True, "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": True},
+        {"deepspeed.zero_stage": 3, "deepspeed.offload_params": True}]
+    assert [r["resume_step"] for r in retries] == [2, 4]
+    for r in retries:
+        change = r["engine_change"]
+        assert "AdamW moments and step count (per parameter)" in change["carried"] and not change["not_carried"]
+    assert [(e.get("engine_change") or {}).get("to") for e in events(run, "run_started")] == [
+        None, "DeepSpeed ZeRO-2 with optimizer offload (CPU Adam)", "DeepSpeed ZeRO-3 with optimizer offload (CPU Adam)"]
+    assert events(run, "finished")[-1]["wrapped_model"] == "DeepSpeedEngine"
+    direct = tmp_path / "direct"
+    proc = cli("run", cfg, "--run-dir", direct, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = losses(direct), losses(run)
+    assert sorted(b) == list(range(1, 7))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], abs=1e-5), step

@@ -1,7 +1,7 @@
 """``trainpilot-cli export-model``: merged weights equal the adapter model, GGUF files (written by
 llama.cpp's own convert_hf_to_gguf.py) load back through transformers with matching logits and carry
 the tokenizer and chat template; Ollama Modelfile; refusals that leave nothing behind.
-(llama.cpp itself runs the exports in tests/test_gguf_llama_cpp.py.)
+(llama.cpp itself runs the exports of trained families in tests/test_family_training.py.)
 
 Tolerances. The conversion is checked exactly: logits of the model read back from the GGUF equal
 (max abs diff <= 1e-5, fp32) those of the merged model whose 2-D weights went through the same
@@ -176,7 +176,7 @@ def test_refusals_exit_2_and_leave_files_alone(runs, tmp_path):
 
 @pytest.mark.slow
 def test_the_demo_export_runs_in_llama_cpp_as_in_transformers(exported):
-    """The run's own chat template and trained tokenizer, in llama.cpp itself (see test_gguf_llama_cpp.py)."""
+    """The run's own chat template and trained tokenizer, in llama.cpp itself (see test_family_training.py)."""
     from helpers_gguf import llama_cpp_report, stops_at_end_of_turn
 
     folder = exported["f16"]

@@ -24,6 +24,22 @@ def test_a_failed_export_leaves_nothing_and_a_retry_works(tmp_path):
     assert [p.name for p in to.iterdir()] == ["model.safetensors"] and not list(to.parent.glob(".*"))
 
 
+def test_an_export_that_differs_from_training_is_set_aside_and_the_destination_untouched(tmp_path):
+    to = tmp_path / "out"
+    to.mkdir()
+    (to / "notes.txt").write_text("mine")
+    for attempt in range(2):
+        with pytest.raises(RuntimeError):
+            with staging.staged_folder(to) as tmp:
+                (tmp / "model-f16.gguf").write_bytes(b"gguf")
+                aside = staging.set_aside(tmp, to)
+                raise RuntimeError("the export differs from training")
+        assert (aside / "model-f16.gguf").read_bytes() == b"gguf" and aside.stat().st_mode & 0o755 == 0o755
+    assert [p.name for p in to.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir())[:2] == ["out", "out.unverified"]
+    assert len(list(tmp_path.glob("out.unverified*"))) == 2 and not list(tmp_path.glob(".*"))
+
+
 def test_files_get_ordinary_modes_not_mkdtemps_0700(tmp_path):
     to = tmp_path / "out"
     with staging.staged_folder(to) as tmp:

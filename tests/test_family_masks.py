@@ -18,9 +18,13 @@ from trainer.config.sections import RunConfig
 
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
        "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",
-       "gemma-2": "<end_of_turn>"}
-# What each family's model writes before its answer text at inference (after the generation prompt).
-OPENS = {"qwen3": "<think>\n\n</think>\n\n"}
+       "gemma-2": "<end_of_turn>", "command-r7b": "<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
+       "granite-3.3": "<|end_of_text|>", "qwen3-moe": "<|im_end|>", "gpt-oss": "<|return|>", "gemma-3": "<end_of_turn>"}
+# What each family's model writes before its answer text at inference (after the generation prompt): Command R7B's
+# prompt ends with an empty thinking block, its answer opens with <|START_RESPONSE|> (a whole token, never cut).
+OPENS = {"qwen3": "<think>\n\n</think>\n\n", "qwen3-moe": "<think>\n\n</think>\n\n",
+         "gpt-oss": "<|channel|>final<|message|>", "command-r7b": "<|START_RESPONSE|>"}
+NO_SYSTEM = ("gemma-2", "gemma-3")  # templates that refuse a system role
 SYSTEM = {"role": "system", "content": "You are terse."}
 TURNS = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."},
          {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6, of course."}]
@@ -66,7 +70,7 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
     tok = _tok(name)
     for ids, labels in examples:
         assert len(ids) == len(labels)
-        if tok.bos_token_id is not None:
+        if tok.bos_token_id is not None and tok.bos_token_id != tok.eos_token_id:  # Granite's BOS ends turns too
             assert ids.count(tok.bos_token_id) <= 1, "BOS doubled"
     want_trained = 0
     for i, answer in answers.items():
@@ -79,9 +83,10 @@ def check_turns(name: str, msgs: list[dict], answers: dict[int, str]) -> None:
     assert sum(sum(lab != -100 for lab in labels) for _ids, labels in examples) == want_trained
 
 
-@pytest.mark.parametrize("name", sorted(rm.FAMILIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow]) if n == "gemma-3" else n  # 262k vocab:
+                                  for n in sorted(rm.FAMILIES)])                                     # seconds to load
 def test_multi_turn_masks_are_exact(name):
-    msgs = TURNS if name == "gemma-2" else [SYSTEM] + TURNS
+    msgs = TURNS if name in NO_SYSTEM else [SYSTEM] + TURNS
     first = 2 if msgs[0]["role"] == "system" else 1
     answers = {first: OPENS.get(name, "") + "4." + END[name], first + 2: OPENS.get(name, "") + "6, of course." + END[name]}
     check_turns(name, msgs, answers)
@@ -172,3 +177,32 @@ def test_data_report_says_what_happens_to_system_messages(tmp_path, monkeypatch)
     assert trained == "4.<end_of_turn>6, of course.<end_of_turn>"
     assert "system:   system text put at the start of the first user turn (the chat template has no system role; " \
            "data.system_message: auto)" in render_text(r)
+
+
+@pytest.mark.slow  # the report tokenizes in a child process (~8 s)
+def test_data_report_says_in_words_what_only_the_render_shows(tmp_path, monkeypatch):
+    """Issue 29 item 7: Gemma's folded system prompt and Qwen3's empty think block were visible only in the rendered
+    text; the report says them in words (the Data page shows the same sentences)."""
+    from trainer.cli.data import render_text
+    from trainer.data.conversations import rendering_notes
+    from trainer.worker.probes.data_report import report
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": [SYSTEM] + TURNS}) + "\n", encoding="utf-8")
+    notes = {}
+    for family in ("qwen3", "gemma-2", "qwen2.5"):
+        cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir(family))},
+                                        "data": {"path": str(path), "seq_len": 256}})
+        r = report(cfg, examples=1)
+        notes[family] = rendering_notes(r)
+        assert r["empty_think_block"] is (family == "qwen3")
+        assert ("thinking: " in render_text(r)) is (family == "qwen3")
+    assert len(notes["qwen3"]) == 1 and "empty reasoning block (<think></think>)" in notes["qwen3"][0]
+    assert len(notes["gemma-2"]) == 1 and "start of the first user turn" in notes["gemma-2"][0]
+    assert notes["qwen2.5"] == []
+    reasoning = tmp_path / "reasoning.jsonl"  # the records' own reasoning: not the template's doing
+    reasoning.write_text(json.dumps({"messages": REASONING}) + "\n", encoding="utf-8")
+    cfg = RunConfig.model_validate({"model": {"source": str(rm.family_dir("qwen3"))},
+                                    "data": {"path": str(reasoning), "seq_len": 256}})
+    assert report(cfg, examples=1)["empty_think_block"] is False

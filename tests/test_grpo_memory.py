@@ -238,7 +238,8 @@ def _resolved_grpo(micro: int = 8, generation: int = 64, checkpointing: bool = F
         "rewards": {"exact_answer": 1.0},
         "speed": {"precision": "bf16", "gradient_checkpointing": checkpointing, "chunked_loss": False,
                   "activation_offload": False},
-        "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"}}))
+        "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
+        "recovery": {"ladder_keeps": []}}))  # as the planner resolves it when the user chose none of these
 
 
 def _walk(cfg, phase, rungs: int) -> list[dict]:

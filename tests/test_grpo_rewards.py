@@ -228,6 +228,30 @@ def test_vllm_and_early_stopping_are_refused_before_a_grpo_run_starts(monkeypatc
     assert err.value.problems[0][0] == "evaluation.early_stopping_patience"
 
 
+def test_clip_higher_and_gspo_without_a_second_update_are_refused_naming_the_field():
+    """They act on the policy ratio, exactly 1 while every step samples afresh (num_iterations 1): refused, not
+    silently ignored; an upper bound below the lower one is refused too."""
+    base = {"training": {"objective": "grpo", "effective_batch_size": 8}, "rewards": {"format": 1.0}}
+    for grpo, field, words in (({"epsilon_high": 0.28}, "grpo.epsilon_high", "num_iterations: 2"),
+                               ({"importance_sampling_level": "sequence"}, "grpo.importance_sampling_level",
+                                "num_iterations: 2"),
+                               ({"epsilon_high": 0.1, "num_iterations": 2}, "grpo.epsilon_high", "below grpo.epsilon")):
+        with pytest.raises(config_mod.ConfigError) as err:
+            config_mod.validate({**base, "grpo": grpo})
+        assert [p[0] for p in err.value.problems] == [field] and words in err.value.problems[0][1], err.value.problems
+    ok = config_mod.validate({**base, "grpo": {"num_iterations": 2, "epsilon_high": 0.28,
+                                               "importance_sampling_level": "sequence"}})
+    assert (ok.grpo.num_iterations, ok.grpo.epsilon_high) == (2, 0.28)
+
+
+def test_rewards_names_are_read_off_the_schema():
+    """One home: the built-in rewards are the RewardsConfig fields marked as weights, in schema order."""
+    names = config_mod.RewardsConfig.builtin_names()
+    assert names == rewards.BUILTIN_NAMES == ("exact_answer", "numeric_answer", "format", "json_valid",
+                                              "length_penalty")
+    assert all(config_mod.RewardsConfig.model_fields[n].annotation is float for n in names)
+
+
 def test_the_dry_run_hands_message_prompts_conversational_completions(tmp_path):
     """Under a chat template the worker gives TRL message prompts, and TRL hands rewards completions as
     [{"role": "assistant", "content": ...}]: the pre-run check calls them the same way (grpocheck renders first)."""

@@ -140,6 +140,29 @@ def test_an_oom_while_sampling_says_so_and_the_ladder_shrinks_the_generation_bat
 
 
 @pytest.mark.slow
+def test_gspo_and_clip_higher_act_from_the_second_update_and_validation_scores_rewards(tmp_path):
+    """GSPO (sequence-level ratios), DAPO's clip-higher and two optimizer steps per sampling pass reach TRL as set; the
+    first step of each pass is on-policy (every ratio exactly 1: nothing clipped), the second is not (with a clip
+    range this narrow, some completions hit it). Evaluation samples the validation prompts and scores them with the
+    run's rewards: the eval events carry the reward and no policy-gradient loss."""
+    cfg = grpo_config(tmp_path, training={"max_steps": 4, "eval_every_steps": 2}, data={"validation_split": 0.25},
+                      grpo={"num_iterations": 2, "importance_sampling_level": "sequence", "loss_type": "grpo",
+                            "epsilon": 1e-4, "epsilon_high": 2e-4}, checkpoints={"every_steps": 4})
+    proc, run = _run(tmp_path, "gspo", cfg)
+    assert proc.returncode == 0, proc.stderr
+    started = events(run, "run_started")[0]
+    assert (started["num_iterations"], started["importance_sampling_level"]) == (2, "sequence")
+    assert started["clip_range"] == [1e-4, 2e-4]
+    steps = {e["step"]: e for e in events(run, "step")}
+    clipped = {s: e["ratio_clipped_low"] + e["ratio_clipped_high"] for s, e in steps.items()}
+    assert clipped[1] == clipped[3] == 0 and clipped[2] + clipped[4] > 0, clipped
+    evals = events(run, "eval")
+    assert [e["step"] for e in evals] == [2, 4]
+    for e in evals:
+        assert isinstance(e["reward"], float) and set(e["rewards"]) == {"exact_answer"} and e.get("eval_loss") is None
+
+
+@pytest.mark.slow
 def test_lora_with_a_chat_template_and_kl_writes_the_adapter(tmp_path):
     """LoRA, beta > 0 (the reference = adapters off), a chat template: plain prompts become a user message after
     grpo.system_prompt, rendered with the generation prompt."""
@@ -254,12 +277,21 @@ def test_step_metrics_carry_grpo_fields_under_the_event_names():
             "rewards/exact_answer/mean": 0.5, "rewards/exact_answer/std": 0.5, "rewards/format/mean": 1.0,
             "rewards/format/std": 0.0, "completions/mean_length": 12.5, "completions/clipped_ratio": 0.125,
             "kl": 0.01, "entropy": 1.5, "completions/max_length": 30.0, "rewards/bad/mean": float("nan")}
-    out = objective_fields(logs)
+    out = objective_fields(logs).fields()
     assert out == {"reward": 0.75, "reward_std": 0.4, "no_signal_fraction": 0.25, "completion_length": 12.5,
                    "completion_clipped": 0.125, "kl": 0.01, "entropy": 1.5,
                    "rewards": {"exact_answer": {"mean": 0.5, "std": 0.5}, "format": {"mean": 1.0, "std": 0.0}}}
-    dpo = objective_fields({"rewards/chosen": 1.0, "rewards/margins": 0.5})
+    dpo = objective_fields({"rewards/chosen": 1.0, "rewards/margins": 0.5}).fields()
     assert dpo == {"rewards_chosen": 1.0, "rewards_margin": 0.5}  # DPO's names are untouched
+    evaluation = objective_fields({f"eval_{k}": v for k, v in logs.items()}, prefix="eval_").fields()
+    assert evaluation == out  # GRPO's validation rewards: the same fields, read off the "eval_" keys
+
+
+def test_every_objective_metric_is_a_typed_event_field():
+    from trainer.rundir.records import OBJECTIVE_FIELDS
+    from trainer.worker.train.step_metrics import OBJECTIVE_METRICS
+
+    assert set(OBJECTIVE_METRICS.values()) | {"rewards"} == set(OBJECTIVE_FIELDS)
 
 
 def test_no_signal_message_says_what_the_groups_scored():

@@ -1,7 +1,10 @@
 """The OOM ladder walks issue 21's rungs in order of cost, the effective batch exact at every rung:
 chunked loss → micro-batch → checkpointing → activation offload → 8-bit AdamW (if allowed) → optimizer
-offload → parameter offload."""
+offload → parameter offload; and it never changes a setting the user chose (issue 29): every rung asks
+``recovery.ladder_keeps``, which the planner resolves to the settings the config gives a value."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -9,8 +12,10 @@ from helpers_train import cli, events, tiny_config, write_config
 from trainer.core import capabilities
 from trainer import config as C
 from trainer.config.resolved import as_resolved
+from trainer.core.dotted import get_in
 from trainer.planning import ladder
 
+LAPTOP = Path(__file__).parent / "fixtures" / "hardware" / "rtx4090_laptop_16gb.jsonl"
 
 def _resolved(**over):
     data = {"device": "cuda", "plan_allow_approximate": True, "model": {"architecture": "llama-3.2-1b", "dtype": "bfloat16"},
@@ -18,7 +23,8 @@ def _resolved(**over):
             "speed": {"precision": "bf16", "gradient_checkpointing": False, "chunked_loss": False,
                       "activation_offload": False},
             "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
-            "grpo": {"generation_batch_size": 8}}  # resolved: no "auto" left (GRPO's only matters to GRPO)
+            "grpo": {"generation_batch_size": 8},  # resolved: no "auto" left (GRPO's only matters to GRPO)
+            "recovery": {"ladder_keeps": []}}  # as the planner resolves it when the user chose none of these
     for k, v in over.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
     return as_resolved(C.validate(data))
@@ -71,7 +77,8 @@ def test_no_chunked_rung_where_it_is_not_exact():
 def test_injected_oom_climbs_chunked_loss_first_then_micro_batch(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tiny_config(
         training={"max_steps": 4, "micro_batch_size": 8, "gradient_accumulation_steps": 1, "effective_batch_size": 8},
-        data={"packing": False, "seq_len": 64}, speed={"chunked_loss": False}))
+        data={"packing": False, "seq_len": 64}, speed={"chunked_loss": False},
+        recovery={"ladder_keeps": []}))  # the user lets the ladder change what the config sets
     run = tmp_path / "ladder"
     # OOM from step 2 while HF's full-logits loss runs or the micro-batch is above 2
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "2:2:chunked"})
@@ -82,3 +89,127 @@ def test_injected_oom_climbs_chunked_loss_first_then_micro_batch(tmp_path):
                        {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4}]
     assert [e["loss_kernel"] for e in events(run, "run_started")] == ["hf", "chunked", "chunked", "chunked"]
     assert max(e["step"] for e in events(run, "step")) == 4
+
+
+# -- the user's settings are theirs ---------------------------------------------------------------------------
+def _walk_all(cfg, phase=None) -> list[dict]:
+    steps = []
+    while (step := ladder.next_step(cfg, phase)) is not None:
+        steps.append(step.changes)
+        cfg = step.config
+    return steps
+
+
+def test_every_rung_changes_only_the_ladders_settings():
+    """LADDER_KEYS is the list recovery.ladder_keeps can hold: a rung changing anything else could not be kept."""
+    configs = [_resolved(), _resolved(device="cpu", speed={"precision": "fp32"}, model={"dtype": "float32"}),
+               _resolved(training={"objective": "kto"}), _resolved(deepspeed={"enabled": True, "zero_stage": 1})]
+    grpo = _resolved(training={"objective": "grpo"}, rewards={"exact_answer": 1.0},
+                     grpo={"num_generations": 2, "generation_batch_size": 8, "max_completion_length": 64})
+    changed = {k for c in configs for s in _walk_all(c) for k in s}
+    changed |= {k for phase in ("sampling", "update") for s in _walk_all(grpo, phase) for k in s}
+    assert changed <= set(ladder.LADDER_KEYS), changed - set(ladder.LADDER_KEYS)
+    assert "grpo.generation_batch_size" in changed and "deepspeed.offload_params" in changed
+
+
+@pytest.mark.parametrize("kept", [["speed.chunked_loss", "deepspeed.enabled"], ["training.micro_batch_size"],
+                                  ["speed.gradient_checkpointing", "speed.activation_offload"],
+                                  ["deepspeed.zero_stage"], ["training.optimizer"]])
+def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
+    if not capabilities.installed("deepspeed"):
+        pytest.skip("the offload rungs need DeepSpeed installed")
+    if kept == ["training.optimizer"] and not capabilities.installed("bitsandbytes"):
+        pytest.skip("the 8-bit AdamW rung needs bitsandbytes installed")
+    cfg = _resolved(recovery={"ladder_keeps": kept})
+    steps = _walk_all(cfg)
+    last = cfg
+    for s in steps:
+        last = C.replace(last, **s)
+    before, after = C.to_dict(cfg), C.to_dict(last)
+    assert all(get_in(after, k) == get_in(before, k) for k in kept), steps
+    assert steps, "the rungs that change none of them are still climbed"
+    report = ladder.exhausted_report(last, [{"why": "x"}] * len(steps))
+    held = {k for h in report["held_back"] for k in h["yours"]}
+    if kept == ["training.optimizer"]:  # 8-bit AdamW was passed over, then DeepSpeed's own optimizer came: at the
+        assert not held                 # end no rung needs the setting, so the report names none
+        return
+    assert held and held <= set(kept), report
+    assert "settings your config sets" in report["message"]
+    assert any(k in line for k in held for line in report["suggestions"][:len(report["held_back"])])
+
+
+def test_auto_keeps_the_settings_your_config_gives_a_value():
+    mine = C.validate({"training": {"micro_batch_size": 4, "gradient_accumulation_steps": "auto"},
+                       "speed": {"chunked_loss": False, "gradient_checkpointing": "auto"},
+                       "deepspeed": {"enabled": False}, "model": {"source": "demo-tiny-llama"}})
+    assert ladder.kept_settings(mine) == {"training.micro_batch_size", "speed.chunked_loss", "deepspeed.enabled"}
+    from trainer.hardware.source import open_probe
+    from trainer.planning.plan import plan_run
+
+    probe = open_probe(str(LAPTOP))
+    try:
+        plan = plan_run(mine, probe.snapshot())
+    finally:
+        probe.close()
+    assert plan.resolved.recovery.ladder_keeps == ["deepspeed.enabled", "speed.chunked_loss",
+                                                   "training.micro_batch_size"]
+    assert plan.resolved.deepspeed.enabled is False and plan.resolved.speed.chunked_loss is False
+    assert ladder.kept_settings(C.validate({})) == frozenset()  # defaults are no one's choice
+
+
+def test_a_misspelt_kept_setting_is_refused_naming_the_field():
+    with pytest.raises(C.ConfigError) as err:
+        C.validate({"recovery": {"ladder_keeps": ["deepspeed.enable"]}})
+    assert "recovery.ladder_keeps" in str(err.value) and "'deepspeed.enable' is not a setting" in str(err.value)
+
+
+def test_a_run_folder_older_than_ladder_keeps_keeps_nothing(tmp_path):
+    from trainer.supervisor.supervise import _run_config
+
+    (tmp_path / "config.yaml").write_text(C.dump_yaml(C.replace(_resolved(), **{"recovery.ladder_keeps": "auto"})))
+    assert _run_config(tmp_path).recovery.ladder_keeps == []
+
+
+@pytest.mark.slow
+def test_explicit_chunked_loss_false_and_no_deepspeed_are_never_turned_on(tmp_path):
+    """Issue 29: an injected OOM turned both on. Every rung left would change a setting of the config's, so the run
+    ends with exit 3, no traceback, nothing changed, and the message names them as what the user could change."""
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 3}, speed={"chunked_loss": False,
+                                                                                        "gradient_checkpointing": False}))
+    run = tmp_path / "run"
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "1:0:chunked"})
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and not events(run, "retry")
+    for key in ("speed.chunked_loss", "deepspeed.enabled", "training.micro_batch_size"):
+        assert key in proc.stderr, key
+    resolved = C.load(run / "config.yaml")
+    assert resolved.speed.chunked_loss is False and resolved.deepspeed.enabled is False
+    failed = events(run, "failed")[-1]
+    assert failed["exit_code"] == 3 and failed["report"]["held_back"][0]["changes"] == {"speed.chunked_loss": True}
+
+
+def test_what_a_resume_on_another_engine_carries_is_said_in_words():
+    from trainer.rundir.checkpoints import engine_change, engine_meta
+
+    cfg = _resolved()
+    z2 = C.replace(cfg, **{"deepspeed.enabled": True, "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": True})
+    assert engine_change(engine_meta(cfg), cfg) is None  # the library's own resume
+    assert engine_change({"deepspeed": False, "zero_stage": None}, cfg) is None  # a marker older than the fields
+    moved = engine_change(engine_meta(cfg), z2)
+    assert moved["from"] == "plain PyTorch (AdamW)" and moved["to"].startswith("DeepSpeed ZeRO-2 with optimizer")
+    assert "AdamW moments and step count (per parameter)" in moved["carried"] and not moved["not_carried"]
+    eight = engine_change(engine_meta(cfg), C.replace(cfg, **{"training.optimizer": "adamw_8bit"}))
+    assert eight["not_carried"][0].startswith("optimizer moments") and "weights" in eight["carried"]
+    fp16 = C.replace(z2, **{"speed.precision": "fp16", "model.dtype": "float32"})
+    assert any("loss scale" in line for line in engine_change(engine_meta(cfg), fp16)["not_carried"])
+
+
+def test_an_exported_config_says_which_settings_were_yours(tmp_path):
+    """``trainpilot-cli export`` writes every key; recovery.ladder_keeps keeps which ones the user chose."""
+    from trainer.launch.export_scripts import export
+
+    src = tmp_path / "mine.yaml"
+    write_config(src, {"deepspeed": {"enabled": False}, "training": {"micro_batch_size": 4, "effective_batch_size": 8}})
+    export(str(src), str(tmp_path / "out"))
+    written = C.load(tmp_path / "out" / "config.yaml")
+    assert written.recovery.ladder_keeps == ["deepspeed.enabled", "training.micro_batch_size"]

@@ -106,7 +106,11 @@ def test_full_finetune_model_states_in_plain_torch():
     P = spec.params
     assert sum(model_states(spec, TrainSetup())[0].values()) == 8 * P  # pure bf16
     assert sum(model_states(spec, TrainSetup(weights_16bit=False))[0].values()) == 16 * P
-    assert sum(model_states(spec, TrainSetup(optimizer="adamw_8bit"))[0].values()) == 6 * P
+    # 8-bit AdamW: 2 bytes of state per parameter plus fp32 block scales, except the (tied) embedding, which HF's
+    # Trainer keeps in 32-bit states: 6 bytes more per embedding parameter (tests/test_saver_memory.py checks it
+    # against bitsandbytes' own optimizer)
+    eight = sum(model_states(spec, TrainSetup(optimizer="adamw_8bit"))[0].values())
+    assert 6 * P + 6 * spec.embedding_params < eight < 6.1 * P + 6 * spec.embedding_params
     lora = model_states(spec, TrainSetup(method="lora", lora_r=16))[0]
     # r × (in + out) summed over q,k,v,o,gate,up,down × 16 layers: PEFT's "trainable params: 11,272,192"
     assert lora["weights"] == 2 * P and lora["adapter_states"] == 16 * 11_272_192

@@ -104,7 +104,9 @@ def test_modelfile_quotes_survive_ollamas_parser(tok, tmp_path):
     tok.chat_template = ("{% for m in messages %}{{ '\"\"\"' + m['role'] + '{{' }}{{ m['content'] }}{{ '}}\\n' }}"
                          "{% endfor %}{% if add_generation_prompt %}{{ '\"\"\"assistant{{' }}{% endif %}")
     shape = ollama.check(tok)
-    path = ollama.write_modelfile(tmp_path, "m.gguf", "run", tok, tok.eos_token_id, shape, 512)
+    from trainer.data import conversations
+
+    path = ollama.write_modelfile(tmp_path, "m.gguf", "run", tok, conversations.for_tokenizer(tok), shape, 512)
     text = path.read_text()
     body = text.split('TEMPLATE """', 1)[1].split('"""', 1)[0]
     assert body == ollama_template.go_template(shape) and "PARAMETER num_ctx 512" in text

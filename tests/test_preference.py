@@ -100,7 +100,8 @@ def test_stop_then_resume_reproduces_the_uninterrupted_run(tmp_path, kind):
 @pytest.mark.slow
 def test_oom_during_dpo_climbs_the_ladder_and_keeps_the_effective_batch(tmp_path):
     geometry = {"max_steps": 6, "micro_batch_size": 8, "gradient_accumulation_steps": 1, "effective_batch_size": 8}
-    cfg = pref_config(tmp_path, "dpo", "lora", training=geometry, checkpoints={"every_steps": 2})
+    cfg = pref_config(tmp_path, "dpo", "lora", training=geometry, checkpoints={"every_steps": 2},
+                      recovery={"ladder_keeps": []})  # the config sets the micro-batch; the ladder may change it
     # out of memory from step 3 on while the micro-batch holds more than 2 pairs: 8 → 4 (still) → 2
     proc, run = _run(tmp_path, "ladder", cfg, env={"TRAINPILOT_INJECT_OOM": "3:2"})
     assert proc.returncode == 0, proc.stderr
@@ -171,8 +172,11 @@ def test_t5_without_templates_and_kto_with_micro_batch_1_are_refused_up_front(tm
     from trainer import config as config_mod
     from trainer.supervisor import preflight
 
+    # question/answer records are a pair of their own (prompt_response); plain text holds no input and target
     cfg = t5_config(tmp_path)
     cfg["data"].pop("prompt_template"), cfg["data"].pop("response_template")
+    preflight.check(config_mod.validate(cfg))
+    cfg["data"]["path"] = str(write_jsonl(tmp_path / "text.jsonl", [{"text": p["prompt"] + p["chosen"]} for p in pairs()]))
     with pytest.raises(config_mod.ConfigError, match="prompt_template.*encoder-decoder"):
         preflight.check(config_mod.validate(cfg))
     kto = pref_config(tmp_path, "kto", "lora", training={"micro_batch_size": 1, "gradient_accumulation_steps": 8})

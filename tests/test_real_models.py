@@ -16,8 +16,19 @@ SPECIAL = {
     "llama-3.1": (128000, 128009, [128001, 128008, 128009], True),
     "mistral-nemo": (1, 2, [2], True),
     "phi-3.5": (1, 32000, [32000, 32001, 32007], False),
+    "qwen3-moe": (None, 151645, [151645, 151643], False),
+    "gpt-oss": (128000, 128004, [128004, 128001, 128014], False),  # harmony's tokens at Llama 3's reserved ids
+    "gemma-3": (2, 1, [1, 106], True),
 }
-VECTORS = {"qwen2.5": "qwen2", "llama-3.2": "llama-bpe", "mistral-nemo": "llama-spm", "phi-3.5": "phi-3"}
+VECTORS = {"qwen2.5": "qwen2", "llama-3.2": "llama-bpe", "mistral-nemo": "llama-spm", "phi-3.5": "phi-3",
+           "qwen3-moe": "qwen2", "gpt-oss": "llama-bpe", "gemma-3": "gemma-4"}
+
+
+BIG = {"gemma-3"}  # a 262k vocabulary: loading its tokenizer takes seconds (pytest -m 'not slow' skips it)
+
+
+def _params(names):
+    return [pytest.param(n, marks=[pytest.mark.slow]) if n in BIG else n for n in names]
 
 
 @functools.lru_cache(maxsize=None)
@@ -26,7 +37,7 @@ def _tok(name):
     return AutoTokenizer.from_pretrained(rm.family_dir(name))
 
 
-@pytest.mark.parametrize("name", sorted(VECTORS))
+@pytest.mark.parametrize("name", _params(sorted(VECTORS)))
 def test_tokenizer_passes_llama_cpp_test_vectors(name):
     tok = _tok(name)
     vectors = rm.test_vectors(VECTORS[name])
@@ -35,19 +46,21 @@ def test_tokenizer_passes_llama_cpp_test_vectors(name):
     assert wrong == []
 
 
-def test_gemma_tokenizer_equals_its_sentencepiece_model():
+@pytest.mark.parametrize("name,vocab", [("gemma-2", "llama-spm"),
+                                        pytest.param("gemma-3", "gemma-4", marks=[pytest.mark.slow])])
+def test_gemma_tokenizer_equals_its_sentencepiece_model(name, vocab):
     import sentencepiece as spm
-    d = rm.family_dir("gemma-2")
+    d = rm.family_dir(name)
     sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
-    tok = _tok("gemma-2")
-    texts = [t for t, _ in rm.test_vectors("llama-spm")]
+    tok = _tok(name)
+    texts = [t for t, _ in rm.test_vectors(vocab)]
     assert [tok(t, add_special_tokens=False)["input_ids"] for t in texts] == [sp.encode(t) for t in texts]
     assert tok("Hi")["input_ids"][0] == tok.bos_token_id == sp.piece_to_id("<bos>")
     for marker in ("<start_of_turn>", "<end_of_turn>"):
         assert len(tok(marker, add_special_tokens=False)["input_ids"]) == 1
 
 
-@pytest.mark.parametrize("name", sorted(SPECIAL))
+@pytest.mark.parametrize("name", _params(sorted(SPECIAL)))
 def test_special_tokens_match_the_family(name):
     bos, eos, end_of_turn, adds_bos = SPECIAL[name]
     d = rm.family_dir(name)
@@ -82,4 +95,39 @@ def test_every_family_renders_its_template_and_runs(name):
     ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         logits = model(ids).logits
-    assert logits.shape[-1] == model.config.vocab_size >= len(tok)
+    assert logits.shape[-1] == model.config.get_text_config().vocab_size >= len(tok)
+
+
+def test_moe_families_are_stored_as_on_the_hub_and_built_with_fused_experts():
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with safe_open(str(rm.family_dir("qwen3-moe") / "model.safetensors"), "pt") as f:  # the hub's per-expert layout
+        assert f.get_slice("model.layers.0.mlp.experts.7.gate_proj.weight").get_shape() == [48, 64]
+    with safe_open(str(rm.family_dir("gpt-oss") / "model.safetensors"), "pt") as f:  # fused and transposed there
+        assert f.get_slice("model.layers.0.mlp.experts.gate_up_proj").get_shape() == [8, 64, 96]
+    for name, experts, shape in (("qwen3-moe", "num_experts", (8, 96, 64)), ("gpt-oss", "num_local_experts", (8, 64, 96))):
+        cfg = AutoConfig.from_pretrained(rm.family_dir(name))
+        assert getattr(cfg, experts) == 8 and cfg.num_experts_per_tok == 2
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        assert tuple(model.get_parameter("model.layers.1.mlp.experts.gate_up_proj").shape) == shape
+
+
+@pytest.mark.slow  # loads a model: seconds
+def test_gemma_3_is_a_multimodal_checkpoint_its_processor_loads():
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    d = rm.family_dir("gemma-3")
+    proc = AutoProcessor.from_pretrained(d)
+    assert type(proc).__name__ == "Gemma3Processor" and proc.image_seq_length == 4
+    image = Image.fromarray((np.random.default_rng(0).random((80, 60, 3)) * 255).astype("uint8"))
+    inputs = proc(text=["<start_of_image> What is this?"], images=[[image]], return_tensors="pt")
+    assert inputs["pixel_values"].shape == (1, 3, 56, 56)
+    assert (inputs["input_ids"] == 262144).sum() == 4  # the image's soft tokens
+    model = AutoModelForImageTextToText.from_pretrained(d)
+    assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[-1] == 262208

@@ -115,7 +115,8 @@ def test_oom_ladder_keeps_effective_batch_and_matches_direct_run(tmp_path):
     base = dict(training={"max_steps": 6, "micro_batch_size": 8, "gradient_accumulation_steps": 1,
                           "effective_batch_size": 8}, data={"packing": False, "seq_len": 64},
                 checkpoints={"every_steps": 2})
-    cfg = write_config(tmp_path / "c.yaml", tiny_config(**base))
+    # the config sets the micro-batch; recovery.ladder_keeps: [] lets the ladder change it all the same
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(**base, recovery={"ladder_keeps": []}))
     run = tmp_path / "ladder"
     # OOM from step 3 on while micro-batch > 2: 8 → 4 (still OOM) → 2 (fits).
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "3:2"})
@@ -137,7 +138,8 @@ def test_oom_ladder_keeps_effective_batch_and_matches_direct_run(tmp_path):
 
 def test_oom_ladder_exhausted_exits_3_with_a_report(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 3, "micro_batch_size": 2,
-                                                                  "gradient_accumulation_steps": 4}))
+                                                                  "gradient_accumulation_steps": 4},
+                                                        recovery={"ladder_keeps": []}))  # may change all it sets
     run = tmp_path / "run"
     env = {"TRAINPILOT_INJECT_OOM": "1:0"}  # every micro-batch size OOMs
     proc = cli("run", cfg, "--run-dir", run, "--quiet", "--set", "recovery.oom_ladder=true", env=env)

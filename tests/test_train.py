@@ -69,7 +69,9 @@ def test_single_process_run_is_not_wrapped_in_ddp(tmp_path):
     assert events(run, "run_started")[-1]["world_size"] == 1
     finished = events(run, "finished")[-1]
     assert finished["wrapped_model"] == "LlamaForCausalLM", finished["wrapped_model"]
-    assert "DDP" not in (run / "train.log").read_text()
+    log = (run / "train.log").read_text()
+    assert "DDP" not in log
+    assert "(started early, importing while the inputs were checked)" in log  # trainer.supervisor.spawn.Standby
 
 
 def test_lora_trains_and_saves_an_adapter_that_peft_loads(tmp_path):
@@ -112,7 +114,11 @@ def test_gradient_accumulation_equivalence_on_variable_lengths(tmp_path):
         for step in l0:
             assert l1[step] == pytest.approx(l0[step], abs=1e-5)
         for name in w0:
-            assert torch.allclose(w0[name], w1[name], atol=1e-5), name
+            # Adam divides by the gradient's own size, so a near-zero gradient whose float rounding differs between
+            # splits can move its weight by up to lr per step (seen once in CI on gate_proj): bound that, and require
+            # the weights to agree on average, which a wrongly weighted micro-batch (a different direction) breaks.
+            diff = (w0[name] - w1[name]).abs()
+            assert diff.max() <= 2 * 1e-3 * 3 and diff.mean() <= 1e-6, (name, diff.max(), diff.mean())
 
 
 def test_export_then_launch_reproduces_losses(tmp_path):
@@ -154,7 +160,8 @@ def test_two_process_data_parallel_through_the_launcher_keeps_ranks_identical(tm
     run = tmp_path / "run"
     proc = cli("run", cfg, "--run-dir", run, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "torch.distributed.run --nproc_per_node 2" in (run / "train.log").read_text()
+    log = (run / "train.log").read_text()
+    assert "torch.distributed.run --nproc_per_node 2" in log and "started early" not in log  # a launcher's ranks
     started = events(run, "run_started")[-1]
     assert started["world_size"] == 2
     finished = events(run, "finished")[-1]

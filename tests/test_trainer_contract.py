@@ -24,6 +24,10 @@ RECORDED = {
     "_get_output_dir": ("self", "trial"),
     "_save_checkpoint": ("self", "model", "trial"),
     "_get_train_sampler": ("self", "train_dataset=None"),
+    # HF's set-up then resume: a checkpoint another engine wrote is restored by engine_switch instead
+    "_prepare_for_training": ("self", "max_steps", "train_dataloader", "resume_from_checkpoint"),
+    # HF's save, then the files that go with the model (a multimodal checkpoint's processor files)
+    "_save": ("self", "output_dir=None", "state_dict=None"),
 }
 
 

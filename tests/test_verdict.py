@@ -75,7 +75,7 @@ def test_qlora_fits_where_bitsandbytes_is_installed():
 
 def test_a_model_without_a_config_is_judged_unknown_with_the_reason():
     v = model_verdict(tc.RunConfig(), LAPTOP, "nobody/not-a-model-here")
-    assert v.methods == {} and "no config.json" in v.error and v.best() is None
+    assert v.methods == {} and "is not downloaded" in v.error and v.best() is None
 
 
 @pytest.mark.parametrize("source, kind", [("Qwen/Qwen2.5-7B", catalog.CAUSAL),

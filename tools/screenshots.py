@@ -5,7 +5,10 @@
 Writes: wizard-1-environment.png … wizard-5-review.png, wizard-4-advanced.png,
 wizard-5-review-blocked.png, model-picker-download.png (a download from a local stand-in hub on
 127.0.0.1), dashboard-running.png, warnings.png, crashed-run.png, export.png, and (with --run-dir, a
-real finished run folder) dashboard-cpu-demo.png and finished-run.png. Hardware comes from tests/fixtures/hardware/rtx4090_laptop_16gb.jsonl; the
+real finished run folder) dashboard-cpu-demo.png and finished-run.png, and wizard-5-review-device.png (the same
+Review with this machine's own PyTorch, when it is a CPU-only build). Hardware comes from
+tests/fixtures/hardware/rtx4090_laptop_16gb.jsonl, with the CUDA build of PyTorch such a laptop has stood in
+(``torch.version``, how trainer.core.capabilities reads the build: Review checks it); the
 mid-run dashboard replays tests/fixtures/run_dirs/laptop_run cut at step 80 (a documented synthetic
 trace: see tests/app/make_fixture_runs.py).
 """
@@ -17,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "app"))  # the hub stand-in lives with t
 
 from app.views.export_dialog import ExportDialog  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
+from trainer.core import capabilities  # noqa: E402
 from trainer.core.paths import MODELS_DIR  # noqa: E402
 
 FIX = ROOT / "tests" / "fixtures"
@@ -113,6 +118,12 @@ def wizard_shots(app, window, out: Path) -> None:
     _wait(app, lambda: wiz.review.result is not None, 30000)
     _spin(app, 200)
     wiz.grab().save(str(out / "wizard-5-review.png"))
+    sys.modules.pop("torch.version", None)  # this machine's own PyTorch: a CPU-only build cannot use the laptop's GPU
+    if capabilities.torch_build().can_use_gpu is False:
+        wiz.review.initializePage()
+        _wait(app, lambda: wiz.review.result is not None, 30000)
+        _spin(app, 200)
+        wiz.grab().save(str(out / "wizard-5-review-device.png"))
     wiz.close()
 
 
@@ -191,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
         from app.views.main_window import MainWindow
 
+        # The recorded laptop as such a machine is: PyTorch built for CUDA (stood in; see the docstring).
+        sys.modules["torch.version"] = types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None)
         window = MainWindow(str(LAPTOP))
         window.resize(1280, 860)
         window.show()

@@ -85,8 +85,18 @@ def _event_advice(e: dict) -> Advice | None:
     if kind == "retry":
         why = e.get("why") or e.get("reason") or "a recoverable failure"
         return Advice(f"event:retry:{e.get('attempt')}", "info", f"Attempt {e.get('attempt') or '?'} started "
-                      f"automatically after {why}.")
+                      f"automatically after {why}.{_engine_change_text(e.get('engine_change'))}")
     return None
+
+
+def _engine_change_text(change) -> str:
+    """' It moved from … to …, carrying …; not carried: ….' for a retry that changed engine (else '')."""
+    if not isinstance(change, dict) or not change.get("to"):
+        return ""
+    carried = ", ".join(map(str, change.get("carried") or [])) or "nothing"
+    lost = "; ".join(map(str, change.get("not_carried") or []))
+    return (f" It moved from {change.get('from')} to {change['to']}, carrying {carried}"
+            + (f"; not carried: {lost}" if lost else "") + ".")
 
 
 def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from trainer.data.conversations import rendering_notes
 from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
 from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
 
@@ -27,8 +28,8 @@ def objectives_for(record_format: str | None) -> tuple[str, ...]:
         return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == PAIR_FIELDS)
     if record_format == "kto":
         return tuple(o for o, f in OBJECTIVE_FIELDS.items() if f == KTO_FIELDS)
-    if record_format in PROMPT_SHAPES:
-        return ("grpo",)
+    if record_format in PROMPT_SHAPES:  # prompts with reference answers are also a prompt and its answer
+        return ("sft", "grpo")
     return ("sft",) if record_format in TRAINABLE_FORMATS else ()
 
 
@@ -86,7 +87,13 @@ def _pair_html(ex: dict) -> str:
 
 
 def report_summary(r: dict) -> str:
-    """Token statistics in one HTML paragraph (a pair's tokens: the prompt with its longer answer)."""
+    """Token statistics in one HTML paragraph (a pair's tokens: the prompt with its longer answer), then what the chat
+    template does that shows only in the render (a folded system message, an empty reasoning block), in words."""
+    notes = "".join(f"<br>⚠ {html.escape(n)}" for n in rendering_notes(r))
+    return _token_summary(r) + notes
+
+
+def _token_summary(r: dict) -> str:
     t = r["tokens"]
     pairs = is_pair_format(r.get("format"))
     what = "prompt + longer answer" if pairs else "record"

@@ -4,8 +4,10 @@ shows: the config as submitted, the command's output as train.log, and a ``faile
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
+from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OOM
 from trainer.rundir import events as ev
 from trainer.rundir.records import Failed
 
@@ -40,3 +42,26 @@ def _log_text(log_stem: Path | None) -> str:
             except OSError:
                 pass
     return "".join(parts)
+
+
+EXIT_WORDS = {EXIT_FAULT: "an error", EXIT_BAD_INPUT: "bad input", EXIT_OOM: "out of memory after every recovery step"}
+
+
+def ended_message(name: str, code: int, state, stderr_tail: str) -> str:
+    """Why the command of run ``name`` ended with ``code`` (negative: killed by that signal), in words, for the popup:
+    the run's own reason (``state``: its RunState — the failed event's message, or why its state differs from
+    status.json) or the CLI's one-line error; never the progress lines the output ends with."""
+    if code < 0:
+        try:
+            how = f"was killed (signal {-code}, {signal.Signals(-code).name})"
+        except ValueError:
+            how = f"was killed (signal {-code})"
+    else:
+        how = f"ended with exit code {code}" + (f" ({EXIT_WORDS[code]})" if code in EXIT_WORDS else "")
+    lines = [x.strip() for x in stderr_tail.strip().splitlines() if x.strip()]
+    said = next((x for x in reversed(lines) if x.startswith("trainpilot-cli:")), None)
+    why = getattr(state, "error", None) or getattr(state, "reason", None) or said
+    text = f"{name} {how}" + (f": {why}" if why else ".")
+    if getattr(state, "resumable", False):
+        text += f"\n\nResume continues from checkpoint {state.checkpoint_step}."
+    return text

@@ -6,7 +6,9 @@ The worker writes (docs/grpo.md): ``step`` events with ``reward``, ``reward_std`
 {"mean", "std"}}, ``no_signal_fraction``, ``completion_length``, ``completion_clipped``, ``kl`` (only with
 grpo.beta > 0) and ``entropy``; ``run_started`` with ``objective: "grpo"``, ``reward_functions`` and
 ``reward_weights``; ``sample`` events with ``source: "grpo"``, ``reward``, ``rewards`` {function: value} and
-``advantage``. A missing or non-numeric value is a gap (NaN), never a zero.
+``advantage``; ``eval`` events (with validation data and ``training.eval_every_steps``) with ``reward``,
+``reward_std`` and ``rewards``: the validation prompts' sampled completions scored by the run's rewards. A missing
+or non-numeric value is a gap (NaN), never a zero.
 
 Reading is split as in ``run_data``: ``grpo_columns(step_events)`` runs on the reader thread and turns step
 events into plain columns; ``GrpoSeries.extend(columns)`` appends them on the GUI thread.
@@ -16,9 +18,11 @@ from __future__ import annotations
 import math
 
 from app.model.series import Series
+from trainer.rundir.records import OBJECTIVE_FIELDS
 
-# Step fields charted as they are (name → the series of GrpoSeries that holds them).
+# Step fields charted as they are (name → the series of GrpoSeries that holds them): typed in the trainer's records.
 SCALARS = ("reward", "reward_std", "no_signal_fraction", "completion_length", "completion_clipped", "kl", "entropy")
+assert set(SCALARS) <= set(OBJECTIVE_FIELDS), set(SCALARS) - set(OBJECTIVE_FIELDS)
 
 
 def is_grpo_step(e: dict) -> bool:
@@ -62,11 +66,13 @@ class Band:
 
 class GrpoSeries:
     """Step-indexed GRPO series of one run: ``total`` (weighted reward Band), ``functions`` {name: Band} in the
-    order the run named them, and Series ``no_signal``, ``clipped`` (fractions 0-1), ``completion_length``
-    (tokens), ``kl``, ``entropy``."""
+    order the run named them, ``validation`` (the weighted reward on the validation prompts, a Band at each
+    evaluation), and Series ``no_signal``, ``clipped`` (fractions 0-1), ``completion_length`` (tokens), ``kl``,
+    ``entropy``."""
 
     def __init__(self):
         self.total = Band()
+        self.validation = Band()
         self.functions: dict[str, Band] = {}
         self.weights: dict[str, float] = {}
         self.no_signal, self.clipped = Series(), Series()
@@ -106,6 +112,14 @@ class GrpoSeries:
         self.kl.extend(xs, cols["kl"])
         self.entropy.extend(xs, cols["entropy"])
         self._steps += len(xs)
+        self.version += 1
+
+    def evaluated(self, e: dict) -> None:
+        """An ``eval`` event: GRPO's validation reward at its step (events without a reward are not GRPO's)."""
+        step, reward = _num(e.get("step")), _num(e.get("reward"))
+        if step is None or reward is None:
+            return
+        self.validation.extend([step], [reward], [_nan(e.get("reward_std"))])
         self.version += 1
 
     def _band(self, name: str) -> Band:

@@ -75,7 +75,8 @@ def describe_shape(shape: str) -> str:
     return SHAPE_WORDS[shape]
 
 
-GRPO_USE = "Trained with GRPO: the model samples several answers per prompt and the rewards (next page) score them."
+GRPO_USE = ("Two ways to learn from them: SFT trains on each answer with its prompt masked (a prompt and its answer); "
+            "GRPO samples several answers per prompt and the rewards (next page) score them.")
 
 
 # One short line each for the page (the schema's full description is the tooltip: ``builtin_help``).

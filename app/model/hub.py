@@ -2,13 +2,11 @@
 and shipped architectures told apart from models (light: huggingface_hub, no torch)."""
 from __future__ import annotations
 
-import socket
-import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 from huggingface_hub import constants, try_to_load_from_cache
 
+from trainer.core import network
 from trainer.core.paths import MODELS_DIR, hf_hub_cache
 
 
@@ -30,7 +28,7 @@ def is_cached(repo_id: str, revision: str | None = None) -> bool:
         (snapshot / "model.safetensors.index.json").exists()
 
 
-REACH_TIMEOUT_S = 4.0  # one connection attempt (seconds); huggingface_hub's own retries take ~25 s
+REACH_TIMEOUT_S = network.REACH_TIMEOUT_S  # one connection attempt (seconds); huggingface_hub's own retries take ~25 s
 
 
 class HubOffline(OSError):
@@ -38,21 +36,10 @@ class HubOffline(OSError):
 
 
 def offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
-    """Why the hub (``HF_ENDPOINT``) cannot be reached now, in words, or None when it accepts a
-    connection within ``timeout_s`` seconds (through the proxy when one is set). One attempt, no retries."""
-    if constants.HF_HUB_OFFLINE:
+    """Why the hub (``HF_ENDPOINT``) cannot be reached now, in words, or None (``trainer.core.network``)."""
+    if constants.HF_HUB_OFFLINE:  # set when huggingface_hub was imported
         return "offline mode is on (HF_HUB_OFFLINE=1)"
-    url = urlparse(constants.ENDPOINT)
-    proxy = urllib.request.getproxies().get(url.scheme or "https")
-    where = urlparse(proxy) if proxy and not urllib.request.proxy_bypass(url.hostname or "") else url
-    host = where.hostname or ""
-    port = where.port or (443 if where.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as exc:
-        what = "the proxy " if where is not url else ""
-        return f"{what}{host} cannot be reached ({exc.strerror or type(exc).__name__})"
-    return None
+    return network.hub_offline_reason(timeout_s)
 
 
 def require_online() -> None:

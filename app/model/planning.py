@@ -6,24 +6,20 @@ from __future__ import annotations
 from trainer import config as tc
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
+from trainer.planning.ladder import record_kept_settings
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor import preflight
 
 
 def final_from_plan(cfg: tc.RunConfig, plan) -> tc.RunConfig:
-    """``plan``'s resolved config when the plan was made for ``cfg`` (preset recorded), else ``cfg``."""
-    if plan is None or getattr(plan, "config_in", None) != cfg:
-        return cfg
-    resolved = getattr(plan, "resolved", None)
-    if resolved is None:
-        return cfg
+    """``plan``'s resolved config when the plan was made for ``cfg`` (preset recorded), else ``cfg`` with the
+    settings the user gave a value written into ``recovery.ladder_keeps`` (the written file sets every key, so the
+    CLI could no longer tell which were the user's: the OOM ladder would keep them all)."""
+    if plan is None or getattr(plan, "config_in", None) != cfg or getattr(plan, "resolved", None) is None:
+        return record_kept_settings(cfg)
+    resolved = plan.resolved
     return resolved if resolved.preset or not plan.preset else tc.replace(resolved, preset=plan.preset)
-
-
-def plan_for(cfg: tc.RunConfig, snapshot):
-    """Plan ``cfg`` for ``snapshot`` (seconds of CPU for big models: call it off the GUI thread)."""
-    return _plan(cfg, snapshot)
 
 
 def _plan(cfg: tc.RunConfig, snapshot):
@@ -45,6 +41,14 @@ def seq_len_limit(cfg: tc.RunConfig) -> int | None:
         return spec_for_run(cfg).max_positions or None
     except UserError:  # no config.json here yet: the planner says "unknown" and Review names the download
         return None
+
+
+def proposed_seq_len(limit: int | None) -> int:
+    """The sequence length the wizard proposes for a model that reads ``limit`` positions (tokens) while the user has
+    not set one: the schema's default, or the model's limit when it reads fewer (a default the model refuses is no
+    default: the 512-position demo model and 2048)."""
+    default = tc.DataConfig.model_fields["seq_len"].default
+    return min(default, limit) if limit else default
 
 
 def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:

@@ -232,6 +232,8 @@ class RunData:
             if isinstance(e.get("objective"), str):
                 self.objective = e["objective"]
             self.grpo.started(e)
+        elif kind == "eval":
+            self.grpo.evaluated(e)  # GRPO's validation reward (other runs' evals carry a loss, not a reward)
         elif kind == "plan" and isinstance(e.get("plan"), dict):
             self.plan = e["plan"]
         if kind != "plan":

@@ -21,6 +21,8 @@ import signal
 import shiboken6
 from PySide6 import QtCore
 
+from trainer.rundir.events import json_objects
+
 STDERR_KEEP_BYTES = 64 * 1024  # a long child's progress chatter on stderr must not grow without end
 ERROR_LINES = 6
 # Lines a child prints on stderr that report progress, not a problem.
@@ -40,15 +42,7 @@ def json_lines(buffer: bytes) -> tuple[list[dict], bytes]:
     """The complete JSON-object lines of a child's stdout ``buffer`` (others skipped), and the partial
     last line to keep for the next read."""
     *lines, rest = buffer.split(b"\n")
-    out = []
-    for line in lines:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(msg, dict):
-            out.append(msg)
-    return out, rest
+    return json_objects(lines), rest
 
 
 def error_message(stderr: str, exit_code: int | None) -> str:

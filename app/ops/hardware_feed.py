@@ -1,7 +1,7 @@
 """The GUI's own hardware probe, sampled off the GUI thread (NVML calls cost milliseconds).
 
 Light samples every second, full snapshots (with the process list) every few seconds. A recorded
-trace (``--hardware FILE``) replays through the same ``trainer.gpu.open_probe`` API.
+trace (``--hardware FILE``) replays through the same ``trainer.hardware.source.open_probe`` API.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class HardwareMonitor(QtCore.QObject):
         self.hardware_file = hardware_file
         self.interval_s = interval_s
         self.latest = None
+        self.first = None  # the first snapshot: a recording's first moment
         self._full = None  # the newest snapshot with processes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -53,9 +54,17 @@ class HardwareMonitor(QtCore.QObject):
         self._stop.set()
 
     def _remember(self, snap) -> None:
+        if self.first is None:
+            self.first = snap
         self.latest = snap
         if getattr(snap, "gpus", None) and any(g.processes for g in snap.gpus):
             self._full = snap
+
+    def planning_snapshot(self):
+        """The snapshot plans are made for (None until the probe answers): this machine's newest, or a recording's
+        first (``trainer.hardware.source.planning_snapshot``: the moment ``trainpilot-cli plan/run --hardware``
+        plan against; the header goes on replaying the recording)."""
+        return self.first if self.hardware_file else self.latest
 
     def processes_snapshot(self):
         """The newest snapshot that carries GPU processes (or the latest one)."""

@@ -95,14 +95,6 @@ class Monitor(QtCore.QObject):
         runs_dir, extra = settings.runs_dir(), settings.extra_runs()
         self._scans.submit(lambda: _background(lambda: run_index.scan(runs_dir, extra)))
 
-    def wait_loaded(self, timeout_ms: int = 10000) -> bool:
-        """Process events until the selected run's backlog is read (tests and scripts)."""
-        timer = QtCore.QElapsedTimer()
-        timer.start()
-        while self.current is not None and not self.current.loaded and timer.elapsed() < timeout_ms:
-            QtCore.QCoreApplication.processEvents(QtCore.QEventLoop.AllEvents, 50)
-        return self.current is None or self.current.loaded
-
     # -- reading --------------------------------------------------------------------------------
     def _read(self, data) -> None:
         if self._reading is not None:

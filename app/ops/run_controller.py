@@ -53,6 +53,7 @@ class RunController(QtCore.QObject):
     def __init__(self, parent=None, stop_timeout_s: float = STOP_TIMEOUT_S):
         super().__init__(parent)
         self.stop_timeout_s = stop_timeout_s
+        self.hardware_file: str | None = None  # the recording the window replays (None: this machine's GPU)
         self.children: dict[str, tuple[subprocess.Popen, Path]] = {}
         self._stopping: dict[str, QtCore.QElapsedTimer] = {}
         self._trees: dict[str, tuple[float, list[int]]] = {}
@@ -63,13 +64,18 @@ class RunController(QtCore.QObject):
 
     # -- intents --------------------------------------------------------------------------------
     def start(self, config_path: str, run_dir: str) -> None:
-        """``trainpilot-cli run CONFIG --run-dir RUN_DIR`` in a new session."""
-        self._launch(run_dir, "run", config_path, "--run-dir", run_dir)
+        """``trainpilot-cli run CONFIG --run-dir RUN_DIR [--hardware FILE]`` in a new session."""
+        self._launch(run_dir, "run", config_path, "--run-dir", run_dir, *self._hardware_args())
 
     def start_demo(self, run_dir: str, overrides: tuple[str, ...] = ()) -> None:
-        """``trainpilot-cli demo --run-dir RUN_DIR [--set k=v ...]`` (tiny CPU run)."""
+        """``trainpilot-cli demo --run-dir RUN_DIR [--hardware FILE] [--set k=v ...]`` (tiny CPU run)."""
         sets = [a for o in overrides for a in ("--set", o)]
-        self._launch(run_dir, "demo", "--run-dir", run_dir, *sets)
+        self._launch(run_dir, "demo", "--run-dir", run_dir, *self._hardware_args(), *sets)
+
+    def _hardware_args(self) -> list[str]:
+        """A window that replays a recording starts its runs planned and checked against the same recording
+        (what its wizard planned and Review checked), never against another machine."""
+        return ["--hardware", self.hardware_file] if self.hardware_file else []
 
     def resume(self, run_dir: str) -> None:
         """``trainpilot-cli resume RUN_DIR``: continue a stopped or crashed run from its checkpoint."""

@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.views import eval_curve
+from app.views.headline import Headline, ProgressStrip
 from app.model import fmt
 from app.model.run_data import RunData
 
@@ -21,7 +22,7 @@ pg.setConfigOptions(antialias=False, background="w", foreground="#333")
 # (key, title, unit, x is time, row, column, shows its x axis). Plots sharing an x (time or step)
 # are linked and only the lowest of each column draws its x axis: axis text dominates frame time.
 PLOTS = (
-    ("vram", "VRAM", "GiB", True, 0, 0, False), ("temp", "GPU temperature", "°C", True, 0, 1, False),
+    ("vram", "VRAM", "GiB", True, 0, 0, False), ("temp", "GPU temp.", "°C", True, 0, 1, False),
     ("power", "Power", "W", True, 1, 0, False), ("util", "GPU utilisation", "%", True, 1, 1, True),
     ("tps", "Throughput", "tokens/s", True, 2, 0, True), ("loss", "Loss", "", False, 2, 1, False),
     ("lr", "Learning rate", "", False, 3, 1, True),
@@ -30,8 +31,10 @@ PLOTS = (
 
 TITLES = {key: title for key, title, *_ in PLOTS}
 GRPO_REWARD_TITLE = "Total reward (GRPO; per function: Rewards tab)"
-# An empty GPU chart's title fits its column at 800×600: "GPU temp.: no GPU samples".
-SHORT_TITLES = dict(TITLES, temp="GPU temp.", util="GPU use")
+# An empty GPU chart's title fits its column at 800×600 (~140 px): "Temp.: no data" (tooltip-free, so short).
+SHORT_TITLES = dict(TITLES, temp="Temp.", util="GPU use")
+EMPTY_TITLE = "{}: no data"
+MIN_TIME_SPAN_S = 10  # a wall-clock axis never spans less (sub-second ticks read as "00.250")
 
 # The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
 STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
@@ -57,11 +60,11 @@ class Dashboard(QtWidgets.QWidget):
         self._throttle_key = None
         self._follow_time = True
         self._stages: list[list[str]] = []
-        self.headline = QtWidgets.QLabel("No run selected")
+        self.headline = Headline("No run selected")
         self.headline.setObjectName("headline")
         self.headline.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
-        # A long headline must not set the window's minimum width (800×600 works): it is cut at the
-        # end, where the details are, and whole in its tooltip; the state comes first.
+        # A long headline must not set the window's minimum width (800×600 works): it wraps onto two
+        # lines of fixed height, drops whole trailing parts that do not fit, and is whole in its tooltip.
         self.headline.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Fixed)
         self.graphs = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
@@ -72,7 +75,7 @@ class Dashboard(QtWidgets.QWidget):
         policy.setRetainSizeWhenHidden(True)  # showing it must not resize the plots (every axis re-renders)
         self.progress.setSizePolicy(policy)
         self.progress.hide()
-        self.headline.setFixedHeight(self.progress.height() + 4)
+        self.headline.setFixedHeight(2 * self.headline.fontMetrics().lineSpacing() + 4)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(self.headline, 1)
         top.addWidget(self.progress)
@@ -95,7 +98,7 @@ class Dashboard(QtWidgets.QWidget):
             plot.setMenuEnabled(False)
             # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250");
             # step axes never below a few steps.
-            plot.setLimits(minXRange=60 if timed else 4)
+            plot.setLimits(minXRange=MIN_TIME_SPAN_S if timed else 4)
             _fast_axes(plot)
             self.plots[key] = plot
         layout = self.graphs.ci.layout
@@ -116,7 +119,7 @@ class Dashboard(QtWidgets.QWidget):
             self.curves[name] = curve
         self.curves["margin"] = self.plots["reward"].plot(pen=_pen("#ff7f0e"), name="margin")
         self.peak_line = pg.InfiniteLine(angle=0, pen=_pen("#e377c2", QtCore.Qt.DotLine),
-                                         label="predicted peak", labelOpts={"position": 0.1, "color": "#e377c2"})
+                                         label="predicted peak", labelOpts={"position": 0.35, "color": "#e377c2"})
         self.peak_line.setVisible(False)
         self.plots["vram"].addItem(self.peak_line)
         # Total VRAM is constant for a GPU: a line, not a 86,400-point curve redrawn every frame.
@@ -145,12 +148,25 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setData([], [])
         for c in self.curves.values():
             c.setData([], [])
-        for plot in self.plots.values():
-            plot.enableAutoRange()  # a new run must not inherit the previous run's time window
+        self._neutral_ranges(data)
         self._follow_time = True
         self._stages = [list(g) for g in STAGES]
         self.plots["util"].setYRange(0, 100)  # a percentage: a fixed scale reads at a glance
         self.refresh()
+
+    def _neutral_ranges(self, data: RunData | None) -> None:
+        """A new run must not inherit the previous run's axes: every plot starts from a range of its own (around the
+        run's start on the time axes, its steps on the step axes) and then follows its data, if it has any (a run
+        that failed before its first step has none: autorange alone kept the last run's window)."""
+        now = (data.started if data is not None and data.started else None) or QtCore.QDateTime.currentSecsSinceEpoch()
+        last = (data.last_step or {}) if data is not None else {}
+        steps = last.get("max_steps") if isinstance(last.get("max_steps"), int) else 10
+        for key, _title, _unit, timed, *_ in PLOTS:
+            plot = self.plots[key]
+            plot.setXRange(now - MIN_TIME_SPAN_S, now + MIN_TIME_SPAN_S, padding=0) if timed \
+                else plot.setXRange(0, max(steps, 4), padding=0)
+            plot.setYRange(0, 1, padding=0)
+            plot.enableAutoRange()
 
     @property
     def data(self) -> RunData | None:
@@ -223,7 +239,7 @@ class Dashboard(QtWidgets.QWidget):
             empty = d.run_dir is not None and not series_.has_values()
             if not self._changed(f"empty-{name}", empty):
                 continue
-            self.plots[name].setTitle(f"{SHORT_TITLES[name]}: no GPU samples" if empty else TITLES[name])
+            self.plots[name].setTitle(EMPTY_TITLE.format(SHORT_TITLES[name]) if empty else TITLES[name])
             if empty:
                 self.plots[name].setYRange(*EMPTY_Y[name], padding=0)
             elif name != "util":  # utilisation keeps its fixed 0-100 % scale
@@ -257,8 +273,9 @@ class Dashboard(QtWidgets.QWidget):
         if not spans:
             return
         span = (min(a for a, _ in spans), max(b for _, b in spans))
-        if self._changed("time_span", span):
-            self.plots["vram"].setXRange(span[0], max(span[1], span[0] + 60), padding=0.02)
+        if self._changed("time_span", span):  # the data's own span: the axis ends where the data ends
+            short = max(0.0, MIN_TIME_SPAN_S - (span[1] - span[0])) / 2  # centred when shorter than the least
+            self.plots["vram"].setXRange(span[0] - short, span[1] + short, padding=0.02)
 
     def _user_moved_time(self, *_args) -> None:
         self._follow_time = False
@@ -284,36 +301,6 @@ class Dashboard(QtWidgets.QWidget):
         """The shaded (start, end) spans, Unix seconds (for tests and tooltips)."""
         x = self.throttle.xData
         return [] if x is None else [(float(x[i]), float(x[i + 2])) for i in range(0, len(x), 4)]
-
-class ProgressStrip(QtWidgets.QWidget):
-    """'step / total' as a filled bar. Painted by us: QProgressBar.setValue repaints synchronously,
-    which redraws the plots beneath it in the same call (measured: 0.24 s with a day of data)."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.step, self.total = 0, 0
-        self.setFixedSize(240, 18)
-
-    def set_progress(self, step: int, total: int) -> None:
-        """Show ``step`` of ``total`` (schedules a repaint; never paints now)."""
-        self.step, self.total = min(step, total), total
-        self.setToolTip(f"{self.step:,} of {self.total:,} steps")
-        self.update()
-
-    def paintEvent(self, _event) -> None:
-        p = QtGui.QPainter(self)
-        r = self.rect().adjusted(0, 0, -1, -1)
-        p.fillRect(r, QtGui.QColor("#eee"))
-        if self.total:
-            p.fillRect(QtCore.QRectF(r.left(), r.top(), r.width() * self.step / self.total, r.height()),
-                       QtGui.QColor("#6baed6"))
-        p.setPen(QtGui.QColor("#888"))
-        p.drawRect(r)
-        p.setPen(QtGui.QColor("#222"))
-        pct = f" ({self.step / self.total:.0%})" if self.total else ""
-        p.drawText(r, QtCore.Qt.AlignCenter, f"{self.step:,} / {self.total:,} steps{pct}")
-        p.end()
-
 
 def throttle_outline(periods: list[list[float]], end_now: float | None):
     """x, y of rectangles (-1e4 to 1e4 °C) over each throttling period, for one filled curve."""

@@ -1,7 +1,9 @@
 """Export a trained model from the GUI: ``trainpilot-cli export-model ... --json`` in a child process,
 its JSON progress lines driving a progress bar (the GUI never imports torch). "Merge the LoRA adapter" is
 offered only for a LoRA/QLoRA run; a folder that cannot be written is said beside the folder, before
-anything starts."""
+anything starts. A GGUF export is verified in llama.cpp on the run's own prompts (on by default): its one-line
+result is shown under the bar. ``VerifyExportDialog`` repeats those checks on an export folder
+(``trainpilot-cli verify-export``), from the run toolbar."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,13 +18,18 @@ GGUF_LABELS = (("no GGUF", None), ("GGUF f16 (llama.cpp, exact to f16)", "f16"),
                ("GGUF q4_k_m (4-bit, a quarter of f16)", "q4_k_m"))
 
 
-def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool) -> list[str]:
+def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, ollama: bool,
+                      verify: bool = True) -> list[str]:
     """The CLI arguments for these choices (``--json`` for progress lines)."""
     args = ["export-model", run_dir, "--to", to, "--json"]
     args += ["--merge"] if merge else []
     args += ["--gguf", gguf] if gguf else []
     args += ["--ollama"] if ollama and gguf else []
+    args += ["--no-verify"] if gguf and not verify else []
     return args
+
+
+VERIFY_COLORS = {True: "#070", False: "#b00", None: "#a60"}  # verified, differs, not verified
 
 
 class ExportModelDialog(QtWidgets.QDialog):
@@ -47,6 +54,13 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.formats = QtWidgets.QLabel(formats_text(formats))
         self.formats.setWordWrap(True)
         self.ollama = QtWidgets.QCheckBox("Ollama Modelfile (needs a GGUF)")
+        self.verify = QtWidgets.QCheckBox("Verify the GGUF in llama.cpp on the run's own prompts (on the CPU)")
+        self.verify.setChecked(True)
+        self.verification = QtWidgets.QLabel("")  # the export's one-line verification result
+        self.verification.setObjectName("verification")
+        self.verification.setWordWrap(True)
+        self.verification.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.verification.setTextFormat(QtCore.Qt.PlainText)
         self.progress = QtWidgets.QProgressBar(minimum=0, maximum=100, value=0)
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
@@ -66,12 +80,14 @@ class ExportModelDialog(QtWidgets.QDialog):
         form.addRow("GGUF:", self.gguf)
         form.addRow("", self.formats)
         form.addRow("", self.ollama)
+        form.addRow("", self.verify)
         form.addRow(self.progress)
         form.addRow(self.status)
+        form.addRow(self.verification)
         form.addRow(self.buttons)
         self.job: Job | None = None
         self.files: list[str] = []
-        self.resize(560, 260)
+        self.resize(600, 300)  # room for a two-line verification result
 
     def _browse(self) -> None:
         chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())
@@ -87,8 +103,9 @@ class ExportModelDialog(QtWidgets.QDialog):
             return False
         args = export_model_args(self.run_dir, self.folder.text().strip(),
                                  self.adapter and self.merge.isChecked(),
-                                 self.gguf.currentData(), self.ollama.isChecked())
+                                 self.gguf.currentData(), self.ollama.isChecked(), self.verify.isChecked())
         self.files = []
+        self.verification.setText("")
         self.progress.setValue(0)
         self.status.setStyleSheet("")
         self.status.setText("starting…")
@@ -105,6 +122,8 @@ class ExportModelDialog(QtWidgets.QDialog):
             self.progress.setValue(int(round(100 * msg["fraction"])))
             self.status.setText(msg.get("message", ""))
             self.files = msg.get("files", self.files)
+        if isinstance(msg.get("verification"), dict):
+            show_verification(self.verification, msg["verification"])
 
     def _failed(self, message: str) -> None:
         self.status.setStyleSheet("color:#b00")
@@ -115,3 +134,64 @@ class ExportModelDialog(QtWidgets.QDialog):
         if code == 0:
             self.progress.setValue(100)
             self.status.setText(f"Exported {len(self.files)} files to {self.folder.text().strip()}")
+
+
+def show_verification(label: QtWidgets.QLabel, result: dict) -> None:
+    """The verification's one line in ``label``, green when verified, red when it differs, amber when not verified."""
+    label.setStyleSheet(f"color:{VERIFY_COLORS.get(result.get('verified'), '#a60')}")
+    label.setText(str(result.get("summary") or ""))
+
+
+class VerifyExportDialog(QtWidgets.QDialog):
+    """An export folder checked again against the run it came from (``trainpilot-cli verify-export DIR --json``)."""
+
+    def __init__(self, folder: str = "", parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Verify an export")
+        self.folder = QtWidgets.QLineEdit(folder)
+        browse = QtWidgets.QPushButton("Choose…", clicked=self._browse)
+        self.result = QtWidgets.QLabel("Checks the GGUF in llama.cpp and the Ollama Modelfile on the run's own prompts.")
+        self.result.setObjectName("verification")
+        self.result.setWordWrap(True)
+        self.result.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.result.setTextFormat(QtCore.Qt.PlainText)
+        self.buttons = QtWidgets.QDialogButtonBox(QtWidgets.QDialogButtonBox.Close)
+        self.verify_button = self.buttons.addButton("Verify", QtWidgets.QDialogButtonBox.ActionRole)
+        self.verify_button.clicked.connect(self.start)
+        self.buttons.rejected.connect(self.reject)
+        row = QtWidgets.QHBoxLayout()
+        row.addWidget(self.folder, 1)
+        row.addWidget(browse)
+        form = QtWidgets.QFormLayout(self)
+        form.addRow("Export folder:", row)
+        form.addRow(self.result)
+        form.addRow(self.buttons)
+        self.job: Job | None = None
+        self.resize(560, 180)
+
+    def _browse(self) -> None:
+        chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export folder", self.folder.text())
+        if chosen:
+            self.folder.setText(chosen)
+
+    def start(self) -> None:
+        """Start ``verify-export`` on the chosen folder."""
+        self.result.setStyleSheet("")
+        self.result.setText("verifying in llama.cpp on the CPU…")
+        self.verify_button.setEnabled(False)
+        self.got = False
+        self.job = Job("verify-export", self.folder.text().strip(), "--json", parent=self)
+        self.job.line.connect(self._result)
+        self.job.failed.connect(self._failed)
+        self.job.done.connect(lambda *_: self.verify_button.setEnabled(True))
+        self.job.start()
+
+    def _result(self, msg: dict) -> None:
+        self.got = True
+        show_verification(self.result, msg)
+
+    def _failed(self, message: str) -> None:
+        if self.got:  # exit 4 (differs) or 2 (not verified) after the result line: the line says it
+            return
+        self.result.setStyleSheet("color:#b00")
+        self.result.setText(message)

@@ -17,9 +17,9 @@ class HardwareHeader(QtWidgets.QFrame):
         self.badge = QtWidgets.QLabel("")
         self.badge.setStyleSheet("background:#444; color:white; border-radius:4px; padding:1px 6px")
         self.vram, self.driver, self.temp = QtWidgets.QLabel(), QtWidgets.QLabel(), QtWidgets.QLabel()
-        for w in (self.vram, self.driver):  # on a narrow window these give way first (full text in the tooltip)
+        for w in (self.vram, self.driver):  # on a narrow window these give way first, whole (full text in the tooltip)
             w.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Preferred)
-            w.setMinimumWidth(40)
+        self.facts: dict = {}
         lay = QtWidgets.QHBoxLayout(self)
         for w, stretch in ((self.name, 0), (self.badge, 0), (self.vram, 3), (self.driver, 2)):
             lay.addWidget(w, stretch)
@@ -36,6 +36,33 @@ class HardwareHeader(QtWidgets.QFrame):
         self.vram.setToolTip(facts["vram"])
         self.driver.setToolTip(facts["driver"])
         self.temp.setText(facts["temperature"])
+        self.facts = facts
+        self._fit()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        """Show the VRAM and driver facts whole or not at all (a narrow window cut "11.9 GiB in use" mid-word):
+        the driver goes first, then "… in use"; the tooltips keep everything."""
+        if not self.facts:
+            return
+        fm, gap = self.fontMetrics(), 24
+        room = self.width() - self.name.sizeHint().width() - self.badge.sizeHint().width() - \
+            self.temp.sizeHint().width() - 4 * gap
+        vram, driver = self.facts["vram"], self.facts["driver"]
+        short = vram.split(",")[0]
+        if fm.horizontalAdvance(vram) + fm.horizontalAdvance(driver) + gap <= room:
+            shown = (vram, driver)
+        elif fm.horizontalAdvance(vram) <= room:
+            shown = (vram, "")
+        else:
+            shown = (short if fm.horizontalAdvance(short) <= room else "", "")
+        for label, text in zip((self.vram, self.driver), shown):
+            if label.text() != text:
+                label.setText(text)
+            label.setVisible(bool(text))
 
     def show_problem(self, text: str) -> None:
         """Show why hardware facts are missing."""

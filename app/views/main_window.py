@@ -12,9 +12,10 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model import advice
 from app.model import failed_start
+from trainer.rundir.runstate import read_run_state
 from app.ops import settings
 from app.views.export_dialog import ExportDialog
-from app.views.export_model_dialog import ExportModelDialog
+from app.views.export_model_dialog import ExportModelDialog, VerifyExportDialog
 from app.ops.hardware_feed import HardwareMonitor
 from app.views.header import HardwareHeader
 from app.views.learning_view import RunEndNotifier
@@ -48,6 +49,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.hardware = HardwareMonitor(hardware_file, parent=self)
         self.monitor = Monitor(self)
         self.runs = RunController(self)
+        self.runs.hardware_file = hardware_file
         self.header = HardwareHeader()
         self.run_list = RunList()
         self.run_view = RunView()
@@ -79,6 +81,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_stop = bar.addAction("Stop", self.stop_selected)
         self.act_export = bar.addAction("Export…", self.export_selected)
         self.act_export_model = bar.addAction("Export model…", self.export_model_selected)
+        self.act_verify_export = bar.addAction("Verify export…", self.verify_export)
+        self.act_verify_export.setToolTip("Check an exported GGUF in llama.cpp and its Ollama Modelfile against the "
+                                          "run it came from")
         for act, tip in ((self.act_resume, RESUME_TIP),
                          (self.act_stop, "Stop after the current step and save a checkpoint")):
             act.setToolTip(tip)
@@ -230,6 +235,12 @@ class MainWindow(QtWidgets.QMainWindow):
         if run_dir:
             ExportModelDialog(run_dir, self).open()
 
+    def verify_export(self) -> None:
+        """Check an export folder again (``trainpilot-cli verify-export``), the selected run's exports folder first."""
+        run_dir = self._selected_dir()
+        start = str(Path(run_dir).parent.parent / "exports" / Path(run_dir).name) if run_dir else ""
+        VerifyExportDialog(start, self).open()
+
     def open_wizard(self) -> None:
         """Open the setup wizard (non-modal). A wizard whose run failed to start comes back with the
         user's values; otherwise a fresh one."""
@@ -264,11 +275,12 @@ class MainWindow(QtWidgets.QMainWindow):
             self.wizard = wizard
             wizard.show_start_failure(code, stderr_tail)
             return
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
+                                    failed_start.ended_message(Path(run_dir).name, code, read_run_state(run_dir),
+                                                               stderr_tail), parent=self)
         if stderr_tail:
-            box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Warning, "Run ended",
-                                        f"{Path(run_dir).name} ended with exit code {code}:\n\n{stderr_tail}",
-                                        parent=self)
-            box.open()
+            box.setDetailedText(stderr_tail)  # the output's last lines, behind "Show Details…" (also the Log tab)
+        box.open()
 
     def _on_refused(self, run_dir: str, why: str) -> None:
         wizard, _ = self._wizard_runs.pop(run_dir, (None, None))

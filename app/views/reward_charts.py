@@ -1,6 +1,8 @@
 """The Rewards tab of a GRPO run: what the rewards say, step by step (a view over ``RunData.grpo``; no timers).
 
-Six charts: each reward function's mean with a ±1 std band, the weighted total with its band, the share of
+Six charts: each reward function's mean with a ±1 std band, the weighted total with its band (and, with validation
+data, the validation prompts' total reward at each evaluation: orange dots, instead of GRPO's validation loss,
+which is a policy-gradient term and says nothing of quality), the share of
 prompt groups with no learning signal (and of completions cut at max length), completion length, KL to the
 start model (only measured when grpo.beta > 0: the chart says so otherwise) and entropy. Same speed rules
 as the dashboard: 1 px pens, no antialiasing, curves bound only when their series changed.
@@ -30,6 +32,8 @@ CHARTS = {
     "entropy": ("Entropy of the sampled tokens", "", 2, 1),
 }
 KL_ABSENT = "KL: not measured (grpo.beta is 0)"
+VALIDATION_COLOR = "#ff7f0e"  # as the dashboard's validation loss
+WITH_VALIDATION = f"Total reward (±1 std) · <span style='color:{VALIDATION_COLOR}'>● validation</span>"  # short: one row
 
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
@@ -72,6 +76,9 @@ class RewardCharts(QtWidgets.QWidget):
             self.graphs.ci.layout.setColumnStretchFactor(col, 1)
         self._band("total", self.plots["total"], TOTAL_COLOR)
         self.curves["total"] = self.plots["total"].plot(pen=_pen(TOTAL_COLOR))
+        self.curves["validation"] = self.plots["total"].plot(
+            pen=_pen(VALIDATION_COLOR, QtCore.Qt.DashLine), symbol="o", symbolSize=6, symbolBrush=VALIDATION_COLOR,
+            symbolPen=None)
         self.curves["no_signal"] = self.plots["signal"].plot(pen=_pen(NO_SIGNAL_COLOR))
         self.curves["clipped"] = self.plots["signal"].plot(pen=_pen(CLIPPED_COLOR, QtCore.Qt.DashLine))
         self.plots["signal"].setYRange(0, 100, padding=0.02)
@@ -139,6 +146,10 @@ class RewardCharts(QtWidgets.QWidget):
             self._names = names
             self._show_legend()
         self._bind_band("total", g.total)
+        self._bind("validation", g.validation.mean)
+        has_validation = len(g.validation.mean) > 0
+        if self._changed("validation_title", has_validation):
+            self.plots["total"].setTitle(WITH_VALIDATION if has_validation else CHARTS["total"][0])
         self._bind("no_signal", g.no_signal, 100.0)
         self._bind("clipped", g.clipped, 100.0)
         self._bind("length", g.completion_length)

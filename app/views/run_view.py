@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.model.samples_note import empty_samples_note
 from app.views.learning_view import SamplesView
 from app.views.try_it import TryItTab
 from app.views.warnings_view import WarningsView
@@ -15,6 +16,8 @@ if TYPE_CHECKING:  # numpy/pyqtgraph-backed: imported after the window shows
 
 LOG_LINES = 200
 
+
+SAMPLE_HINT = "Select a sample to read it in full."
 
 class RunView(QtWidgets.QWidget):
     """Tabs for one run; ``bind(data)`` then ``refresh(advice)`` on each tick."""
@@ -47,7 +50,7 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.config, "Config")
         self.samples, self.try_it = SamplesView(), TryItTab()  # after training (app/learning_view, app/try_it)
         self.sample_detail = QtWidgets.QTextBrowser()  # the selected sample in full: prompt, answer, its rewards
-        self.sample_detail.setPlaceholderText("Select a sample to read it in full.")
+        self.sample_detail.setPlaceholderText(SAMPLE_HINT)
         self.samples.currentItemChanged.connect(self._show_sample)
         samples_tab = QtWidgets.QSplitter(QtCore.Qt.Vertical)
         samples_tab.addWidget(self.samples)
@@ -109,6 +112,7 @@ class RunView(QtWidgets.QWidget):
         self.model_bar.show_model(d.final_model())
         self._refresh_log(d)
         self.samples.refresh(d)
+        self._samples_note(d)
         self.try_it.follow(d.run_state)
         err = d.error_text()
         if err:
@@ -119,6 +123,13 @@ class RunView(QtWidgets.QWidget):
             self.failure_box.show()
         else:
             self.failure_box.hide()
+
+    def _samples_note(self, d: RunData) -> None:
+        """An empty Samples tab says why (no sample prompts, turned off, not yet) where the answers would be."""
+        note = None if self.samples.topLevelItemCount() else empty_samples_note(d.run_dir, d.notices)
+        text = note or SAMPLE_HINT
+        if self.sample_detail.placeholderText() != text:
+            self.sample_detail.setPlaceholderText(text)
 
     def _show_rewards(self, d: RunData | None) -> None:
         """A GRPO run gets the Rewards tab (before Samples), bound to it and refreshed; other runs do not."""

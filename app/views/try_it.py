@@ -114,6 +114,8 @@ class TryItTab(QtWidgets.QWidget):
         self._followed: tuple | None = None  # the RunState facts the tab last showed
         self.streams: list[ChatStream] = []
         self.checkpoint = QtWidgets.QComboBox()
+        self.picked: str | None = None  # the model the user picked (None: the newest, final once there is one)
+        self.checkpoint.currentIndexChanged.connect(self._picked)
         self.max_tokens = QtWidgets.QSpinBox(minimum=1, maximum=4096, value=128)
         self.temperature = QtWidgets.QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.1, value=0.7)
         self.temperature.setToolTip("0 answers greedily (the same every time)")
@@ -162,7 +164,10 @@ class TryItTab(QtWidgets.QWidget):
             self.status.setText("")
             self._followed = None
             self.tuned.title.setText("<b>Tuned model</b>")
+            self.checkpoint.blockSignals(True)
             self.checkpoint.clear()
+            self.checkpoint.blockSignals(False)
+            self.picked = None
             self.send_button.setEnabled(False)
         self.run_dir = new
 
@@ -187,7 +192,10 @@ class TryItTab(QtWidgets.QWidget):
         self.send_button.setEnabled(self.checkpoint.count() > 0 and not self.training and not self.busy())
 
     def _fill_models(self, rs: RunState) -> None:
-        chosen = self.checkpoint.currentData()
+        """Final, then every complete checkpoint, newest first. The user's own pick is kept while it exists; without
+        one the first entry is chosen, so a run that finishes moves from its newest checkpoint to final."""
+        chosen = self.picked
+        self.checkpoint.blockSignals(True)  # the list's own refill is no pick of the user's
         self.checkpoint.clear()
         if rs.model is not None and rs.model.label == "final":
             self.checkpoint.addItem("final", "final")
@@ -195,6 +203,10 @@ class TryItTab(QtWidgets.QWidget):
             self.checkpoint.addItem(f"checkpoint {checkpoint_step(ckpt)}", str(checkpoint_step(ckpt)))
         keep = self.checkpoint.findData(chosen) if chosen is not None else -1
         self.checkpoint.setCurrentIndex(keep if keep >= 0 else 0)
+        self.checkpoint.blockSignals(False)
+
+    def _picked(self, _index: int) -> None:
+        self.picked = self.checkpoint.currentData()
 
     # -- intents --------------------------------------------------------------------------------
     def send(self) -> bool:

@@ -14,6 +14,7 @@ Usage: installers/linux/install.sh [options]
   --torch-build TAG         auto (default), cpu, cu118, cu126, cu128, cu130
   --upgrade                 also upgrade PyTorch and the other packages to their newest releases
   --no-deepspeed            do not try DeepSpeed
+  --no-llama-cpp            do not build llama-cpp-python (exports are then written but not verified in llama.cpp)
   --no-desktop              no menu entry, icons or ~/.local/bin commands
   --editable                run from this source tree instead of a copy in PREFIX/src (developers)
   --system-libs ask|yes|no  the X11 libraries Qt needs (libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1):
@@ -31,6 +32,7 @@ EOF
 REPO="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
 PREFIX="${XDG_DATA_HOME:-$HOME/.local/share}/trainpilot"
 SYSTEM_LIBS="ask"; PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; DESKTOP=1; EDITABLE=0; OFFLINE=0; SYSTEM_SITE=0
+LLAMA_CPP=1
 WHEELHOUSES=(); REUSE=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -39,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --torch-build) TORCH_BUILD="$2"; shift 2 ;;
     --upgrade) UPGRADE=1; shift ;;
     --no-deepspeed) DEEPSPEED=0; shift ;;
+    --no-llama-cpp) LLAMA_CPP=0; shift ;;
     --no-desktop) DESKTOP=0; shift ;;
     --editable) EDITABLE=1; shift ;;
     --system-libs) SYSTEM_LIBS="$2"; shift 2 ;;
@@ -184,6 +187,29 @@ install_deepspeed() {
   return 0
 }
 
+# llama-cpp-python runs llama.cpp itself: export-model verifies every GGUF export in it (and quantizes to Q4_K_M).
+# PyPI has only its source, so it is built here (a C++ compiler; ~10-15 minutes on 2 cores) or taken as a wheel
+# from --wheelhouse offline. Its failure never fails the install: exports are then written and say "not verified".
+LLAMA_CPP_PYTHON="llama-cpp-python==0.3.36"
+install_llama_cpp_python() {
+  LLAMA_NOTE=""
+  (( LLAMA_CPP )) || { LLAMA_NOTE="skipped (--no-llama-cpp)"; return 0; }
+  if "$VPY" -c 'import llama_cpp' >/dev/null 2>&1 && (( ! UPGRADE )); then echo "llama-cpp-python is already installed."; return 0; fi
+  if (( OFFLINE )); then  # a prebuilt wheel from the wheelhouse only: no 15-minute build in an offline install
+    pip_install --only-binary llama-cpp-python "$LLAMA_CPP_PYTHON" "diskcache>=5.6.1" \
+      || LLAMA_NOTE="no llama-cpp-python wheel in the wheelhouse; exports are written but not verified in llama.cpp"
+  elif ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1; then
+    LLAMA_NOTE="no C++ compiler to build llama-cpp-python (Debian/Ubuntu: sudo apt-get install build-essential, then run the installer again); exports are written but not verified in llama.cpp"
+  else
+    echo "Building llama-cpp-python (llama.cpp for Python): about 10-15 minutes."
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+      timeout 3600 "$VPY" -m pip install "${PIP_ARGS[@]}" "$LLAMA_CPP_PYTHON" \
+      || LLAMA_NOTE="llama-cpp-python did not build (see install.log); exports are written but not verified in llama.cpp"
+  fi
+  [[ -n "$LLAMA_NOTE" ]] && echo "$LLAMA_NOTE"
+  return 0
+}
+
 # Qt's X11 platform plugin needs these; minimal desktops and containers often lack them, and Qt
 # alone says only "could not load the Qt platform plugin xcb". Checked with the dynamic loader's
 # cache; installed only with consent (a question, or --system-libs yes).
@@ -271,6 +297,9 @@ step "fetching llama.cpp's GGUF converter" ""
 FETCH=(--dest "$PREFIX/llama.cpp"); (( OFFLINE )) && FETCH+=(--offline)
 for wh in "${WHEELHOUSES[@]}"; do FETCH+=(--find-links "$wh"); done
 "$VPY" "$REPO/installers/fetch_llama_cpp.py" "${FETCH[@]}" || echo "(only GGUF export needs it; see the line above)"
+
+step "installing llama.cpp for Python (verifies GGUF exports)" ""
+install_llama_cpp_python
 
 step "installing the launcher" "Check that $PREFIX is writable."
 install -m 755 "$REPO/installers/linux/launch.sh" "$PREFIX/launch.sh"

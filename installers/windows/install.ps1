@@ -14,6 +14,7 @@ param(
     [switch]$Upgrade,
     [switch]$NoDeepSpeed,
     [switch]$NoShortcuts,
+    [switch]$NoLlamaCpp,
     [int]$DeepSpeedTimeoutMinutes = 20
 )
 
@@ -205,6 +206,26 @@ function Install-DeepSpeed {
     return ''
 }
 
+# llama-cpp-python runs llama.cpp itself: export-model verifies every GGUF export in it (and quantizes to Q4_K_M).
+# PyPI has only its source; building it on Windows needs the Visual Studio C++ Build Tools (cl.exe). Without them,
+# or when the build fails, the install goes on and says so: exports are then written and say "not verified".
+function Install-LlamaCppPython {
+    if ($NoLlamaCpp) { return 'skipped (-NoLlamaCpp)' }
+    if ((Invoke-Logged $VenvPy @('-c', 'import llama_cpp')) -eq 0 -and -not $Upgrade) { return '' }
+    $vswhere = Join-Path ${env:ProgramFiles(x86)} 'Microsoft Visual Studio\Installerswhere.exe'
+    $hasCl = (Get-Command cl.exe -ErrorAction SilentlyContinue) -or ((Test-Path $vswhere) -and
+        (& $vswhere -latest -products * -requires Microsoft.VisualStudio.Component.VC.Tools.x86.x64 -property installationPath))
+    if (-not $hasCl) {
+        return 'no C++ compiler to build llama-cpp-python (install the Visual Studio Build Tools with "Desktop development with C++", then run install.bat again); exports are written but not verified in llama.cpp'
+    }
+    Write-Host '  building llama-cpp-python (llama.cpp for Python): about 15 minutes...'
+    $env:CMAKE_ARGS = '-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF'
+    if ((Invoke-Logged $VenvPy @('-m', 'pip', 'install', 'llama-cpp-python==0.3.36')) -ne 0) {
+        return 'llama-cpp-python did not build (details in install.log); exports are written but not verified in llama.cpp'
+    }
+    return ''
+}
+
 function New-Shortcut([string]$Path, [string]$Target, [string]$Arguments, [string]$Icon) {
     $shell = New-Object -ComObject WScript.Shell
     $link = $shell.CreateShortcut($Path)
@@ -275,6 +296,10 @@ function Invoke-Main {
     Start-Step "fetching llama.cpp's GGUF converter" ''
     $fetch = @((Join-Path $RepoRoot 'installers\fetch_llama_cpp.py'), '--dest', (Join-Path $Prefix 'llama.cpp'))
     if ((Invoke-Logged $VenvPy $fetch) -ne 0) { Write-Log '(only GGUF export needs it; see the line above)' }
+
+    Start-Step 'installing llama.cpp for Python (verifies GGUF exports)' ''
+    $llamaNote = Install-LlamaCppPython
+    if ($llamaNote) { Write-Log "llama-cpp-python: $llamaNote" }
 
     Start-Step 'creating shortcuts' "Check that the Desktop and Start menu are writable; the app also starts with $Prefix\TrainPilot.bat."
     Install-Launchers $src

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,14 @@ def fixture_run(tmp_path):
         shutil.copytree(FIXTURES / "run_dirs" / name, dst)
         return dst
     return copy
+
+
+@pytest.fixture
+def cuda_torch(monkeypatch):
+    """This machine as a GPU recording describes it: PyTorch built for CUDA beside the replayed GPU. Stands in
+    ``torch.version`` the way ``trainer.core.capabilities`` reads an imported torch (the development machine has
+    a CPU-only build; without this, Review rightly blocks every replayed-GPU plan on the device)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch.version",
+                        types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))

@@ -59,8 +59,10 @@ def step_metrics(s: int, stalled: bool) -> dict:
     }
 
 
-def write_grpo_run(run_dir: Path, steps: int = 60, stalled: bool = False, beta: float = 0.04) -> Path:
-    """Write a finished GRPO run of ``steps`` steps into ``run_dir`` (created). ``beta`` 0: no ``kl`` field."""
+def write_grpo_run(run_dir: Path, steps: int = 60, stalled: bool = False, beta: float = 0.04,
+                   eval_every: int = 0) -> Path:
+    """Write a finished GRPO run of ``steps`` steps into ``run_dir`` (created). ``beta`` 0: no ``kl`` field.
+    ``eval_every`` N: an ``eval`` event every N steps, the validation prompts' reward (the step's total − 0.1)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     clock = {"t": T0}
     with mock.patch("time.time", lambda: clock["t"]):
@@ -77,6 +79,9 @@ def write_grpo_run(run_dir: Path, steps: int = 60, stalled: bool = False, beta: 
                     step_seconds=20.0, micro_batch_size=8, gradient_accumulation_steps=2,
                     eta_seconds=20.0 * (steps - s), **extra)
             _samples(w, clock, s, extra, stalled)
+            if eval_every and s % eval_every == 0:
+                w.write("eval", step=s, reward=extra["reward"] - 0.1, reward_std=0.2,
+                        rewards={k: dict(v) for k, v in extra["rewards"].items()}, completion_length=40.0)
             if stalled and s == 5:
                 w.write("warning", code="no_learning_signal", message=NO_SIGNAL_MESSAGE)
         clock["t"] = T0 + 20.0 * steps + 5

@@ -76,7 +76,10 @@ def test_every_warning_the_run_wrote_is_in_the_warnings_tab(qtbot, fixture_run):
                   {"type": "warning", "time": 2e9, "code": "notify_unset", "message": "notify: HOOK is not set"},
                   {"type": "warning", "time": 2e9, "code": "a_code_from_a_newer_trainer"},
                   {"type": "oom", "time": 2e9, "message": "CUDA out of memory at step 3"},
-                  {"type": "retry", "time": 2e9, "attempt": 2, "reason": "out of memory", "why": "an OOM at step 3"}):
+                  {"type": "retry", "time": 2e9, "attempt": 2, "reason": "out of memory", "why": "an OOM at step 3"},
+                  {"type": "retry", "time": 2e9, "attempt": 3, "reason": "out of memory", "why": "ZeRO-2 offload",
+                   "engine_change": {"from": "plain PyTorch (AdamW)", "to": "DeepSpeed ZeRO-2", "carried": [
+                       "weights", "AdamW moments"], "not_carried": ["the fp16 loss scale"]}}):
             fh.write(json.dumps(e) + "\n")
     data = RunData(run)
     data.poll()
@@ -88,6 +91,8 @@ def test_every_warning_the_run_wrote_is_in_the_warnings_tab(qtbot, fixture_run):
     assert "notify: HOOK is not set" in texts and "a code from a newer trainer" in texts
     assert "Out of GPU memory: CUDA out of memory at step 3." in texts
     assert "Attempt 2 started automatically after an OOM at step 3." in texts
+    assert ("Attempt 3 started automatically after ZeRO-2 offload. It moved from plain PyTorch (AdamW) to DeepSpeed "
+            "ZeRO-2, carrying weights, AdamW moments; not carried: the fp16 loss scale.") in texts
 
 
 def test_a_cpu_run_shows_no_gpu_warnings(fixture_run):

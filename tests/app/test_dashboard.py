@@ -63,7 +63,7 @@ def test_dashboard_shows_real_cpu_demo_recording(qtbot, fixture_run):
     assert len(data.host_ram_available) > 10  # the supervisor's 1 Hz telemetry still arrived
     assert "step 24 of 24" in dash.headline.text() and "finished" in dash.headline.text()
     for name in ("vram", "temp", "power", "util"):  # GPU charts of a CPU run say why they are empty
-        assert dash.plots[name].titleLabel.text.endswith(": no GPU samples"), name
+        assert dash.plots[name].titleLabel.text.endswith(": no data"), name
     assert not dash.hot_line.isVisible() and "no GPU" not in dash.plots["tps"].titleLabel.text
     assert dash.plots["temp"].viewRange()[1] == [0, 100], "not a 79.6-80.4 axis around the hidden 80 °C line"
 
@@ -96,7 +96,7 @@ def test_a_cpu_run_keeps_no_gpu_samples_after_resume_and_ranges_reset_per_run(qt
     assert len(cpu.temperature) == 0 and len(cpu.host_ram_available) > 0  # the resume gap is no GPU sample
     for name in ("vram", "temp", "power", "util"):
         assert not cpu.gpu_series[{"vram": "vram_used"}.get(name, name)].has_values()
-        assert dash.plots[name].titleLabel.text.endswith(": no GPU samples"), name
+        assert dash.plots[name].titleLabel.text.endswith(": no data"), name
     assert _y_range(dash, "power") == [0, 100] and _y_range(dash, "vram") == [0, 1]
     assert _y_range(dash, "temp") == [0, 100] and not dash.hot_line.isVisible()
     dash.set_data(gpu)

@@ -93,6 +93,25 @@ def test_rewards_tab_charts_each_function_with_its_band(run_view, grpo_run):
     assert f"reward {step_metrics(40, False)['reward']:.3g}" in dash.headline.text()
 
 
+def test_the_validation_reward_is_charted_beside_the_total_not_a_loss(run_view, tmp_path):
+    """GRPO's evaluation samples completions for the validation prompts and scores them with the run's rewards: the
+    Rewards tab shows that reward at each evaluation (its validation loss, a policy-gradient term, is not written)."""
+    data = _read(write_grpo_run(tmp_path / "val", steps=30, eval_every=10))
+    assert list(data.grpo.validation.mean.x) == [10.0, 20.0, 30.0]
+    run_view.bind(data)
+    run_view.refresh([])
+    charts = run_view.rewards
+    m = step_metrics(30, stalled=False)
+    assert list(charts.curves["validation"].xData) == [10.0, 20.0, 30.0]
+    assert charts.curves["validation"].yData[-1] == pytest.approx(m["reward"] - 0.1)
+    assert "validation" in charts.plots["total"].titleLabel.text
+    assert not len(run_view.dashboard.eval_curve.xData or [])  # no eval loss on the dashboard's loss chart
+    run_view.bind(_read(write_grpo_run(tmp_path / "noval", steps=6)))
+    run_view.refresh([])
+    assert "validation" not in run_view.rewards.plots["total"].titleLabel.text
+    assert not len(run_view.rewards.curves["validation"].xData or [])
+
+
 def test_no_kl_without_beta_says_why(run_view, tmp_path):
     run_view.bind(_read(write_grpo_run(tmp_path / "nokl", steps=6, beta=0.0)))
     run_view.refresh([])
@@ -192,11 +211,12 @@ def test_data_page_offers_grpo_for_a_gsm8k_file_and_then_the_reward_page(qtbot, 
     assert "gsm8k" in page.stats.text() and "GRPO" in page.stats.text()
     assert not page.objective_row.isHidden()
     choices = [page.objective.itemData(i) for i in range(page.objective.count())]
-    assert choices == [None, "grpo"]  # nothing chosen for the user
+    assert choices == [None, "sft", "grpo"]  # nothing chosen for the user: GSM8K is a question and its answer too
+    assert not page.isComplete()  # Next waits for the choice
     assert page.preview.rowCount() == 3
-    page.objective.setCurrentIndex(1)
-    page.objective.activated.emit(1)
-    assert wizard.state.values["training.objective"] == "grpo"
+    page.objective.setCurrentIndex(2)
+    page.objective.activated.emit(2)
+    assert wizard.state.values["training.objective"] == "grpo" and page.isComplete()
     assert page.nextId() == rewards_id
     page._cancel_report()
 
@@ -347,7 +367,7 @@ def test_a_grpo_run_through_review_saves_the_rewards_as_typed(qtbot, tmp_path):
     qtbot.addWidget(wiz)
     wiz.show()
     try:
-        qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+        qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
         wiz.state.set("data.seq_len", 512)
         wiz.next()
         wiz.next()

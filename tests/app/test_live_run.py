@@ -76,9 +76,9 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
     w = _window(qtbot)
     w.open_wizard()
     wiz = w.wizard
-    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     wiz.next()
-    qtbot.waitUntil(lambda: "Use 512" in wiz.model.facts.text(), timeout=15000)  # the demo model reads 512 positions
+    qtbot.waitUntil(lambda: wiz.state.values["data.seq_len"] == 512, timeout=15000)  # the demo model reads 512
     wiz.next()
     wiz.next()
     form = wiz.plan.advanced

@@ -39,7 +39,7 @@ def local_hub(tmp_path, monkeypatch):
 def _picker(qtbot):
     hw = HardwareMonitor(LAPTOP)
     hw.start()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     state = WizardState(hw)
     picker = ModelPicker(state)
     qtbot.addWidget(picker)
@@ -140,7 +140,7 @@ def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, loca
 
     hw = HardwareMonitor(LAPTOP)
     hw.start()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     state = WizardState(hw)
     page = ModelPage(state)
     qtbot.addWidget(page)

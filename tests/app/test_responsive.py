@@ -7,10 +7,13 @@ import json
 import os
 import time
 
+import pytest
 from conftest import FIXTURES
 from PySide6 import QtCore
 
 from app.views.main_window import KEEP, MainWindow
+
+pytestmark = pytest.mark.xdist_group("gui-timing")  # measured one after another, never beside another GUI timing
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 DAY_S = 24 * 3600

@@ -17,7 +17,8 @@ LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 
 
 @pytest.fixture
-def laptop():
+def laptop(cuda_torch):
+    """The recorded laptop, with the CUDA build of PyTorch such a machine has (Review checks the build too)."""
     hw = HardwareMonitor(LAPTOP)
     hw.start()
     yield hw
@@ -28,7 +29,7 @@ def _wizard_at_review(qtbot, hw, tmp_path, method: str) -> SetupWizard:
     wiz = SetupWizard(hw)
     qtbot.addWidget(wiz)
     wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
     wiz.next(), wiz.next(), wiz.next()  # past the data page, which sets data.path from its own field
@@ -90,3 +91,30 @@ def test_a_read_only_runs_folder_is_blocked(qtbot, laptop, tmp_path):
         assert "cannot write in" in wiz.review.message.text() and not wiz.review.start_button.isEnabled()
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.slow  # two Review checks: ~20 s
+def test_a_replayed_gpu_with_a_cpu_only_torch_is_blocked_as_start_would(qtbot, tmp_path, monkeypatch):
+    """Issue 29 item 3: device auto, the recorded laptop GPU, a CPU-only PyTorch: Review says what Start would
+    refuse (not "Ready"), on the device, with the fix; the config can still be exported; device cpu is ready."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cpu", cuda=None, hip=None))
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    try:
+        wiz = _wizard_at_review(qtbot, hw, tmp_path, "lora")
+        text = wiz.review.message.text()
+        assert "Start is blocked" in text and "<b>Device</b> (Method page → Advanced settings)" in text, text
+        assert "rtx4090_laptop_16gb.jsonl" in text and "CPU-only build" in text and "set device: cpu" in text
+        assert not wiz.review.start_button.isEnabled() and wiz.review.export_button.isEnabled()
+        assert "Ready" not in text
+        wiz.back()
+        device = wiz.plan.advanced.editors["device"]  # the Advanced form's Device box, as a user picks from it
+        device.setCurrentIndex(device.findData("cpu"))
+        assert wiz.state.values["device"] == "cpu"
+        wiz.next()
+        _checked(qtbot, wiz)
+        assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+    finally:
+        hw.stop()

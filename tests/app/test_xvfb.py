@@ -59,4 +59,8 @@ def test_real_app_in_a_real_x_server(x_display, tmp_path):
     assert after["recorded"] == "running", after  # the stale status.json every reader must see through
     assert after["list"] == after["dashboard"] == after["status_bar"] == after["cli"] == "failed", after
     assert after["resume_enabled"] and not after["stop_enabled"], after
+    popup = seen["kill_popup"]  # the reason and what Resume does, not the progress lines the output ended with
+    assert "was killed (signal 9, SIGKILL)" in popup and "Resume continues from checkpoint" in popup, popup
+    assert "loss" not in popup, popup
+    assert "the most this model reads" in seen["model_facts"] and "#b00" not in seen["model_facts"]
     assert seen["finished_status"] == "finished" and seen["finished_headline"].startswith("finished"), seen

@@ -84,7 +84,9 @@ def kill_and_compare(app, w, run_dir: str) -> None:
                           "dashboard": w.run_view.dashboard.headline.text().split(" ", 1)[0], "cli": cli_status(run_dir),
                           "recorded": (ev.read_status(run_dir) or {}).get("state"),
                           "resume_enabled": w.act_resume.isEnabled(), "stop_enabled": w.act_stop.isEnabled()}
-    for box in w.findChildren(QtWidgets.QMessageBox):  # "Run ended with exit code -9": read, then closed
+    wait_until(app, lambda: w.findChildren(QtWidgets.QMessageBox), 20, "the popup saying the run ended")
+    for box in w.findChildren(QtWidgets.QMessageBox):  # "… was killed (signal 9, SIGKILL): …": read, then closed
+        seen["kill_popup"] = box.text()
         box.close()
 
 
@@ -101,10 +103,9 @@ def main() -> int:
     wiz = w.wizard
     wait_until(app, lambda: w.hardware.latest is not None, 10, "the hardware probe")
     click(app, wiz.button(QtWidgets.QWizard.NextButton))  # to the Model page (the demo model)
-    # The demo model reads 512 positions; the schema's 2048 is refused (never silently cut): take the
-    # page's own "Use 512" link, as a user does.
-    wait_until(app, lambda: "Use 512" in wiz.model.facts.text(), 30, "the Model page's sequence-length fix")
-    wiz.model.facts.linkActivated.emit("seq:512")
+    # The demo model reads 512 positions: the wizard proposes 512 (the schema's 2048 is longer) and says so.
+    wait_until(app, lambda: "the most this model reads" in wiz.model.facts.text(), 30, "the Model page's facts")
+    seen["model_facts"] = wiz.model.facts.text()
     while wiz.currentPage() is not wiz.review:
         click(app, wiz.button(QtWidgets.QWizard.NextButton))
     wait_until(app, lambda: wiz.review.result is not None, 60, "Review's checks")

@@ -13,6 +13,7 @@ import sys
 
 from trainer import config as config_mod
 from trainer.core.errors import UserError
+from trainer.data.conversations import THINK_WORDS, system_line
 from trainer.supervisor import preflight
 
 
@@ -30,6 +31,8 @@ def cmd_data(args) -> int:
     if args.examples < 0:
         raise UserError("--examples: give 0 or more examples to render")
     cfg = config_mod.load(args.config, args.overrides)
+    offline = preflight.offline_unless_reachable(cfg)  # a look only: the cache answers at once, offline
+    preflight.check_tokenizer_offline(cfg, offline)
     preflight.check_data(cfg)
     if cfg.training.objective == "grpo":  # prompts with references: their own report
         from trainer.worker.probes.grpocheck import report as grpo_report
@@ -48,17 +51,6 @@ def cmd_data(args) -> int:
         print(render_text(result))
     sys.stdout.flush()
     return 0
-
-
-SYSTEM_ACTIONS = {"none": "no record has a system message", "kept": "system messages kept",
-                  "merged": "system text put at the start of the first user turn", "dropped": "system messages dropped",
-                  "refused": "system messages refused"}
-
-
-def system_line(s: dict) -> str:
-    """One line on what data.system_message does to this data."""
-    why = "the chat template has a system role" if s["template_has_system_role"] else "the chat template has no system role"
-    return f"{SYSTEM_ACTIONS[s['action']]} ({why}; data.system_message: {s['setting']})"
 
 
 def render_grpo_text(r: dict) -> str:
@@ -91,6 +83,8 @@ def render_text(r: dict) -> str:
         lines.append(f"template: the {r['chat_template']} chat template")
     if r.get("system_message"):
         lines.append(f"system:   {system_line(r['system_message'])}")
+    if r.get("empty_think_block"):
+        lines.append(f"thinking: {THINK_WORDS}")
     for i, ex in enumerate(r["examples"], 1):
         lines.append(f"\n--- example {i} ({ex.get('tokens', '?')} tokens; [masked] text is not trained) ---")
         if ex.get("training_examples", 1) > 1:

@@ -8,9 +8,10 @@ from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
 from trainer.hardware.recording import record
-from trainer.hardware.source import open_probe
+from trainer.hardware.source import open_probe, planning_snapshot
 from trainer.planning.measure import measure_plan
 from trainer.planning.plan import plan_run
+from trainer.planning.verdict import method_verdict
 from trainer.supervisor.doctor import run_doctor
 
 
@@ -88,13 +89,17 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def format_plan(plan) -> str:
-    """The plan as text: verdict, chosen settings, breakdown, reasons, what to close, alternatives."""
+def format_plan(plan, verdict=None) -> str:
+    """The plan as text: verdict (``verdict``: the plan's MethodVerdict, so 'needs bitsandbytes' reads as the
+    wizard shows it), chosen settings, breakdown, reasons, what to close, alternatives."""
     d = plan.to_dict()
-    lines = [f"verdict: {d['verdict'].replace('_', ' ')}  (preset {d['preset']}, {d['form_factor']}"
-             f"{'' if d['tier'] is None else ', ' + str(d['tier']) + ' GB tier'})",
-             f"predicted peak {_gb(d['predicted_peak_bytes'])} of budget {_gb(d['budget_bytes'])}; "
-             f"host RAM needed {_gb(d['host_ram_needed_bytes'])}"]
+    words = verdict.words if verdict is not None else d["verdict"].replace("_", " ")
+    lines = [f"verdict: {words}  (preset {d['preset']}, {d['form_factor']}"
+             f"{'' if d['tier'] is None else ', ' + str(d['tier']) + ' GB tier'})"]
+    if verdict is not None and verdict.verdict == "needs":
+        lines += [f"  needs: {m}" for m in verdict.reasons[:len(verdict.needs)]]
+    lines.append(f"predicted peak {_gb(d['predicted_peak_bytes'])} of budget {_gb(d['budget_bytes'])}; "
+                 f"host RAM needed {_gb(d['host_ram_needed_bytes'])}")
     if d["settings"]:
         lines.append("settings:")
         lines += [f"  {k} = {json.dumps(v)}" for k, v in d["settings"].items()]
@@ -136,12 +141,9 @@ def _phase_lines(phases: dict) -> list[str]:
 def cmd_plan(args) -> int:
 
     cfg = config_mod.load(args.config, args.set)
-    probe = open_probe(args.hardware)
-    try:
-        snap = probe.snapshot()
-    finally:
-        probe.close()
+    snap = planning_snapshot(args.hardware)
     plan = plan_run(cfg, snap, goal=args.goal)
+    verdict = method_verdict(plan, snap)  # what the wizard shows: 'needs bitsandbytes' as well as fits
     report = None
     if args.measure:
 
@@ -151,12 +153,12 @@ def cmd_plan(args) -> int:
             return EXIT_BAD_INPUT
         report = measure_plan(plan, snap)
     if args.json:
-        d = plan.to_dict()
+        d = dict(plan.to_dict(), method_verdict=verdict.to_dict())
         if report is not None:
             d["measured"] = report
         print(json.dumps(d, indent=2))
     else:
-        print(format_plan(plan))
+        print(format_plan(plan, verdict))
     return 0
 
 

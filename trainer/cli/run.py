@@ -9,7 +9,7 @@ from trainer import config as config_mod
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.core.paths import DEMO_CONFIG
-from trainer.hardware.source import open_probe
+from trainer.hardware.source import open_probe, planning_snapshot
 from trainer.rundir.checkpoints import clean_staging, latest_checkpoint
 from trainer.rundir.events import (
     EventWriter,
@@ -19,9 +19,10 @@ from trainer.rundir.events import (
 )
 from trainer.rundir.records import WarningEvent
 from trainer.rundir.runstate import read_run_state
-from trainer.supervisor import create as rundir
+from trainer.supervisor import create
 from trainer.supervisor import preflight
 from trainer.rundir.stopfile import clear_stop, request_stop
+from trainer.supervisor.spawn import Standby, cancelled_on_error
 from trainer.supervisor.supervise import Supervisor
 
 
@@ -63,23 +64,29 @@ def _run_args(p) -> None:
 
 
 def _hardware(path: str | None):
-
-    probe = open_probe(path)
-    try:
-        return probe.snapshot()
-    finally:
-        probe.close()
+    return planning_snapshot(path)
 
 
 def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | None, quiet: bool) -> int:
-    """Plan, check, create the run directory, supervise. Returns the exit code."""
+    """Plan, check, create the run directory, supervise. Returns the exit code. The worker starts importing at
+    once (``spawn.Standby``), while the inputs are checked and planned; bad input ends it unused."""
+    standby = Standby.start(cfg)
+    with cancelled_on_error(standby):
+        target = _create_run(cfg, run_dir, overwrite, hardware_file, quiet)
+    return _supervise(target, None, quiet, attempt=1, standby=standby)
+
+
+def _create_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | None, quiet: bool) -> Path:
+    """Check every input, plan, claim and write the run directory (nothing is written before the checks pass)."""
     hardware = _hardware(hardware_file)
     preflight.check(cfg, hardware)  # every input, before the planner reads any of it
-    resolved, plan = rundir.resolve(cfg, hardware)
+    preflight.measure_data_lengths(cfg)  # DPO/KTO/ORPO/unpacked: the plan follows the data's longest sample
+    resolved, plan = create.resolve(cfg, hardware)
     preflight.check_machine(resolved, hardware)  # what the planner chose (e.g. DeepSpeed) must be available
-    target = rundir.claim_run_dir(Path(run_dir) if run_dir else rundir.default_run_dir(resolved), overwrite)
-    resolved = rundir.keep_reward_file(target, resolved)  # GRPO: the run keeps the reward file it starts with
-    rundir.write_config_files(target, resolved, plan)
+    target = create.claim_run_dir(Path(run_dir) if run_dir else create.default_run_dir(resolved), overwrite)
+    resolved = create.keep_reward_file(target, resolved)  # GRPO: the run keeps the reward file it starts with
+    resolved = create.pin_chat_date(resolved)  # templates that print today's date render the run's date
+    create.write_config_files(target, resolved, plan)
     _warn_if_plan_does_not_fit(target, plan, quiet)
     write_status(target, state="starting", max_steps=resolved.training.max_steps)
     if not quiet:
@@ -87,7 +94,7 @@ def start_run(cfg, run_dir: str | None, overwrite: bool, hardware_file: str | No
         print(f"run directory: {target}\nplan: {plan.get('verdict', '?') if plan else '?'} — micro-batch "
               f"{t.micro_batch_size} × accumulation {t.gradient_accumulation_steps} × {resolved.world_size} GPU(s) = "
               f"{t.effective_batch_size}", flush=True)
-    return _supervise(target, None, quiet, attempt=1)
+    return target
 
 
 def _warn_if_plan_does_not_fit(run_dir: Path, plan: dict | None, quiet: bool) -> None:
@@ -105,11 +112,11 @@ def _warn_if_plan_does_not_fit(run_dir: Path, plan: dict | None, quiet: bool) ->
         print(f"warning: {message}", flush=True)
 
 
-def _supervise(run_dir: Path, resume_from, quiet: bool, attempt: int) -> int:
-
-    probe = open_probe(None)
+def _supervise(run_dir: Path, resume_from, quiet: bool, attempt: int, standby: Standby | None = None) -> int:
+    with cancelled_on_error(standby):
+        probe = open_probe(None)
     try:
-        return Supervisor(run_dir, quiet=quiet, telemetry_probe=probe).supervise(resume_from, attempt)
+        return Supervisor(run_dir, quiet=quiet, telemetry_probe=probe, standby=standby).supervise(resume_from, attempt)
     finally:
         probe.close()
 
@@ -143,14 +150,16 @@ def cmd_resume(args) -> int:
     if state.state == "finished":
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
     cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
-    preflight.check(cfg, _hardware(None))
+    standby = Standby.start(cfg)  # imports while the inputs are checked again
+    with cancelled_on_error(standby):
+        preflight.check(cfg, _hardware(None))
     clear_stop(run)
     clean_staging(run / "checkpoints")
     ckpt = latest_checkpoint(run / "checkpoints")
     if not args.quiet:
         print(f"resuming {run} from {ckpt}" if ckpt else f"{run} has no complete checkpoint: starting from step 0",
               flush=True)
-    return _supervise(run, ckpt, args.quiet, attempt=(state.attempt or 1) + 1)
+    return _supervise(run, ckpt, args.quiet, attempt=(state.attempt or 1) + 1, standby=standby)
 
 
 def cmd_stop(args) -> int:

@@ -22,6 +22,7 @@ from trainer.config.sections import (  # noqa: F401
     DETECTED,
     PLANNED_FOR_GRPO,
     SCHEMA_VERSION,
+    YOUR_SETTINGS,
     Auto,
     CheckpointConfig,
     DataConfig,

@@ -36,6 +36,11 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("deepspeed.offload_params", "parameter offload needs zero_stage: 3; set zero_stage: 3 or offload_params: false"))
     if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
         p.append(("deepspeed.enabled", "offload needs DeepSpeed; set deepspeed.enabled: true (or auto) or turn offload off"))
+    m = cfg.method
+    if m.lora_experts and m.type != "full" and m.lora_dropout > 0:
+        p.append(("method.lora_experts", f"adapting the experts (PEFT's target_parameters) works only without "
+                  f"adapter dropout, and method.lora_dropout is {m.lora_dropout}; set method.lora_dropout: 0, or "
+                  f"method.lora_experts: false to adapt attention and dense layers only"))
     if cfg.method.type == "qlora" and ds.enabled is True and ds.zero_stage == 3:
         p.append(("method.type", "QLoRA 4-bit weights cannot be sharded by ZeRO-3; use zero_stage 2 or no DeepSpeed"))
     if (cfg.data.prompt_template is None) != (cfg.data.response_template is None):
@@ -57,9 +62,34 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("evaluation.early_stopping_patience", "early stopping watches the validation loss; set "
                   "training.eval_every_steps (and data.validation_split or data.validation_path)"))
     p += _objective_checks(cfg)
+    p += _ladder_keeps_check(cfg)
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
     return p
+
+
+def _ladder_keeps_check(cfg: RunConfig) -> list[tuple[str, str]]:
+    """``recovery.ladder_keeps`` names settings that exist (a typo would keep nothing, silently)."""
+    keep = cfg.recovery.ladder_keeps
+    if not isinstance(keep, list):
+        return []
+    known = set(_dotted_keys(type(cfg)))
+    bad = [k for k in keep if k not in known]
+    if not bad:
+        return []
+    return [("recovery.ladder_keeps", f"{bad[0]!r} is not a setting; list dotted keys such as deepspeed.enabled or "
+             f"training.micro_batch_size (or 'auto': the settings your config gives a value)")]
+
+
+def _dotted_keys(model, prefix: str = "") -> list[str]:
+    out = []
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        if isinstance(ann, type) and hasattr(ann, "model_fields"):
+            out += _dotted_keys(ann, f"{prefix}{name}.")
+        else:
+            out.append(f"{prefix}{name}")
+    return out
 
 
 def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
@@ -82,7 +112,23 @@ def _objective_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     return p
 
 
-BUILTIN_REWARDS = ("exact_answer", "numeric_answer", "format", "json_valid", "length_penalty")
+def _off_policy_checks(g) -> list[tuple[str, str]]:
+    """Clip-higher and GSPO act on the policy ratio, which is exactly 1 while every step samples afresh (TrainPilot
+    never trains a step on completions sampled before the previous step): they need num_iterations of 2 or more."""
+    p = []
+    if g.epsilon_high is not None and g.epsilon_high < g.epsilon:
+        p.append(("grpo.epsilon_high", f"{g.epsilon_high} is below grpo.epsilon {g.epsilon}: clip-higher widens the "
+                  f"upper bound; set epsilon_high ≥ epsilon (DAPO: 0.28 with epsilon 0.2), or null"))
+    if g.num_iterations == 1:
+        if g.epsilon_high is not None:
+            p.append(("grpo.epsilon_high", "has no effect with grpo.num_iterations 1 (each step samples afresh, so "
+                      "the policy ratio is exactly 1 and is never clipped); set grpo.num_iterations: 2 or more, or "
+                      "remove epsilon_high"))
+        if g.importance_sampling_level == "sequence":
+            p.append(("grpo.importance_sampling_level", "'sequence' (GSPO) has no effect with grpo.num_iterations "
+                      "1 (each step samples afresh, so every ratio is exactly 1); set grpo.num_iterations: 2 or "
+                      "more, or use 'token'"))
+    return p
 
 
 def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
@@ -104,6 +150,7 @@ def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         elif isinstance(t.micro_batch_size, int) and gb % t.micro_batch_size:
             p.append(("grpo.generation_batch_size", f"{gb} is not a multiple of micro_batch_size {t.micro_batch_size}; "
                       f"use a multiple of it or auto"))
+    p += _off_policy_checks(g)
     if g.max_completion_length >= cfg.data.seq_len:
         p.append(("grpo.max_completion_length", f"{g.max_completion_length} leaves no room for the prompt in "
                   f"data.seq_len {cfg.data.seq_len}; raise data.seq_len or lower max_completion_length"))
@@ -111,7 +158,7 @@ def _grpo_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("evaluation.early_stopping_patience", "GRPO's validation loss is a policy-gradient term, not a "
                   "measure of quality (it does not fall as the model improves); early stopping on it would stop at "
                   "random: remove evaluation.early_stopping_patience"))
-    if not any(getattr(r, k) > 0 for k in BUILTIN_REWARDS) and not r.python:
+    if not any(getattr(r, k) > 0 for k in type(r).builtin_names()) and not r.python:
         p.append(("rewards", "GRPO needs at least one reward: give a built-in one a weight (e.g. rewards.exact_answer: "
                   "1.0) or set rewards.python to a file of reward functions"))
     return p

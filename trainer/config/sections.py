@@ -22,8 +22,11 @@ DETECTED = {"auto": "detected when used"}
 # Marks a field only one objective reads: the planner resolves its "auto" for runs of that objective and leaves it
 # for the others (so resolved configs of other runs, and run folders made before the field existed, stay valid).
 PLANNED_FOR_GRPO = {"auto": "planned for GRPO runs"}
-
-
+# Marks the field whose "auto" is the user's own settings, resolved when a run is created (the planner writes the list
+# into the run folder's config.yaml); a run folder made before the field existed keeps "auto".
+YOUR_SETTINGS = {"auto": "the settings your config gives a value"}
+# Marks a weight of a built-in GRPO reward (``rewards.<name>``): the reward names are read off these fields.
+REWARD_WEIGHT = {"reward": "built-in reward weight"}
 
 
 class _Section(BaseModel):
@@ -89,10 +92,11 @@ class DataConfig(_Section):
     shuffle: bool = Field(True, description="Shuffle the records before packing, and the packed sequences every later "
                           "epoch (seeded by training.seed, so resume is exact).")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes.")
-    record_format: Literal["auto", "text", "template", "alpaca", "prompt_completion", "chat", "sharegpt", "preference",
-                           "kto"] = Field(
+    record_format: Literal["auto", "text", "template", "alpaca", "prompt_completion", "prompt_response", "chat",
+                           "sharegpt", "preference", "kto"] = Field(
         "auto", description="Shape of the records (not the file type): 'auto' detects it from the fields "
-        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, ...). See docs/data.md.",
+        "(messages → chat, conversations → sharegpt, instruction/output → alpaca, prompt/response, question/answer, "
+        "input/output → prompt_response, ...). See docs/data.md.",
         json_schema_extra=DETECTED,
     )
     chat_template: Optional[str] = Field(
@@ -104,6 +108,11 @@ class DataConfig(_Section):
         "system role and puts their text at the start of the first user turn where it has none (Gemma); 'merge' "
         "always does that; 'drop' removes them; 'error' stops at the first one the template cannot take.",
         json_schema_extra=DETECTED,
+    )
+    chat_date: Optional[str] = Field(
+        None, description="The date (YYYY-MM-DD) a chat template that prints today's date renders (Llama 3.x's "
+        "strftime_now, Granite's \"Today's Date\"); null: the day the run is created, written into the run's "
+        "config.yaml, so training, chat and an export (its Modelfile says so) render the same date."
     )
     hub_dataset: Optional[str] = Field(
         None, description="Hugging Face hub dataset id (or a local dataset folder) loaded through 'datasets' and its "
@@ -123,6 +132,16 @@ class DataConfig(_Section):
                           "chunk); 0 means 1 (the tokenizer's threads already use every core).")
 
 
+
+    @field_validator("chat_date")
+    @classmethod
+    def _a_date(cls, value):
+        if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(value)):
+            raise ValueError(f"'{value}' is not a date; write it as YYYY-MM-DD (e.g. 2026-11-25), or null for the day "
+                             f"the run is created")
+        return value
+
+
 class MethodConfig(_Section):
     """Full fine-tune or adapters."""
     type: Literal["full", "lora", "qlora"] = Field(
@@ -133,6 +152,11 @@ class MethodConfig(_Section):
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on adapter inputs.")
     target_modules: Union[list[str], Literal["all-linear"]] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or names like [q_proj, v_proj]."
+    )
+    lora_experts: bool = Field(
+        False, description="Mixture-of-experts models (Qwen3-MoE, gpt-oss...): also adapt the experts' fused weights "
+        "(PEFT's target_parameters; needs lora_dropout: 0). Off: LoRA adapts attention and dense layers, the experts "
+        "stay frozen."
     )
 
 
@@ -208,7 +232,23 @@ class GrpoConfig(_Section):
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the starting model. 0 keeps no reference "
                         "(less memory, TRL's default); DeepSeek-R1 used 0.001. A full fine-tune with beta > 0 keeps a "
                         "frozen copy; LoRA scores the reference with the adapters off.")
-    epsilon: float = Field(0.2, gt=0, description="Clipping range of the policy ratio.")
+    epsilon: float = Field(0.2, gt=0, description="Clipping range of the policy ratio (the lower bound, and the "
+                           "upper one unless epsilon_high is set).")
+    epsilon_high: Optional[float] = Field(
+        None, gt=0, description="Upper clipping bound of the policy ratio when it differs from epsilon: DAPO's "
+        "clip-higher (0.28 with epsilon 0.2) lets unlikely tokens gain probability faster, against entropy "
+        "collapse. Clipping acts only once the policy moved since sampling: needs num_iterations of 2 or more."
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="The policy ratio per token (GRPO), or per completion: the mean of its tokens' "
+        "log-ratios (GSPO; its paper used loss_type grpo, epsilon 3e-4, epsilon_high 4e-4). The ratio departs "
+        "from 1 only once the policy moved since sampling: needs num_iterations of 2 or more."
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="Optimizer steps trained on each sampling pass (TRL's μ): from the second on, the "
+        "policy differs from the one that sampled, so the ratio, its clipping and GSPO act. Each pass also scores "
+        "the sampled completions once without gradients (the old policy's log-probabilities)."
+    )
     loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field(
         "dapo", description="How token losses are averaged: dapo (TRL's default, over the step's tokens), grpo (per "
         "sequence; favours short right answers), dr_grpo (by a constant), bnpo (over the micro-batch's tokens)."
@@ -240,19 +280,22 @@ class RewardsConfig(_Section):
         None, description="Regex whose first group extracts the final answer from a completion; default: the text "
         "inside <answer>...</answer>, else after '####', else the last number (numeric) or the whole text."
     )
-    exact_answer: float = Field(0.0, ge=0.0, description="Weight of the exact-match reward: 1 when the extracted "
-                                "answer equals the reference (whitespace and case ignored), else 0.")
-    numeric_answer: float = Field(0.0, ge=0.0, description="Weight of the numeric reward: 1 when the extracted "
-                                  "answer is a number within numeric_tolerance of the reference, else 0.")
+    exact_answer: float = Field(0.0, ge=0.0, json_schema_extra=REWARD_WEIGHT, description="Weight of the exact-match "
+                                "reward: 1 when the extracted answer equals the reference (whitespace and case "
+                                "ignored), else 0.")
+    numeric_answer: float = Field(0.0, ge=0.0, json_schema_extra=REWARD_WEIGHT, description="Weight of the numeric "
+                                  "reward: 1 when the extracted answer is a number within numeric_tolerance of the "
+                                  "reference, else 0.")
     numeric_tolerance: float = Field(1e-6, ge=0.0, description="Allowed relative difference for numeric_answer.")
-    format: float = Field(0.0, ge=0.0, description="Weight of the format reward: 1 when the completion matches "
-                          "format_pattern, else 0.")
+    format: float = Field(0.0, ge=0.0, json_schema_extra=REWARD_WEIGHT, description="Weight of the format reward: 1 "
+                          "when the completion matches format_pattern, else 0.")
     format_pattern: str = Field(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$",
                                 description="Regex (DOTALL) the whole completion must match for the format reward.")
-    json_valid: float = Field(0.0, ge=0.0, description="Weight of the JSON reward: 1 when the completion (or its "
-                              "extracted answer) parses as JSON, else 0.")
-    length_penalty: float = Field(0.0, ge=0.0, description="Weight of the length penalty: 0 up to length_target "
-                                  "tokens, falling linearly to -1 at max_completion_length.")
+    json_valid: float = Field(0.0, ge=0.0, json_schema_extra=REWARD_WEIGHT, description="Weight of the JSON reward: "
+                              "1 when the completion (or its extracted answer) parses as JSON, else 0.")
+    length_penalty: float = Field(0.0, ge=0.0, json_schema_extra=REWARD_WEIGHT, description="Weight of the length "
+                                  "penalty: 0 up to length_target tokens, falling linearly to -1 at "
+                                  "max_completion_length.")
     length_target: int = Field(128, gt=0, description="Completion length (tokens) the length penalty starts at.")
     python: Optional[str] = Field(
         None, description="A .py file of reward functions with TRL's signature "
@@ -262,6 +305,11 @@ class RewardsConfig(_Section):
     python_weights: dict[str, float] = Field(
         default_factory=dict, description="Weights of the Python file's functions by name (default 1.0 each)."
     )
+
+    @classmethod
+    def builtin_names(cls) -> tuple[str, ...]:
+        """The built-in rewards' names, in schema order: the fields marked REWARD_WEIGHT (each one's weight)."""
+        return tuple(k for k, f in cls.model_fields.items() if f.json_schema_extra == REWARD_WEIGHT)
 
 
 class SpeedConfig(_Section):
@@ -323,8 +371,14 @@ class RecoveryConfig(_Section):
     """What the supervisor does when the worker dies."""
     auto_resume: int = Field(0, ge=0, description="Restart a crashed worker from its last checkpoint up to N times.")
     oom_ladder: bool = Field(
-        True, description="On out-of-memory: halve micro-batch (doubling accumulation), then checkpointing, "
-        "then offload, resuming each time."
+        True, description="On out-of-memory: the chunked loss, halve micro-batch (doubling accumulation), "
+        "checkpointing, then offload, resuming each time (docs/planner.md, 'The OOM ladder')."
+    )
+    ladder_keeps: Union[list[str], Auto] = Field(
+        "auto", description="Settings the OOM ladder never changes (dotted keys, e.g. [deepspeed.enabled]); a step "
+        "that would change one is skipped and named in the final message. 'auto': every setting your config gives "
+        "a value; a run folder's config.yaml lists them, so resume and launch.sh keep them. [] lets the ladder "
+        "change anything.", json_schema_extra=YOUR_SETTINGS
     )
 
 

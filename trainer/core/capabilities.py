@@ -7,12 +7,19 @@ Light: packages are found with ``importlib.util.find_spec`` and versioned with `
 nothing here imports torch or the packages themselves (importing DeepSpeed alone costs seconds). Nothing
 is cached either: a package installed while the GUI runs is seen on the next ask (a lookup is < 1 ms).
 A ``None`` entry in ``sys.modules`` (how tests stand in for an uninstalled package) reads as missing.
+
+Which PyTorch build is installed (CUDA/ROCm or CPU-only) is read from ``torch/version.py`` as text, or from
+``sys.modules["torch.version"]`` when torch is already imported (or a test stands one in).
 """
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -92,11 +99,60 @@ def cuda_gpu(hardware) -> bool | None:
 
 
 @dataclass(frozen=True)
+class TorchBuild:
+    """The installed PyTorch: ``version`` ('2.13.0+cpu'), ``gpu`` (the CUDA or ROCm version it was built for;
+    None for a CPU-only build). ``found`` is False when torch is not installed or its version file is unreadable."""
+
+    found: bool
+    version: str | None = None
+    gpu: str | None = None
+
+    @property
+    def can_use_gpu(self) -> bool | None:
+        """True for a CUDA/ROCm build, False for a CPU-only one, None when unknown."""
+        return (self.gpu is not None) if self.found else None
+
+    def words(self) -> str:
+        """'torch 2.13.0+cpu, a CPU-only build' / 'torch 2.5.1+cu124, built for CUDA 12.4'."""
+        if not self.found:
+            return "PyTorch not found"
+        return f"torch {self.version}, " + (f"built for CUDA {self.gpu}" if self.gpu else "a CPU-only build")
+
+
+_VERSION_LINE = re.compile(r"^(__version__|cuda|hip)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.M)
+
+
+def torch_build() -> TorchBuild:
+    """Which PyTorch is installed, without importing it (importing torch costs seconds)."""
+    mod = sys.modules.get("torch.version")
+    if mod is not None:
+        return TorchBuild(True, getattr(mod, "__version__", None),
+                          getattr(mod, "cuda", None) or getattr(mod, "hip", None))
+    try:
+        spec = importlib.util.find_spec("torch")
+        origin = spec.origin if spec is not None else None
+        text = (Path(origin).parent / "version.py").read_text(encoding="utf-8") if origin else None
+    except (ImportError, ValueError, OSError):
+        text = None
+    if text is None:
+        return TorchBuild(False)
+    values = {}
+    for name, literal in _VERSION_LINE.findall(text):
+        try:
+            values[name] = ast.literal_eval(literal)
+        except (ValueError, SyntaxError):
+            values[name] = None
+    return TorchBuild(True, values.get("__version__"), values.get("cuda") or values.get("hip"))
+
+
+@dataclass(frozen=True)
 class Capabilities:
-    """Every optional package (by name) and whether the snapshot has an NVIDIA GPU (None: no snapshot)."""
+    """Every optional package (by name), whether the snapshot has an NVIDIA GPU (None: no snapshot) and which
+    PyTorch build is installed."""
 
     packages: dict[str, Package]
     cuda_gpu: bool | None
+    torch: TorchBuild = TorchBuild(False)
 
     def has(self, name: str) -> bool:
         """True when the optional package ``name`` is installed."""
@@ -108,10 +164,10 @@ class Capabilities:
 
     def to_dict(self) -> dict:
         """JSON-ready: ``{"cuda_gpu": ..., "packages": {name: {installed, version, needed_for, install}}}``."""
-        return {"cuda_gpu": self.cuda_gpu,
+        return {"cuda_gpu": self.cuda_gpu, "torch": {"version": self.torch.version, "gpu": self.torch.gpu},
                 "packages": {n: {k: v for k, v in p.__dict__.items() if k != "name"} for n, p in self.packages.items()}}
 
 
 def probe(hardware=None) -> Capabilities:
     """The capabilities of this environment and of ``hardware`` (a MachineSnapshot, or None)."""
-    return Capabilities({name: package(name) for name in OPTIONAL}, cuda_gpu(hardware))
+    return Capabilities({name: package(name) for name in OPTIONAL}, cuda_gpu(hardware), torch_build())

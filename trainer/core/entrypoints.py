@@ -16,12 +16,14 @@ STRUCTURE_PROBE = "trainer.worker.probes.structure_probe" # a new architecture's
 DOCTOR_CHECKS = "trainer.worker.probes.doctor_checks"     # doctor's torch-side checks
 HUBCHECK = "trainer.worker.probes.hubcheck"               # preflight of a hub dataset
 GRPOCHECK = "trainer.worker.probes.grpocheck"             # preflight of a GRPO run: rewards, prompt lengths
+DATA_STATS = "trainer.worker.probes.data_stats"           # run: the data's token lengths for the planner (on a miss)
 REWARD_PREVIEW = "trainer.worker.probes.reward_preview"   # the wizard's reward preview: sample, score, print JSON
 HUB_DOWNLOAD = "app.model.hub_download"                   # the GUI's model download
 GGUF_CONVERT = "trainer.worker.export.gguf_convert"        # export-model --gguf: llama.cpp's convert_hf_to_gguf.py
+VERIFY_EXPORT = "trainer.worker.export.verify"            # an export checked in llama.cpp and Ollama's template
 
-ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, STRUCTURE_PROBE, DOCTOR_CHECKS, HUBCHECK, GRPOCHECK, REWARD_PREVIEW, HUB_DOWNLOAD,
-       GGUF_CONVERT)
+ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, STRUCTURE_PROBE, DOCTOR_CHECKS, HUBCHECK, GRPOCHECK, DATA_STATS,
+       REWARD_PREVIEW, HUB_DOWNLOAD, GGUF_CONVERT, VERIFY_EXPORT)
 
 
 def python_m(module: str, *args: str, python: str | None = None) -> list[str]:

@@ -5,6 +5,7 @@ EXIT_OK = 0
 EXIT_FAULT = 1
 EXIT_BAD_INPUT = 2
 EXIT_OOM = 3
+EXIT_EXPORT_DIFFERS = 4  # an export (GGUF, Modelfile) does not prompt, answer or stop as the trained model does
 
 
 class TrainPilotError(Exception):
@@ -22,3 +23,9 @@ class UserError(TrainPilotError):
     """Bad input (config, data, files, usage): exit 2. The message names the field/file and the fix."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class ExportDiffers(TrainPilotError):
+    """A written export behaves differently from the trained model in llama.cpp or Ollama: exit 4, naming what."""
+
+    exit_code = EXIT_EXPORT_DIFFERS

@@ -12,11 +12,6 @@ DEMO_CONFIG = RESOURCES_DIR / "demo.yaml"
 DEMO_DATA = RESOURCES_DIR / "demo.jsonl"
 
 
-def resource(name: str) -> Path:
-    """A shipped file by its name relative to the resources folder."""
-    return RESOURCES_DIR / name
-
-
 def hf_hub_cache() -> Path:
     """The Hugging Face hub cache folder by huggingface_hub's own rule, read now (not at import):
     ``HF_HUB_CACHE``, else the older ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else

@@ -2,6 +2,7 @@
 the CLI, the plan, the GUI. ``gib()`` is the one formatter, so the same number reads the same."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 GIB = 2**30
@@ -36,3 +37,25 @@ def count(n: Optional[float]) -> str:
     if n >= 999.5e3:
         return f"{n / 1e6:.1f} M" if n < 9.95e6 else f"{n / 1e6:.0f} M"
     return f"{n / 1e3:.0f} K" if n >= 1e3 else f"{int(n)}"
+
+
+def gib_difference(total: float, parts: list[tuple[str, float]], result: str, digits: int = 1) -> str:
+    """``total − part − part … = result`` in GiB, printed so that the printed numbers add up exactly.
+
+    ``parts`` are ``(words, bytes)`` subtracted from ``total`` (bytes); what is left is the last term, named
+    ``result``. The total and the result are rounded as ``gib()`` rounds them everywhere else; the parts between
+    are rounded by the largest remainder (the way shares are rounded to sum to 100%), so each is within one last
+    digit of its true value and the printed subtraction holds (16.0 − 0.3 − 12.2 − 0.3 = 3.2, never = 3.3)."""
+    scale = 10 ** digits
+    left = total - sum(b for _, b in parts)
+    top, rest = round(total / GIB * scale), round(left / GIB * scale)
+    exact = [b / GIB * scale for _, b in parts]
+    shown = [math.floor(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: exact[i] - shown[i], reverse=True)
+    missing = top - rest - sum(shown)
+    for i in (order * 2)[:max(0, missing)]:
+        shown[i] += 1
+    for i in (order[::-1] * 2)[:max(0, -missing)]:
+        shown[i] -= 1
+    terms = " − ".join(f"{v / scale:.{digits}f} GiB {words}" for v, (words, _) in zip(shown, parts))
+    return f"{top / scale:.{digits}f} GiB − {terms} = {rest / scale:.{digits}f} GiB {result}"

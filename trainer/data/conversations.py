@@ -1,23 +1,33 @@
-"""Chat rendering: which characters of a rendered conversation are trained (light: no torch).
+"""The chat rules, in one light module (no torch): how a conversation becomes what the model is trained on
+and prompted with. SFT (``worker/datapipe/rendering``), DPO/KTO/ORPO (``worker/train/objectives``), GRPO
+(``worker/datapipe/grpo_prompts``), chat (``worker/generate/generation``) and export (``worker/export``) all ask
+here, through a ``Chat``: the chat template's render, the tokenizer's encode and the end-of-turn ids.
 
-The worker renders conversations with the tokenizer's own ``apply_chat_template`` (exactly what
-inference renders); this module only needs a ``render(messages, add_generation_prompt) -> str``
-callable. What is trained for assistant turn ``i`` is what the model must produce at inference for
-that turn: the prompt is ``render(messages[:i], True)`` (the conversation so far and the assistant
-header, as a chat front end sends it) and the answer is what ``render(messages[:i + 1], False)`` adds
-after the longest common prefix with that prompt (its content, tool calls and end-of-turn), cut after
-the first end-of-turn text (``stops``: the tokens generation stops at), where inference stops.
-
-When every turn's prompt + answer is a prefix of the whole rendered conversation, the conversation is
-one training example with every answer trained. Templates that rewrite history (Qwen3 and DeepSeek-R1
-drop earlier turns' reasoning, Mistral Nemo moves the system text to the last user turn) render an
-earlier turn differently once later turns exist: those conversations become one example per assistant
-turn (its prompt as inference renders it, that answer trained), so no turn is trained on a context the
-model never sees (docs/data.md).
+- **System messages** (``data.system_message``): kept where the template has a system role, merged into the
+  first user turn where it has none (Gemma), merged, dropped, or refused ('error'), everywhere alike.
+- **End of turn**: generation stops at EOS, the model's ``generation_config`` EOS ids and the known end-of-turn
+  tokens the template writes (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, ...); the *trained* end of turn
+  is the first of them the template writes after an assistant's text (``Chat.end_of_turn_id``).
+- **The prompt/answer boundary, on token ids**: for assistant turn ``i`` the prompt is
+  ``render(messages[:i], add_generation_prompt=True)`` tokenized (exactly the ids inference sends) and the answer
+  is what the tokenized ``render(messages[:i + 1])`` adds after the longest common prefix of *token ids* with it,
+  cut after the first end-of-turn id. Comparing ids, never characters, a boundary can never fall inside a special
+  token: Command R7B's prompt ends ``<|START_THINKING|><|END_THINKING|>`` where the rendered turn has
+  ``<|START_RESPONSE|>``; a character compare cut ``<|START_`` off and trained ``RESPONSE|>`` as plain text.
+- **One example or one per turn**: when every turn's prompt + answer ids are a prefix of the whole rendered
+  conversation's ids, the conversation is one training example with every answer trained. Templates that rewrite
+  history (Qwen3 and DeepSeek-R1 drop earlier turns' reasoning, Mistral Nemo moves the system text to the last
+  user turn, Command R7B opens each answer after an empty thinking block) give one example per assistant turn,
+  its prompt as inference renders it, so no turn is trained on a context the model never sees (docs/data.md).
+- **The run's system prompt**: a system text every conversation shares is the default an exported model
+  prompts with (the Modelfile's ``SYSTEM``).
 """
 from __future__ import annotations
 
-from typing import Callable
+import datetime
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
 
 from trainer.core.errors import UserError
 
@@ -36,62 +46,169 @@ DEFAULT_CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
+# End-of-turn tokens of the common chat templates: stops wherever the vocabulary has them and the template writes them.
+END_OF_TURN_TOKENS = ("<|return|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|END_OF_TURN_TOKEN|>",
+                      "<|end_of_text|>", "<|endoftext|>", "</s>", "<｜end▁of▁sentence｜>")
+# gpt-oss's harmony format ends an answer with <|return|> (or <|call|>, a tool call: both its EOS ids); its <|end|>
+# closes one message (the reasoning before the final answer), so it is no end of turn there: where the key token is
+# in the template, the value is not a stop.
+MESSAGE_ENDS = {"<|return|>": "<|end|>"}
+SYSTEM_MODES = ("auto", "merge", "drop", "error")
+MERGE_SEP = "\n\n"  # a system text merged into a user turn: system, blank line, user text
+PROBE = "TRAINPILOT_CONTENT_PROBE_7F3A"  # stands in for a turn's content to find where the template puts it
+SYSTEM_PROBE = "TRAINPILOT_SYSTEM_PROBE_51C2"
+STRFTIME = re.compile(r"strftime_now\(\s*(['\"])(.*?)\1\s*\)")  # a template printing today's date, and its format
+REASONING = re.compile(r"^\s*<think>.*?</think>\s*", re.S)  # a thinking model's reasoning block (Qwen3, DeepSeek-R1)
 
-Render = Callable[[list, bool], str]
+Render = Callable[[list, bool], str]  # (messages, add_generation_prompt) -> text
+Encoded = tuple[list[int], Optional[list]]  # (token ids, character offsets or None)
+Encode = Callable[[list[str]], list[Encoded]]  # texts -> each one tokenized without added special tokens
 Span = tuple[int, int]
 
 
-def conversation_examples(messages: list[dict], render: Render, stops: tuple[str, ...] = (),
-                          train_all: bool = False) -> list[tuple[str, list[Span]]]:
-    """``[(rendered text, trained character spans)]``: one example, or one per assistant turn (module doc).
+@dataclass(frozen=True)
+class Turn:
+    """One assistant turn: the prompt inference sends (ids and text) and the answer the model must write."""
 
-    ``stops`` are the end-of-turn texts generation stops at; with ``train_all`` the whole text is trained."""
-    full = render(messages, False)
-    if train_all:
-        return [(full, [(0, len(full))])]
-    turns = [assistant_turn(messages, i, render, stops) for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    turns = [(p, a) for p, a in turns if a]
-    if all(full.startswith(p + a) for p, a in turns):
-        return [(full, [(len(p), len(p) + len(a)) for p, a in turns])]
-    return [(p + a, [(len(p), len(p) + len(a))]) for p, a in turns]
+    prompt: list[int]
+    answer: list[int]
+    prompt_text: str
+    answer_text: str
 
 
-PROBE = "TRAINPILOT_CONTENT_PROBE_7F3A"  # stands in for a turn's content to find where the template puts it
+@dataclass(frozen=True)
+class Example:
+    """One training sequence: ``ids``, ``labels`` (-100 where not trained), and the same as text with the
+    trained character ``spans`` (for ``trainpilot-cli data``)."""
+
+    ids: list[int]
+    labels: list[int]
+    text: str
+    spans: list[Span]
 
 
-def assistant_turn(messages: list[dict], i: int, render: Render, stops: tuple[str, ...] = ()) -> tuple[str, str]:
-    """``(prompt, answer)`` of assistant turn ``i``: the prompt inference renders before it and the text the
-    model must produce after that prompt (through the first end-of-turn in ``stops``).
+class Chat:
+    """A chat template and its tokenizer as the rules see them; ``system_mode`` is ``data.system_message``."""
 
-    The answer starts where ``render(messages[:i + 1])`` leaves the prompt. Where the prompt re-renders
-    context there (Mistral Nemo puts the system text into the last user turn, so it differs from the first
-    character of that turn on), the answer starts after the part the prompt ends with too, but never past
-    where the template puts the turn's content (found with a probe content)."""
-    prompt = render(messages[:i], True)
-    done = render(messages[: i + 1], False)
-    k = common_prefix(prompt, done)
-    tail = prompt[k:]
-    if tail:
+    def __init__(self, render: Render, encode: Encode, stop_ids: Iterable[int] = (), system_mode: str = "auto",
+                 decode: Callable[[list[int]], str] | None = None):
+        self.render, self.encode, self.decode = render, encode, decode
+        self.stop_ids = frozenset(int(i) for i in stop_ids)
+        self.system_mode = system_mode
+        self._takes_system: bool | None = None
+
+    @property
+    def takes_system(self) -> bool:
+        """Whether the template renders a system message's text (Gemma's raises; some templates drop it)."""
+        if self._takes_system is None:
+            self._takes_system = template_takes_system(self.render)
+        return self._takes_system
+
+    def system_action(self, messages: list[dict]) -> str:
+        """What ``data.system_message`` does to ``messages`` (``system_action``)."""
+        return system_action(messages, self.system_mode, self.takes_system)
+
+    def with_system(self, messages: list[dict]) -> list[dict]:
+        """``messages`` after the system rule; ``SystemRefused`` when the mode is 'error' and the template has none."""
+        action = self.system_action(messages)
+        if action == "refused":
+            raise SystemRefused("the chat template has no system role and data.system_message is 'error'")
+        return with_system_message(messages, action)
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        """The ids inference sends for ``messages`` (after the system rule): the template with its generation prompt."""
+        return self.encode([self.render(self.with_system(messages), True)])[0][0]
+
+    def turn(self, messages: list[dict], i: int) -> Turn:
+        """Assistant turn ``i`` of ``messages`` (the system rule already applied): see the module docstring."""
+        prompt_text, done_text = self.render(messages[:i], True), self.render(messages[: i + 1], False)
+        (p, _), (d, offsets) = self.encode([prompt_text, done_text])
+        k = common_prefix(p, d)
+        if k < len(p):  # the prompt re-renders context (Mistral Nemo's system text): skip what it ends with too
+            k += self._overlap(messages, i, p[k:], d, k, done_text)
+        end = k + cut_after_stop(d[k:], self.stop_ids)
+        return Turn(p, d[k:end], prompt_text, _text_of(done_text, offsets, k, end, d, self))
+
+    def _overlap(self, messages: list[dict], i: int, tail: list[int], done: list[int], k: int, done_text: str) -> int:
+        """The longest ``m`` with ``done[k:k + m]`` the end of the prompt's ``tail``, never past where the template
+        puts the turn's content (found with a probe content)."""
         try:
-            probe = render(messages[:i] + [{**messages[i], "content": PROBE}], False)
-        except Exception:  # a template that checks the content's shape: the overlap alone decides
-            probe = done
+            probe = self.render(messages[:i] + [{**messages[i], "content": PROBE}], False)
+        except Exception:  # noqa: BLE001 - a template that checks the content's shape: the overlap alone decides
+            probe = done_text
         at = probe.find(PROBE)
-        limit = common_prefix(probe, done) if at < 0 else min(at, common_prefix(probe, done))
-        k += _overlap(tail, done, k, limit - k)
-    return prompt, cut_after_stop(done[k:], stops)
+        before = self.encode([probe[:at] if at >= 0 else probe])[0][0]
+        most = min(common_prefix(before, done) - k, len(tail))
+        for m in range(most, 0, -1):
+            if done[k:k + m] == tail[-m:]:
+                return m
+        return 0
+
+    def examples(self, messages: list[dict], train_all: bool = False) -> list[Example]:
+        """The training examples of ``messages`` (system rule applied): one, or one per assistant turn."""
+        full = self.render(messages, False)
+        (ids, offsets), = self.encode([full])
+        if train_all:
+            return [Example(list(ids), list(ids), full, [(0, len(full))])]
+        turns = [self.turn(messages, i) for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        turns = [t for t in turns if t.answer]
+        if all(ids[:len(t.prompt) + len(t.answer)] == t.prompt + t.answer for t in turns):
+            labels, spans = [-100] * len(ids), []
+            for t in turns:
+                a, b = len(t.prompt), len(t.prompt) + len(t.answer)
+                labels[a:b] = ids[a:b]
+                spans.append(_char_span(full, offsets, a, b, ids, self))
+            return [Example(list(ids), labels, full, spans)]
+        return [Example(t.prompt + t.answer, [-100] * len(t.prompt) + t.answer, t.prompt_text + t.answer_text,
+                        [(len(t.prompt_text), len(t.prompt_text) + len(t.answer_text))]) for t in turns]
+
+    def end_of_turn_id(self) -> int | None:
+        """The end-of-turn id training taught: the first stop id the template writes after an assistant's text."""
+        msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
+        try:
+            answer = self.turn(self.with_system(msgs), 1).answer
+        except Exception:  # noqa: BLE001 - a template that renders no such conversation: no trained end of turn
+            return None
+        return next((t for t in answer if t in self.stop_ids), None)
 
 
-def _overlap(tail: str, done: str, k: int, most: int) -> int:
-    """The longest ``m <= most`` with ``done[k:k + m]`` a suffix of ``tail`` (characters; 0 when none)."""
-    for m in range(min(most, len(tail)), 0, -1):
-        if done[k + m - 1] == tail[-1] and tail.endswith(done[k:k + m]):
-            return m
-    return 0
+class SystemRefused(ValueError):
+    """A system message the chat template cannot take while ``data.system_message`` is 'error'."""
 
 
-def common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of ``a`` and ``b`` (characters)."""
+def for_tokenizer(tok, system_mode: str = "auto", eos_ids: Iterable[int] = ()) -> Chat:
+    """A ``Chat`` over a Hugging Face tokenizer (duck-typed: ``apply_chat_template`` and ``__call__``); ``eos_ids``
+    are the model's ``generation_config`` EOS ids."""
+    def render(messages, gen):
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+    def encode(texts):
+        try:
+            enc = tok(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+            return list(zip(enc["input_ids"], enc["offset_mapping"]))
+        except NotImplementedError:  # a slow (Python) tokenizer has no offsets
+            return [(ids, None) for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
+
+    return Chat(render, encode, stop_ids(tok, eos_ids), system_mode,
+                lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+
+def stop_ids(tok, eos_ids: Iterable[int] = ()) -> list[int]:
+    """The ids generation stops at: EOS, ``eos_ids`` (the model's ``generation_config``) and the known end-of-turn
+    tokens the tokenizer has and its chat template writes."""
+    template = getattr(tok, "chat_template", None)
+    template = template if isinstance(template, str) else ""
+    ids = [tok.eos_token_id, *eos_ids]
+    skip = {end for marker, end in MESSAGE_ENDS.items() if marker in template}
+    for token in (t for t in END_OF_TURN_TOKENS if t not in skip):
+        tid = tok.convert_tokens_to_ids(token) if token in template else None
+        if isinstance(tid, int) and tid != getattr(tok, "unk_token_id", None) and tok.convert_ids_to_tokens(tid) == token:
+            ids.append(tid)
+    return sorted({int(i) for i in ids if isinstance(i, int)})
+
+
+def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two sequences (token ids or characters)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:  # binary search with slice compares: C speed on long conversations
         mid = (lo + hi + 1) // 2
@@ -102,13 +219,28 @@ def common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def cut_after_stop(answer: str, stops: tuple[str, ...]) -> str:
-    """``answer`` up to and including its first end-of-turn text (all of it when none occurs)."""
-    ends = [answer.find(s) + len(s) for s in stops if s and s in answer]
-    return answer[:min(ends)] if ends else answer
+def cut_after_stop(answer: list[int], stops: frozenset[int]) -> int:
+    """How many ids of ``answer`` are kept: through its first end-of-turn id (all of them when none occurs)."""
+    return next((n + 1 for n, t in enumerate(answer) if t in stops), len(answer))
 
 
-SYSTEM_PROBE = "TRAINPILOT_SYSTEM_PROBE_51C2"
+def _boundary(text: str, offsets, ids: list[int], j: int, chat: Chat) -> int:
+    """The character where token ``j`` of ``text`` starts (tokens partition the text: the end of token ``j - 1``,
+    so a space trimmed off a token's offsets stays with the token it belongs to)."""
+    if j <= 0:
+        return 0
+    if j >= len(ids):
+        return len(text)
+    return offsets[j - 1][1] if offsets is not None else len(chat.decode(ids[:j]))
+
+
+def _text_of(text: str, offsets, a: int, b: int, ids: list[int], chat: Chat) -> str:
+    """The characters of tokens ``a:b`` of ``text``."""
+    return text[_boundary(text, offsets, ids, a, chat):_boundary(text, offsets, ids, b, chat)] if a < b else ""
+
+
+def _char_span(text: str, offsets, a: int, b: int, ids: list[int], chat: Chat) -> Span:
+    return _boundary(text, offsets, ids, a, chat), _boundary(text, offsets, ids, b, chat)
 
 
 def template_takes_system(render: Render) -> bool:
@@ -137,14 +269,75 @@ def with_system_message(messages: list[dict], action: str) -> list[dict]:
     (separated by a blank line, what Gemma's authors do), or becomes that turn when there is none."""
     if action not in ("merged", "dropped"):
         return messages
-    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    system = MERGE_SEP.join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
     if action == "dropped" or not system:
         return rest
     for i, m in enumerate(rest):
         if m.get("role") == "user" and isinstance(m.get("content"), str):
-            return rest[:i] + [{**m, "content": f"{system}\n\n{m['content']}"}] + rest[i + 1:]
+            return rest[:i] + [{**m, "content": f"{system}{MERGE_SEP}{m['content']}"}] + rest[i + 1:]
     return [{"role": "user", "content": system}] + rest
+
+
+def prints_date(template: str | None) -> bool:
+    """Whether a chat template prints today's date (``strftime_now``: Llama 3.x, Granite 3.x)."""
+    return isinstance(template, str) and "strftime_now" in template
+
+
+def pin_date(tok, date: str | None) -> None:
+    """Make ``tok.apply_chat_template`` render ``strftime_now`` as ``date`` (YYYY-MM-DD, ``data.chat_date``): training,
+    TRL's trainers, chat and export then print the run's date, not the day they happen to run. (transformers turns
+    callables passed to a template into text, so the template itself is given the date: ``pinned_template``.)"""
+    if not date or getattr(tok, "_trainpilot_date", None) == date:
+        return
+    apply = getattr(tok, "_trainpilot_apply", None) or tok.apply_chat_template
+
+    def apply_chat_template(*args, **kwargs):
+        template = kwargs.get("chat_template") or getattr(tok, "chat_template", None)
+        if isinstance(template, str) and prints_date(template):
+            kwargs["chat_template"] = pinned_template(template, date)
+        return apply(*args, **kwargs)
+
+    tok._trainpilot_apply, tok._trainpilot_date, tok.apply_chat_template = apply, date, apply_chat_template
+
+
+def pinned_template(template: str, date: str) -> str:
+    """``template`` with ``strftime_now`` defined in it as a macro that prints ``date`` in each format the template asks
+    for: an exported model (llama.cpp, transformers) prompts with the date training used. Unchanged when it prints none."""
+    formats = list(dict.fromkeys(m.group(2) for m in STRFTIME.finditer(template or "")))
+    if not formats:
+        return template
+    when = datetime.date.fromisoformat(date)
+    cases = "".join(f"{{%- {'if' if i == 0 else 'elif'} format == {_jinja_str(f)} -%}}{_jinja_lit(when.strftime(f))}"
+                    for i, f in enumerate(formats))
+    return (f"{{#- TrainPilot: this model was trained with the date {date} (data.chat_date); the template prints it "
+            f"instead of today's -#}}\n{{%- macro strftime_now(format) -%}}{cases}{{%- else -%}}{_jinja_lit(date)}"
+            f"{{%- endif -%}}{{%- endmacro -%}}\n" + template)
+
+
+def _jinja_str(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _jinja_lit(text: str) -> str:
+    return "{{ " + _jinja_str(text) + " }}"
+
+
+def shared_system_prompt(conversations: Iterable[list[dict]]) -> str | None:
+    """The system text every conversation opens with, when they all have the same one (None otherwise)."""
+    found = None
+    for messages in conversations:
+        first = messages[0] if messages else {}
+        text = first.get("content") if first.get("role") == "system" else None
+        if not isinstance(text, str) or (found is not None and text != found):
+            return None
+        found = text
+    return found
+
+
+def answer_text(text: str) -> str:
+    """A completion without a thinking model's leading ``<think>…</think>`` block: the answer itself."""
+    return REASONING.sub("", text, count=1)
 
 
 def segments(text: str, spans: list[tuple[int, int]]) -> list[dict]:
@@ -167,3 +360,36 @@ def template_error(exc: Exception, path: str, where: str) -> UserError:
     return UserError(f"data.path: {path} {where}, field 'messages': the chat template refused this conversation "
                      f"({msg}); use roles the template knows (system/user/assistant), fix or drop the record, or "
                      f"set data.chat_template to a template that accepts it", field="data.path", path=path)
+
+
+SYSTEM_ACTIONS = {"none": "no record has a system message", "kept": "system messages kept",
+                  "merged": "system text put at the start of the first user turn", "dropped": "system messages dropped",
+                  "refused": "system messages refused"}
+THINK_WORDS = ("the chat template writes an empty reasoning block (<think></think>) before every answer, and it is "
+               "trained with the answer: the model learns to answer without thinking first")
+
+
+def system_line(s: dict) -> str:
+    """One line on what data.system_message does to this data (a data report's ``system_message``)."""
+    why = "the chat template has a system role" if s["template_has_system_role"] else "the chat template has no system role"
+    return f"{SYSTEM_ACTIONS[s['action']]} ({why}; data.system_message: {s['setting']})"
+
+
+def rendering_notes(report: dict) -> list[str]:
+    """What the chat template does to the records that shows only in the rendered text, in words: a system message
+    folded into the first user turn, dropped or refused (a template without a system role, e.g. Gemma's), and an
+    empty reasoning block written into every answer (Qwen3's). For the data command's report (``--json``)."""
+    out, s = [], report.get("system_message") or {}
+    if s.get("action") in ("merged", "dropped", "refused"):
+        out.append(f"{system_line(s)[:1].upper()}{system_line(s)[1:]}.")
+    if report.get("empty_think_block"):
+        out.append(f"{THINK_WORDS[:1].upper()}{THINK_WORDS[1:]}.")
+    return out
+
+
+def system_refused_error(path: str, where: str, field: str = "messages") -> UserError:
+    """The UserError for a system message under ``data.system_message: error`` with a template that has no system role."""
+    return UserError(f"data.path: {path} {where}, field '{field}': the chat template has no system role and "
+                     f"data.system_message is 'error'; set data.system_message to 'merge' (the system text opens "
+                     f"the first user turn) or 'drop', or remove the system message", field="data.system_message",
+                     path=path)

@@ -7,6 +7,9 @@ A *record format* is the shape of one record (not the file type, which is ``data
 ``template``    prompt/response built from fields (``data.prompt_template``/``response_template``)
 ``alpaca``      ``instruction``, optional ``input``, ``output`` (optional ``system``)
 ``prompt_completion``  ``prompt`` and ``completion`` text (no ``label``): the completion is trained
+``prompt_response``  a prompt and its answer under the other common names (``PAIR_NAMES``: prompt/response,
+                prompt/answer, query/response, question/answer, input/output), rendered as one user turn and one assistant
+                turn with the chat template: the answer is trained, the prompt masked
 ``chat``        ``messages``: a list of ``{"role", "content"}`` (OpenAI style; tool roles and extra
                 keys such as ``tool_calls`` are passed through to the chat template)
 ``sharegpt``    ``conversations``: a list of ``{"from", "value"}`` (human/gpt/system/tool...)
@@ -19,7 +22,7 @@ Public API for other rooms (the preference-training worker calls these):
 
 - ``detect_format(records, data_cfg=None) -> str``
 - ``check_record(record, fmt, text_field="text") -> (field, problem) | None``
-- ``to_messages(record, fmt) -> list[dict]`` (alpaca/chat/sharegpt → OpenAI messages)
+- ``to_messages(record, fmt) -> list[dict]`` (alpaca/prompt_response/chat/sharegpt → OpenAI messages)
 - ``to_preference(record) -> {"prompt", "chosen", "rejected"}`` (each ``str`` or ``list[dict]``)
 - ``to_kto(record) -> {"prompt", "completion", "label": bool}``
 - ``to_input_target(record, fmt) -> (input, target)`` (an encoder-decoder's pair, without templates)
@@ -32,10 +35,13 @@ from __future__ import annotations
 
 from trainer.core.errors import UserError
 
-RECORD_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt", "preference", "kto")
-CONVERSATION_FORMATS = ("alpaca", "chat", "sharegpt")   # rendered through the tokenizer's chat template
-TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "chat", "sharegpt")
-SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "chat", "sharegpt")  # hold an input and a target
+CONVERSATION_FORMATS = ("alpaca", "prompt_response", "chat", "sharegpt")   # rendered through the chat template
+TRAINABLE_FORMATS = ("text", "template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")
+SEQ2SEQ_FORMATS = ("template", "alpaca", "prompt_completion", "prompt_response", "chat", "sharegpt")  # input + target
+# A prompt and its answer under the common names (prompt/completion and Alpaca's instruction/output are formats of
+# their own), in the order they are looked for: the first pair a record has is its prompt and its answer.
+PAIR_NAMES = (("prompt", "response"), ("prompt", "answer"), ("query", "response"), ("question", "answer"),
+              ("input", "output"))
 PAIR_FORMATS = ("preference", "kto")                     # read and previewed here; trained by preference training
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
                   "bing": "assistant", "model": "assistant", "system": "system", "tool": "tool", "function": "tool",
@@ -77,9 +83,16 @@ def format_of(rec: dict, text_field: str = "text") -> str | None:
         return "prompt_completion"
     if {"instruction", "output"} <= keys:
         return "alpaca"
-    if text_field in keys:
+    if text_field in keys:  # a full text beside a question and answer (the bundled demo) is trained as text
         return "text"
+    if pair_fields(rec) is not None:
+        return "prompt_response"
     return None
+
+
+def pair_fields(rec: dict) -> tuple[str, str] | None:
+    """The (prompt, answer) field names of a prompt_response record: the first of ``PAIR_NAMES`` it has."""
+    return next(((p, a) for p, a in PAIR_NAMES if p in rec and a in rec), None)
 
 
 def check_record(rec: dict, fmt: str, text_field: str = "text") -> tuple[str, str] | None:
@@ -96,6 +109,15 @@ def check_record(rec: dict, fmt: str, text_field: str = "text") -> tuple[str, st
         for name in ("prompt", "completion"):
             if not isinstance(rec.get(name), str):
                 return name, f"'{name}' must be text (prompt/completion records; conversations go in 'messages')"
+        return None
+    if fmt == "prompt_response":
+        names = pair_fields(rec)
+        if names is None:
+            return "prompt", (f"no prompt and answer fields ({', '.join(sorted(rec)) or 'none'} are present; "
+                              f"expected one of {', '.join(p + '/' + a for p, a in PAIR_NAMES)})")
+        for name in names:
+            if not isinstance(rec.get(name), str):
+                return name, f"'{name}' must be text ({names[0]}/{names[1]} records: a prompt and its answer)"
         return None
     if fmt == "chat":
         return _check_messages(rec.get("messages"), "messages", "role", "content")
@@ -168,13 +190,17 @@ def _label(v) -> bool:
 
 
 def to_messages(rec: dict, fmt: str) -> list[dict]:
-    """The conversation of an alpaca/chat/sharegpt record as OpenAI-style messages (extra keys of chat
+    """The conversation of an alpaca/prompt_response/chat/sharegpt record as OpenAI-style messages (extra keys of chat
     turns, e.g. ``tool_calls``/``name``, are kept; ShareGPT roles are mapped, unknown ones passed through)."""
     if fmt == "chat":
         return [dict(m, content=_text(m.get("content"))) for m in rec["messages"]]
     if fmt == "sharegpt":
         msgs = [{"role": "system", "content": rec["system"]}] if isinstance(rec.get("system"), str) and rec["system"] else []
         return msgs + [{"role": _role(m["from"], "from"), "content": _text(m.get("value"))} for m in rec["conversations"]]
+    if fmt == "prompt_response":
+        prompt, answer = pair_fields(rec)
+        msgs = [{"role": "system", "content": rec["system"]}] if isinstance(rec.get("system"), str) and rec["system"] else []
+        return msgs + [{"role": "user", "content": rec[prompt]}, {"role": "assistant", "content": rec[answer]}]
     if fmt == "alpaca":
         user = rec["instruction"] + (f"\n\n{rec['input']}" if isinstance(rec.get("input"), str) and rec["input"].strip() else "")
         msgs = [{"role": "system", "content": rec["system"]}] if isinstance(rec.get("system"), str) and rec["system"] else []
@@ -197,6 +223,9 @@ def to_input_target(rec: dict, fmt: str) -> tuple[str, str]:
     (one user turn, with a system text before it, is its text; longer histories are 'role: text' lines)."""
     if fmt == "prompt_completion":
         return rec["prompt"], rec["completion"]
+    if fmt == "prompt_response":
+        prompt, answer = pair_fields(rec)
+        return rec[prompt], rec[answer]
     msgs = to_messages(rec, fmt)
     last = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
     before = msgs[:last]
@@ -250,6 +279,10 @@ def describe(fmt: str) -> str:
         "template": "prompt/response templates: the response (and end of text) is trained, the prompt masked",
         "alpaca": "Alpaca instruction/input/output, rendered with the chat template: the output is trained",
         "prompt_completion": "prompt/completion text: the completion (and end of text) is trained, the prompt masked",
+        "prompt_response": "a prompt and its answer (prompt/response, prompt/answer, query/response, question/answer "
+                           "or input/output), "
+                           "rendered as a user turn and an assistant turn with the chat template: the answer is "
+                           "trained, the prompt masked",
         "chat": "chat messages, rendered with the chat template: assistant turns are trained",
         "sharegpt": "ShareGPT conversations, rendered with the chat template: assistant (gpt) turns are trained",
         "preference": "preference pairs (prompt, chosen, rejected): read and previewed; trained by preference training",

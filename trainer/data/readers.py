@@ -156,6 +156,18 @@ def template_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
+def text_field_fix(fields: list[str]) -> str:
+    """The fix for records without the text field: the field that holds the whole text, or — since records with
+    two or more fields are usually a prompt and its answer, and training on one field would drop the other — the
+    prompt/response templates that train the answer with the prompt masked."""
+    if len(fields) < 2:
+        return "set data.text_field to the field that holds the text"
+    prompt, answer = fields[0], fields[-1]
+    return (f"set data.text_field to the field that holds the whole text, or, when a field is a prompt and another "
+            f"its answer, set data.prompt_template: '{{{prompt}}}' and data.response_template: '{{{answer}}}' (your "
+            "field names; the answer is trained, the prompt masked)")
+
+
 def check_fields(records: Records, data_cfg) -> None:
     """UserError when the text field or a template field is absent from the records."""
     rows = records.rows
@@ -169,7 +181,7 @@ def check_fields(records: Records, data_cfg) -> None:
         missing = next((i for i, r in enumerate(rows) if name not in r or r[name] is None), None)
         if missing is not None:
             fields = ", ".join(sorted(present)) or "none"
-            fix = f"set {where} to one of them" if where == "data.text_field" else f"use only those fields in {where}"
+            fix = text_field_fix(list(rows[missing])) if where == "data.text_field" else f"use only those fields in {where}"
             raise UserError(f"{where}: field '{name}' is absent from record {missing + 1} of {records.path} "
                             f"(fields present: {fields}); {fix}", field=where, path=str(records.path))
     if data_cfg.prompt_template is None and not any(str(r[data_cfg.text_field]).strip() for r in rows):

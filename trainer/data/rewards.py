@@ -1,6 +1,7 @@
 """GRPO rewards: the built-in ones (configured in YAML, weighted), the user's own from a Python file, and the checks
-that make a bad reward fail before a run starts. Standard library only (no torch): the worker, the reward preview
-and the pre-run check (``trainer.worker.probes.rewardcheck``) call these; the user's file is imported only there.
+that make a bad reward fail before a run starts. Light (the standard library and the config schema; no torch): the
+worker, the reward preview and the pre-run check (``trainer.worker.probes.grpocheck``) call these; the user's file is
+imported only there. The built-in rewards' names are read off the schema (``RewardsConfig.builtin_names``).
 
 Every reward has TRL's signature ``f(prompts, completions, completion_ids=None, **columns) -> list[float | None]``:
 one number per completion (None: "does not apply", TRL skips it in the mean). Completions arrive as text, or in
@@ -29,9 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from trainer.config.sections import RewardsConfig
+from trainer.data import conversations
 from trainer.core.errors import UserError
 
-BUILTIN_NAMES = ("exact_answer", "numeric_answer", "format", "json_valid", "length_penalty")
+BUILTIN_NAMES = RewardsConfig.builtin_names()  # read off the schema: rewards.<name> is each one's weight
 ANSWER_TAGS = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
 NUMBER = re.compile(r"[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
@@ -76,9 +79,10 @@ def extract_answer(text: str, pattern: Optional[str] = None) -> Optional[str]:
 
 
 def final_answer(completion, pattern: Optional[str] = None) -> Optional[str]:
-    """What the answer rewards compare: ``extract_answer`` of the completion's text; without a ``pattern``, the whole
-    text when nothing is marked (exact match compares it whole, the numeric reward takes its last number)."""
-    text = completion_text(completion)
+    """What the answer rewards compare: ``extract_answer`` of the completion's text after a thinking model's
+    reasoning block (``<think>…</think>``, Qwen3, DeepSeek-R1: the chat rules' ``answer_text``); without a ``pattern``,
+    the whole answer when nothing is marked (exact match compares it whole, the numeric reward takes its last number)."""
+    text = conversations.answer_text(completion_text(completion))
     got = extract_answer(text, pattern)
     return text if got is None and not pattern else got
 

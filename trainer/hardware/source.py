@@ -30,6 +30,17 @@ def open_probe(hardware_file: Optional[str] = None) -> Probe:
         return NoGpuProbe(f"no NVIDIA GPU: cannot load NVML ({exc})")
 
 
+def planning_snapshot(hardware_file: Optional[str] = None):
+    """The snapshot a plan is made for: this machine now, or a recording's FIRST snapshot (the machine as recorded
+    before anything of ours runs; a recording may go on to show a training load). The one moment for a recording:
+    ``trainpilot-cli plan/run --hardware`` and the app's wizard all plan against it. UserError for a bad recording."""
+    probe = open_probe(hardware_file)
+    try:
+        return probe.snapshot()
+    finally:
+        probe.close()
+
+
 def _nvml_reason(pynvml: Any, exc: Exception) -> str:
     code = getattr(exc, "value", None)
     if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:

@@ -16,6 +16,7 @@ from trainer.config.resolved import as_resolved, unresolved
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.launch.dsconfig import deepspeed_config
+from trainer.planning.ladder import record_kept_settings
 
 EXPORT_FILES = ("config.yaml", "ds_config.json", "launch.sh", "launch.bat", "launch_multi_gpu.sh",
                 "launch_multi_gpu.bat", "launch_multi_node.sh", "hostfile.example", "README.txt")
@@ -116,6 +117,7 @@ def _writable_folder(out: Path) -> None:
 
 
 def _write_export(cfg, out: Path) -> list[Path]:
+    cfg = record_kept_settings(cfg)  # the file sets every key: which were the user's (for the OOM ladder) is kept
     files = [out / "config.yaml"]
     files[0].write_text(secrets.redact(config_mod.dump_yaml(cfg)), encoding="utf-8")
     # A config with "auto" left is planned on the machine that runs it; a resolved one (a run

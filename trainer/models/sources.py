@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.core.paths import MODELS_DIR
+from trainer.core.paths import MODELS_DIR, hf_hub_cache
 
 DEMO_MODEL = "demo-tiny-llama"
 
@@ -82,3 +82,24 @@ def tokenizer_source(cfg) -> str | None:
     if m.source == DEMO_MODEL or (m.architecture and m.source == DEMO_MODEL):
         return "demo"
     return m.source
+
+
+def tokenizer_cached(repo_id: str) -> bool:
+    """True when the Hugging Face cache holds tokenizer files of the hub model ``repo_id`` (no network)."""
+    snapshots = hf_hub_cache() / ("models--" + repo_id.strip().replace("/", "--")) / "snapshots"
+    return any(next(snapshots.glob(f"*/{name}"), None) is not None for name in _TOKENIZER_FILES)
+
+
+# config.json keys that count a mixture of experts' routed experts (Qwen-MoE, Mixtral/gpt-oss/Phi-MoE/Granite-MoE,
+# DeepSeek, ERNIE), at the top or in a multimodal checkpoint's text_config
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def routed_experts(conf: dict) -> int | None:
+    """How many routed experts per layer an HF ``config.json`` (as a dict) declares; None for a dense model."""
+    for section in (conf, conf.get("text_config") or {}):
+        for key in EXPERT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and value > 1:
+                return value
+    return None

@@ -21,6 +21,7 @@ from typing import Optional
 from trainer.core.errors import UserError
 from trainer.core.paths import MODELS_DIR, hf_hub_cache
 from trainer.models import catalog, structure
+from trainer.models.sources import is_local
 
 # Families whose activations, loss and LoRA terms the planner has hand-fitted formulas for (checked against
 # autograd; tests/test_memory.py): they plan exactly as before the structure probe. Every other architecture
@@ -254,15 +255,26 @@ def needs_probe(source_or_arch: str) -> bool:
     return rec is None
 
 
+def not_found_message(source: str) -> str:
+    """Why no config.json describes ``source``, in the user's terms (their path or hub id, never TrainPilot's own
+    folders), with the fix: a folder that is not there, a folder without config.json, a hub model not downloaded."""
+    if is_local(source):
+        p = Path(source).expanduser()
+        if not p.exists():
+            return f"model folder not found: {source}; check the path (a folder holding config.json and the weights)"
+        return f"{p} has no config.json; choose the folder that holds the model's config.json and weights"
+    shipped = ", ".join(sorted(f.stem for f in MODELS_DIR.glob("*.json")))
+    return (f"{source} is not downloaded (its config.json is not on this computer); download it first (the model "
+            f"picker's Download…, or huggingface-cli download {source}), or to train a shipped architecture from "
+            f"random weights set model.architecture to one of: {shipped}")
+
+
 def load_model_spec(source_or_arch: str) -> ModelSpec:
     """ModelSpec for a config path, model folder, shipped architecture name or cached hub id.
     Raises ModelSpecNotFound (a UserError) when no config.json is available locally."""
     path = find_config(source_or_arch)
     if path is None:
-        shipped = ", ".join(sorted(f.stem for f in MODELS_DIR.glob("*.json")))
-        raise ModelSpecNotFound(
-            f"no config.json for model '{source_or_arch}' (not a folder, not in trainer/resources/models/, not in the "
-            f"Hugging Face cache); download it once or set model.architecture to one of: {shipped}")
+        raise ModelSpecNotFound(not_found_message(source_or_arch))
     try:
         stamp = path.stat().st_mtime_ns
     except OSError as exc:

@@ -6,6 +6,12 @@ head; a list of names matches a module whose name equals one or ends with ``.nam
 parameters of MoE layers are no Linears: ``all-linear`` leaves them alone, and ``method.lora_experts: true`` adapts
 them through PEFT's ``target_parameters`` (``lora.ParamWrapper``: ``lora_A`` in × r·E, ``lora_B`` r·E × out per
 3-D parameter of E experts; it requires ``lora_dropout: 0``).
+
+This module is the home of that rule (light: the planner asks it). The worker applies it to the real model in
+``trainer/worker/loading/model_parts.py`` (``text_linears`` are the candidates: every Linear/Conv1D outside the
+towers, no head; ``matches`` picks among them; ``lora_experts`` adds the fused experts), and the structure probe
+records the same candidates per layer; tests/test_arch_planning.py checks PEFT trains exactly ``lora_params``
+with the worker's config.
 """
 from __future__ import annotations
 
@@ -14,11 +20,18 @@ from trainer.models.spec import ModelSpec
 ALL_LINEAR = "all-linear"
 
 
+def matches(name: str, targets) -> bool:
+    """True when PEFT's ``target_modules`` (``all-linear`` or names) adapts the Linear called ``name`` (a module
+    path), given that it is a candidate at all (a text Linear, not the output head). The one LoRA target rule: the
+    planner counts with it and the worker (``worker.loading.model_parts.lora_targets``) picks modules with it."""
+    if targets == ALL_LINEAR or ALL_LINEAR in targets:
+        return True
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
 def targeted(linears, targets) -> list[tuple[int, int]]:
     """(in, out) of the ``(name, in, out)`` Linears that ``targets`` (PEFT's target_modules) adapts."""
-    if ALL_LINEAR in targets:
-        return [(i, o) for _, i, o in linears]
-    return [(i, o) for n, i, o in linears if any(n == t or n.endswith("." + t) for t in targets)]
+    return [(i, o) for n, i, o in linears if matches(n, targets)]
 
 
 def _stack_params(groups, r: int, targets, experts: bool) -> int:

@@ -57,8 +57,38 @@ def usable_vram(gpu: GpuSnapshot) -> tuple[int, int]:
 def budget_for(gpu: GpuSnapshot, goal: str) -> tuple[int, int, int]:
     """(budget, usable, held) in bytes; budget keeps ``HEADROOM[goal]`` of the usable VRAM free."""
     usable, held = usable_vram(gpu)
-    keep = max(MIN_HEADROOM_BYTES, int(HEADROOM.get(goal, 0.05) * usable))
-    return max(0, usable - keep), usable, held
+    return max(0, usable - _kept_free(usable, goal)), usable, held
+
+
+def _kept_free(usable: int, goal: str) -> int:
+    """Bytes of the usable memory a plan leaves free: ``HEADROOM[goal]`` of it, at least MIN_HEADROOM_BYTES."""
+    return min(usable, max(MIN_HEADROOM_BYTES, int(HEADROOM.get(goal, 0.05) * usable)))
+
+
+def gpu_budget_terms(gpu: GpuSnapshot, goal: str) -> tuple[int, list[tuple[str, int]]]:
+    """The budget as a subtraction (bytes): (total VRAM, [(what, bytes) taken from it]); the rest is the budget
+    ``budget_for`` returns, so the arithmetic a plan shows is the one it used."""
+    total, reserved = gpu.memory_total_bytes or 0, gpu.memory_reserved_bytes or 0
+    usable, held = usable_vram(gpu)
+    held = min(held, max(0, total - reserved))  # a device that reports more in use than it has: none left
+    share = int(HEADROOM.get(goal, 0.05) * 100)
+    return total, [("reserved by the driver", reserved), ("held by other programs", held),
+                   (f"kept free ({goal.replace('_', ' ')}: {share}% of the rest, at least "
+                    f"{MIN_HEADROOM_BYTES // 2**20} MiB)", _kept_free(usable, goal))]
+
+
+HOST_HEADROOM = 0.15  # of the usable host RAM kept free on the CPU for goal most_headroom
+
+
+def host_budget(available: int, goal: str) -> tuple[int, int, list[tuple[str, int]]]:
+    """(usable host RAM, the CPU's budget, [(what, bytes) taken from ``available``]) in bytes: the OS and other
+    programs keep 1 − HOST_RAM_USABLE of what was available; most_headroom keeps HOST_HEADROOM of the rest free."""
+    usable = int(available * HOST_RAM_USABLE)
+    budget = int(usable * (1 - HOST_HEADROOM)) if goal == "most_headroom" else usable
+    parts = [(f"kept for the system ({100 - int(HOST_RAM_USABLE * 100)}%)", available - usable)]
+    if budget != usable:
+        parts.append((f"kept free (most headroom: {int(HOST_HEADROOM * 100)}%)", usable - budget))
+    return usable, budget, parts
 
 
 def close_apps(gpu: GpuSnapshot, min_bytes: int = 64 * 2**20) -> list[dict]:

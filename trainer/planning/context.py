@@ -6,10 +6,18 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from trainer.config.resolved import resolve_precision
+from trainer.core import capabilities
 from trainer.core.errors import UserError
+from trainer.data import token_stats
 from trainer.models.spec import ModelSpec, spec_for_run
-from trainer.planning.budget import HOST_RAM_USABLE, budget_for
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, Estimate, TrainSetup
+from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
+from trainer.planning.memory import (
+    CHUNKED_LOSS_FAMILIES,
+    LIGER_FAMILIES,
+    SEQ2SEQ_CHUNKED_FAMILIES,
+    Estimate,
+    TrainSetup,
+)
 
 SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
 
@@ -32,6 +40,20 @@ class Context:
     usable: int
     held: int
     host_budget: int
+    budget_terms: tuple = (0, ())  # (the memory the budget is taken from, [(what, bytes) kept out of it])
+    length: token_stats.PlannedLength = None  # the sequence length memory is planned at (data.seq_len, or the data's)
+    liger: Optional[bool] = None  # the worker will run Liger's kernels (``liger_kernels``), asked once per plan
+
+    def __post_init__(self):
+        if self.length is None:
+            self.length = token_stats.planned_length(self.cfg)
+        if self.liger is None:
+            self.liger = liger_kernels(self)
+
+    @property
+    def seq(self) -> int:
+        """Tokens per sequence the plan is made for (``data.seq_len``, or the data's longest sample when shorter)."""
+        return self.length.tokens
 
     @classmethod
     def build(cls, cfg, hardware, gpu, device: str, goal: str) -> "Context":
@@ -40,14 +62,15 @@ class Context:
             spec, err = spec_for_run(cfg), ""
         except UserError as exc:
             spec, err = None, str(exc)
-        host = int(hardware.host.ram_available_bytes * HOST_RAM_USABLE)
+        available = hardware.host.ram_available_bytes
+        host, cpu_budget, cpu_terms = host_budget(available, goal)
         if device == "cuda" and gpu is not None:
             budget, usable, held = budget_for(gpu, goal)
+            terms = gpu_budget_terms(gpu, goal)
         else:
-            usable, held = host, 0
-            budget = int(host * (0.85 if goal == "most_headroom" else 1.0))
+            usable, held, budget, terms = host, 0, cpu_budget, (available, cpu_terms)
         return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
-                   held, host)
+                   held, host, terms)
 
 
     @classmethod
@@ -92,7 +115,7 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         gb = c.grpo.generation_batch_size
         generation = gb if isinstance(gb, int) else per
     return TrainSetup(
-        micro_batch=micro, seq_len=c.data.seq_len, method=c.method.type, precision=ctx.precision,
+        micro_batch=micro, seq_len=ctx.seq, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
         chunked_loss=chunked_loss(c, ctx.spec) and c.training.objective == "sft", activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
@@ -102,7 +125,19 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         lora_experts=bool(getattr(c.method, "lora_experts", False)), device=ctx.device,
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
-        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta)
+        max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
+        num_iterations=c.grpo.num_iterations, liger=ctx.liger,
+        triton_kernels=ctx.liger or (ctx.device == "cuda" and c.speed.torch_compile))
+
+
+def liger_kernels(ctx: Context) -> bool:
+    """Whether the worker will run Liger's kernels (its loss, RMSNorm, RoPE and SwiGLU): supervised training with the
+    chunked loss on CUDA, of a family Liger patches, with liger-kernel installed (the worker's
+    ``chunked_loss.loss_path`` takes the same facts)."""
+    c = ctx.cfg
+    return (ctx.device == "cuda" and c.training.objective == "sft" and ctx.spec is not None
+            and not ctx.spec.encoder_decoder and ctx.spec.family in LIGER_FAMILIES and chunked_loss(c, ctx.spec)
+            and capabilities.installed("liger-kernel"))
 
 
 def attention(ctx: Context) -> str:

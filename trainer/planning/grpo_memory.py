@@ -13,7 +13,8 @@ TRL 1.16's ``GRPOTrainer`` (transformers ``generate``, no vLLM) runs two phases 
   the completion tokens on CUDA (``hidden[mask]``), every position on the CPU (no Triton) — in tiles of
   4096 tokens × 32768 vocabulary entries, so the ``[tokens × vocabulary]`` logits never exist. With
   ``num_iterations == 1`` and ``steps_per_generation`` dividing the accumulation (our rule), TRL computes no
-  ``old_per_token_logps``: no extra forward.
+  ``old_per_token_logps``: no extra forward. With ``grpo.num_iterations`` above 1 it does, in the sampling phase,
+  in chunks of micro-batch size without gradients: the same shape as the reference scoring (one at a time).
 
 Checked on the CPU in tests/test_grpo_memory.py: the KV cache against ``generate``'s returned cache
 tensors, the update's saved activations against saved-tensor hooks around TRL's own ``_compute_loss``.
@@ -42,7 +43,9 @@ def generation_batch(s) -> int:
 
 
 def prompt_tokens(s) -> int:
-    """The longest prompt: data.seq_len minus room for the longest completion (TRL pads prompts to the longest)."""
+    """The longest prompt: the planned sequence length (data.seq_len, or the data's longest prompt + the longest
+    completion: ``token_stats.planned_length``) minus room for the longest completion (TRL pads prompts to the
+    longest)."""
     return max(1, s.seq_len - s.max_completion_length)
 
 
@@ -96,9 +99,9 @@ def generation_terms(spec, s) -> dict:
 
 
 def reference_scoring_bytes(spec, s) -> int:
-    """With beta > 0: the reference log-probs of one micro-batch without gradients (one layer's intermediates
-    and one fused-head tile); 0 without a reference."""
-    if s.beta <= 0:
+    """With beta > 0 (the reference's log-probs) or num_iterations > 1 (the old policy's): one micro-batch scored
+    without gradients (one layer's intermediates and one fused-head tile); 0 when nothing is scored."""
+    if s.beta <= 0 and s.num_iterations <= 1:
         return 0
     tokens = s.micro_batch * s.seq_len
     tile = 2 * min(scored_tokens(s), FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
@@ -147,7 +150,7 @@ def sampling_phase(spec, s, states: dict, persistent: dict, lora_trainable: int)
     gen = generation_terms(spec, s)
     ref = reference_scoring_bytes(spec, s)
     if ref > sum(gen.values()):
-        out["reference_forward"] = ref
+        out["reference_forward" if s.beta > 0 else "old_policy_forward"] = ref
         churn = ref
     else:
         out.update(gen)

@@ -10,17 +10,53 @@ more sampling passes per step; kept a multiple of num_generations and of the mic
 step's completions). It helps only when sampling ran out of memory, so it comes first for a sampling OOM
 and after the micro-batch and checkpointing for an update OOM; ``phase`` says which (the worker's word),
 else the planner's larger predicted phase is taken.
+
+The ladder never changes a setting the user chose: every rung asks ``kept_settings`` (``recovery.ladder_keeps``,
+which the planner resolves to the settings the user's config gives a value). A rung that would change one is
+skipped, and the final out-of-memory message names it as what the user could still change
+(``held_back``). Only the keys in ``LADDER_KEYS`` are ever changed.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Iterator
 
 from trainer import config as config_mod
+from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
+from trainer.core.dotted import get_in
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
 from trainer.planning.context import Context, generation_candidates, make_setup
 from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, estimate
+
+
+# Every setting a rung may change (tests check each rung against it): the settings recovery.ladder_keeps can hold.
+LADDER_KEYS = ("speed.chunked_loss", "training.micro_batch_size", "training.gradient_accumulation_steps",
+               "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.activation_offload",
+               "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage", "deepspeed.offload_optimizer",
+               "deepspeed.offload_params")
+
+
+def kept_settings(cfg) -> frozenset[str]:
+    """The settings no rung may change: ``recovery.ladder_keeps`` when it is a list; when it is still "auto" (a
+    config the planner has not resolved), the ladder's settings that the user's config gives a value (not "auto")."""
+    keep = cfg.recovery.ladder_keeps
+    if keep != "auto":
+        return frozenset(keep)
+    data = config_mod.to_dict(cfg)
+    return frozenset(k for k in LADDER_KEYS if k in explicit_keys(cfg) and get_in(data, k) != "auto")
+
+
+def record_kept_settings(cfg, chosen=None):
+    """``cfg`` with ``recovery.ladder_keeps`` written out when it is "auto": ``kept_settings`` of ``chosen`` (the
+    config as the user wrote it, before the planner filled its "auto"s; default ``cfg``). Call it before a config
+    is written whole (a run folder's config.yaml, the GUI's file, an export): a file that sets every key no longer
+    says which ones the user chose."""
+    if cfg.recovery.ladder_keeps != "auto":
+        return cfg
+    return config_mod.replace(cfg, **{"recovery.ladder_keeps": sorted(kept_settings(chosen or cfg))})
 
 
 @dataclass(frozen=True)
@@ -78,8 +114,10 @@ def _generation_rung(cfg) -> tuple[dict, str] | None:
 def _checkpointing_rung(cfg) -> tuple[dict, str] | None:
     if cfg.speed.gradient_checkpointing is True:
         return None
+    floor = 2 if cfg.training.objective == "kto" else 1
+    first = (f"micro-batch is already {floor}: " if cfg.training.micro_batch_size <= floor else "")
     return ({"speed.gradient_checkpointing": True},
-            "micro-batch is already 1: turn on gradient checkpointing (recompute activations in backward)")
+            first + "turn on gradient checkpointing (recompute activations in backward)")
 
 
 def grpo_phase_guess(cfg) -> str | None:
@@ -97,63 +135,108 @@ def grpo_phase_guess(cfg) -> str | None:
     return max(est.phases, key=est.phases.get) if est.phases else None
 
 
-def _cheap_rung(cfg, phase: str | None = None) -> tuple[dict, str] | None:
-    """The free and the exact rungs: chunked loss, smaller micro-batch, checkpointing; for GRPO the generation
-    batch too, first when sampling ran out of memory, else after checkpointing."""
-    if cfg.speed.chunked_loss is not True and _chunked_loss_applies(cfg):
-        return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
-                                              "logits; same loss and gradients)")
-    if cfg.training.objective == "grpo" and (phase or grpo_phase_guess(cfg)) == "sampling":
-        order = (_generation_rung, _micro_rung, _checkpointing_rung)
-    else:
-        order = (_micro_rung, _checkpointing_rung, _generation_rung)
-    return next((r for r in (rung(cfg) for rung in order) if r), None)
-
-
-def _gpu_rung(cfg) -> tuple[dict, str] | None:
-    """The CUDA-only rungs before DeepSpeed: activation offload, then 8-bit AdamW where allowed."""
-    if cfg.device != "cuda" or cfg.deepspeed.enabled is True:
+def _chunked_loss_rung(cfg) -> tuple[dict, str] | None:
+    """The free and exact rung: the loss over chunks of tokens."""
+    if cfg.speed.chunked_loss is True or not _chunked_loss_applies(cfg):
         return None
-    if cfg.speed.activation_offload is not True:
-        return ({"speed.activation_offload": True},
-                "checkpointing is on: offload saved activations to pinned host RAM (TRL's activation offloading)")
-    if (cfg.plan_allow_approximate and cfg.training.optimizer == "adamw" and cfg.method.type == "full"
-            and capabilities.installed("bitsandbytes")):
-        return ({"training.optimizer": "adamw_8bit"},
-                "activations are offloaded: keep AdamW's states in 8 bits (bitsandbytes; plan_allow_approximate "
-                "allows it; updates differ slightly from 32-bit AdamW)")
-    return None
+    return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
+                                          "logits; same loss and gradients)")
+
+
+def _exact_rungs(cfg, phase: str | None) -> tuple:
+    """The exact rungs after the loss: smaller micro-batch, checkpointing; for GRPO the generation batch too, first
+    when sampling ran out of memory, else after checkpointing."""
+    if cfg.training.objective == "grpo" and (phase or grpo_phase_guess(cfg)) == "sampling":
+        return _generation_rung, _micro_rung, _checkpointing_rung
+    return _micro_rung, _checkpointing_rung, _generation_rung
+
+
+def _activation_offload_rung(cfg) -> tuple[dict, str] | None:
+    """CUDA only, before DeepSpeed: saved activations to pinned host RAM."""
+    if cfg.device != "cuda" or cfg.deepspeed.enabled is True or cfg.speed.activation_offload is True:
+        return None
+    return ({"speed.activation_offload": True},
+            "offload saved activations to pinned host RAM (TRL's activation offloading; PCIe time)")
+
+
+def _eight_bit_rung(cfg) -> tuple[dict, str] | None:
+    """CUDA only, approximate: 8-bit AdamW where plan_allow_approximate allows it and bitsandbytes is installed."""
+    if (cfg.device != "cuda" or cfg.deepspeed.enabled is True or not cfg.plan_allow_approximate
+            or cfg.training.optimizer != "adamw" or cfg.method.type != "full" or not capabilities.installed("bitsandbytes")):
+        return None
+    return ({"training.optimizer": "adamw_8bit"},
+            "keep AdamW's states in 8 bits (bitsandbytes; plan_allow_approximate allows it; updates differ slightly "
+            "from 32-bit AdamW)")
+
+
+def _optimizer_offload_rung(cfg) -> tuple[dict, str] | None:
+    ds = cfg.deepspeed
+    if not capabilities.installed("deepspeed") or (ds.enabled is True and ds.offload_optimizer):
+        return None
+    return ({"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage), "deepspeed.offload_optimizer": True},
+            "move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)")
+
+
+def _param_offload_rung(cfg) -> tuple[dict, str] | None:
+    ds = cfg.deepspeed
+    if not capabilities.installed("deepspeed") or ds.enabled is not True or not ds.offload_optimizer or ds.offload_params:
+        return None
+    return ({"deepspeed.zero_stage": 3, "deepspeed.offload_params": True},
+            "optimizer is offloaded: keep weights in CPU RAM too (ZeRO-3 parameter offload)")
+
+
+def _rungs(cfg, phase: str | None) -> Iterator[tuple[dict, str]]:
+    """Every rung that applies to ``cfg``, cheapest first, before asking which settings are the user's."""
+    order = (_chunked_loss_rung, *_exact_rungs(cfg, phase), _activation_offload_rung, _eight_bit_rung,
+             _optimizer_offload_rung, _param_offload_rung)
+    return (r for r in (rung(cfg) for rung in order) if r)
+
+
+def _kept_in(cfg, changes: dict, kept: frozenset[str]) -> list[str]:
+    """The user's settings a rung's ``changes`` would change (a key set to the value it has is no change)."""
+    data = config_mod.to_dict(cfg)
+    return [k for k, v in changes.items() if k in kept and get_in(data, k) != v]
 
 
 def next_step(cfg, phase: str | None = None) -> LadderStep | None:
-    """The next rung for ``cfg`` (resolved: no 'auto'), or None when the ladder is exhausted. ``phase``: where a
-    GRPO run ran out of memory ("sampling" or "update"), when the worker said so."""
-    ds = cfg.deepspeed
-    rung = _cheap_rung(cfg, phase) or _gpu_rung(cfg)
-    if rung:
-        changes, why = rung
-    elif not capabilities.installed("deepspeed"):
-        return None
-    elif ds.enabled is not True or not ds.offload_optimizer:
-        changes = {"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage),
-                   "deepspeed.offload_optimizer": True}
-        why = "on the GPU nothing cheaper is left: move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)"
-    elif not ds.offload_params:
-        changes = {"deepspeed.zero_stage": 3, "deepspeed.offload_params": True}
-        why = "optimizer is offloaded: keep weights in CPU RAM too (ZeRO-3 parameter offload)"
-    else:
-        return None
-    return LadderStep(config_mod.replace(cfg, **changes), changes, why)
+    """The next rung for ``cfg`` (resolved: no 'auto') that changes none of the user's settings, or None when the
+    ladder is exhausted. ``phase``: where a GRPO run ran out of memory ("sampling" or "update"), when the worker
+    said so."""
+    kept = kept_settings(cfg)
+    for changes, why in _rungs(cfg, phase):
+        if not _kept_in(cfg, changes, kept):
+            return LadderStep(config_mod.replace(cfg, **changes), changes, why)
+    return None
 
 
-def exhausted_report(cfg, tried: list[dict], ladder_off: bool = False) -> dict:
-    """What was tried and what would fit instead: the message behind exit code 3."""
+def held_back(cfg, phase: str | None = None) -> list[dict]:
+    """The rungs that apply to ``cfg`` but would change a setting the user chose: ``{"changes", "why", "yours"}``
+    (``yours``: those settings), cheapest first. What the user could still change themselves."""
+    kept = kept_settings(cfg)
+    out = []
+    for changes, why in _rungs(cfg, phase):
+        mine = _kept_in(cfg, changes, kept)
+        if mine:
+            out.append({"changes": changes, "why": why, "yours": mine})
+    return out
+
+
+def exhausted_report(cfg, tried: list[dict], ladder_off: bool = False, phase: str | None = None) -> dict:
+    """What was tried and what would fit instead: the message behind exit code 3. ``held_back``: the rungs left
+    because they would change a setting of the user's, named first among the suggestions."""
     steps = [e.get("why", "") for e in tried]
+    held = [] if ladder_off else held_back(cfg, phase)
     if ladder_off:
         head = "out of memory (recovery.oom_ladder is off)"
+    elif held:
+        head = (f"out of memory after {len(steps)} recovery step(s); the steps left would change settings your "
+                f"config sets, which the ladder never does")
     else:
         head = f"out of memory after every recovery step ({len(steps)} tried)"
-    suggestions = []
+    suggestions = [_held_line(h) for h in held]
+    first = next_step(cfg, phase) if ladder_off else None
+    if first is not None:
+        suggestions.append(f"turn recovery.oom_ladder on (its first step: {first.why})")
     if cfg.data.seq_len > 512:
         suggestions.append(f"a shorter sequence: data.seq_len {cfg.data.seq_len} → {cfg.data.seq_len // 2} "
                            f"(activations and logits shrink in proportion)")
@@ -164,4 +247,12 @@ def exhausted_report(cfg, tried: list[dict], ladder_off: bool = False) -> dict:
     suggestions.append("a smaller model, or close other apps using the GPU (trainpilot-cli probe lists them)")
     if not capabilities.installed("deepspeed"):
         suggestions.append("install DeepSpeed for CPU offload: pip install --no-build-isolation deepspeed")
-    return {"message": head, "tried": steps, "suggestions": suggestions}
+    return {"message": head, "tried": steps, "held_back": held, "suggestions": suggestions}
+
+
+def _held_line(held: dict) -> str:
+    """One held-back rung in words: the change of the user's settings it needs, and what it saves."""
+    change = ", ".join(f"{k}: {json.dumps(v)}" for k, v in held["changes"].items())
+    yours = ", ".join(held["yours"])
+    return (f"set {change} yourself (the ladder's next step: {held['why']}; it left {yours} alone because your "
+            f"config sets it: recovery.ladder_keeps lists the settings it keeps)")

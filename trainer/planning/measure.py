@@ -74,8 +74,11 @@ def _one(ctx: Context, cfg, mb: int, probe) -> dict:
     accum = cfg.training.effective_batch_size // (mb * cfg.world_size)
     res = probe(config_mod.replace(cfg, **{"training.micro_batch_size": mb,
                                            "training.gradient_accumulation_steps": accum}), mb)
-    pred = estimate(ctx.spec, _setup(ctx, cfg, mb)).peak_bytes
-    measured = int(res.get("peak_reserved_bytes") or 0) + CUDA_CONTEXT_BYTES  # reserved excludes the context
+    est = estimate(ctx.spec, _setup(ctx, cfg, mb))
+    pred = est.peak_bytes
+    # torch's reserve excludes what the CUDA runtime holds (context, kernel modules): the plan's figures for those
+    runtime = est.breakdown.get("cuda_context", CUDA_CONTEXT_BYTES) + est.breakdown.get("cuda_kernels", 0)
+    measured = int(res.get("peak_reserved_bytes") or 0) + runtime
     err = None if res.get("oom") else round(100.0 * (pred - measured) / measured, 1)
     return {"micro_batch": mb, "predicted_bytes": pred, "measured_bytes": measured, "error_pct": err,
             "oom": bool(res.get("oom")), "device": res.get("device"), "step_seconds": res.get("step_seconds")}

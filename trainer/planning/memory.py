@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured
+from trainer.planning import adapters, grpo_memory, measured, saver_memory
+from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
-CUDA_CONTEXT_BYTES = int(0.5 * GIB)  # DESIGN.md: 0.3-0.7 GB depending on GPU and driver
 # Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
 # every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%
 # with it (recomputation frees and reallocates every layer). Under ZeRO-3 (each layer's parameters
@@ -27,11 +27,10 @@ FRAGMENTATION_CHECKPOINTING = 0.25
 FRAGMENTATION_ZERO3 = 0.35
 DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
-QLORA_BYTES_PER_PARAM = 0.56  # 4-bit NF4 with double-quantised scales
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
-# Chunked loss (trainer/worker/train/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
+# Chunked loss (trainer/worker/loading/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
 # many bytes; the loss's working memory is then 12 bytes per logit of one chunk instead of the whole micro-batch.
 CHUNK_LOGIT_BYTES = 64 * 2**20
 LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)
@@ -40,6 +39,9 @@ LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-so
 # GPT-2 keeps its decoder elsewhere: they keep HF's loss.
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 CHUNKED_LOSS_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "stablelm"})
+# model_types liger-kernel 0.8.5 patches through HF's use_liger_kernel (its fused linear cross-entropy, RMSNorm, RoPE
+# and SwiGLU kernels), within the families TrainPilot ships architectures for (the worker's chunked_loss.loss_path)
+LIGER_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"})
 SEQ2SEQ_CHUNKED_FAMILIES = frozenset({"t5"})  # encoder-decoders whose chunked loss is exact (T5's mean CE)
 
 
@@ -82,6 +84,9 @@ class TrainSetup:
     max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
     generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
+    liger: bool = False  # Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (CUDA, liger-kernel installed)
+    triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
+    num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
 
     @property
     def world(self) -> int:
@@ -120,12 +125,6 @@ def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
     return adapters.lora_params(spec, setup)
 
 
-def linear_params(spec: ModelSpec) -> int:
-    """Parameters in the Linears of every layer kind (what bitsandbytes quantises; fused experts are no Linears)."""
-    stacks = spec.groups + spec.decoder_groups
-    return sum(g.count * sum(i * o for _, i, o in g.linears) for g in stacks)
-
-
 def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     """(device bytes, host bytes) of weights, gradients and optimizer states.
 
@@ -137,8 +136,8 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     if s.deepspeed and s.device == "cuda":
         return _with_frozen(spec, s, *_zero_states(spec, s))
     wb = 2 if s.weights_16bit else 4
-    opt = 2 if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb
-    return _with_frozen(spec, s, {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt * P}, {})
+    opt = saver_memory.eight_bit_state_bytes(spec) if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb * P
+    return _with_frozen(spec, s, {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {})
 
 
 def _with_frozen(spec: ModelSpec, s: TrainSetup, device: dict, host: dict) -> tuple[dict, dict]:
@@ -207,11 +206,9 @@ def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
 def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states."""
     P, T = spec.params, lora_params(spec, s)
-    if s.method == "qlora":
-        linear = linear_params(spec)
-        base = int(QLORA_BYTES_PER_PARAM * linear) + 2 * (P - linear)  # embeddings and lm_head stay 16-bit
-        dequant = 2 * max(i * o for i, o in spec.linear_shapes)  # one layer dequantised at a time
-        return {"weights": base + dequant, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
+    if s.method == "qlora":  # 4-bit Linears with their quantisation state; embeddings, head and norms 16-bit
+        return {"weights": saver_memory.qlora_weight_bytes(spec), "dequant_buffer": saver_memory.dequant_buffer_bytes(spec),
+                "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
     wb = 2 if s.weights_16bit else 4
     return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
 
@@ -320,13 +317,21 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
 
 
 def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> int:
-    """Bytes of saved activations TRL's activation offloading moves to pinned host RAM (per micro-batch):
-    every decoder layer's (or checkpointed input's) saved tensors but one layer's worth, which is in flight
-    (its forward stash of 5 tensors, or the layer brought back for backward). The head stays: TRL keeps the
-    output Linear's tensors on the GPU."""
+    """Bytes of saved activations TRL's activation offloading copies to pinned host RAM per micro-batch: every
+    decoder layer's (or checkpointed input's) saved tensors. The head's stay on the GPU (TRL keeps the output
+    Linear's tensors there)."""
     if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
         return 0
-    return acts["layers"] * (spec.layers - 1) // spec.layers
+    return acts["layers"]
+
+
+def offload_device_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> dict:
+    """What activation offload still holds on the GPU for the layers: ``activations`` one layer's worth in flight
+    (the forward stash of five tensors, or the layers brought back for backward), ``offload_kept`` the storages
+    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``)."""
+    kept = saver_memory.offload_kept_bytes(spec, s)
+    return {"activations": acts["layers"] // spec.layers, "offload_kept": kept,
+            "offload_margin": int(saver_memory.OFFLOAD_MARGIN * acts["layers"])}
 
 
 def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -388,22 +393,26 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     offloaded = offloaded_activation_bytes(spec, s, acts)
     if offloaded:
         host_states = dict(host_states, offloaded_activations=offloaded)
-    breakdown["activations"] = acts["layers"] - offloaded + acts["head"]
+        on_gpu = offload_device_bytes(spec, s, acts)
+        breakdown["activations"] = on_gpu.pop("activations") + acts["head"]
+        breakdown.update(on_gpu)
+    else:
+        breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0)
+        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
-    breakdown["cuda_context"] = CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
+    breakdown.update(saver_memory.runtime_bytes(s))
     breakdown = {k: int(v) for k, v in breakdown.items() if v}
     phases, by_phase = {}, {}
     if s.objective == "grpo" and not spec.encoder_decoder:
         breakdown, phases, by_phase = _grpo_phases(spec, s, states, breakdown)
     host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
     # weights pass through host memory once while loading (16-bit checkpoint shards)
-    host["loading"] = 2 * spec.params if s.method != "qlora" else int(QLORA_BYTES_PER_PARAM * spec.params)
+    host["loading"] = 2 * spec.params if s.method != "qlora" else saver_memory.qlora_weight_bytes(spec)
     if ref_device or ref_host:  # the reference copy is made from the loaded weights
         host["loading"] *= 2
     if s.device == "cpu":
@@ -416,7 +425,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
                     int(sum(host.values())), trainable, tuple(notes), phases, by_phase)
 
 
-PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context")
+PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context", "cuda_kernels")
 
 
 def _grpo_phases(spec: ModelSpec, s: TrainSetup, states: dict, update: dict) -> tuple[dict, dict, dict]:

@@ -3,7 +3,7 @@
 Only values the config leaves ``"auto"`` are chosen (micro-batch, accumulation, checkpointing,
 DeepSpeed on/off, device, precision); with ``deepspeed.enabled: auto`` the planner also owns the
 ZeRO stage and offload. Explicit values are never changed, only judged. The search itself lives in
-``trainer.plan_search``; see docs/planner.md for the rules in words.
+``trainer.planning.search``; see docs/planner.md for the rules in words.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from trainer.core.dotted import get_in
 from trainer.core import capabilities
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
+from trainer.planning import ladder
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
 from trainer.planning.context import Context, attention
@@ -132,7 +133,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
         choice.verdict = "does_not_fit"
         choice.reasons.append("QLoRA, 8-bit AdamW (bitsandbytes) and activation offload (to host RAM from the GPU) "
                               "run only on an NVIDIA GPU")
-    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, choice.estimate.breakdown,
+    plan = Plan(preset, tier, form, choice.verdict, ctx.budget, choice.peak, _shown_breakdown(choice.estimate, device),
                 choice.estimate.host_ram_bytes, choice.settings, choice.reasons,
                 close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
@@ -171,6 +172,16 @@ def model_notes(spec, cfg) -> list[str]:
             notes.append(f"{package} is installed: the run uses its fused kernels, which keep less for backward "
                          "than the reference implementation the activations were measured with (an upper bound)")
     return notes
+
+
+def _shown_breakdown(est, device: str) -> dict:
+    """The components of the plan's peak (bytes), adding up to it: the GPU's; on the CPU the training's components
+    plus what the process holds besides them (the Python/torch runtime, the weights while they load), which is part
+    of the host-RAM need the plan is judged by (a CPU plan's 0.5 GiB was otherwise unexplained)."""
+    if device == "cuda":
+        return est.breakdown
+    extra = {k: v for k, v in est.host_breakdown.items() if k != "training" and v}
+    return {**est.breakdown, **extra}
 
 
 def _phases(est) -> dict:
@@ -234,7 +245,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
         out = config_mod.replace(out, **{"grpo.generation_batch_size": t.micro_batch_size * t.gradient_accumulation_steps})
     if out.distributed.launcher == "auto":
         out = config_mod.replace(out, **{"distributed.launcher": resolve_launcher(out)})
-    return as_resolved(out)
+    return as_resolved(ladder.record_kept_settings(out, chosen=cfg))  # the user's settings, for every resume
 
 
 def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:

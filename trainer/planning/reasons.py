@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 from trainer.config.loading import explicit_keys
-from trainer.core.units import count, gib
+from trainer.core import capabilities
+from trainer.core.units import GIB, MIB, count, gib, gib_difference
 from trainer.planning.context import (
     Context,
     DsOption,
     generation_candidates,
     make_setup,
+    fits,
     micro_options,
+    need,
     per_rank_batch,
 )
 from trainer.planning import grpo_memory
@@ -22,10 +25,11 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
     """Sentences for plan.json and the CLI, in the order a person would ask."""
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
+    out.append(ctx.length.words)  # the sequence length planned for: data.seq_len or the data's longest sample
     out += _grpo(ctx, mb, ckpt, ds, est, offload, optimizer)
-    out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer))
-    out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer))
-    out += _deepspeed(ctx, ds, est)
+    out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer, verdict, est))
+    out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer, est))
+    out += _deepspeed(ctx, ds, est, verdict, mb)
     out += _explicit(ctx, est, verdict)
     if verdict != "fits":
         out.append(_verdict(ctx, est, verdict))
@@ -33,12 +37,11 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
 
 
 def _budget(ctx: Context) -> str:
+    """The budget as the subtraction the planner made, every term shown (the printed numbers add up)."""
+    total, parts = ctx.budget_terms
     if ctx.device == "cpu":
-        return (f"training on the CPU: budget {gib(ctx.budget)} of host RAM "
-                f"({gib(ctx.hardware.host.ram_available_bytes)} available when probed)")
-    g = ctx.gpu
-    return (f"{g.name}: {gib(g.memory_total_bytes)} total, {gib(ctx.held)} held by other programs, budget "
-            f"{gib(ctx.budget)} after keeping {gib(ctx.usable - ctx.budget)} free ({ctx.goal.replace('_', ' ')})")
+        return f"training on the CPU, in host RAM: {gib_difference(total, parts, 'budget', 2)} (available when probed)"
+    return f"{ctx.gpu.name}: {gib_difference(total, parts, 'budget', 2)}"
 
 
 def _model(ctx: Context, est: Estimate) -> str:
@@ -89,12 +92,12 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
         return []
     g, per, gen = c.grpo, per_rank_batch(c), c.grpo.generation_batch_size
     sampling, update = est.phase_breakdown["sampling"], est.phase_breakdown["update"]
-    prompt = c.data.seq_len - g.max_completion_length
+    prompt = ctx.seq - g.max_completion_length  # the longest prompt planned for
     out = [f"GRPO: {g.num_generations} completions per prompt, {per} per optimizer step per GPU; {gen} are sampled at "
            f"once ({gen // g.num_generations} prompts, {per // gen} sampling pass(es) per step, every {gen // mb} "
            f"micro-batch(es)) and trained on in micro-batches of {mb}",
            f"sampling peaks at {gib(est.phases['sampling'])}, {_sampling_words(ctx, mb, ckpt, ds, sampling, prompt)}; "
-           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {c.data.seq_len} tokens; TRL's "
+           f"the update peaks at {gib(est.phases['update'])} (micro-batch {mb} × {ctx.seq} tokens; TRL's "
            f"fused head scores the completion tokens without full logits)"]
     if g.beta <= 0:
         out.append("reference model: none (grpo.beta is 0: no KL term)")
@@ -105,10 +108,10 @@ def _grpo(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, offloa
         out.append(f"reference model: a frozen copy of the weights for the KL term (grpo.beta {g.beta:g}), "
                    f"{gib(update.get('reference_model', 0))} in both phases")
     bigger = [o for o in generation_candidates(c, mb) if o > gen]
-    if bigger and "grpo.generation_batch_size" not in explicit_keys(c):
+    if bigger and "grpo.generation_batch_size" not in explicit_keys(c) and fits(ctx, est):
         e = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, min(bigger)))
-        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} would need "
-                   f"{gib(e.phases['sampling'])} while sampling)")
+        out.append(f"generation batch {gen} is the largest that fits beside the update ({min(bigger)} "
+                   f"{_over_by(ctx, e.phases['sampling'], e, ' while sampling')})")
     return out
 
 
@@ -118,16 +121,20 @@ def _sampling_words(ctx: Context, mb: int, ckpt: bool, ds: DsOption, sampling: d
     gen, done = c.grpo.generation_batch_size, gib(sampling.get("generation_kv_cache", 0))
     if "reference_forward" in sampling:
         return f"scoring the reference log-probs ({gib(sampling['reference_forward'])} of working memory)"
+    if "old_policy_forward" in sampling:  # grpo.num_iterations > 1
+        return (f"scoring the sampled completions' log-probs for the later iterations "
+                f"({gib(sampling['old_policy_forward'])} of working memory)")
     if grpo_memory.generation_peak_point(ctx.spec, make_setup(ctx, mb, ckpt, ds)) == "prefill":
-        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), c.data.seq_len))
+        full = gib(grpo_memory.kv_cache_bytes(ctx.spec, make_setup(ctx, mb, ckpt, ds), ctx.seq))
         return (f"in generate's prefill: KV cache {done} ({gen} sequences × {prompt} prompt tokens; {full} once the "
                 f"{c.grpo.max_completion_length}-token completions are in), the prompts' forward "
                 f"{gib(sampling.get('generation_forward', 0))}")
-    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {c.data.seq_len} tokens), a decoding step "
+    return (f"at the last sampled token: KV cache {done} ({gen} sequences × {ctx.seq} tokens), a decoding step "
             f"{gib(sampling.get('generation_forward', 0))}")
 
 
-def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: str | None = None) -> str:
+def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: str | None = None,
+           verdict: str = "fits", est: Estimate | None = None) -> str:
     c = ctx.cfg
     per = per_rank_batch(c)
     accum = max(1, per // mb)
@@ -135,33 +142,58 @@ def _batch(ctx: Context, mb: int, ckpt: bool, ds: DsOption, offload: bool = Fals
             f"{c.training.effective_batch_size} exactly")
     if c.training.micro_batch_size != "auto":
         return f"micro-batch {mb} is set {_source(ctx, 'training.micro_batch_size')}; {tail}"
+    if verdict != "fits" and est is not None:  # nothing fits: the smallest micro-batch was planned
+        return f"micro-batch {mb} is the smallest this effective batch allows, and even it {_over(ctx, est)}; {tail}"
     bigger = [m for m in micro_options(c) if m > mb]
     if not bigger:
         return f"micro-batch {mb} is the whole per-GPU batch; {tail}"
     nxt = min(bigger)
     e = estimate(ctx.spec, make_setup(ctx, nxt, ckpt, ds, offload, optimizer))
-    what = e.peak_bytes if ctx.device == "cuda" else e.host_ram_bytes
-    return f"micro-batch {mb} is the largest that fits ({nxt} would need {gib(what)}); {tail}"
+    return f"micro-batch {mb} is the largest that fits ({nxt} {_over_by(ctx, need(ctx, e), e)}); {tail}"
+
+
+def _over_by(ctx: Context, what: int, est: Estimate, where: str = "") -> str:
+    """Why the next size up does not fit, with the number that is over: the budget (printed to enough digits to
+    see it is over), or host RAM when its offloaded activations are what does not fit."""
+    if what <= ctx.budget and ctx.device == "cuda" and est.host_ram_bytes > ctx.host_budget:
+        return (f"would need {gib(est.host_ram_bytes)} of host RAM{where}, over the {gib(ctx.host_budget)} "
+                f"usable; its {gib(what)} of VRAM would fit")
+    if round(what / GIB, 1) > round(ctx.budget / GIB, 1):
+        return f"would need {gib(what)}{where}"
+    over_mib = max(1, round((what - ctx.budget) / MIB))
+    return f"would need {gib(what, 2)}{where}, {over_mib} MiB over the {gib(ctx.budget, 2)} budget"
+
+
+def _over(ctx: Context, est: Estimate) -> str:
+    """What a plan that does not fit is over, with both numbers (bytes as GiB)."""
+    if need(ctx, est) > ctx.usable:
+        return f"is over the budget ({gib(need(ctx, est))} of {gib(ctx.budget)})"
+    if need(ctx, est) > ctx.budget:
+        return f"eats into the headroom ({gib(need(ctx, est))} of a {gib(ctx.budget)} budget)"
+    return f"needs {gib(est.host_ram_bytes)} of host RAM ({gib(ctx.host_budget)} usable)"
 
 
 def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict, offload: bool = False,
-                   optimizer: str | None = None) -> str:
+                   optimizer: str | None = None, est: Estimate | None = None) -> str:
     if ctx.cfg.speed.gradient_checkpointing != "auto":
         return f"gradient checkpointing {'on' if ckpt else 'off'} as set {_source(ctx, 'speed.gradient_checkpointing')}"
     if not ckpt:
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
         return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
-                f"({found[False][0] * ctx.cfg.data.seq_len} tokens), with it {mb}; the bigger batch uses the GPU better")
+                f"({found[False][0] * ctx.seq} tokens), with it {mb}; the bigger batch uses the GPU better")
     e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds, offload, optimizer))
-    return f"gradient checkpointing on: without it even the smallest micro-batch needs {gib(e.peak_bytes)}"
+    if est is None or need(ctx, e) <= need(ctx, est):
+        return ""  # it does not lower the peak: the savings' sentence says why it is on and what it costs
+    return (f"gradient checkpointing on: without it even the smallest micro-batch needs {gib(need(ctx, e))} "
+            f"({gib(need(ctx, est))} with it)")
 
 
-def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
+def _deepspeed(ctx: Context, ds: DsOption, est: Estimate, verdict: str = "fits", mb: int = 1) -> list[str]:
     c = ctx.cfg
     if not ds[0]:
         if c.deepspeed.enabled == "auto" and ctx.device == "cuda":
-            return ["DeepSpeed off: the model states fit on the GPU without it (it would only add overhead)"]
+            return [_deepspeed_off(ctx, est, verdict, mb)]
         return []
     head = f"as set {_source(ctx, 'deepspeed.enabled')}" if c.deepspeed.enabled is True else "chosen because plainer setups do not fit"
     parts = [f"ZeRO-{ds[1]}"] + (["optimizer offload"] if ds[2] else []) + (["parameter offload"] if ds[3] else [])
@@ -173,6 +205,26 @@ def _deepspeed(ctx: Context, ds: DsOption, est: Estimate) -> list[str]:
         out.append(f"offload needs {gib(est.host_ram_bytes)} of host RAM in all; "
                    f"{gib(ctx.hardware.host.ram_available_bytes)} was available when probed")
     return out
+
+
+def _deepspeed_off(ctx: Context, est: Estimate, verdict: str, mb: int) -> str:
+    """Why DeepSpeed is off, from the numbers: everything fits without it, or what its offload would need."""
+    states = sum(v for k, v in est.breakdown.items() if k in STATE_PARTS)
+    if verdict == "fits":
+        return (f"DeepSpeed off: the model states ({gib(states)}) and everything else fit the budget without it "
+                "(it would only add overhead)")
+    if ctx.cfg.method.type == "qlora":
+        return "DeepSpeed off: QLoRA's 4-bit weights are not sharded or offloaded by DeepSpeed here"
+    if not capabilities.installed("deepspeed"):
+        return (f"DeepSpeed off: it is not installed, so its offload of the {gib(states)} of model states to host RAM "
+                "cannot be planned (pip install --no-build-isolation deepspeed)")
+    ckpt = ctx.cfg.speed.gradient_checkpointing
+    off = estimate(ctx.spec, make_setup(ctx, mb, ckpt if isinstance(ckpt, bool) else True, (True, 3, True, True)))
+    if off.host_ram_bytes > ctx.host_budget:
+        return (f"DeepSpeed off: offloading the model states to host RAM would need {gib(off.host_ram_bytes)} of it, "
+                f"{gib(ctx.host_budget)} usable")
+    return (f"DeepSpeed off: even offloading parameters and optimizer states (ZeRO-3) leaves "
+            f"{gib(need(ctx, off))} on the GPU, more than this plan's {gib(need(ctx, est))}")
 
 
 def _explicit(ctx: Context, est: Estimate, verdict: str) -> list[str]:

@@ -19,6 +19,7 @@ class Requirement:
     field: str
     needs: str
     message: str
+    every_method: bool = False  # the same for full, LoRA and QLoRA (this PyTorch): Start refuses it, no fit verdict says it
 
 
 def unmet(cfg, hardware=None) -> list[Requirement]:
@@ -58,7 +59,23 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     if cfg.device == "cuda" and caps.cuda_gpu is False:
         out.append(Requirement("device", "an NVIDIA GPU",
                                "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
+    elif cfg.device == "cuda" and caps.torch.can_use_gpu is False:
+        out.append(Requirement("device", "a CUDA build of PyTorch", _torch_cannot_use_gpu(caps.torch, hardware), True))
     if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
         out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
                                                                      "one 'host slots=N' line per machine"))
     return out
+
+
+def _torch_cannot_use_gpu(torch, hardware) -> str:
+    """The GPU is there (or a recording says so) but this PyTorch cannot use one: what the worker would
+    refuse at its first step (``torch.cuda.is_available()`` is False), said before anything starts."""
+    gpus = getattr(hardware, "gpus", None) or []
+    source = str(getattr(hardware, "source", "") or "")
+    gpu = f"the {gpus[0].name}" if gpus else "the GPU"
+    if source.startswith("replay:"):
+        gpu += f" of the recording {source.removeprefix('replay:')}"
+    return (f"training would run on {gpu} (device cuda; device auto picks the GPU whenever one is found), but this "
+            f"environment's PyTorch cannot use a GPU ({torch.words()}); set device: cpu to train on this computer's "
+            "CPU, or install the CUDA build of PyTorch for this GPU (python installers/torch_build.py prints the pip "
+            "command)")

@@ -46,8 +46,10 @@ def savings(ctx: Context, mb: int, ckpt: bool, level, est: Estimate) -> list[dic
     have = need(ctx, est)
     out = []
     for saver, other in _without(setup):
-        without = need(ctx, estimate(ctx.spec, other))
-        row = {"saver": saver, "label": WORDS[saver], "saves_bytes": without - have, "without_bytes": without}
+        alt = estimate(ctx.spec, other)
+        without = need(ctx, alt)
+        row = {"saver": saver, "label": WORDS[saver], "saves_bytes": without - have, "without_bytes": without,
+               "without_host_ram_bytes": alt.host_ram_bytes}
         if saver == "activation_offload":
             row.update(_offload_cost(ctx, mb, est))
         out.append(row)
@@ -67,12 +69,35 @@ def _offload_cost(ctx: Context, mb: int, est: Estimate) -> dict:
     return row
 
 
-def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
-    """One sentence per saver: what it saves and what the run would need without it."""
+SAVES_AT_LEAST = 2**30 // 20  # bytes: a saving that prints as 0.0 GiB is no saving to claim
+
+
+def saves(row: dict) -> bool:
+    """True when the saver of ``row`` lowers the need by a printable amount (at least 0.05 GiB)."""
+    return row["saves_bytes"] >= SAVES_AT_LEAST
+
+
+def saver_words(ctx: Context, r: dict) -> str:
+    """What a saver does here, from its row's numbers: what it saves, or — when it saves nothing — why it is on
+    (without it host RAM would run out; it was set; it is free and exact) and what it costs."""
     where = "VRAM" if ctx.device == "cuda" else "host RAM"
+    if saves(r):
+        return f"{r['label']}: saves {gib(r['saves_bytes'])}; without it this would need {gib(r['without_bytes'])} of {where}"
+    more = -r["saves_bytes"]
+    cost = (f"it costs {gib(more)} of {where} here ({gib(r['without_bytes'])} without it)" if more >= SAVES_AT_LEAST
+            else f"it saves no {where} here ({gib(r['without_bytes'])} without it too)")
+    host = r.get("without_host_ram_bytes") or 0
+    if ctx.device == "cuda" and host > ctx.host_budget:
+        return (f"{r['label']}: on because without it host RAM would run out ({gib(host)} needed, "
+                f"{gib(ctx.host_budget)} usable); {cost}")
+    return f"{r['label']}: {cost}"
+
+
+def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
+    """One sentence per saver: what it saves and what the run would need without it (``saver_words``)."""
     out = []
     for r in rows:
-        text = f"{r['label']}: saves {gib(r['saves_bytes'])}; without it this would need {gib(r['without_bytes'])} of {where}"
+        text = saver_words(ctx, r)
         if r["saver"] == "activation_offload":
             text += f"; it holds {gib(r['host_ram_bytes'])} of pinned host RAM and moves {gib(r['pcie_bytes_per_step'])} " \
                     "over PCIe per optimizer step"

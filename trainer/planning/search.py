@@ -31,9 +31,12 @@ from trainer.planning.context import (
     need,
     per_rank_batch,
 )
+from trainer.planning import requirements
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
+from trainer.planning.saver_memory import margin_notes
 from trainer.planning.savings import savings, savings_reasons
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
 
 
 def ckpt_options(ctx: Context) -> list[bool]:
@@ -129,7 +132,11 @@ def search(ctx: Context) -> Choice:
             continue
         ckpt = _pick_ckpt(ctx, found)
         mb, est, gen = found[ckpt]
-        return _choice(ctx, mb, ckpt, (ds, off, opt), est, found, gen)
+        level, why = (ds, off, opt), []
+        if ckpt and not off and True in offload_options(ctx) and False in ckpt_options(ctx):  # both are the planner's
+            level, ckpt, found, why = _recompute_or_offload(ctx, level, found)
+            mb, est, gen = found[ckpt]
+        return _choice(ctx, mb, ckpt, level, est, found, gen, why)
     # nothing fits: report the least memory we could try, with the reasons
     mb = min(micro_options(ctx.cfg))
     gen = min(generation_options(ctx.cfg, mb))
@@ -140,11 +147,47 @@ def search(ctx: Context) -> Choice:
     return _choice(ctx, mb, ck, lvl, est, {}, gen)
 
 
+def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Level, bool, dict, list[str]]:
+    """Checkpointing fits; so may activation offload without it. Keep the faster per optimizer step (recompute
+    against PCIe time, ``planning.speed``): (level, checkpointing, found, the reason in words)."""
+    ds, _, opt = level
+    other = best_micro(ctx, False, ds, None, True, opt)
+    if other is None:
+        return level, True, found, []
+    per = per_rank_batch(ctx.cfg)
+    (mb_c, est_c, _), (mb_o, est_o, _) = found[True], other
+    t_c, t_o = (_step_time(ctx, mb, ck, ds, off, opt, est) for mb, ck, off, est in
+                ((mb_c, True, False, est_c), (mb_o, False, True, est_o)))
+    if t_c is None or t_o is None:
+        return level, True, found, [f"gradient checkpointing on rather than activation offload (which also fits, at "
+                                    f"micro-batch {mb_o}): the time of offload's PCIe copies cannot be estimated for "
+                                    f"this GPU (its PCIe link or its compute peak is not known), so the planner keeps "
+                                    f"the one that needs no host RAM"]
+    step_c, step_o = t_c["total"] * (per // mb_c), t_o["total"] * (per // mb_o)
+    moved = 2 * est_o.host_breakdown.get("offloaded_activations", 0) * (per // mb_o)
+    words = (f"checkpointing's recompute ≈ {step_c:.2f} s per optimizer step (micro-batch {mb_c}) against activation "
+             f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe at "
+             f"≈{ctx.gpu.pcie_bytes_per_second / 1e9:.0f} GB/s, compute {t_o['compute'] * (per // mb_o):.2f} s); "
+             "estimates from the card's published peak and its PCIe link")
+    if step_o < (1.0 - OFFLOAD_MIN_GAIN) * step_c:
+        return (ds, True, opt), False, {False: other}, [f"gradient checkpointing off, activation offload instead: {words}"]
+    return level, True, found, [f"gradient checkpointing on rather than activation offload: {words}"]
+
+
+def _step_time(ctx: Context, mb: int, ckpt: bool, ds: DsOption, off: bool, opt: str, est: Estimate) -> Optional[dict]:
+    """One micro-batch's time estimate for these settings (``planning.speed.step_seconds``), None when unknown."""
+    s = make_setup(ctx, mb, ckpt, ds, off, opt)
+    link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
+    times = step_seconds(ctx.spec, s, ctx.gpu.name if ctx.gpu else None, link,
+                         est.host_breakdown.get("offloaded_activations", 0))
+    return times or None
+
+
 def _pick_ckpt(ctx: Context, found: dict) -> bool:
     """Checkpointing off unless its micro-batch is tiny and checkpointing allows 4× more."""
     if False not in found:
         return True
-    if True in found and found[False][0] * ctx.cfg.data.seq_len < SMALL_TOKENS and found[True][0] >= 4 * found[False][0]:
+    if True in found and found[False][0] * ctx.seq < SMALL_TOKENS and found[True][0] >= 4 * found[False][0]:
         return True
     return False
 
@@ -156,15 +199,20 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
     return "tight" if host_ok and need(ctx, est) <= ctx.usable else "does_not_fit"
 
 
-def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict, gen: int = 0) -> Choice:
+def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict, gen: int = 0,
+            tradeoff: Optional[list] = None) -> Choice:
     ds, off, opt = level
     settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt, gen)
     verdict = verdict_of(ctx, est)
     judged = _with_generation(ctx, gen)  # the reasons' what-ifs keep this generation batch
     saved = savings(judged, mb, ckpt, level, est)
     why = reasons(judged, mb, ckpt, ds, est, verdict, found, off, opt)
+    if tradeoff:  # after the budget and the model, before the batch and the checkpointing sentences
+        why[2:2] = tradeoff
+        if off:  # checkpointing is off because offload is estimated faster, not because it is "not needed"
+            why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
-    why[at:at] = savings_reasons(judged, saved)
+    why[at:at] = savings_reasons(judged, saved) + margin_notes(est.breakdown)
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
 
 
@@ -235,13 +283,18 @@ def _variant(ctx: Context, changes: dict) -> Optional[Context]:
 
 
 def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:
+    """An alternative: ``fits`` when its memory fits AND this machine can run it (``needs``: what it lacks, the
+    verdict's rule: QLoRA on the CPU or without bitsandbytes is no alternative that fits, for any model)."""
     v = _variant(ctx, changes)
     if v is None or v.spec is None:
         return None
     choice = search(v)
     settings = dict(changes, **choice.settings)
+    machine = config_mod.replace(v.cfg, device=ctx.device)
+    needs = list(dict.fromkeys(r.needs for r in requirements.unmet(machine, ctx.hardware) if not r.every_method))
     return {"description": description, "settings": settings, "predicted_peak_bytes": choice.peak,
-            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits"}
+            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits" and not needs,
+            "needs": needs}
 
 
 AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": "auto",
@@ -269,6 +322,9 @@ def alternatives(ctx: Context) -> list[dict]:
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
         out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
+    if c.method.type == "qlora":  # 16-bit weights: more memory, but no bitsandbytes and no GPU needed
+        out.append(_alt(ctx, {**_auto(ctx), "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) on 16-bit weights "
+                                                                    "instead of QLoRA's 4-bit ones"))
     if c.method.type != "qlora" and ctx.device == "cuda":
         bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
         out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
@@ -291,13 +347,18 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     return alt
 
 
+def shorter_lengths(seq_len: int, max_positions: Optional[int]) -> list[int]:
+    """The sequence lengths a "shorter sequences" alternative tries, longest first (tokens): powers of two from
+    256 up, below ``seq_len`` and no longer than the model reads (a length the model refuses is no alternative)."""
+    top = min(seq_len - 1, max_positions or seq_len)
+    return [1 << k for k in range(top.bit_length() - 1, 7, -1)] if top >= 256 else []
+
+
 def _shorter(ctx: Context) -> Optional[dict]:
-    seq = ctx.cfg.data.seq_len // 2
-    while seq >= 256:
+    for seq in shorter_lengths(ctx.cfg.data.seq_len, ctx.spec.max_positions):
         alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
         if alt and alt["fits"]:
             return alt
-        seq //= 2
     return None
 
 

@@ -79,7 +79,8 @@ def method_verdict(plan, hardware) -> MethodVerdict:
     """The verdict of a plan already made for a config (the plan page): the planner's verdict, or
     'needs' when the planned config needs what this machine lacks."""
     resolved = getattr(plan, "resolved", None)
-    unmet = requirements.unmet(resolved, hardware) if resolved is not None else []
+    # What no method could change (a CPU-only PyTorch beside a GPU) is Start's refusal, not this method's verdict.
+    unmet = [r for r in requirements.unmet(resolved, hardware) if not r.every_method] if resolved is not None else []
     method = resolved.method.type if resolved is not None else "?"
     verdict = "needs" if unmet else plan.verdict
     return MethodVerdict(method, verdict, tuple(dict.fromkeys(r.needs for r in unmet)),

@@ -1,7 +1,10 @@
 """Checkpoint folders: which are complete, which is newest, where partial ones are staged.
 
 A checkpoint is written into ``checkpoints/.staging-<step>/``, fsynced, given a marker file, and
-renamed to ``checkpoints/checkpoint-<step>/``; a folder without the marker is never trusted.
+renamed to ``checkpoints/checkpoint-<step>/``; a folder without the marker is never trusted. The marker also
+says which engine wrote the checkpoint (``engine_meta``): a run resumed on another engine (the OOM ladder moving
+a run onto DeepSpeed, or to ZeRO-3) cannot use the library's own loader, and ``engine_change`` says what carries
+over (the worker's ``engine_switch`` does it; the supervisor's ``retry`` event says it).
 Light module (standard library only).
 """
 from __future__ import annotations
@@ -74,3 +77,63 @@ def clean_staging(root: str | Path) -> list[Path]:
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
+
+
+def read_marker(path: str | Path) -> dict:
+    """A checkpoint's marker (what the worker wrote: batch geometry, engine, step), or {} when unreadable."""
+    try:
+        data = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def engine_meta(cfg) -> dict:
+    """The engine a run of ``cfg`` trains with, as each checkpoint's marker records it: DeepSpeed on/off, its ZeRO
+    stage, whether the optimizer is DeepSpeed's CPU Adam (optimizer offload) and the configured optimizer."""
+    ds = cfg.deepspeed.enabled is True
+    return {"deepspeed": ds, "zero_stage": cfg.deepspeed.zero_stage if ds else None,
+            "offload_optimizer": bool(ds and cfg.deepspeed.offload_optimizer), "optimizer": cfg.training.optimizer}
+
+
+def _engine_key(meta: dict) -> tuple:
+    """What decides the checkpoint's format: plain or DeepSpeed and its stage, and the optimizer's implementation."""
+    if meta.get("deepspeed"):
+        return "deepspeed", meta.get("zero_stage"), "cpu_adam" if meta.get("offload_optimizer") else _moments(meta)
+    return "plain", None, _moments(meta)
+
+
+def _moments(meta: dict) -> str:
+    return "8bit" if "8bit" in str(meta.get("optimizer") or "adamw") else "adamw"
+
+
+def engine_label(meta: dict) -> str:
+    """An engine in words: 'plain PyTorch (AdamW)', 'DeepSpeed ZeRO-2 with optimizer offload (CPU Adam)'."""
+    optimizer = "8-bit AdamW" if _moments(meta) == "8bit" else "AdamW"
+    if not meta.get("deepspeed"):
+        return f"plain PyTorch ({optimizer})"
+    offload = " with optimizer offload (CPU Adam)" if meta.get("offload_optimizer") else f" ({optimizer})"
+    return f"DeepSpeed ZeRO-{meta.get('zero_stage')}{offload}"
+
+
+def engine_change(marker: dict, cfg) -> dict | None:
+    """None when a run of ``cfg`` resumes a checkpoint with this ``marker`` through the library's own loader (same
+    engine and optimizer). Otherwise what carries over: ``{"from", "to"`` (engines in words), ``"carried"``,
+    ``"not_carried"`` (lists in words)``}``. A marker older than the engine fields counts as the run's own optimizer."""
+    now = engine_meta(cfg)
+    old = {"deepspeed": bool(marker.get("deepspeed")), "zero_stage": marker.get("zero_stage"),
+           "offload_optimizer": marker.get("offload_optimizer", now["offload_optimizer"]),
+           "optimizer": marker.get("optimizer", now["optimizer"])}
+    if _engine_key(old) == _engine_key(now):
+        return None
+    carried = ["weights", "learning-rate schedule", "data position (the next step trains the next samples)",
+               "random state"]
+    not_carried = []
+    if _moments(old) == _moments(now) == "adamw":
+        carried.insert(1, "AdamW moments and step count (per parameter)")
+    else:
+        not_carried.append("optimizer moments: 8-bit and 32-bit AdamW states do not convert, so they restart from "
+                           "zero (the first steps after the resume move like the first steps of a run)")
+    if cfg.speed.precision == "fp16":
+        not_carried.append("the fp16 loss scale (it starts again at 2^16 and settles within a few steps)")
+    return {"from": engine_label(old), "to": engine_label(now), "carried": carried, "not_carried": not_carried}

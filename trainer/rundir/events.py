@@ -17,8 +17,6 @@ from typing import Any
 from trainer.rundir.records import RECORDS, STEP_FIELDS, EventRecord  # noqa: F401  (STEP_FIELDS re-exported)
 from trainer.rundir.stopfile import STOP_FILE  # noqa: F401  (re-exported: readers know it from here)
 
-STATES = ("starting", "running", "stopping", "stopped", "finished", "failed")
-
 EVENTS_FILE = "events.jsonl"
 TELEMETRY_FILE = "telemetry.jsonl"
 STATUS_FILE = "status.json"
@@ -120,15 +118,21 @@ class JsonlTail:
         if end < 0:
             return []
         self.offset += end + 1
-        out = []
-        for raw in chunk[: end + 1].splitlines():
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+        return json_objects(chunk[: end + 1].splitlines())
+
+
+def json_objects(lines) -> list[dict]:
+    """The JSON objects among ``lines`` (bytes or text), in order; lines that are not one (a half-written
+    last line, a stray print) are skipped. The one rule for every JSON-lines reader (events, child stdout)."""
+    out = []
+    for raw in lines:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

@@ -37,12 +37,16 @@ class EventRecord:
 
 @dataclass(frozen=True)
 class RunStarted(EventRecord):
+    """A worker started. ``engine_change``: set when it resumed a checkpoint another engine wrote (``from``, ``to``,
+    ``carried``, ``not_carried``: trainer.rundir.checkpoints.engine_change)."""
+
     TYPE: ClassVar[str] = "run_started"
     pid: Optional[int] = None
     resume_from: Optional[str] = None
     device: Optional[str] = None
     precision: Optional[str] = None
     world_size: int = 1
+    engine_change: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,56 @@ class StepEvent(EventRecord):
 
 
 @dataclass(frozen=True)
+class ObjectiveMetrics:
+    """The objective's own metrics. They ride on ``step`` events as flat fields (DESIGN.md), and on GRPO's ``eval``
+    events (the validation prompts' sampled completions, scored by the run's rewards); only the fields the objective
+    logged are written (``fields()`` leaves out None). The worker maps TRL's log keys onto these names
+    (``trainer.worker.train.step_metrics``); the GUI charts them."""
+
+    # DPO / KTO / ORPO (docs/preference.md)
+    rewards_chosen: Optional[float] = None  # β·(log π − log π_ref) of the chosen answers, mean over the step
+    rewards_rejected: Optional[float] = None
+    rewards_margin: Optional[float] = None  # chosen − rejected reward
+    reward_accuracy: Optional[float] = None  # share of pairs whose chosen reward is higher (0..1)
+    kl: Optional[float] = None  # KTO's KL estimate; GRPO's mean KL to the reference (grpo.beta > 0)
+    logps_chosen: Optional[float] = None  # summed log-probabilities (nats)
+    logps_rejected: Optional[float] = None
+    log_odds_ratio: Optional[float] = None  # ORPO
+    log_odds_chosen: Optional[float] = None
+    nll_loss: Optional[float] = None
+    # GRPO (docs/grpo.md)
+    reward: Optional[float] = None  # mean weighted total reward of the completions
+    reward_std: Optional[float] = None
+    rewards: Optional[dict] = None  # each reward function's {"mean", "std"}, by name
+    no_signal_fraction: Optional[float] = None  # share of groups whose completions all scored the same (0..1)
+    completion_length: Optional[float] = None  # mean completion length, tokens
+    completion_clipped: Optional[float] = None  # share cut at grpo.max_completion_length (0..1)
+    entropy: Optional[float] = None  # mean token entropy of the completions, nats
+    ratio_clipped_low: Optional[float] = None  # share of completion tokens (completions, GSPO) whose ratio hit 1 − epsilon
+    ratio_clipped_high: Optional[float] = None  # ... that hit 1 + grpo.epsilon_high (both 0 at grpo.num_iterations 1)
+
+    def fields(self) -> dict[str, Any]:
+        """The metrics that were logged, as event fields."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+OBJECTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectiveMetrics))
+
+
+@dataclass(frozen=True)
 class EvalEvent(EventRecord):
+    """One evaluation on the validation data: ``eval_loss`` and ``perplexity`` (supervised and preference runs); for
+    GRPO, whose validation loss is a policy-gradient term that says nothing of quality, the validation prompts'
+    sampled completions scored by the run's rewards instead: ``reward``, ``reward_std``, ``rewards`` (per function)
+    and the other ``ObjectiveMetrics`` fields, and no ``eval_loss``."""
+
     TYPE: ClassVar[str] = "eval"
     step: Optional[int] = None
     eval_loss: Optional[float] = None
     perplexity: Optional[float] = None
+    reward: Optional[float] = None
+    reward_std: Optional[float] = None
+    rewards: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -108,11 +157,18 @@ class OomEvent(EventRecord):
 
 @dataclass(frozen=True)
 class RetryEvent(EventRecord):
+    """The supervisor starts another attempt: ``changes`` (dotted key → value) and ``why``; it resumes from
+    ``resume_from`` (a checkpoint folder, or None: step 0) at ``resume_step``. ``engine_change``: set when the changes
+    move the run to another engine (plain ↔ DeepSpeed, another ZeRO stage or optimizer): what carries over."""
+
     TYPE: ClassVar[str] = "retry"
     attempt: Optional[int] = None
     reason: Optional[str] = None
     why: Optional[str] = None
     changes: Optional[dict] = None
+    resume_from: Optional[str] = None
+    resume_step: int = 0
+    engine_change: Optional[dict] = None
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,14 @@ def claim_run_dir(path: Path, overwrite: bool) -> Path:
     return path
 
 
+def pin_chat_date(cfg):
+    """The config with ``data.chat_date`` set to today (local time) when it is null: a chat template that prints today's
+    date then renders the run's date in training, chat and every export, whatever day they happen."""
+    if cfg.data.chat_date is not None:
+        return cfg
+    return as_resolved(config_mod.replace(cfg, **{"data.chat_date": time.strftime("%Y-%m-%d")}))
+
+
 def keep_reward_file(run_dir: Path, cfg):
     """A GRPO run's ``rewards.python`` file copied into the run folder (``rewards/<name>.py``), and the config pointed
     at the copy: a resume, the OOM ladder's restart and launch.sh score with the functions the run started with, even

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from trainer.config import ConfigError, dump_yaml
 from trainer.config.resolved import as_resolved
 from trainer.core.errors import UserError
+from trainer.data import token_stats
 from trainer.data.formats import check_trainable, detect_format, seq2seq_problem
 from trainer.data.preference import read_preference_records
 from trainer.data.prompts import read_prompt_records
@@ -24,20 +26,21 @@ from trainer.data.readers import read_records
 from trainer.data.scan import scan
 from trainer.models import sources
 from trainer.models.spec import is_encoder_decoder
-from trainer.core import entrypoints
+from trainer.core import entrypoints, network
 from trainer.planning import requirements
 from trainer.planning.plan import plan_run
 from trainer.supervisor import create
 
 GRPOCHECK_TIMEOUT_S = 600  # imports the user's reward file and a tokenizer, renders every prompt (seconds)
 HUBCHECK_TIMEOUT_S = 3600  # opening a hub dataset the first time downloads and converts it (seconds)
+DATA_STATS_TIMEOUT_S = 1800  # tokenises every record with the run's tokenizer (seconds)
 
 
 def check(cfg, hardware=None) -> None:
     """Raise ConfigError listing every problem with the inputs of ``cfg`` (resolved or not)."""
     problems: list[tuple[str, str]] = []
-    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len):
-        if fn is _seq_len and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
+    for fn in (_model, _tokenizer, _data, _validation_data, _seq_len, _lora_experts):
+        if fn in (_seq_len, _lora_experts) and any(f.startswith("model.") and f != "model.tokenizer" for f, _ in problems):
             continue  # the model's config.json is already reported unusable: don't report it twice
         try:
             fn(cfg, hardware)
@@ -193,13 +196,38 @@ def _data_any_format(cfg, hardware):
     return None if cfg.data.hub_dataset else scan(cfg.data.path, cfg.data)
 
 
-def _config_child(module: str, cfg, timeout_s: int, *args: str) -> subprocess.CompletedProcess:
+def _config_child(module: str, cfg, timeout_s: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the probe ``python -m module CONFIG *args`` on ``cfg`` written to a temporary config.yaml."""
     with tempfile.TemporaryDirectory(prefix="trainpilot-check-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(dump_yaml(cfg), encoding="utf-8")
         return subprocess.run(entrypoints.python_m(module, str(path), *args), capture_output=True, text=True,
-                              timeout=timeout_s)
+                              timeout=timeout_s, env=env)
+
+
+def uses_hub(cfg) -> bool:
+    """True when looking at ``cfg``'s data needs the hub: a hub dataset, or a tokenizer named by a hub id."""
+    tok = sources.tokenizer_source(cfg)
+    hub_data = bool(cfg.data.hub_dataset) and not sources.is_local(cfg.data.hub_dataset)
+    return hub_data or (tok not in (None, "demo", "corpus") and not sources.is_local(tok))
+
+
+def offline_unless_reachable(cfg, env: dict | None = None) -> str | None:
+    """For a look at ``cfg``'s data (the ``data`` command, the hub-dataset check): when it needs the hub and the hub
+    cannot be reached, HF_HUB_OFFLINE=1 in ``env`` (default: this process) so the cache answers at once instead of
+    after ~25-70 s of retries. Returns why the hub cannot be reached, or None."""
+    return network.offline_unless_reachable(env) if uses_hub(cfg) else None
+
+
+def check_tokenizer_offline(cfg, offline: str | None) -> None:
+    """UserError at once when the hub cannot be reached (``offline``: why) and the tokenizer is a hub model's that
+    is not downloaded (otherwise the tokenizer load finds out after importing torch)."""
+    tok = sources.tokenizer_source(cfg)
+    if offline and tok not in (None, "demo", "corpus") and not sources.is_local(tok) and not sources.tokenizer_cached(tok):
+        key = "model.tokenizer" if cfg.model.tokenizer else "model.source"
+        raise UserError(f"{key}: {tok} is not downloaded and the hub cannot be reached ({offline}); download it when "
+                        f"online (the model picker's Download…), or set {key} to a downloaded model or a folder",
+                        field=key)
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:
@@ -211,7 +239,9 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 def check_hub_dataset(cfg, trainable: bool = False) -> None:
     """UserError when the hub dataset cannot be opened here (e.g. not cached while offline). Runs
     ``python -m trainer.worker.probes.hubcheck`` as a child: only the worker room may import ``datasets``."""
-    proc = _config_child(entrypoints.HUBCHECK, cfg, HUBCHECK_TIMEOUT_S, *(["--trainable"] if trainable else []))
+    env = dict(os.environ)
+    offline_unless_reachable(cfg, env)
+    proc = _config_child(entrypoints.HUBCHECK, cfg, HUBCHECK_TIMEOUT_S, *(["--trainable"] if trainable else []), env=env)
     if proc.returncode == 2:
         message = _last_line(proc) or "data.hub_dataset: cannot be opened"
         field, _, rest = message.partition(": ")
@@ -219,6 +249,31 @@ def check_hub_dataset(cfg, trainable: bool = False) -> None:
     if proc.returncode != 0:
         raise UserError(f"data.hub_dataset: checking '{cfg.data.hub_dataset}' failed "
                         f"({_last_line(proc) or 'no message'}); check the id and your network", field="data.hub_dataset")
+
+
+def measure_data_lengths(cfg) -> None:
+    """Before a run is planned, measure its data's token lengths when its memory follows them (DPO, KTO, ORPO,
+    unpacked supervised training; GRPO's prompts are measured by its own check) and ``token_stats`` has no entry:
+    one ``python -m trainer.worker.probes.data_stats`` child, the measurement ``trainpilot-cli data`` makes. A bad
+    record is reported as the data command reports it (UserError); a child that fails otherwise, or runs out of
+    time, leaves the plan at data.seq_len, and its reasons say so. Skipped when the plan chooses nothing (micro-batch,
+    accumulation, checkpointing, activation offload and DeepSpeed all set): it would only judge."""
+    if not token_stats.follows_data(cfg) or cfg.training.objective == "grpo" or token_stats.load(cfg) is not None:
+        return
+    t, sp = cfg.training, cfg.speed
+    if "auto" not in (t.micro_batch_size, t.gradient_accumulation_steps, sp.gradient_checkpointing,
+                      sp.activation_offload, cfg.deepspeed.enabled):
+        return
+    if is_encoder_decoder(cfg.model.architecture or cfg.model.source):
+        return  # an encoder-decoder is planned at data.seq_len
+    try:
+        proc = _config_child(entrypoints.DATA_STATS, cfg, DATA_STATS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return
+    if proc.returncode == 2:
+        message = _last_line(proc) or "data.path: the token lengths could not be measured"
+        field, _, rest = message.partition(": ")
+        raise UserError(message, field=field if rest and " " not in field else "data.path")
 
 
 def _grpo_records(cfg, hardware) -> None:
@@ -275,9 +330,22 @@ def _seq_len(cfg, hardware) -> None:
     conf = _model_config(cfg)
     if not conf:
         return
+    conf = {**(conf.get("text_config") or {}), **conf}  # a multimodal checkpoint: the text model's positions
     why = seq_len_refusal(cfg.data.seq_len, conf.get("max_position_embeddings") or conf.get("n_positions"))
     if why:
         raise UserError(f"data.seq_len: {why}", field="data.seq_len")
+
+
+def _lora_experts(cfg, hardware) -> None:
+    """``method.lora_experts`` asks for a mixture of experts: refused for a model whose config.json declares none
+    (a hub model is checked by the worker, once its config is here)."""
+    if not cfg.method.lora_experts or cfg.method.type == "full":
+        return
+    conf = _model_config(cfg)
+    if conf and not sources.routed_experts(conf):
+        raise UserError(f"method.lora_experts: {cfg.model.architecture or cfg.model.source} is not a mixture of "
+                        f"experts (its config.json declares no experts); set method.lora_experts: false",
+                        field="method.lora_experts")
 
 
 def seq_len_refusal(seq_len: int, limit: int | None, name: str = "data.seq_len") -> str | None:

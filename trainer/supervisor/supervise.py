@@ -19,9 +19,9 @@ from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.core.processes import kill_tree
 from trainer.core.units import duration
-from trainer.launch.argv import worker_command, worker_env
+from trainer.launch.argv import worker_command
 from trainer.planning import ladder
-from trainer.rundir.checkpoints import checkpoint_step, clean_staging, latest_checkpoint
+from trainer.rundir.checkpoints import checkpoint_step, clean_staging, engine_change, latest_checkpoint, read_marker
 from trainer.rundir.events import (
     EVENTS_FILE,
     TELEMETRY_FILE,
@@ -35,14 +35,16 @@ from trainer.rundir.stopfile import request_stop, stop_requested  # noqa: F401 (
 from trainer.supervisor import runlock
 from trainer.supervisor import notify
 from trainer.supervisor.create import write_config_files
+from trainer.supervisor.spawn import Standby, spawn_worker
 
 LOG_FILE = "train.log"
 
 
 class Supervisor:
     """Runs and watches the worker of one run directory until it finishes, stops or gives up."""
-    def __init__(self, run_dir: Path, quiet: bool = False, telemetry_probe=None):
+    def __init__(self, run_dir: Path, quiet: bool = False, telemetry_probe=None, standby: Standby | None = None):
         self.run_dir = Path(run_dir)
+        self.standby = standby  # a worker already importing (spawn.Standby): the first attempt's, when it can serve
         self.quiet = quiet
         self.events = EventWriter(self.run_dir / EVENTS_FILE, redact=secrets.redact)
         self.tail = JsonlTail(self.run_dir / EVENTS_FILE)
@@ -56,26 +58,34 @@ class Supervisor:
     # -- the attempt loop ------------------------------------------------------------------------
     def supervise(self, resume_from: Path | None, attempt: int = 1) -> int:
         """Start the worker and handle its exits until done. Returns the exit code for the CLI."""
+        try:
+            return self._supervise(resume_from, attempt)
+        finally:
+            if self.standby is not None:  # never used (the run ended before its first worker)
+                self.standby.cancel()
+
+    def _supervise(self, resume_from: Path | None, attempt: int) -> int:
         runlock.hold(self.run_dir)  # one supervisor per run folder
         self._install_signal_handlers()
-        cfg = config_mod.load(self.run_dir / "config.yaml")
+        cfg = _run_config(self.run_dir)
         crashes_left = cfg.recovery.auto_resume
         while True:
             write_status(self.run_dir, state="starting", pid=os.getpid(), attempt=attempt,
                          max_steps=cfg.training.max_steps, last_checkpoint=str(resume_from) if resume_from else None)
             rc, seen = self._run_worker(cfg, resume_from)
             outcome = self._decide(cfg, rc, seen)
+            phase = (seen.get("oom") or {}).get("phase")  # GRPO: sampling or update
             if outcome == "oom" and cfg.recovery.oom_ladder:
-                step = ladder.next_step(cfg, phase=(seen.get("oom") or {}).get("phase"))  # GRPO: sampling or update
+                step = ladder.next_step(cfg, phase=phase)
                 if step is None:
-                    return self._give_up_oom(cfg)
+                    return self._give_up_oom(cfg, phase=phase)
                 cfg = self._apply_ladder_step(cfg, step, attempt)
             elif outcome == "crash" and crashes_left > 0 and self.interrupts == 0:
                 crashes_left -= 1
                 self._retry_event(attempt, "crash", f"the worker died (exit {rc}); auto_resume restarts it "
-                                  f"({crashes_left} restart(s) left)", {})
+                                  f"({crashes_left} restart(s) left)", {}, cfg)
             elif outcome == "oom":
-                return self._give_up_oom(cfg, ladder_off=True)
+                return self._give_up_oom(cfg, ladder_off=True, phase=phase)
             else:
                 return self._final(outcome, rc, seen)
             attempt += 1
@@ -128,20 +138,24 @@ class Supervisor:
     def _apply_ladder_step(self, cfg, step: "ladder.LadderStep", attempt: int):
         new_cfg = step.config
         write_config_files(self.run_dir, new_cfg)
-        self._retry_event(attempt, "out of memory", step.why, step.changes)
-        self._say(f"out of memory: {step.why}; retrying from the last checkpoint")
+        change = self._retry_event(attempt, "out of memory", step.why, step.changes, new_cfg)
+        moved = f" (moving from {change['from']} to {change['to']})" if change else ""
+        self._say(f"out of memory: {step.why}; retrying from the last checkpoint{moved}")
         notify.send(self.run_dir, "oom_recovered", {"why": step.why, "changes": step.changes}, self.events)
         return new_cfg
 
-    def _retry_event(self, attempt: int, reason: str, why: str, changes: dict) -> None:
+    def _retry_event(self, attempt: int, reason: str, why: str, changes: dict, cfg) -> dict | None:
+        """Write the ``retry`` event; returns what carries over when the next attempt changes engine (else None)."""
         resume = self._resume_point()
+        change = engine_change(read_marker(resume), cfg) if resume else None
         self.events.emit(RetryEvent(attempt=attempt + 1, reason=reason, why=why, changes=changes,
-                                    extra={"resume_from": str(resume) if resume else None,
-                                           "resume_step": checkpoint_step(resume) if resume else 0}))
+                                    resume_from=str(resume) if resume else None,
+                                    resume_step=checkpoint_step(resume) if resume else 0, engine_change=change))
+        return change
 
-    def _give_up_oom(self, cfg, ladder_off: bool = False) -> int:
+    def _give_up_oom(self, cfg, ladder_off: bool = False, phase: str | None = None) -> int:
         tried = [e for e in self._all_events() if e.get("type") == "retry" and e.get("reason") == "out of memory"]
-        report = ladder.exhausted_report(cfg, tried, ladder_off)
+        report = ladder.exhausted_report(cfg, tried, ladder_off, phase)
         self.events.emit(Failed(message=report["message"], exit_code=EXIT_OOM, kind="oom", extra={"report": report}))
         write_status(self.run_dir, state="failed")
         notify.send(self.run_dir, "failed", {"message": report["message"]}, self.events)
@@ -157,13 +171,13 @@ class Supervisor:
     # -- one worker process ----------------------------------------------------------------------
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
-        kwargs = {"start_new_session": True} if os.name != "nt" else {
-            "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "CREATE_NO_WINDOW", 0)}
-        env = worker_env(dict(os.environ))
+        standby, self.standby = self.standby, None
+        self.proc = (standby.take(cmd) if standby is not None else None) or spawn_worker(cmd)
         log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}\n")
+        started = " (started early, importing while the inputs were checked)" if self.proc is getattr(
+            standby, "proc", None) else ""
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}{started}\n")
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=os.getcwd(), **kwargs)
         write_status(self.run_dir, worker_pid=self.proc.pid)
         lock = threading.Lock()
         pumps = [threading.Thread(target=self._pump, args=(s, log, lock), daemon=True)
@@ -265,6 +279,15 @@ class Supervisor:
     def _kill_tree(self) -> None:
         kill_tree(self.proc.pid)
         self.interrupts = 1  # killing once is enough
+
+
+def _run_config(run_dir: Path):
+    """The run folder's config.yaml. A folder made before ``recovery.ladder_keeps`` existed says "auto" there (the
+    user's own settings were not recorded): its ladder keeps nothing, as it did when the run was started."""
+    cfg = config_mod.load(run_dir / "config.yaml")
+    if cfg.recovery.ladder_keeps == "auto":
+        cfg = config_mod.replace(cfg, **{"recovery.ladder_keeps": []})
+    return cfg
 
 
 def _json_line(obj: dict) -> str:

@@ -15,8 +15,10 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7
 COMPONENT_COLORS = {
     "weights": "#1f77b4", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
     "activations": "#9467bd", "recompute": "#c5b0d5", "logits_loss": "#8c564b", "fragmentation": "#7f7f7f",
-    "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2",
+    "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2", "runtime": "#aec7e8", "loading": "#ffbb78",
 }
+# Where a component's own name is not a word for people.
+COMPONENT_WORDS = {"runtime": "Python + torch runtime", "loading": "weights while loading"}
 
 
 def color_for(component: str) -> str:
@@ -50,7 +52,8 @@ class MemoryBar(QtWidgets.QWidget):
         return sum(v for _, v in self.segments)
 
     def _items(self) -> list[tuple[str, str]]:
-        items = [(color_for(name), f"{name.replace('_', ' ')} {gib(v)}") for name, v in self.segments]
+        items = [(color_for(name), f"{COMPONENT_WORDS.get(name) or name.replace('_', ' ')} {gib(v)}")
+                 for name, v in self.segments]
         return items + ([("#000000", f"budget {gib(self.budget)}")] if self.budget else [])
 
     def _legend_lines(self, fm: QtGui.QFontMetrics, width: int) -> int:

@@ -9,6 +9,7 @@ and the data command as a QProcess. The GUI never imports torch, transformers, d
 from __future__ import annotations
 
 import html
+import json
 
 import pyqtgraph as pg
 from PySide6 import QtWidgets
@@ -18,6 +19,7 @@ from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for
     grpo_report_summary, needs_choice, objectives_for, report_summary,
 )
 from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
+from app.views.labels import WrappedLabel
 from app.views.wizard.schema_form import nested
 from app.ops import settings
 from app.ops.background import Latest
@@ -56,9 +58,8 @@ class DataPage(QtWidgets.QWizardPage):
         objective_lay.addWidget(self.objective_note, 1)
         self.objective_row.hide()
         self.record_format: str | None = None
-        self.stats = QtWidgets.QLabel("…")
-        self.stats.setWordWrap(False)  # explicit <br> lines; wrapped labels get one line of height in QWizard
-        self.tokens = QtWidgets.QLabel("")
+        self.stats = WrappedLabel("…")  # a long error wraps onto every line it needs
+        self.tokens = WrappedLabel("")
         self.preview = QtWidgets.QTableWidget()
         self.examples = QtWidgets.QTextEdit(readOnly=True)
         self.histogram = pg.PlotWidget(background="w")
@@ -139,10 +140,10 @@ class DataPage(QtWidgets.QWizardPage):
                            f"{html.escape(describe_shape(p.shape))}.<br>{html.escape(GRPO_USE)}")
         self._fill_preview(p.sample[:PREVIEW_ROWS])
         self.show_objectives(p.shape)
-        if self.state.values.get("training.objective") == "grpo":
+        if self._objective_chosen_for(p.shape):
             self._start_report()
         else:
-            self.tokens.setText("Choose GRPO above to see the prompts as the model will read them.")
+            self.tokens.setText("Choose how to learn from these records above to see them as the model will read them.")
 
     def nextId(self) -> int:
         """The Reward page follows only for GRPO; other objectives go straight on to the plan."""
@@ -162,15 +163,30 @@ class DataPage(QtWidgets.QWizardPage):
         current = self.state.values.get("training.objective")
         if not allowed or (current in allowed and not needs_choice(record_format)):
             self.objective_row.hide()
+            self.completeChanged.emit()
             return
+        chosen = self._objective_chosen_for(record_format)
         self.objective.clear()
-        if current not in allowed:
+        if not chosen:
             self.objective.addItem("Choose how to learn from these records…", None)
         for o in allowed:
             self.objective.addItem(OBJECTIVE_WORDS.get(o, o), o)
-        self.objective.setCurrentIndex(max(self.objective.findData(current), 0))
-        self._objective_note(current in allowed, allowed)
+        self.objective.setCurrentIndex(self.objective.findData(current) if chosen else 0)
+        self._objective_note(chosen, allowed)
         self.objective_row.show()
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:
+        """Next waits while records that leave the objective to the user (pairs, KTO, prompts with references)
+        have none chosen: nothing is chosen for the user."""
+        return self.objective_row.isHidden() or self.objective.currentData() is not None
+
+    def _objective_chosen_for(self, record_format: str | None) -> bool:
+        """True when training.objective reads ``record_format`` and, where the records leave a choice, the user
+        made it (the schema's default 'sft' is no choice for a prompt dataset that GRPO could train too)."""
+        current = self.state.values.get("training.objective")
+        return current in objectives_for(record_format) and (
+            not needs_choice(record_format) or "training.objective" in self.state.explicit)
 
     def _objective_note(self, ok: bool, allowed: tuple[str, ...]) -> None:
         names = " or ".join(o.upper() for o in allowed)
@@ -181,14 +197,15 @@ class DataPage(QtWidgets.QWizardPage):
         choice = self.objective.currentData()
         if choice is None:
             return
-        changed = self.state.values.get("training.objective") != choice
-        self.state.set("training.objective", choice)
+        changed = self.state.values.get("training.objective") != choice or self.objective.findData(None) >= 0
+        self.state.commit("training.objective", choice)  # the user's choice, even of the default 'sft'
         placeholder = self.objective.findData(None)
         if placeholder >= 0:
             self.objective.removeItem(placeholder)
         self._objective_note(True, objectives_for(self.record_format))
+        self.completeChanged.emit()
         if changed and self.record_format in PROMPT_SHAPES:
-            self._start_report()  # the GRPO report reads the file as prompts: only with the objective chosen
+            self._start_report()  # a prompt file is reported as prompts (GRPO) or pairs (SFT): once chosen
 
     def _fill_preview(self, rows: list[dict]) -> None:
         cols = sorted({k for r in rows for k in r})
@@ -198,11 +215,15 @@ class DataPage(QtWidgets.QWizardPage):
         self.preview.setHorizontalHeaderLabels(cols)
         for i, r in enumerate(rows):
             for j, c in enumerate(cols):
-                self.preview.setItem(i, j, QtWidgets.QTableWidgetItem(str(r.get(c, ""))[:200]))
+                text = cell_text(r.get(c, ""))
+                item = QtWidgets.QTableWidgetItem(text[:200])
+                item.setToolTip(text[:2000])
+                self.preview.setItem(i, j, item)
         self.preview.resizeColumnsToContents()
 
     def _error(self, exc: Exception) -> None:
         self.objective_row.hide()
+        self.completeChanged.emit()
         text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
         self.stats.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
         self.preview.clear()
@@ -270,8 +291,31 @@ class DataPage(QtWidgets.QWizardPage):
         edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]
         if self.bars is not None:
             self.histogram.removeItem(self.bars)
-        self.bars = pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush="#7aa6d8", pen=None)
+        x0, x1, right = bar_spans(edges, r["seq_len"])
+        self.bars = pg.BarGraphItem(x0=x0, x1=x1, height=counts, brush="#7aa6d8", pen=None)
         self.histogram.addItem(self.bars)
         if self.seq_line.scene() is None:
             self.histogram.addItem(self.seq_line)
         self.seq_line.setValue(r["seq_len"])
+        self.histogram.setXRange(0, right, padding=0)
+        self.histogram.setYRange(0, max(counts or [1]) * 1.1, padding=0)
+
+
+def cell_text(value) -> str:
+    """A record's field as the Records tab shows it: text as is, everything else as JSON (as in the file, never a
+    Python repr: ``true``/``null`` and double quotes)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+MIN_BAR_SHARE = 1 / 60  # of the plotted width: the bars of one token on a 0…2048 axis would be invisible
+
+
+def bar_spans(edges: list[float], seq_len: int) -> tuple[list[float], list[float], float]:
+    """(left edges, right edges, right end of the x axis) of the token-length bars: the axis runs from 0 past both
+    the longest record and seq_len, and bars that together span less than MIN_BAR_SHARE of it (records of one or a
+    few lengths) are spread about their centre to that width, in their order (visible, none over another)."""
+    right = max(edges[-1], seq_len) * 1.05 or 1.0
+    span, centre = edges[-1] - edges[0], (edges[0] + edges[-1]) / 2
+    scale = max(1.0, right * MIN_BAR_SHARE / span) if span > 0 else 1.0
+    scaled = [centre + (e - centre) * scale for e in edges]
+    return scaled[:-1], scaled[1:], right

@@ -9,12 +9,12 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
 from app.model.fmt import count
-from app.model.planning import seq_len_limit
+from app.model.planning import proposed_seq_len, seq_len_limit
 from app.ops.background import Latest
 from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
-from trainer.models import catalog
+from trainer.models import catalog, sources
 from trainer.models.spec import load_model_spec, needs_probe, spec_for_run
 from trainer.planning.verdict import model_verdict
 
@@ -72,7 +72,24 @@ class ModelPage(QtWidgets.QWizardPage):
                                    pool=self.picker.pool)  # listings share one thread, off the global pool
         self._debounce = QtCore.QTimer(self, singleShot=True, interval=250, timeout=self._look_up)
         self.source.textChanged.connect(self._edited)
-        self.state.values_changed.connect(lambda key: key == "data.seq_len" and self._debounce.start())
+        self._stale = False  # settings changed on a later page: the verdicts shown are for the old ones
+        self.state.values_changed.connect(self._values_changed)
+
+    def _values_changed(self, key: str) -> None:
+        """A setting changed: the sequence length here re-judges at once; anything changed on another page (the
+        method, the batch, Advanced settings) re-judges when the user comes Back to this page."""
+        if self.isVisible():
+            if key == "data.seq_len":
+                self._debounce.start()
+        elif not key.startswith("model."):
+            self._stale = True
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._stale and self.state.snapshot() is not None:
+            self._stale = False
+            self.facts.setText("…")
+            self._debounce.start()
 
     def _edited(self, _text: str) -> None:
         self._model_job.cancel()  # a result for the old text must not show under the new one
@@ -136,12 +153,20 @@ class ModelPage(QtWidgets.QWizardPage):
         lines = [f"<b>{html.escape(spec.name or text)}</b>{kind} — {spec.family}, {count(spec.params)} parameters, "
                  f"{spec.layers} layers, hidden {spec.hidden}, vocabulary {spec.vocab:,}, reads up to "
                  f"{spec.max_positions:,} tokens.", f"Here: {verdicts}."]
-        local = Path(text).expanduser().exists()  # a folder on this computer is no hub id to download
-        if "/" in text and not local and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
+        if sources.is_local(text):  # a folder is a folder: nothing to download
+            lines.append(f"A folder on this computer: {html.escape(spec.source and str(Path(spec.source).parent))}.")
+        elif "/" in text and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
             lines.append(f"{html.escape(text)} is {hub.cached_state(text)}: press "
                          "Download… below (it asks first and shows the size).")
-        limit, seq = result["limit"], self.state.values.get("data.seq_len")
-        if limit and isinstance(seq, int) and seq > limit:
+        limit = result["limit"]
+        if self.state.follows("data.seq_len") and self.state.values.get("data.seq_len") != proposed_seq_len(limit):
+            self.state.propose("data.seq_len", proposed_seq_len(limit))  # the facts follow (values_changed)
+            return
+        seq = self.state.values.get("data.seq_len")
+        if limit and seq == limit and "data.seq_len" in self.state.proposed:
+            lines.append(f"Sequence length {seq:,} tokens: the most this model reads (the usual default, "
+                         f"{proposed_seq_len(None):,}, is longer); change it on the Method page.")
+        elif limit and isinstance(seq, int) and seq > limit:
             lines.append(f"<span style='color:#b00'>The sequence length is {seq:,} tokens, longer than this model "
                          f"reads.</span> <a href='seq:{limit}'>Use {limit:,}</a> (or set it on the Method page).")
         if verdict.seq_len and verdict.seq_len != self.state.values.get("data.seq_len"):

@@ -9,6 +9,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model.fmt import gib
 from app.views.wizard.memory_bar import MemoryBar
+from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
 from trainer import config as tc
 from trainer.planning.verdict import method_verdict
@@ -32,10 +33,11 @@ class PlanPage(QtWidgets.QWizardPage):
             b.setToolTip(tc.MethodConfig.model_fields["type"].description)
             self.methods.addButton(b)
             method_row.addWidget(b)
-        self.seq_len = _spin(1, 1 << 20, tc.DataConfig.model_fields["seq_len"].description)
-        self.seq_len_error = _problem_label()
-        self.batch = _spin(1, 1 << 16, tc.TrainingConfig.model_fields["effective_batch_size"].description)
         fields = tc.TrainingConfig.model_fields
+        self.seq_len = _spin("data.seq_len", tc.DataConfig.model_fields["seq_len"])
+        self.seq_len_error = _problem_label()
+        self.batch = _spin("training.effective_batch_size", fields["effective_batch_size"])
+        self.batch_error = _problem_label()
         self.length_kind = QtWidgets.QComboBox()
         self.length_kind.addItem("steps", "steps")
         self.length_kind.addItem("epochs (passes over the data)", "epochs")
@@ -54,7 +56,10 @@ class PlanPage(QtWidgets.QWizardPage):
         seq_row.addWidget(self.seq_len, 1)
         seq_row.addWidget(self.seq_len_error, 1)
         form.addRow("Sequence length (tokens)", seq_row)
-        form.addRow("Effective batch (samples per optimizer step)", self.batch)
+        batch_row = QtWidgets.QHBoxLayout()
+        batch_row.addWidget(self.batch, 1)
+        batch_row.addWidget(self.batch_error, 1)
+        form.addRow("Effective batch (samples per optimizer step)", batch_row)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
         self.verdict.setWordWrap(True)
@@ -157,9 +162,9 @@ class PlanPage(QtWidgets.QWizardPage):
         bad = dict(problems)
         self.learning_rate.set_problem(bad.get("training.learning_rate"))
         self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
-        seq = bad.get("data.seq_len")
-        self.seq_len_error.setText(user_words(seq) if seq else "")
-        self.seq_len_error.setVisible(bool(seq))
+        for label, key in ((self.seq_len_error, "data.seq_len"), (self.batch_error, "training.effective_batch_size")):
+            label.setText(user_words(bad[key]) if bad.get(key) else "")
+            label.setVisible(bool(bad.get(key)))
 
     def _show_problems(self, problems: list) -> None:
         self._show_beside(problems)
@@ -179,7 +184,7 @@ def plan_details_html(d: dict) -> str:
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
     if d.get("reasons"):
         parts.append("<b>Why</b>:<ul>" + "".join(f"<li>{user_words(r)}</li>" for r in d["reasons"]) + "</ul>")
-    apps = d.get("close_apps") or []
+    apps = d.get("close_apps") or [] if d.get("verdict") != "fits" else []  # nothing to close when it fits
     if apps:
         parts.append("<b>Close these apps to free VRAM</b>:<ul>" + "".join(
             f"<li>{a.get('name')} (pid {a.get('pid')}): {gib(a.get('used_memory_bytes'))}</li>" for a in apps) + "</ul>")
@@ -213,11 +218,9 @@ def _problem_label() -> QtWidgets.QLabel:
     return label
 
 
-def _spin(lo: int, hi: int, tip: str) -> QtWidgets.QSpinBox:
-    s = QtWidgets.QSpinBox()
-    s.setRange(lo, hi)
-    s.setToolTip(tip)
-    return s
+def _spin(key: str, field) -> SpinBox:
+    """A number field for ``key`` whose range is the schema's (the schema and the planner judge the value)."""
+    return SpinBox(field_minimum(field), key=key, tip=field.description or "")
 
 
 def starting_point(d: dict) -> str:

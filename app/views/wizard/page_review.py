@@ -45,6 +45,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         self.state = state
         self.result: ReviewResult | None = None
         self.start_error: str | None = None
+        self.started: tc.RunConfig | None = None  # the config of the last start (a failure is about it)
         self.start_field: tuple[str, str] | None = None
         self.setTitle("Review")
         self.setSubTitle("This is the exact config; the terminal command runs the same thing.")
@@ -91,6 +92,8 @@ class ReviewPage(QtWidgets.QWizardPage):
             self.yaml.setPlainText("")
             self._show([(k, m) for k, m in exc.problems], [])
             return
+        if self.start_error and cfg != self.started:  # the failure was about other settings: not news any more
+            self.start_error, self.start_field = None, None
         self.yaml.setPlainText(tc.dump_yaml(cfg))
         self.message.setText(self._error_prefix() + "Planning and checking the model, data and machine…")
         snap, plan, run_dir = self.state.snapshot(), self.state.plan, self.run_dir.text().strip()
@@ -149,6 +152,7 @@ class ReviewPage(QtWidgets.QWizardPage):
         if self.result is None or self.result.blocking:
             return
         self.start_error, self.start_field = None, None
+        self.started = self.state.config()
         path = self.state.write_config(self.run_dir.text(), self.result.config)
         self.start.emit(str(path), self.run_dir.text())
 

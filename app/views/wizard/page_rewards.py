@@ -16,6 +16,7 @@ from app.model.grpo_setup import (
     preview_table, python_file_problem,
 )
 from app.ops import commands, settings
+from app.views.wizard.numbers import DoubleSpinBox, SpinBox, field_minimum
 from trainer import config as tc
 from trainer.config.sections import RewardsConfig
 from trainer.data.rewards import BUILTIN_NAMES
@@ -63,10 +64,10 @@ class RewardPage(QtWidgets.QWizardPage):
         for row, name in enumerate(BUILTIN_NAMES):
             tick = QtWidgets.QCheckBox(BUILTIN_LABELS[name])
             tick.setToolTip(builtin_help(name))
-            weight = QtWidgets.QDoubleSpinBox(decimals=3, minimum=0.0, maximum=100.0, singleStep=0.1)
+            weight = DoubleSpinBox(field_minimum(RewardsConfig.model_fields[name]), key=f"rewards.{name}",
+                                   tip=f"rewards.{name}: {RewardsConfig.model_fields[name].description or ''}")
             weight.setValue(DEFAULT_WEIGHT)
             weight.setEnabled(False)
-            weight.setToolTip(f"rewards.{name}")
             tick.toggled.connect(lambda on, n=name: self._ticked(n, on))
             weight.valueChanged.connect(lambda _v, n=name: self._weighed(n))
             self.ticks[name], self.weights[name] = tick, weight
@@ -93,7 +94,7 @@ class RewardPage(QtWidgets.QWizardPage):
         for param in BUILTIN_PARAMS.get(name, ()):
             row.addWidget(QtWidgets.QLabel(f"{param.replace('_', ' ')}:"))
             if param == "length_target":
-                edit = QtWidgets.QSpinBox(minimum=1, maximum=1_000_000)
+                edit = SpinBox(field_minimum(RewardsConfig.model_fields[param]), key=f"rewards.{param}")
                 edit.setValue(int(self.state.values[f"rewards.{param}"]))
                 edit.valueChanged.connect(lambda v, k=f"rewards.{param}": self.state.set(k, v))
                 row.addWidget(edit)
@@ -142,8 +143,10 @@ class RewardPage(QtWidgets.QWizardPage):
         box = QtWidgets.QGroupBox("Preview: the base model's answers, scored")
         lay = QtWidgets.QVBoxLayout(box)
         row = QtWidgets.QHBoxLayout()
-        self.n_prompts = QtWidgets.QSpinBox(minimum=1, maximum=64, value=3)
-        self.n_completions = QtWidgets.QSpinBox(minimum=1, maximum=64, value=4)
+        self.n_prompts = SpinBox(1, 64, tip="How many of your prompts the preview samples answers for.")
+        self.n_prompts.setValue(3)
+        self.n_completions = SpinBox(1, 64, tip="How many answers the preview samples for each prompt.")
+        self.n_completions.setValue(4)
         self.preview_button = QtWidgets.QPushButton("Preview", clicked=self.start_preview)
         self.cancel_button = QtWidgets.QPushButton("Cancel", clicked=self.cancel_preview)
         self.cancel_button.hide()

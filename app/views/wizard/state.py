@@ -13,7 +13,7 @@ from app.ops.background import Latest
 from app.views.wizard.schema_form import nested
 from trainer import config as tc
 from trainer.core.dotted import flatten
-from app.model.planning import _plan, final_from_plan, plan_for  # noqa: F401  (plan_for: re-exported)
+from app.model.planning import _plan, final_from_plan
 
 PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
 
@@ -29,6 +29,7 @@ class WizardState(QtCore.QObject):
         self.hardware = hardware
         self.values: dict[str, Any] = flatten(tc.to_dict(tc.RunConfig()))
         self.explicit: set[str] = set()  # the keys the user set: only these reach the config as the user's
+        self.proposed: set[str] = set()  # keys the wizard chose (a default that follows the model) until the user sets them
         self.plan = None
         self.error: str | None = None
         self._planner = Latest(self._plan_done, self._plan_failed, self)
@@ -37,16 +38,31 @@ class WizardState(QtCore.QObject):
     # -- editing --------------------------------------------------------------------------------
     def set(self, key: str, value: Any) -> None:
         """The user set one dotted key: remember it as theirs and schedule a re-plan."""
+        self.proposed.discard(key)
         if self.values.get(key) != value:
             self.values[key] = value
             self.explicit.add(key)
             self.values_changed.emit(key)
             self._timer.start()
 
+    def propose(self, key: str, value: Any) -> None:
+        """The wizard chose ``value`` for ``key`` (a default that follows the model, said where it is chosen): it goes
+        into the config like the user's, and follows again when what it follows changes, until the user sets it."""
+        if key in self.explicit and key not in self.proposed:
+            return  # the user's value is never replaced
+        self.set(key, value)
+        self.proposed.add(key)
+
+    def follows(self, key: str) -> bool:
+        """True while ``key`` is not the user's own (the schema's default, or a value the wizard proposed)."""
+        return key not in self.explicit or key in self.proposed
+
     def commit(self, key: str, value: Any) -> None:
         """The user committed ``value`` in a field of ``key``: theirs even when it equals what was shown
         (typing 'false' over the default false means "no DeepSpeed", which a preset must not overrule)."""
-        if key in self.explicit and self.values.get(key) == value:
+        proposed = key in self.proposed
+        self.proposed.discard(key)  # typed, even as the same number: the user's from now on
+        if key in self.explicit and self.values.get(key) == value and not proposed:
             return
         self.explicit.add(key)
         self.set(key, value) if self.values.get(key) != value else self._timer.start()
@@ -59,6 +75,7 @@ class WizardState(QtCore.QObject):
             return
         self.values.update(changed)
         self.explicit |= set(changed)
+        self.proposed -= set(changed)
         self.values_changed.emit("")
         self._timer.start()
 
@@ -69,8 +86,12 @@ class WizardState(QtCore.QObject):
         return tc.validate(nested({k: self.values[k] for k in self.explicit}))
 
     def snapshot(self):
-        """The newest hardware snapshot (None until the probe has answered)."""
-        return getattr(self.hardware, "latest", None)
+        """The hardware snapshot to plan for (None until the probe has answered): this machine's newest, or a
+        replayed recording's first moment, as ``trainpilot-cli plan --hardware`` plans it."""
+        if self.hardware is None:
+            return None
+        moment = getattr(self.hardware, "planning_snapshot", None)
+        return moment() if callable(moment) else getattr(self.hardware, "latest", None)
 
     # -- planning -------------------------------------------------------------------------------
     def replan(self) -> None:

@@ -54,8 +54,16 @@ func render(tmpl *template.Template, c Case) (string, error) {
 	return b.String(), err
 }
 
+// funcs are Ollama's own additions to text/template's functions (ollama/template/template.go).
+var funcs = template.FuncMap{
+	"json": func(v any) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	},
+}
+
 func renderAll(req Request) ([]string, error) {
-	tmpl, err := template.New("").Parse(req.Template)
+	tmpl, err := template.New("").Funcs(funcs).Parse(req.Template)
 	if err != nil {
 		return nil, fmt.Errorf("template does not parse: %w", err)
 	}

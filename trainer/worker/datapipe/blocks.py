@@ -25,6 +25,7 @@ from pathlib import Path
 
 from trainer.core import entrypoints
 from trainer.core.errors import TrainPilotError, UserError
+from trainer.data import conversations
 from trainer.data.demo import cache_dir
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import producer
@@ -39,7 +40,8 @@ from trainer.worker.datapipe.producer import (
     split_counts,
 )
 
-BLOCKS_VERSION = 3  # 2: per-record lengths beside each chunk; 3: turns trained as inference prompts them
+BLOCKS_VERSION = 4  # 2: per-record lengths beside each chunk; 3: turns trained as inference prompts them; 4: the
+#                     prompt/answer boundary on token ids
 POLL_SECONDS = 0.02
 
 
@@ -183,7 +185,8 @@ def folder_for(cfg, tokenizer, src, which: str) -> Path:
     d = cfg.data
     settings = [src.fingerprint, pipeline.tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
                 d.prompt_template, d.response_template, d.train_on_prompt, d.seq_len, d.packing, CHUNK_RECORDS, which,
-                d.system_message, rendering.end_of_turn_texts(tokenizer, cfg)]
+                d.system_message, sorted(rendering.chat_rules(tokenizer, cfg).stop_ids),
+                d.chat_date if conversations.prints_date(getattr(tokenizer, "chat_template", None)) else None]
     if which == "train":
         settings += [d.shuffle, cfg.training.seed if d.shuffle else None, held_out(cfg)]
     key = pipeline.cache_key("blocks", BLOCKS_VERSION, *settings)

@@ -2,8 +2,9 @@
 (probes.grpocheck), ``trainpilot-cli data`` and the wizard's reward preview (probes.reward_preview).
 
 With a chat template, a text prompt becomes one user turn (``grpo.system_prompt`` first) and TRL renders the
-messages with the generation prompt (``GRPOTrainer._tokenize_prompts``); without one, text prompts are used as they
-are and message lists are refused. A prompt must leave ``grpo.max_completion_length`` tokens of ``data.seq_len``:
+messages with the generation prompt (``GRPOTrainer._tokenize_prompts``); the system text follows the chat rules'
+``data.system_message`` (``trainer.data.conversations``: merged into the first user turn where the template has no
+system role, as Gemma's). Without a chat template, text prompts are used as they are and message lists are refused. A prompt must leave ``grpo.max_completion_length`` tokens of ``data.seq_len``:
 a longer one is refused naming its line, or left out and counted with ``data.skip_bad_lines``.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.core.errors import UserError
+from trainer.data import conversations
 from trainer.data.prompts import PromptFile, as_messages, read_prompt_file
 
 
@@ -24,10 +26,20 @@ class PromptRows:
     unreadable: list[int] = field(default_factory=list)  # unreadable lines data.skip_bad_lines skipped
 
 
-def render(tokenizer, prompt, system_prompt: str | None, where: str = "a record"):
-    """The prompt handed to TRL: messages under a chat template, text otherwise (UserError for messages without one)."""
+def render(tokenizer, prompt, system_prompt: str | None, where: str = "a record", system_mode: str = "auto",
+           chat: conversations.Chat | None = None):
+    """The prompt handed to TRL: messages under a chat template, after the chat rules' system rule (``system_mode``
+    is ``data.system_message``; ``chat``: the rules already built for ``tokenizer``), text otherwise (UserError for
+    messages without a template, and for a system text a template without a system role refuses under 'error')."""
     if getattr(tokenizer, "chat_template", None):
-        return as_messages(prompt, system_prompt)
+        chat = chat or conversations.for_tokenizer(tokenizer, system_mode)
+        try:
+            return chat.with_system(as_messages(prompt, system_prompt))
+        except conversations.SystemRefused:
+            raise UserError(f"data.system_message: {where}: the chat template has no system role (Gemma's has none) and "
+                            f"data.system_message is 'error', but the prompt has a system text (grpo.system_prompt or a "
+                            f"system message); set data.system_message to 'merge' (the text opens the user turn) or "
+                            f"'drop', or remove the system text", field="data.system_message") from None
     if not isinstance(prompt, str):
         raise UserError(f"data.path: {where}: the prompt is a list of messages but the tokenizer has no chat "
                         f"template; use a model whose tokenizer has one (or set data.chat_template), or give the "
@@ -65,7 +77,9 @@ def measure(cfg, tokenizer, found: PromptFile, role: str = "data.path", refuse_t
     d, g = cfg.data, cfg.grpo
     refuse = not d.skip_bad_lines if refuse_too_long is None else refuse_too_long
     records, where = found.records, found.places
-    rendered = [render(tokenizer, r["prompt"], g.system_prompt, f"{found.path} {where[i]}") for i, r in enumerate(records)]
+    chat = conversations.for_tokenizer(tokenizer, d.system_message) if getattr(tokenizer, "chat_template", None) else None
+    rendered = [render(tokenizer, r["prompt"], g.system_prompt, f"{found.path} {where[i]}", d.system_message, chat)
+                for i, r in enumerate(records)]
     lengths = [len(prompt_ids(tokenizer, p)) for p in rendered]
     room = d.seq_len - g.max_completion_length
     over = [i for i, n in enumerate(lengths) if n > room]

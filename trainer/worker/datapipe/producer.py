@@ -39,7 +39,6 @@ from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder, ensure_chat_
 CHUNK_RECORDS = 8192   # records per chunk: ~1 s of tokenizing on one core; the first step waits for one
 SUB_BATCH = 1024       # records encoded at a time inside a chunk
 ERROR_FILE = "error.json"
-PARTS = ("eval", "train")
 
 
 def chunk_file(folder: Path, part: str, k: int) -> Path:

@@ -1,12 +1,11 @@
 """Worker side: records → token ids and labels, for every trainable record format.
 
 Conversations (chat, ShareGPT, Alpaca) are rendered with the tokenizer's own chat template through
-``apply_chat_template`` — the ids are exactly those inference would see — and labelled by the
-character spans of the assistant turns (``trainer.data.conversations.conversation_examples``: one
-example, or one per assistant turn for templates that rewrite history) through the fast tokenizer's
-offsets. The text is tokenized without the tokenizer's own special tokens, as ``apply_chat_template``
-does at inference, so a template that writes ``bos_token`` never gets a second BOS. Plain text is
-``bos + text + eos``; prompt/response templates as before.
+``apply_chat_template`` — the ids are exactly those inference would see — and labelled by the chat rules
+(``trainer.data.conversations``: the system rule, the prompt/answer boundary on token ids, the end of turn;
+one example, or one per assistant turn for templates that rewrite history). The text is tokenized without
+the tokenizer's own special tokens, as ``apply_chat_template`` does at inference, so a template that writes
+``bos_token`` never gets a second BOS. Plain text is ``bos + text + eos``; prompt/response templates as before.
 """
 from __future__ import annotations
 
@@ -16,14 +15,8 @@ from pathlib import Path
 
 from trainer.core.errors import UserError
 from trainer.data import formats
-from trainer.data.conversations import (
-    DEFAULT_CHAT_TEMPLATE,
-    conversation_examples,
-    system_action,
-    template_error,
-    template_takes_system,
-    with_system_message,
-)
+from trainer.data import conversations
+from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, Example, SystemRefused, template_error
 from trainer.data.scan import record_line
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transformers looks for (same regex)
@@ -57,13 +50,12 @@ def check_roles(tokenizer, src, data_cfg) -> None:
     naming the first line that has it."""
     if src.record_format not in formats.CONVERSATION_FORMATS:
         return
-    render = renderer(tokenizer)
-    takes_system = template_takes_system(render)
+    chat = conversations.for_tokenizer(tokenizer, data_cfg.system_message)
     for roles, where in src.roles:
         msgs = [{"role": r, "content": f"turn {i + 1}"} for i, r in enumerate(roles)]
-        msgs = system_message(msgs, data_cfg.system_message, takes_system, src.where, where)
+        msgs = system_message(chat, msgs, src.where, where)
         try:
-            conversation_examples(msgs, render, (), data_cfg.train_on_prompt)
+            chat.examples(msgs, data_cfg.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, src.where, where) from None
 
@@ -73,16 +65,19 @@ def renderer(tokenizer):
     return lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
 
 
-def system_message(msgs: list[dict], mode: str, takes_system: bool, path: str, where: str) -> list[dict]:
-    """``msgs`` after ``data.system_message`` (``conversations.system_action``); UserError naming the file and
-    line (``where``) when the mode is 'error' and the template has no system role."""
-    action = system_action(msgs, mode, takes_system)
-    if action == "refused":
-        raise UserError(f"data.path: {path} {where}, field 'messages': the chat template has no system role and "
-                        f"data.system_message is 'error'; set data.system_message to 'merge' (the system text opens "
-                        f"the first user turn) or 'drop', or remove the system message", field="data.system_message",
-                        path=path)
-    return with_system_message(msgs, action)
+def system_message(chat, msgs: list[dict], path: str, where: str) -> list[dict]:
+    """``msgs`` after ``data.system_message`` (the chat rules' system rule); UserError naming the file and line
+    (``where``) when the mode is 'error' and the template has no system role."""
+    try:
+        return chat.with_system(msgs)
+    except SystemRefused:
+        raise conversations.system_refused_error(path, where) from None
+
+
+def chat_rules(tokenizer, cfg) -> "conversations.Chat":
+    """The chat rules for this run's tokenizer: its template, ``data.system_message`` and the stop ids of the
+    model's ``generation_config`` (``generation_eos_ids``)."""
+    return conversations.for_tokenizer(tokenizer, cfg.data.system_message, generation_eos_ids(cfg))
 
 
 def rows_of(batch: dict) -> list[dict]:
@@ -107,9 +102,7 @@ class Encoder:
         eos = tokenizer.eos_token_id
         self.eos = [eos] if eos is not None else []
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
-        chat = fmt in formats.CONVERSATION_FORMATS
-        self.stops = end_of_turn_texts(tokenizer, cfg) if chat else ()
-        self.takes_system = template_takes_system(renderer(tokenizer)) if chat else True
+        self.chat = chat_rules(tokenizer, cfg) if fmt in formats.CONVERSATION_FORMATS else None
 
     def __call__(self, batch: dict, indices: list[int]) -> dict:
         rows = rows_of(batch)
@@ -140,65 +133,58 @@ class Encoder:
         return {"input_ids": ids, "labels": labels}
 
     def _conversations(self, rows: list[dict], indices: list[int]) -> dict:
-        texts, spans = [], []
-        for rec, index in zip(rows, indices):
-            for text, trained in self.render(rec, index):
-                texts.append(text)
-                spans.append(trained)
-        enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
-        labels = [token_labels(ids, offsets, s) for ids, offsets, s in zip(enc["input_ids"], enc["offset_mapping"], spans)]
-        return {"input_ids": enc["input_ids"], "labels": labels}
+        examples = [ex for rec, index in zip(rows, indices) for ex in self.render(rec, index)]
+        return {"input_ids": [ex.ids for ex in examples], "labels": [ex.labels for ex in examples]}
 
-    def render(self, rec: dict, index: int) -> list[tuple[str, list[tuple[int, int]]]]:
-        """``[(text, trained character spans)]``: the training examples of one conversation record (one, or one
-        per assistant turn; ``conversation_examples``). UserError naming the record."""
+    def render(self, rec: dict, index: int) -> list[Example]:
+        """The training examples of one conversation record (one, or one per assistant turn; ``Chat.examples``).
+        UserError naming the record."""
         problem = formats.check_record(rec, self.fmt, self.d.text_field)
         if problem:
             name, why = problem
             raise UserError(f"data.path: {self.where} {record_line(self.where, index)}, field '{name}': {why}; fix or "
                             f"drop the record, or set data.record_format", field="data.path", path=self.where)
         where = record_line(self.where, index)
-        msgs = system_message(clean_messages(formats.to_messages(rec, self.fmt)), self.d.system_message,
-                              self.takes_system, self.where, where)
+        msgs = system_message(self.chat, clean_messages(formats.to_messages(rec, self.fmt)), self.where, where)
         try:
-            marked = None if self.d.train_on_prompt else marker_spans(self.tok, msgs)
-            return [marked] if marked else conversation_examples(msgs, renderer(self.tok), self.stops,
-                                                                 self.d.train_on_prompt)
+            marked = None if self.d.train_on_prompt else marker_example(self.tok, msgs)
+            return [marked] if marked else self.chat.examples(msgs, self.d.train_on_prompt)
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, self.where, where) from None
 
 
-def marker_spans(tokenizer, msgs: list[dict]) -> tuple[str, list[tuple[int, int]]] | None:
-    """``(text, trained spans)`` from the template's own ``{% generation %}`` markers (what its authors mark
-    as the assistant's output; transformers' ``return_assistant_tokens_mask`` reads the same), or None when
-    the template has none or marks a text other than what ``apply_chat_template`` renders."""
+def marker_example(tokenizer, msgs: list[dict]) -> Example | None:
+    """The example the template's own ``{% generation %}`` markers make (what its authors mark as the assistant's
+    output; transformers' ``return_assistant_tokens_mask`` reads the same), or None when the template has none or
+    marks a text other than what ``apply_chat_template`` renders."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or not GENERATION_MARKER.search(template):
         return None
     from transformers.utils.chat_template_utils import render_jinja_template
     rendered, indices = render_jinja_template(conversations=[msgs], chat_template=template,
                                               return_assistant_tokens_mask=True, **tokenizer.special_tokens_map)
-    if rendered[0] != tokenizer.apply_chat_template(msgs, tokenize=False):
+    text = rendered[0]
+    if text != tokenizer.apply_chat_template(msgs, tokenize=False):
         return None
-    return rendered[0], [(int(a), int(b)) for a, b in indices[0]]
+    spans = [(int(a), int(b)) for a, b in indices[0]]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    return Example(ids, token_labels(ids, enc["offset_mapping"], spans), text, spans)
 
 
-def end_of_turn_texts(tokenizer, cfg) -> tuple[str, ...]:
-    """The texts generation stops at: the tokenizer's eos and the model's ``generation_config.json``
-    ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``, ``<end_of_turn>``, ``<|end|>``), read from the
-    local folder or cache only (the tokenizing process never downloads)."""
-    ids = set()
+def generation_eos_ids(cfg) -> list[int]:
+    """The model's ``generation_config.json`` ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``,
+    ``<end_of_turn>``, ``<|end|>``), read from the local folder or cache only (the tokenizing process never
+    downloads); [] without one."""
     source = getattr(cfg.model, "source", None)
-    if source and source != "demo":
-        from transformers import GenerationConfig
-        try:
-            gen = GenerationConfig.from_pretrained(source, revision=cfg.model.revision, local_files_only=True)
-            eos = gen.eos_token_id
-            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        except (OSError, ValueError):
-            pass  # no generation_config.json: the eos token alone
-    texts = [tokenizer.convert_ids_to_tokens(int(i)) for i in sorted(ids)]
-    return tuple(dict.fromkeys([t for t in [tokenizer.eos_token, *texts] if isinstance(t, str) and t]))
+    if not source or source == "demo":
+        return []
+    from transformers import GenerationConfig
+    try:
+        eos = GenerationConfig.from_pretrained(source, revision=cfg.model.revision, local_files_only=True).eos_token_id
+    except (OSError, ValueError):
+        return []  # no generation_config.json: the eos token alone
+    return [int(i) for i in (eos if isinstance(eos, list) else [] if eos is None else [eos])]
 
 
 def token_labels(ids: list[int], offsets: list, spans: list[tuple[int, int]]) -> list[int]:

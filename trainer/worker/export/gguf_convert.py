@@ -67,12 +67,13 @@ def _patch_pre_tokenizer(text_model) -> None:
 
 def child_main(argv: list[str]) -> int:
     """Run llama.cpp's converter (see the module docstring); returns its exit status."""
-    llama_cpp, model, outfile, outtype = argv
+    llama_cpp, model, outfile, outtype, *name = argv
     sys.path[:0] = [llama_cpp, str(Path(llama_cpp) / "gguf-py")]
     import conversion.base
 
     _patch_pre_tokenizer(conversion.base.TextModel)
     sys.argv = [str(Path(llama_cpp) / "convert_hf_to_gguf.py"), model, "--outfile", outfile, "--outtype", outtype]
+    sys.argv += ["--model-name", name[0]] if name else []  # general.name: the run's, not the staging folder's
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
     except SystemExit as stop:
@@ -80,9 +81,10 @@ def child_main(argv: list[str]) -> int:
     return 0
 
 
-def convert(llama_cpp: Path, model_dir: Path, outfile: Path, outtype: str) -> Path:
-    """Convert the HF folder ``model_dir`` to ``outfile`` (``f16`` or ``q8_0``) in a child; ConversionFailed if not."""
-    cmd = entrypoints.python_m(entrypoints.GGUF_CONVERT, llama_cpp, model_dir, outfile, outtype)
+def convert(llama_cpp: Path, model_dir: Path, outfile: Path, outtype: str, name: str | None = None) -> Path:
+    """Convert the HF folder ``model_dir`` to ``outfile`` (``f16`` or ``q8_0``) in a child, ``general.name`` ``name``
+    (default: llama.cpp's, from the folder); ConversionFailed if not."""
+    cmd = entrypoints.python_m(entrypoints.GGUF_CONVERT, llama_cpp, model_dir, outfile, outtype, *([name] if name else []))
     proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     if proc.returncode != 0 or not outfile.is_file():
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln[:40]]

@@ -2,50 +2,45 @@
 
 Writes, into the destination: the model (LoRA merged into the base with ``--merge``, else the
 adapter) as safetensors, the tokenizer with its chat template (the run's own rendering as a Jinja
-template when the tokenizer has none), ``generation_config.json`` whose EOS ids include the end of
-turn, and optionally a GGUF file (llama.cpp's own converter, ``gguf_convert``) and an Ollama
-``Modelfile`` (``ollama``).
+template when the tokenizer has none; a template that prints today's date prints the run's,
+``data.chat_date``), ``generation_config.json`` whose EOS ids include the end of turn, and optionally a
+GGUF file (llama.cpp's own converter, ``gguf_convert``, named after the run) and an Ollama ``Modelfile``
+(``ollama``; ``SYSTEM`` is the system prompt every training record shared). A GGUF export records where
+it came from (``trainpilot-export.json``) and is verified before it is moved into place (``verify``, in a
+child on the CPU): an export that differs from training is set aside as ``<folder>.unverified``.
 Nothing secret is written: no config, no environment, no token.
 """
 from __future__ import annotations
 
+import gc
+import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from trainer import config as config_mod
-from trainer.core.errors import UserError
-from trainer.data import run_template
+from trainer.core import entrypoints
+from trainer.core.errors import ExportDiffers, UserError
+from trainer.data import conversations, run_template
 from trainer.models import gguf_support
-from trainer.worker.export import gguf_convert, staging
+from trainer.worker.export import gguf_convert, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
+from trainer.worker.loading import model_parts
 
 
-def merged_model(cfg, source: Path):
-    """The model of ``source`` as one full model in fp32 on the CPU (an adapter merged into its base)."""
-    model = chat.load_model(cfg, source, use_cuda=False)
-    if (source / "adapter_config.json").is_file():
-        model = model.merge_and_unload()
-    return model.float()
+merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
+ensure_chat_template = chat.ensure_chat_template
 
 
-def ensure_chat_template(cfg, tok) -> str:
-    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
-    if not getattr(tok, "chat_template", None):
-        bos = tok.bos_token if chat.training_bos(tok) else None
-        tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
-    return tok.chat_template
-
-
-def end_of_turn_id(tok) -> int | None:
-    """The token a chat turn ends with: the template's end token when it has one, else EOS."""
-    vocab, template = tok.get_vocab(), tok.chat_template or ""
-    for token in chat.END_OF_TURN_TOKENS:
-        if token in vocab and token in template:
-            return vocab[token]
-    return tok.eos_token_id
+def end_of_turn_id(tok, model=None) -> int | None:
+    """The token a chat turn ends with: the one training taught (the chat rules' ``end_of_turn_id``), else EOS."""
+    eot = conversations.for_tokenizer(tok, "auto", chat.generation_eos_ids(model)).end_of_turn_id()
+    return eot if eot is not None else tok.eos_token_id
 
 
 class Progress:
@@ -63,53 +58,138 @@ class Progress:
         else:
             print(f"[{self.done}/{self.total}] {message}", file=sys.stderr, flush=True)
 
-    def finish(self, files: list[Path]) -> None:
-        """All done; ``files`` were written."""
+    def finish(self, files: list[Path], verification: dict | None = None) -> None:
+        """All done; ``files`` were written (``verification``: the export's check, when one ran)."""
         if self.json_lines:
-            print(json.dumps({"type": "done", "fraction": 1.0, "files": [str(f) for f in files]}), flush=True)
+            brief = None if verification is None else {"verified": verification.get("verified"),
+                                                       "summary": verification.get("summary")}
+            print(json.dumps({"type": "done", "fraction": 1.0, "files": [str(f) for f in files],
+                              "verification": brief}), flush=True)
 
 
 def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str | None, ollama: bool,
-           json_progress: bool = False) -> list[Path]:
-    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written."""
+           json_progress: bool = False, verify_export: bool = True) -> tuple[list[Path], dict | None]:
+    """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written and the
+    verification result (None when nothing was verified: no GGUF, or ``verify_export`` off)."""
     chat.quiet_libraries()
     cfg = config_mod.load(run_dir / "config.yaml")
-    progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama)
+    checking = bool(gguf_type) and verify_export
+    progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama + checking)
     progress.step(f"loading {source}")
     tok = chat.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
     ensure_chat_template(cfg, tok)
-    written = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
-                           merged=merge and is_adapter)
-    progress.finish(written)
-    return written
+    system = run_records.shared_system(cfg) if ollama else None
+    record = {"run_dir": str(Path(run_dir).resolve()), "model": source.name, "model_path": str(source.resolve()),
+              "name": cfg.name, "gguf_type": gguf_type, "system": system, "chat_date": cfg.data.chat_date,
+              "exported": time.strftime("%Y-%m-%dT%H:%M:%S")} if gguf_type else None
+    files, result = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
+                                 merged=merge and is_adapter, system_mode=cfg.data.system_message, system=system,
+                                 chat_date=cfg.data.chat_date, record=record, checking=checking, release=True,
+                                 companions=companion_files(cfg, source, model))
+    progress.finish(files, result)
+    return files, result
+
+
+def companion_files(cfg, source: Path, model) -> list[Path]:
+    """What goes beside the model: a multimodal model's processor files (saved with ``source`` by the run, else
+    the base model's) and the SentencePiece ``tokenizer.model`` the run saved with ``source``."""
+    found = [source / "tokenizer.model"] if (source / "tokenizer.model").is_file() else []
+    if not model_parts.tower_prefixes(model):
+        return found
+    return found + (model_parts.processor_files(source) or [f for f in model_parts.companion_files(cfg, model)
+                                                           if f.name in model_parts.PROCESSOR_FILES])
 
 
 def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
-                 merged: bool = False) -> list[Path]:
-    """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``.
+                 merged: bool = False, system_mode: str = "auto", system: str | None = None,
+                 chat_date: str | None = None, record: dict | None = None, checking: bool = False,
+                 release: bool = False, companions: list[Path] = ()) -> tuple[list[Path], dict | None]:
+    """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``; with a GGUF and
+    ``record`` (where the export came from) write ``trainpilot-export.json``, and with ``checking`` verify the
+    written files before they move into place. ``companions`` go beside them (processor files, tokenizer.model). Returns the files and the verification (or None). ``release``: free
+    ``model`` once written (the verification loads the trained model itself).
 
-    Every check that can refuse runs before a file is written; the files are written into a hidden
-    folder beside ``to`` and moved into place at the end, so a refusal or failure leaves nothing."""
+    Every check that can refuse runs before a file is written; the files are written into a hidden folder beside
+    ``to`` and moved into place at the end, so a refusal or failure leaves nothing; an export that differs from
+    training is set aside as ``<to>.unverified`` (ExportDiffers, exit 4)."""
     llama_cpp = check_gguf(gguf_type, model) if gguf_type else None
-    eot = end_of_turn_id(tok)
+    rules = conversations.for_tokenizer(tok, system_mode, chat.generation_eos_ids(model))
+    eot = rules.end_of_turn_id()
+    eot = eot if eot is not None else tok.eos_token_id
     shape = ollama_mod.check(tok) if ollama else None
+    dated = bool(chat_date) and conversations.prints_date(tok.chat_template)
+    context = _context_length(model.config)
     with staging.staged_folder(to) as tmp:
         progress.step("writing safetensors" + (" (merged)" if merged else ""))
         model.save_pretrained(str(tmp), safe_serialization=True)
-        tok.save_pretrained(str(tmp))
-        _copy_sentencepiece_model(tok, tmp)
-        _record_special_tokens(tok, tmp)
+        _write_tokenizer(tok, tmp, chat_date if dated else None)
+        model_parts.copy_files(list(companions), tmp)
         progress.step("writing the generation config")
         _write_generation_config(model, tok, eot, tmp)
+        if release:
+            model = None
+            gc.collect()
         if gguf_type:
-            gguf_name = _write_gguf(llama_cpp, tmp, gguf_type, progress)
+            gguf_name = _write_gguf(llama_cpp, tmp, gguf_type, progress, name)
         if ollama:
             progress.step("writing the Ollama Modelfile")
-            ollama_mod.write_modelfile(tmp, gguf_name, name, tok, eot, shape, _context_length(model.config))
+            ollama_mod.write_modelfile(tmp, gguf_name, name, tok, rules, shape, context, system,
+                                       chat_date if dated else None)
+        result = _record_and_verify(tmp, to, record, gguf_name if gguf_type else None, checking, progress)
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
-    return [to / n for n in names]
+    return [to / n for n in names], result
+
+
+def _write_tokenizer(tok, folder: Path, pinned_date: str | None) -> None:
+    """The tokenizer files (+ ``tokenizer.model``, the BOS/EOS facts llama.cpp reads); ``pinned_date``: the chat
+    template prints that date instead of today's (``conversations.pinned_template``)."""
+    template = tok.chat_template
+    if pinned_date:
+        tok.chat_template = conversations.pinned_template(template, pinned_date)
+    try:
+        tok.save_pretrained(str(folder))
+    finally:
+        tok.chat_template = template
+    _copy_sentencepiece_model(tok, folder)
+    _record_special_tokens(tok, folder)
+
+
+def _record_and_verify(tmp: Path, to: Path, record: dict | None, gguf_name: str | None, checking: bool,
+                       progress: Progress) -> dict | None:
+    if gguf_name is None or record is None:
+        return None
+    (tmp / verify.RECORD).write_text(json.dumps({**record, "gguf": gguf_name}, indent=2, ensure_ascii=False) + "\n",
+                                     encoding="utf-8")
+    if not checking:
+        return None
+    progress.step("verifying the export in llama.cpp on the CPU, on the run's own prompts")
+    result = run_verification(tmp, reference="export")
+    if result["verified"] is False:
+        aside = staging.set_aside(tmp, to)
+        raise ExportDiffers(f"export-model: {result['summary']}. Nothing was written to {to}; the files are kept for "
+                            f"inspection in {aside} (its verification.json has every check)")
+    return result
+
+
+def run_verification(folder: Path, run_dir: Path | None = None, reference: str = "run") -> dict:
+    """``verify`` on ``folder`` in a child process on the CPU; without llama-cpp-python, at once here
+    (``"verified": null`` with the command that installs it). ``reference``: see ``verify.verify``."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return verify.verify(folder, run_dir, reference)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    args = [folder] + ([run_dir] if run_dir else []) + (["--reference-export"] if reference == "export" else [])
+    proc = subprocess.run(entrypoints.python_m(entrypoints.VERIFY_EXPORT, *args), capture_output=True, text=True,
+                          encoding="utf-8", errors="replace", env=env)
+    path = folder / verify.RESULT
+    if proc.returncode not in (0, 4) or not path.is_file():
+        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no message"]
+        if proc.returncode == 2:
+            raise UserError(tail[0].removeprefix("trainpilot: ").strip())
+        raise UserError(f"the verification of the export failed to run (exit {proc.returncode}): {tail[0].strip()}; "
+                        f"export again with --no-verify to skip it")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def check_gguf(kind: str, model) -> Path:
@@ -121,16 +201,17 @@ def check_gguf(kind: str, model) -> Path:
     return gguf_support.converter_dir()
 
 
-def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress) -> str:
-    """Convert ``folder`` (merged safetensors + tokenizer) to ``model-<kind>.gguf`` in it; returns the name."""
+def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress, name: str) -> str:
+    """Convert ``folder`` (merged safetensors + tokenizer) to ``model-<kind>.gguf`` in it, its ``general.name`` the
+    run's name; returns the file name."""
     out = folder / f"model-{kind}.gguf"
     progress.step(f"writing GGUF ({'f16' if kind == 'q4_k_m' else kind}) with llama.cpp's convert_hf_to_gguf.py")
     if kind != "q4_k_m":
-        gguf_convert.convert(llama_cpp, folder, out, kind)
+        gguf_convert.convert(llama_cpp, folder, out, kind, name)
         return out.name
     f16 = folder.parent / f"{folder.name}.f16.gguf"  # beside, not inside: the converter reads the folder
     try:
-        gguf_convert.convert(llama_cpp, folder, f16, "f16")
+        gguf_convert.convert(llama_cpp, folder, f16, "f16", name)
         progress.step(f"quantizing to Q4_K_M with {gguf_support.quantizer()}")
         gguf_convert.quantize_q4_k_m(f16, out)
     finally:
@@ -140,9 +221,10 @@ def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress) ->
 
 def _copy_sentencepiece_model(tok, folder: Path) -> None:
     """``tokenizer.model`` beside the tokenizer files: a fast tokenizer does not save it, and llama.cpp's
-    converter reads SentencePiece vocabularies (Llama 2, Mistral, Phi-3, Gemma) only from it."""
-    src = getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
-    if src and Path(src).name == "tokenizer.model" and Path(src).is_file() and not (folder / "tokenizer.model").exists():
+    converter reads SentencePiece vocabularies (Llama 2, Mistral, Phi-3, Gemma) only from it (the tokenizer's own
+    file, or the one ``modeling.keep_sentencepiece_model`` found for it)."""
+    src = getattr(tok, "_trainpilot_keeps_sp", None) or getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
+    if src and str(src).endswith(".model") and Path(src).is_file() and not (folder / "tokenizer.model").exists():
         shutil.copyfile(src, folder / "tokenizer.model")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.worker.export import ollama_template
-from trainer.worker.generate import generation as chat
+from trainer.worker.generate import generation
 
 
 def adds_bos(tok) -> bool:
@@ -26,14 +26,29 @@ def check(tok):
     return ollama_template.checked_shape(renderer(tok), tok.bos_token if adds_bos(tok) else None)
 
 
-def write_modelfile(to: Path, gguf_name: str, name: str, tok, eot_id: int | None, shape, context_length: int) -> Path:
-    """Write ``to/Modelfile`` next to the GGUF file ``gguf_name``; returns its path."""
-    stops = [tok.convert_ids_to_tokens(i) for i in (eot_id, tok.eos_token_id) if i is not None]
+def stop_ids(tok, chat) -> list[int]:
+    """Every id a turn ends at (the chat rules' stop ids: EOS, the generation config's, the template's end of turn),
+    the trained end of turn first."""
+    eot = chat.end_of_turn_id()
+    return list(dict.fromkeys(([eot] if eot is not None else []) + sorted(chat.stop_ids)))
+
+
+def write_modelfile(to: Path, gguf_name: str, name: str, tok, chat, shape, context_length: int,
+                    system: str | None = None, chat_date: str | None = None) -> Path:
+    """Write ``to/Modelfile`` next to the GGUF file ``gguf_name``; returns its path. ``system``: the system prompt
+    every training record shared (Ollama's default ``SYSTEM``); ``chat_date``: the date a template that prints one
+    was rendered with (stated in a comment; the TEMPLATE carries it)."""
+    stops = [tok.convert_ids_to_tokens(i) for i in stop_ids(tok, chat)]
     lines = [f"# Ollama Modelfile written by TrainPilot for run '{name}'.",
              f"# Create the model with:  ollama create {name} -f Modelfile", f"FROM ./{gguf_name}",
              f'TEMPLATE """{ollama_template.go_template(shape)}"""']
+    if chat_date:
+        lines.insert(2, f"# The chat template prints a date: this model was trained with {chat_date} (data.chat_date), "
+                        f"and the TEMPLATE prints that date, not today's.")
+    if system and '"""' not in system:
+        lines.append(f'SYSTEM """{system}"""')  # every training record opened with it: Ollama's default
     lines += [f'PARAMETER stop "{s}"' for s in dict.fromkeys(stops) if s and '"' not in s]
-    lines += [f"PARAMETER temperature {chat.DEFAULTS['temperature']}", f"PARAMETER top_p {chat.DEFAULTS['top_p']}",
+    lines += [f"PARAMETER temperature {generation.DEFAULTS['temperature']}", f"PARAMETER top_p {generation.DEFAULTS['top_p']}",
               f"PARAMETER num_ctx {context_length}"]
     path = to / "Modelfile"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

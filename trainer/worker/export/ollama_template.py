@@ -27,10 +27,10 @@ import os
 from typing import Callable
 
 from trainer.core.errors import UserError
+from trainer.data.conversations import MERGE_SEP, with_system_message
 
 Render = Callable[[list, bool], str]  # (messages, add_generation_prompt) -> text
 S, U1, A1, U2 = "SYSq7", "USRq1", "ASTq1", "USRq2"  # sentinels no template rewrites
-MERGE_SEP = "\n\n"  # a system text merged into a user turn: system, blank line, user text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +73,16 @@ def _split(text: str, marks: list[str]) -> list[str] | None:
         before, rest = rest.split(mark)
         pieces.append(before)
     return pieces + [rest]
+
+
+def _whole_markers(prefix: str) -> str:
+    """``prefix`` without a marker it ends inside: the text a user turn and the generation prompt share ends at
+    ``<|CHATBOT_TOKEN|>``, not at ``<|START_`` (Command R7B's answer opens ``<|START_RESPONSE|>``, its generation
+    prompt ``<|START_THINKING|>``), so every piece of the TEMPLATE holds whole special tokens."""
+    for opening, closing in (("<", ">"), ("[", "]")):
+        if prefix.rfind(opening) > prefix.rfind(closing):
+            prefix = prefix[:prefix.rfind(opening)]
+    return prefix
 
 
 def _common_suffix(*texts: str) -> str:
@@ -153,7 +163,7 @@ def infer_shape(render: Render, bos: str | None = None) -> Shape | None:
     if plain is None:
         return None
     x0, x1, x2, x3 = plain
-    user_suffix = os.path.commonprefix([x1, x3])
+    user_suffix = _whole_markers(os.path.commonprefix([x1, x3]))
     found = _user_prefix(rend, plain)
     if found is None:
         return None
@@ -174,20 +184,15 @@ def probe_conversations() -> list[list[dict]]:
     return [turns[:1], [sys_msg, *turns[:1]], turns[:3], [sys_msg, *turns[:3]], turns, [sys_msg, *turns]]
 
 
-def merge_system(messages: list[dict], sep: str = MERGE_SEP) -> list[dict]:
-    """``messages`` with a leading system text merged into the first user turn (as training does where
-    the template refuses a system role)."""
-    if not messages or messages[0]["role"] != "system":
-        return messages
-    rest = [dict(m) for m in messages[1:]]
-    first = next(m for m in rest if m["role"] == "user")
-    first["content"] = messages[0]["content"] + sep + first["content"]
-    return rest
+def merge_system(messages: list[dict]) -> list[dict]:
+    """``messages`` with a leading system text merged into the first user turn, as training merges it where the
+    template refuses a system role (the chat rules' ``with_system_message``)."""
+    return with_system_message(messages, "merged")
 
 
 def merged_system(messages: list[dict], shape: Shape) -> list[dict]:
     """``messages`` as the Jinja template gets them for this shape (merged when it refuses a system role)."""
-    return merge_system(messages, shape.system_sep) if shape.system_mode == "first_user" else messages
+    return merge_system(messages) if shape.system_mode == "first_user" else messages
 
 
 def checked_shape(render: Render, bos: str | None) -> Shape:

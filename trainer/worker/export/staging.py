@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -47,6 +48,18 @@ def _move_into(staged: Path, to: Path) -> None:
             shutil.rmtree(target)
         os.replace(item, target)
     staged.rmdir()
+
+
+def set_aside(staged: Path, to: Path) -> Path:
+    """Move a written but failed export (``staged``) beside ``to`` as ``<name>.unverified`` (or with the time when that
+    exists) for inspection; ``to`` is left as it was. Returns the new folder."""
+    to = Path(to).absolute()
+    aside = to.with_name(f"{to.name}.unverified")
+    if aside.exists():
+        aside = to.with_name(f"{to.name}.unverified-{time.strftime('%Y%m%d-%H%M%S')}")
+    make_readable(staged)
+    os.replace(staged, aside)
+    return aside
 
 
 @contextlib.contextmanager

@@ -16,12 +16,10 @@ from pathlib import Path
 from trainer import config as config_mod
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
-from trainer.data import run_template
+from trainer.data import conversations, run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
-from trainer.worker.loading import modeling
+from trainer.worker.loading import model_parts, modeling
 
-# End-of-turn tokens of the common chat templates, stopped at when the vocabulary has them.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
 
@@ -47,7 +45,7 @@ def base_model(cfg, use_cuda: bool):
 
 def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     """The model in ``source`` (full weights or an adapter over the base), or the base itself; eval mode."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
     if base:
         model = base_model(cfg, use_cuda)
@@ -57,7 +55,8 @@ def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
         model = PeftModel.from_pretrained(base_model(cfg, use_cuda), str(source))
     elif (source / "config.json").is_file():
         dtype = modeling.torch_dtype(cfg, training_precision(cfg, use_cuda))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
+        auto = model_parts.auto_class(AutoConfig.from_pretrained(str(source)))  # multimodal: its own class
+        model = auto.from_pretrained(str(source), dtype=dtype)
         if use_cuda:
             model = model.to("cuda")
     else:
@@ -67,12 +66,31 @@ def load_model(cfg, source: Path, base: bool = False, use_cuda: bool = False):
     return model
 
 
+def merged_model(cfg, source: Path):
+    """The model of ``source`` as one full model in fp32 on the CPU (an adapter merged into its base)."""
+    model = load_model(cfg, source, use_cuda=False)
+    if (source / "adapter_config.json").is_file():
+        model = model.merge_and_unload()
+    return model.float()
+
+
+def ensure_chat_template(cfg, tok) -> str:
+    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
+    if not getattr(tok, "chat_template", None):
+        bos = tok.bos_token if training_bos(tok) else None
+        tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
+    return tok.chat_template
+
+
 def load_tokenizer(cfg, source: Path | None):
     """The tokenizer saved with ``source`` (it carries the chat template), else the run's own."""
     from transformers import AutoTokenizer
 
     if source is not None and (source / "tokenizer_config.json").is_file():
         tok = AutoTokenizer.from_pretrained(str(source))
+        # a folder saved before TrainPilot kept tokenizer.model (a fast tokenizer's save drops it): the source's
+        modeling.keep_sentencepiece_model(tok, modeling.sentencepiece_model(tok) or modeling.source_sentencepiece_model(cfg))
+        conversations.pin_date(tok, cfg.data.chat_date)
     else:
         tok = modeling.load_tokenizer(cfg)
     if tok.pad_token is None:
@@ -86,12 +104,23 @@ def training_bos(tok) -> list[int]:
     return [bos] if bos is not None and bos != eos else []
 
 
-def prompt_ids(cfg, tok, message: str) -> list[int]:
-    """Token ids of ``message`` rendered as the run's data was rendered, up to where the answer starts."""
+def chat_rules(cfg, tok, model=None) -> conversations.Chat:
+    """The run's chat rules (``trainer.data.conversations``) for ``tok`` and the model's generation config."""
+    return conversations.for_tokenizer(tok, cfg.data.system_message, generation_eos_ids(model))
+
+
+def generation_eos_ids(model) -> list[int]:
+    """The EOS ids of ``model``'s generation config ([] without a model or one)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return [int(i) for i in (eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])]
+
+
+def prompt_ids(cfg, tok, message: str, system: str | None = None) -> list[int]:
+    """Token ids of ``message`` (after ``system``, if given) rendered as the run's data was rendered, up to where
+    the answer starts: the chat rules' inference prompt when the tokenizer has a chat template."""
     if getattr(tok, "chat_template", None):
-        out = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=False)
-        return list(out["input_ids"] if isinstance(out, dict) else out)
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
+        return chat_rules(cfg, tok).prompt_ids(messages)
 
     def enc(text: str) -> list[int]:
         return tok(text, add_special_tokens=False)["input_ids"] if text else []
@@ -101,14 +130,9 @@ def prompt_ids(cfg, tok, message: str) -> list[int]:
 
 
 def stop_ids(tok, model=None) -> list[int]:
-    """Token ids that end a turn: EOS, the model's configured EOS ids, and known end-of-turn tokens."""
-    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
-    vocab = tok.get_vocab()
-    ids.update(vocab[t] for t in END_OF_TURN_TOKENS if t in vocab and getattr(tok, "chat_template", None))
-    return sorted(i for i in ids if isinstance(i, int))
+    """Token ids that end a turn (the chat rules' ``stop_ids``): EOS, the model's configured EOS ids, and the
+    known end-of-turn tokens its template writes."""
+    return conversations.stop_ids(tok, generation_eos_ids(model))
 
 
 class _TextStreamer:

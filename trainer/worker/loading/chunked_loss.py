@@ -23,12 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, loss_chunk_tokens
+from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, LIGER_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, loss_chunk_tokens
 
 IGNORE_INDEX = -100  # HF's label for "not trained"
-# model_types liger-kernel 0.8.5 patches through HF's use_liger_kernel (its fused linear cross-entropy,
-# RMSNorm, RoPE and SwiGLU kernels), within the families TrainPilot ships architectures for
-LIGER_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"})
 
 
 def loss_path(chunked: bool, device: str, model_type: str | None, liger_installed: bool) -> str:

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from trainer.config.resolved import resolve_dtype
 from trainer.core import secrets
 from trainer.core.errors import UserError
+from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
+from trainer.worker.loading import kbit, model_parts
 
 
 def load_tokenizer(cfg):
@@ -35,7 +39,50 @@ def load_tokenizer(cfg):
                             f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    keep_sentencepiece_model(tok)
+    conversations.pin_date(tok, cfg.data.chat_date)  # a template printing today's date prints the run's
     return tok
+
+
+def sentencepiece_model(tok) -> Path | None:
+    """The SentencePiece ``tokenizer.model`` the tokenizer was loaded from (local folder or hub cache), or None."""
+    src = getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
+    return Path(src) if isinstance(src, str) and src.endswith(".model") and Path(src).is_file() else None
+
+
+def source_sentencepiece_model(cfg) -> Path | None:
+    """``tokenizer.model`` of the run's tokenizer source (a local folder, or the hub cache; nothing is downloaded),
+    for a model saved before TrainPilot kept it (a fast tokenizer's save does not write it)."""
+    src = tokenizer_source(cfg)
+    if src in (None, "demo", "corpus"):
+        return None
+    if Path(src).expanduser().is_dir():
+        found = Path(src).expanduser() / "tokenizer.model"
+        return found if found.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(src, "tokenizer.model", revision=cfg.model.revision)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def keep_sentencepiece_model(tok, model_file: Path | None = None) -> None:
+    """Make every ``tok.save_pretrained`` (``final/``, each checkpoint, TRL's saves, an export) write
+    ``tokenizer.model`` beside ``tokenizer.json``: a fast tokenizer's save does not, and llama.cpp's converter reads
+    a SentencePiece vocabulary (Llama 2, Mistral v0.x, Phi-3, Gemma) only from it. ``model_file``: the file to
+    copy (default: the one ``tok`` was loaded from)."""
+    model_file = model_file or sentencepiece_model(tok)
+    if model_file is None or getattr(tok, "_trainpilot_keeps_sp", None) == model_file:
+        return
+    save = tok.save_pretrained
+
+    def save_pretrained(save_directory, *args, **kwargs):
+        files = save(save_directory, *args, **kwargs)
+        target = Path(save_directory) / "tokenizer.model"
+        if not target.exists():
+            shutil.copyfile(model_file, target)
+        return tuple(files) + (str(target),)
+
+    tok.save_pretrained, tok._trainpilot_keeps_sp = save_pretrained, model_file
 
 
 def torch_dtype(cfg, precision: str):
@@ -52,9 +99,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     ``apply_method=False`` returns the base model (TRL's trainers wrap it in the adapters themselves);
     ``seq2seq`` builds an encoder-decoder (T5) with its LM head."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
-    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    from transformers import AutoConfig
 
     m = cfg.model
     dtype = torch_dtype(cfg, precision)
@@ -64,20 +109,26 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         conf = AutoConfig.for_model(**{k: v for k, v in json.loads(arch.read_text()).items() if not k.startswith("_")})
         if vocab_size:
             conf.vocab_size = vocab_size
+        auto = model_parts.auto_class(conf, seq2seq)
         torch.manual_seed(cfg.training.seed)
         # Random init straight on the GPU: on the CPU it takes about a minute per billion parameters
         # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
         # from host memory, so its models are still built there.
         where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
-        with torch.device(where):
-            model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
-                                             common)
+        if cfg.method.type == "qlora":  # 4-bit from the start: the 16-bit model would not fit where QLoRA is needed
+            model = _with_attention_fallback(
+                lambda kw: kbit.random_4bit_model(auto, conf, dtype, where, kw, precision), common)
+        else:
+            with torch.device(where):
+                model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
+                                                 common)
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
-            kwargs["quantization_config"] = _bnb_config(precision)
+            kwargs["quantization_config"] = kbit.quantization_config(precision)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
+            auto = model_parts.auto_class(_source_config(cfg), seq2seq)
             model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
                                              common)
         except OSError as exc:
@@ -86,9 +137,19 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
+    model_parts.freeze_towers(model)  # a multimodal checkpoint trains its text model only
     if not apply_method:
         return model
     return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
+
+
+def _source_config(cfg):
+    """The config of ``model.source`` (a folder or hub id), read before the weights to pick the model class."""
+    from transformers import AutoConfig
+
+    m = cfg.model
+    return AutoConfig.from_pretrained(m.source, revision=m.revision, token=secrets.hub_token(cfg),
+                                      trust_remote_code=m.trust_remote_code)
 
 
 def _with_attention_fallback(build, common: dict):
@@ -103,26 +164,19 @@ def _with_attention_fallback(build, common: dict):
         return build(dict(common, attn_implementation="eager"))
 
 
-def _bnb_config(precision: str):
-    import torch
-    from transformers import BitsAndBytesConfig
-
-    compute = torch.bfloat16 if precision == "bf16" else torch.float16
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute)
-
-
 def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
-    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks); for QLoRA the
-    4-bit model is prepared for k-bit training first (in place)."""
-    from peft import LoraConfig, prepare_model_for_kbit_training
+    """PEFT LoraConfig from ``method`` (UserError for target modules the model lacks; the targets of MoE and
+    multimodal models: ``model_parts.lora_targets``); for QLoRA the 4-bit model is prepared for training first, in
+    place (``kbit.prepare_kbit_model``: embedding, head and norms stay 16-bit, unlike peft's
+    ``prepare_model_for_kbit_training``)."""
+    from peft import LoraConfig
 
     method = cfg.method
-    _check_target_modules(method.target_modules, model)
+    targets, experts = model_parts.lora_targets(method, model)
     if method.type == "qlora":
-        prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.speed.gradient_checkpointing))
+        kbit.prepare_kbit_model(model, checkpointing=cfg.speed.gradient_checkpointing is True)
     return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
-                      target_modules=method.target_modules, task_type=task_type)
+                      target_modules=targets, target_parameters=experts or None, task_type=task_type)
 
 
 def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
@@ -134,23 +188,3 @@ def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
     if cfg.speed.gradient_checkpointing is True:
         model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
     return model
-
-
-def _check_target_modules(targets, model) -> None:
-    """UserError (exit 2) when a LoRA target names no Linear layer of the model; PEFT would raise for
-    all-unknown names and silently skip a single misspelled one."""
-    if targets == "all-linear":
-        return
-    import difflib
-
-    import torch
-
-    linear = sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
-                     if isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D"})
-    unknown = [t for t in targets if t not in linear]
-    if unknown:
-        hints = [f"{t} → {m[0]}" for t in unknown if (m := difflib.get_close_matches(t, linear, n=1))]
-        raise UserError(f"method.target_modules: {', '.join(unknown)} not in this model"
-                        + (f" (did you mean {'; '.join(hints)}?)" if hints else "")
-                        + f"; its linear layers are: {', '.join(linear)} (or use all-linear)",
-                        field="method.target_modules")

@@ -9,10 +9,11 @@ are rendered here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from trainer.data import formats
-from trainer.data.conversations import segments, system_action, template_takes_system
+from trainer.data import conversations, formats, token_stats
+from trainer.data.conversations import segments
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
@@ -37,14 +38,17 @@ def report(cfg, examples: int = 3) -> dict:
     if src.record_format in formats.PAIR_FORMATS:
         raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data)
         head = rows_of(raw[: max(examples, 0)]) if examples else []
-        lengths, trained, shown = _pair_stats(tokenizer, raw, src.record_format), None, _pair_examples(tokenizer, head, src)
+        (lengths, parts), trained = _pair_stats(tokenizer, raw, src.record_format), None
+        shown = _pair_examples(tokenizer, head, src)
     else:
         reader = producer.record_reader(cfg, "train")[1] if raw is None else producer.ArrowRows(raw)
         head = rows_of(reader.batch(range(min(max(examples, 0), len(reader))))) if examples else []
         rendering.check_roles(tokenizer, src, cfg.data)
-        lengths, trained = _lengths(cfg, tokenizer, src)
+        (lengths, trained), parts = _lengths(cfg, tokenizer, src), {}
         enc = Encoder(cfg, tokenizer, src.record_format, src.where)
         shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
+    if len(lengths):  # the planner's plan follows the data from now on (trainer.data.token_stats)
+        token_stats.store(cfg, {"longest": int(lengths.max()), "records": int(len(lengths)), **parts})
     return {
         "format": src.record_format, "format_description": formats.describe(src.record_format),
         "source": src.where, "records": src.records if src.records is not None else len(lengths),
@@ -54,8 +58,21 @@ def report(cfg, examples: int = 3) -> dict:
         "chat_template": None if template is None else ("config" if cfg.data.chat_template else
                                                         "tokenizer" if had_template else "default"),
         "system_message": _system_message(tokenizer, src, cfg.data),
+        "empty_think_block": _empty_think_block(src, head, shown),
         "examples": shown,
     }
+
+
+EMPTY_THINK = re.compile(r"<think>\s*</think>")
+
+
+def _empty_think_block(src, head: list[dict], shown: list[dict]) -> bool | None:
+    """True when the chat template writes an empty reasoning block (``<think></think>``, Qwen3's templates) into the
+    trained answers the records do not have themselves; None for formats without a chat template."""
+    if src.record_format not in formats.CONVERSATION_FORMATS:
+        return None
+    own = any("<think>" in json.dumps(rec, ensure_ascii=False) for rec in head)
+    return not own and any(s["trained"] and EMPTY_THINK.search(s["text"]) for ex in shown for s in ex["segments"])
 
 
 def _system_message(tokenizer, src, d) -> dict | None:
@@ -63,10 +80,10 @@ def _system_message(tokenizer, src, d) -> dict | None:
     ``action`` (none: no record has one; kept, merged into the first user turn, dropped, refused)."""
     if src.record_format not in formats.CONVERSATION_FORMATS:
         return None
-    takes = template_takes_system(rendering.renderer(tokenizer))
+    chat = conversations.for_tokenizer(tokenizer, d.system_message)
     has = any("system" in roles for roles, _where in src.roles)
-    return {"setting": d.system_message, "template_has_system_role": takes,
-            "action": system_action([{"role": "system"}] if has else [], d.system_message, takes)}
+    return {"setting": d.system_message, "template_has_system_role": chat.takes_system,
+            "action": chat.system_action([{"role": "system"}] if has else [])}
 
 
 def _lengths(cfg, tokenizer, src):
@@ -112,9 +129,10 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
     d, fmt, n = cfg.data, enc.fmt, 1
     if fmt in formats.CONVERSATION_FORMATS:
         examples = enc.render(rec, index)
-        parts, n = [p for text, spans in examples for p in segments(text, spans)], len(examples)
-    elif fmt == "template":
-        prompt, answer = d.prompt_template.format(**rec), d.response_template.format(**rec) + (tokenizer.eos_token or "")
+        parts, n = [p for ex in examples for p in segments(ex.text, ex.spans)], len(examples)
+    elif fmt in ("template", "prompt_completion"):  # prompt_completion: the fields are the templates' halves
+        prompt_t, answer_t = (d.prompt_template, d.response_template) if fmt == "template" else ("{prompt}", "{completion}")
+        prompt, answer = prompt_t.format(**rec), answer_t.format(**rec) + (tokenizer.eos_token or "")
         parts = [{"text": prompt, "trained": d.train_on_prompt}, {"text": answer, "trained": True}]
     else:
         value = rec.get(d.text_field)
@@ -139,17 +157,22 @@ def _normalised(rec: dict, fmt: str) -> dict:
 
 
 def _pair_stats(tokenizer, raw, fmt: str):
-    """Tokens of prompt + the longer answer (chosen/rejected) or prompt + completion, every record."""
+    """Tokens of prompt + the longer answer (chosen/rejected) or prompt + completion, every record; and the longest
+    prompt and the longest answer alone (``longest_prompt``, ``longest_completion``: KTO's KL pairs mix them)."""
     import numpy as np
 
-    out = []
+    out, prompt_max, answer_max = [], 0, 0
     for batch in raw.iter(batch_size=1000):
         for rec in rows_of(batch):
             r = _normalised(rec, fmt)
             answers = [r["chosen"], r["rejected"]] if fmt == "preference" else [r["completion"]]
-            texts = [_pair_text(tokenizer, r["prompt"], True) + _pair_text(tokenizer, a, False) for a in answers]
-            out.append(max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]))
-    return np.array(out, dtype=np.int64)
+            prompt = _pair_text(tokenizer, r["prompt"], True)
+            texts = [_pair_text(tokenizer, a, False) for a in answers]
+            ids = tokenizer([prompt + t for t in texts] + [prompt] + texts, add_special_tokens=False)["input_ids"]
+            out.append(max(len(x) for x in ids[: len(texts)]))
+            prompt_max = max(prompt_max, len(ids[len(texts)]))
+            answer_max = max([answer_max] + [len(x) for x in ids[len(texts) + 1:]])
+    return np.array(out, dtype=np.int64), {"longest_prompt": prompt_max, "longest_completion": answer_max}
 
 
 def _pair_examples(tokenizer, head: list[dict], src) -> list[dict]:

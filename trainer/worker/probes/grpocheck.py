@@ -19,6 +19,7 @@ from trainer import config as config_mod
 from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.data import prompts as prompts_mod
+from trainer.data import token_stats
 from trainer.data import rewards as rewards_mod
 from trainer.worker.datapipe import grpo_prompts
 
@@ -34,11 +35,22 @@ def main(argv: list[str] | None = None) -> int:
         # the prompts as TRL receives them (messages under a chat template): completions come back in the same form
         rewards_mod.dry_run(rewards, found.rows, cfg.rewards.answer_field)
         too_long, longest = len(found.too_long), max(found.lengths, default=0)
+        _store_longest(cfg, found)
     except UserError as exc:
         print(secrets.redact(str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"{len(found.rows) + too_long} {too_long} {longest}")
     return 0
+
+
+def _store_longest(cfg, found) -> None:
+    """Cache the longest prompt for the planner (``token_stats``: the update is planned at it + the completion).
+    Prompts longer than this seq_len leaves are not measured past that room: the entry then says "longer than the
+    room", so a later, longer seq_len (same cache entry) plans at its full length rather than too short."""
+    if not found.lengths:
+        return
+    longest = max(found.lengths) if not found.too_long else cfg.data.seq_len - cfg.grpo.max_completion_length + 1
+    token_stats.store(cfg, {"longest_prompt": int(longest), "records": len(found.rows) + len(found.too_long)})
 
 
 def _read(cfg) -> prompts_mod.PromptFile:
@@ -59,6 +71,7 @@ def report(cfg, examples: int = 3) -> dict:
     tokenizer = _tokenizer(cfg)
     found = grpo_prompts.measure(cfg, tokenizer, prompt_file, refuse_too_long=False)  # counted here, not refused
     counts = sorted(found.lengths) or [0]
+    _store_longest(cfg, found)
     shown = [{"prompt": grpo_prompts.prompt_text(tokenizer, r["prompt"]), "reference": r[cfg.rewards.answer_field]}
              for r in found.rows[:examples]]
     return {"source": str(cfg.data.path), "format": prompt_file.shape or "prompt", "records": len(found.rows) + len(found.too_long), "answer_field": cfg.rewards.answer_field,

@@ -61,6 +61,53 @@ def saved_storages(*models):
         yield seen
 
 
+def offload_layer_residue(model, batch: int, seq: int, autocast: str | None = None) -> dict:
+    """What TRL's activation offload (``trl.models.activation_offloading``, its own code) does with the tensors the
+    decoder layers save in one forward with the loss, run on the CPU as if the CPU were the GPU (pinned memory off;
+    every decision — size threshold, parameters, a storage saved twice kept on the device, the forward stash — is
+    TRL's): ``offloaded`` (bytes copied to the host) and ``kept`` (bytes that stay on the device until backward),
+    unique storages, parameters excluded; ``layers`` the decoder layers seen."""
+    import contextlib
+    from unittest import mock
+
+    import torch
+    from trl.models import activation_offloading as ao
+
+    with mock.patch.object(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cpu")):
+        ctx = ao.get_act_offloading_ctx_manager(model, use_pin_memory=False, warn_if_no_head=False)
+    ctx.s1 = torch.cpu.current_stream()  # the CPU has one stream: copies are synchronous
+    layers = _decoder_layers(model)
+    span = {}
+    first = layers[0].register_forward_pre_hook(lambda *a: span.setdefault("first", ctx.tensor_id + 1) and None)
+    last = layers[-1].register_forward_hook(lambda *a: span.__setitem__("last", ctx.tensor_id))
+    model.train()
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    amp = torch.autocast("cpu", dtype=getattr(torch, TORCH_DTYPES[autocast])) if autocast else contextlib.nullcontext()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept, offloaded = {}, {}
+    with amp:
+        torch.autograd.graph.saved_tensors_hooks.__enter__(ctx)  # TRL's pack hook, without its CUDA-only exit
+        try:
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        finally:
+            torch.autograd.graph.saved_tensors_hooks.__exit__(ctx, None, None, None)
+    for tid, (tensor, moved, *_rest) in ctx.tracker.items():
+        storage = tensor.untyped_storage()
+        if span["first"] <= tid <= span["last"] and storage.data_ptr() not in params:
+            (offloaded if moved else kept)[storage.data_ptr()] = storage.nbytes()
+    first.remove()
+    last.remove()
+    del loss
+    return {"kept": int(sum(kept.values())), "offloaded": int(sum(offloaded.values())), "layers": len(layers)}
+
+
+def _decoder_layers(model):
+    """The decoder layers of a causal LM (PEFT-wrapped or not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(base, "model", None) or getattr(base, "transformer", None)
+    return getattr(inner, "layers", None) or getattr(inner, "h")
+
+
 def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = False, device: str = "cpu",
                            autocast: str | None = None) -> int:
     """Bytes of the unique non-parameter storages autograd saves for backward in one forward with

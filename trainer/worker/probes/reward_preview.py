@@ -84,7 +84,7 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     torch.manual_seed(seed)
     shown = []
     for record in records:
-        prompt = grpo_prompts.render(tok, record["prompt"], cfg.grpo.system_prompt)
+        prompt = grpo_prompts.render(tok, record["prompt"], cfg.grpo.system_prompt, "a record", cfg.data.system_message)
         ids = grpo_prompts.prompt_ids(tok, prompt)
         answers = _sample(model, tok, ids, completions, cfg.grpo)
         texts = [a["text"] for a in answers]

@@ -66,7 +66,9 @@ def build(cfg, tokenizer, precision: str, use_cuda: bool, make_args, common: dic
             "reference_model": _reference_kind(cfg), "reward_functions": [r.name for r in rewards],
             "reward_weights": [r.weight for r in rewards], "num_generations": g.num_generations,
             "generation_batch_size": args.generation_batch_size // world, "prompts_too_long": len(too_long),
-            "prompts_too_long_where": too_long[:20]}
+            "prompts_too_long_where": too_long[:20], "num_iterations": trainer.num_iterations,  # as TRL took them
+            "importance_sampling_level": trainer.importance_sampling_level,
+            "clip_range": [trainer.epsilon_low, trainer.epsilon_high]}
     return trainer, info
 
 
@@ -78,7 +80,9 @@ def _grpo_arguments(cfg, rewards, has_eval: bool) -> dict:
     per_gpu = g.generation_batch_size if isinstance(g.generation_batch_size, int) else None
     out = dict(num_generations=g.num_generations, max_completion_length=g.max_completion_length,
                generation_batch_size=per_gpu * world if per_gpu else None, temperature=g.temperature, top_p=g.top_p,
-               top_k=g.top_k, beta=g.beta, epsilon=g.epsilon, loss_type=g.loss_type, scale_rewards=g.scale_rewards,
+               top_k=g.top_k, beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
+               importance_sampling_level=g.importance_sampling_level, num_iterations=g.num_iterations,
+               loss_type=g.loss_type, scale_rewards=g.scale_rewards,
                mask_truncated_completions=g.mask_truncated_completions, use_vllm=g.use_vllm,
                vllm_mode="colocate", reward_weights=[r.weight for r in rewards], shuffle_dataset=cfg.data.shuffle,
                log_completions=False,  # our own sample events; TRL's would write parquet into checkpoints/

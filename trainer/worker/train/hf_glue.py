@@ -30,11 +30,13 @@ from trainer.rundir.checkpoints import (
 from trainer.rundir import stopfile
 from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
-from trainer.worker.train.step_metrics import objective_fields
+from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 
-# "STEP:MIN_MICRO[:chunked]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO (or, with ":chunked",
-# while the model computes HF's full-logits loss); "STEP:MIN_GEN:sampling": GRPO only, OOM while sampling as long as
-# grpo.generation_batch_size > MIN_GEN (raised by grpo.TrainPilotGRPOTrainer)
+# "STEP:MIN_MICRO[:NEEDS]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO, or while the run lacks what
+# NEEDS names: "chunked" (HF's full-logits loss runs), "deepspeed" (plain PyTorch), "zero3" (not ZeRO-3);
+# "+STEP" counts from the step each attempt starts at (so each attempt trains, and checkpoints, before its OOM).
+# "STEP:MIN_GEN:sampling": GRPO only, OOM while sampling as long as grpo.generation_batch_size > MIN_GEN (raised by
+# grpo.TrainPilotGRPOTrainer)
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
 INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
@@ -52,7 +54,10 @@ class TrainPilotMixin:
         self.tp_meta = run_meta or {}
         self.tp_keep_last = keep_last
         self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
+        self._tp_first_step = None  # the optimizer step this attempt started at (a resume's checkpoint step)
         self._tp_offload = contextlib.nullcontext()
+        self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
+        self.tp_companion_files: list[Path] = []  # saved beside every model (a multimodal model's processor files)
 
     def _tp_offload_activations(self) -> None:
         """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
@@ -64,26 +69,58 @@ class TrainPilotMixin:
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""
         self.tp_tokens += _real_tokens(inputs)
-        if self._inject_oom and self.state.global_step + 1 >= self._inject_oom[0] and self._tp_oom_now(model):
+        if self._tp_first_step is None:
+            self._tp_first_step = self.state.global_step
+        if self._inject_oom and self.state.global_step + 1 >= self._tp_oom_step() and self._tp_oom_now(model):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
                                          f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
         with self._tp_offload:
             return super().training_step(model, inputs, num_items_in_batch)
 
+    def _tp_oom_step(self) -> int:
+        """The optimizer step from which the injected OOM is raised (``+STEP``: counted from this attempt's start)."""
+        step, relative = self._inject_oom[0], self._inject_oom[3]
+        return step + ((self._tp_first_step or 0) if relative else 0)
+
     def _tp_oom_now(self, model) -> bool:
-        """The injected OOM's condition: micro-batch above the floor, or (``:chunked``) HF's full-logits loss."""
-        _, floor, needs = self._inject_oom
+        """The injected OOM's condition: micro-batch above the floor, or the run lacks what NEEDS names."""
+        _, floor, needs, _ = self._inject_oom
         if needs == "sampling":  # GRPO's sampling phase raises it (grpo.py), not the update
             return False
-        base = self.accelerator.unwrap_model(model)
-        base = base.get_base_model() if hasattr(base, "get_base_model") else base
-        return self.args.per_device_train_batch_size > floor or (needs == "chunked" and not getattr(base, "tp_chunked_loss", False))
+        if self.args.per_device_train_batch_size > floor:
+            return True
+        if needs == "chunked":
+            base = self.accelerator.unwrap_model(model)
+            base = base.get_base_model() if hasattr(base, "get_base_model") else base
+            return not getattr(base, "tp_chunked_loss", False)
+        return {"deepspeed": not self.tp_meta.get("deepspeed"),
+                "zero3": self.tp_meta.get("zero_stage") != 3}.get(needs, False)
+
+    def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
+        """HF's set-up (engine, optimizer, scheduler, then its own resume). A checkpoint another engine wrote is not
+        given to HF's loader, which reads only its engine's format (DeepSpeed: "Can't find a valid checkpoint"):
+        ``engine_switch.restore`` carries its state across once the engine exists. HF still resumes the data
+        position and random state from it (``train`` passes the checkpoint on to those steps)."""
+        switch = self.tp_engine_switch
+        if switch is None or resume_from_checkpoint is None:
+            return super()._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)
+        from trainer.worker.train import engine_switch
+
+        model, loader = super()._prepare_for_training(max_steps, train_dataloader, None)
+        engine_switch.restore(self, switch)
+        return model, loader
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation step (drop our token count key; GRPO's batches are lists of prompt records)."""
         if not isinstance(inputs, list):
             inputs.pop(REAL_TOKENS_KEY, None)
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    def _save(self, output_dir=None, state_dict=None):
+        """HF's save of the model and tokenizer (final/, checkpoints), and the files that go with the model."""
+        super()._save(output_dir, state_dict)
+        for f in self.tp_companion_files:
+            shutil.copyfile(f, Path(output_dir or self.args.output_dir) / f.name)
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
     def _get_output_dir(self, trial):
@@ -188,13 +225,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _parse_inject(value: str | None) -> tuple[int, int, str] | None:
-    """``STEP:MIN_MICRO[:chunked]`` → (step, micro-batch floor, "chunked" or "")."""
+def _parse_inject(value: str | None) -> tuple[int, int, str, bool] | None:
+    """``[+]STEP:MIN_MICRO[:NEEDS]`` → (step, micro-batch floor, NEEDS or "", counted from the attempt's start)."""
     if not value:
         return None
     step, _, rest = value.partition(":")
     micro, _, needs = rest.partition(":")
-    return int(step), int(micro or 0), needs
+    return int(step.lstrip("+")), int(micro or 0), needs, step.startswith("+")
 
 
 class StepEvents(TrainerCallback):
@@ -244,7 +281,7 @@ class StepEvents(TrainerCallback):
         if not self._pending or logs is None or "loss" not in logs or not state.is_world_process_zero:
             return
         event = dataclasses.replace(self._pending, loss=logs.get("loss"), learning_rate=logs.get("learning_rate"),
-                                    grad_norm=logs.get("grad_norm"), extra=objective_fields(logs))
+                                    grad_norm=logs.get("grad_norm"), extra=objective_fields(logs).fields())
         self._pending = None
         self.writer.emit(event)
 
@@ -256,13 +293,23 @@ class StepEvents(TrainerCallback):
                                              bytes=sum(f.stat().st_size for f in path.rglob("*") if f.is_file())))
 
     def on_evaluate(self, args, state, control, metrics=None, **kw):
-        if state.is_world_process_zero and metrics:
-            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-            if isinstance(numbers.get("eval_loss"), (int, float)) and "eval_reward" not in numbers:  # GRPO's loss
-                numbers["perplexity"] = math.exp(min(numbers["eval_loss"], 700.0))  # 700: no overflow
-            other = {k: v for k, v in numbers.items() if k not in ("eval_loss", "perplexity")}  # e.g. eval_runtime
-            self.writer.emit(EvalEvent(step=state.global_step, eval_loss=numbers.get("eval_loss"),
-                                       perplexity=numbers.get("perplexity"), extra=other))
+        """An ``eval`` event: the validation loss and perplexity; GRPO's validation rewards instead of its loss (a
+        policy-gradient term, not a measure of quality), typed as ``ObjectiveMetrics``."""
+        if not state.is_world_process_zero or not metrics:
+            return
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        objective = objective_fields(numbers, prefix="eval_")
+        rest = {k: v for k, v in numbers.items() if k not in trl_eval_keys(numbers) and k != "eval_loss"}
+        if objective.reward is not None:  # GRPO: sampled and scored
+            fields = objective.fields()
+            self.writer.emit(EvalEvent(step=state.global_step, reward=fields.pop("reward"),
+                                       reward_std=fields.pop("reward_std", None), rewards=fields.pop("rewards", None),
+                                       extra={**fields, **rest}))
+            return
+        loss = numbers.get("eval_loss")
+        perplexity = math.exp(min(loss, 700.0)) if loss is not None else None  # 700: no overflow
+        self.writer.emit(EvalEvent(step=state.global_step, eval_loss=loss, perplexity=perplexity,
+                                   extra={**objective.fields(), **rest}))
 
     def _global_tokens(self, args) -> int:
         tokens, self.trainer.tp_tokens = self.trainer.tp_tokens, 0

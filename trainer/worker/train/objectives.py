@@ -17,7 +17,7 @@ import copy
 import os
 
 from trainer.core.errors import UserError
-from trainer.data import formats
+from trainer.data import conversations, formats
 from trainer.data.preference import read_preference_records
 from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
@@ -110,7 +110,7 @@ def _preference_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
         raise UserError("training.micro_batch_size: KTO estimates its KL term from the other examples of a "
                         "micro-batch, so it needs at least 2; set micro_batch_size: 2 or more (or auto)",
                         field="training.micro_batch_size")
-    train, val = _preference_datasets(cfg)
+    train, val = _preference_datasets(cfg, tokenizer)
     if _conversational(train) and not getattr(tokenizer, "chat_template", None):
         raise UserError(f"data.path: {cfg.data.path} holds message lists but the tokenizer has no chat template; "
                         f"use a model whose tokenizer has one, or give prompt/answers as plain text",
@@ -148,22 +148,38 @@ def _frozen_copy(model):
     return ref
 
 
-def _preference_datasets(cfg):
+def _preference_datasets(cfg, tokenizer):
     import datasets
 
     datasets.disable_progress_bars()
     d, objective = cfg.data, cfg.training.objective
-    rows = read_preference_records(d.path, objective, d.format, d.skip_bad_lines)
+    rows = _system_rule(tokenizer, d, read_preference_records(d.path, objective, d.format, d.skip_bad_lines), d.path)
     fields = ("prompt", "completion", "label") if objective == "kto" else ("prompt", "chosen", "rejected")
     train = datasets.Dataset.from_list([{f: r[f] for f in fields} for r in rows])
     val = None
     if d.validation_path:
-        vrows = read_preference_records(d.validation_path, objective, d.format, d.skip_bad_lines)
+        vrows = _system_rule(tokenizer, d, read_preference_records(d.validation_path, objective, d.format,
+                                                                   d.skip_bad_lines), d.validation_path)
         val = datasets.Dataset.from_list([{f: r[f] for f in fields} for r in vrows])
     elif d.validation_split > 0:
         parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
         train, val = parts["train"], parts["test"]
     return train, val
+
+
+def _system_rule(tokenizer, d, rows: list[dict], path: str) -> list[dict]:
+    """Message-list prompts after the chat rules' ``data.system_message`` (merged into the first user turn where the
+    template has no system role, as SFT does); UserError naming the record under 'error'."""
+    if not getattr(tokenizer, "chat_template", None) or not any(isinstance(r["prompt"], list) for r in rows):
+        return rows
+    chat = conversations.for_tokenizer(tokenizer, d.system_message)
+    out = []
+    for n, r in enumerate(rows, 1):
+        try:
+            out.append({**r, "prompt": chat.with_system(r["prompt"]) if isinstance(r["prompt"], list) else r["prompt"]})
+        except conversations.SystemRefused:
+            raise conversations.system_refused_error(path, f"record {n}", "prompt") from None
+    return out
 
 
 def _conversational(ds) -> bool:

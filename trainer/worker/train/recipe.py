@@ -27,7 +27,7 @@ from trainer.core.errors import (
     UserError,
 )
 from trainer.launch.argv import rank_environment
-from trainer.rundir.checkpoints import latest_checkpoint
+from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
     Failed,
@@ -43,9 +43,18 @@ from trainer.worker.train import trackers
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     ap = argparse.ArgumentParser(prog="trainer.worker")
-    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--run-dir")
     ap.add_argument("--resume-from", default=None)
+    ap.add_argument("--standby", action="store_true", help="import the training libraries, then read this "
+                    "command's other arguments as one JSON list on stdin (end of input: exit 0 at once)")
     args = ap.parse_args(argv)
+    if args.standby:
+        rest = standby()
+        if rest is None:
+            return 0
+        args = ap.parse_args(rest)
+    if not args.run_dir:
+        ap.error("--run-dir is required")
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     known = secrets.secret_values()  # read once: a keyring lookup per event would cost every step
@@ -61,6 +70,25 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(writer, rank, str(exc), exc.exit_code, kind="bad_input" if exc.exit_code == 2 else "fault")
     except BaseException as exc:  # classify: out-of-memory, failed save, anything else
         return _classify(exc, writer, rank)
+
+
+def standby() -> list[str] | None:
+    """A worker started before its run folder exists (``trainer.supervisor.standby``): import what every run needs
+    (torch, transformers' Trainer, this room's modules: most of a worker's start-up) while the CLI checks the inputs
+    and plans, then wait for the arguments on stdin. None when stdin ends first (the CLI gave up: bad input, or it
+    died): nothing was written anywhere."""
+    import json
+
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments  # noqa: F401
+
+    from trainer.worker.datapipe import sequences  # noqa: F401
+    from trainer.worker.loading import chunked_loss, modeling  # noqa: F401
+    from trainer.worker.train import engine_switch, evaluation, hf_glue, objectives  # noqa: F401
+
+    line = sys.stdin.readline()
+    return json.loads(line) if line.strip() else None
 
 
 def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
@@ -114,15 +142,22 @@ def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) ->
 
 def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
     """Set up, train, clean up. Returns the exit code."""
+    from trainer.worker.train import engine_switch
+
     setup = _setup(cfg, run_dir, writer, rank)
     trainer, steps, info = setup.trainer, setup.steps, setup.data_info
+    change = engine_switch.prepare(trainer, resume_from, cfg)  # a checkpoint of another engine (the OOM ladder's)
     if rank == 0:
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
-                               world_size=int(os.environ.get("WORLD_SIZE", "1")), extra=dict(info)))
+                               world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
+                               extra=dict(info)))
         if info["skipped_lines"]:
             writer.emit(WarningEvent(code="skipped_lines",
                                      message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
                                              f"(first: {info['skipped_line_numbers'][:5]})"))
+        for code, message in setup.warnings:
+            print(f"trainpilot: {message}", file=sys.stderr, flush=True)  # train.log says it too
+            writer.emit(WarningEvent(code=code, message=message))
     trainer.train(resume_from_checkpoint=resume_from)
     code = _finish(cfg, run_dir, writer, trainer, steps, rank)
     trackers.finish(cfg, code)
@@ -195,13 +230,14 @@ class WorkerSetup:
     data_info: dict  # what the data pipeline reports (sequences, tokens, skipped lines)
     device: str  # cuda | cpu
     precision: str  # bf16 | fp16 | fp32
+    warnings: list  # (code, message): what the run leaves as it is (model_parts.part_warnings)
 
 
 def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
     import torch
 
     from trainer.worker.train import evaluation
-    from trainer.worker.loading import modeling
+    from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
@@ -250,8 +286,9 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     if objectives.handles(cfg):
         objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
+    trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
-                       precision=precision)
+                       precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
 
 
 def _loss_kernel(cfg, model, use_cuda: bool) -> str:
@@ -280,10 +317,10 @@ def _no_deepspeed_import() -> None:
 
 
 def _checkpoint_meta(cfg) -> dict:
+    """What each checkpoint's marker records: the batch geometry and the engine (``checkpoints.engine_meta``)."""
     t = cfg.training
     return {"micro_batch_size": t.micro_batch_size, "gradient_accumulation_steps": t.gradient_accumulation_steps,
-            "effective_batch_size": t.effective_batch_size, "deepspeed": cfg.deepspeed.enabled is True,
-            "zero_stage": cfg.deepspeed.zero_stage if cfg.deepspeed.enabled is True else None}
+            "effective_batch_size": t.effective_batch_size, **engine_meta(cfg)}
 
 
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):

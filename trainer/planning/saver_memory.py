@@ -1,0 +1,182 @@
+"""What the memory savers and the CUDA runtime really hold on the GPU (bytes). No torch.
+
+Each term is read from the library that allocates it (versions TrainPilot pins or tests: bitsandbytes 0.50.2,
+transformers 5.23, TRL 1.16) and checked on the CPU where the CPU can show it (tests/test_qlora_prepare.py,
+tests/test_saver_memory.py). Where only a GPU can tell and none has measured it yet, the term is an explicit
+margin, named ``*_MARGIN`` here and said in the plan's reasons (``margin_notes``).
+
+- **QLoRA** (``qlora_weight_bytes``): bitsandbytes' ``quantize_4bit`` (NF4, ``bnb_4bit_use_double_quant``) keeps per
+  quantised Linear weight of n elements: n/2 bytes of packed 4-bit values, one uint8 absmax per block of 64
+  (the double quantisation of the fp32 absmax), one fp32 nested absmax per 256 of those blocks
+  (``quantize_blockwise(blocksize=256)``), the weight's own 16-entry fp32 NF4 table (``get_4bit_type`` makes one per
+  call), its fp32 offset and its own copy of the 256-entry fp32 dynamic map of the nested absmax
+  (``code.to(device, copy=True)``). Everything else — embedding,
+  lm_head, norms, biases — stays in the 16-bit compute dtype (``worker.loading.kbit.prepare_kbit_model``).
+  While a Linear runs, ``dequantize_4bit`` makes its 16-bit weight and the fp32 absmax (``dequant_buffer``).
+- **8-bit AdamW** (``eight_bit_state_bytes``): bitsandbytes' ``Optimizer2State.init_state`` gives a tensor of at
+  least ``min_8bit_size`` (4096) elements two uint8 states and two fp32 absmax per block of 256; smaller tensors
+  get two fp32 states; transformers' Trainer registers every ``nn.Embedding`` for 32-bit states
+  (``GlobalOptimManager.register_module_override(..., {"optim_bits": 32})``: +2.2 GiB for Llama-3.2-3B, DESIGN.md).
+  The update kernels run in place: no temporaries.
+- **Activation offload** (``offload_kept_bytes``): TRL's ``OffloadActivations`` copies every saved tensor of at
+  least 1 KiB to pinned host RAM and frees the GPU copy once five later tensors were saved, except a tensor whose
+  storage it already holds from a recent save: that one stays on the GPU until backward (``storage_to_tensor_id``),
+  so a storage saved twice is never freed there. In HF's layers that is RMSNorm's fp32 copy of its input (saved by
+  ``pow`` and by the multiply) and, when the Linears train, the normed input every projection of a block saves.
+  (TRL keys a storage by its data pointer plus a view's element offset, so a view with an offset can collide with
+  another live tensor and stay too: seen on the CPU with Phi's partial rotary; part of the unmeasured margin.)
+- **CUDA runtime** (``runtime_bytes``): what the device shows beyond torch's reserve once the run's kernels are
+  loaded: the CUDA context and the kernel modules and library workspaces loaded at first use.
+"""
+from __future__ import annotations
+
+import math
+
+from trainer.core.units import GIB, MIB
+
+# -- QLoRA: bitsandbytes 0.50.2 quantize_4bit / QuantState ----------------------------------------------------
+NF4_BLOCK = 64  # elements per absmax block (quantize_4bit's default blocksize on CUDA and the CPU)
+NESTED_BLOCK = 256  # absmax values per nested block (double quantisation: quantize_blockwise(blocksize=256))
+NF4_TABLE_BYTES = 16 * 4  # each quantised weight's own fp32 NF4 code table
+OFFSET_BYTES = 4  # the fp32 mean subtracted before the nested quantisation
+NESTED_MAP_BYTES = 256 * 4  # the fp32 8-bit dynamic map of the nested absmax, copied into every weight's state
+
+# -- 8-bit AdamW: bitsandbytes 0.50.2 Optimizer2State ------------------------------------------------------------
+MIN_8BIT_SIZE = 4096  # tensors with fewer elements keep 32-bit states
+STATE_BLOCK = 256  # elements per absmax block of the 8-bit states
+QMAP_BYTES = 2 * 256 * 4  # the signed and unsigned dynamic maps, shared by every parameter
+
+# -- Activation offload: TRL 1.16 OffloadActivations -------------------------------------------------------------
+# Not measured on a GPU: when a brought-back tensor is freed depends on CUDA stream events (TRL keeps the previous
+# autograd node's tensors until the next node starts, and record_stream()s views), and the allocator's churn of
+# the copies. An explicit margin on the bytes offloaded, until benchmarks/gpu_truth.py measures it.
+OFFLOAD_MARGIN = 0.05
+
+# -- CUDA runtime beyond torch's reserve --------------------------------------------------------------------------
+# Measured on an H100 (CUDA 13, driver 580; DESIGN.md): NVML's device-used rise at the first allocation minus
+# torch's reserve, 619 MiB. Consumer cards were quoted at ~0.5 GiB (DESIGN.md, not measured here): one figure, the
+# measured one, for every card.
+CUDA_CONTEXT_BYTES = 619 * MIB
+# Measured on the H100 through trainpilot-cli run with Liger's Triton kernels loaded (issue 31): the device used
+# 13.4 GiB where max_memory_reserved + the bare context was 12.3 GiB: ~1.1 GiB of kernel modules and workspaces.
+TRITON_KERNELS_BYTES = int(1.1 * GIB)
+# Without Triton kernels: cuBLAS/cuBLASLt and torch's own kernel modules, loaded lazily at first use. Not measured
+# apart on a GPU: an explicit margin until benchmarks/gpu_truth.py does.
+KERNELS_MARGIN = int(0.25 * GIB)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def nf4_weight_bytes(n: int) -> int:
+    """Bytes one NF4 double-quantised weight of ``n`` elements holds on the device with its quantisation state."""
+    blocks = _ceil(n, NF4_BLOCK)
+    return _ceil(n, 2) + blocks + 4 * _ceil(blocks, NESTED_BLOCK) + NF4_TABLE_BYTES + OFFSET_BYTES + NESTED_MAP_BYTES
+
+
+def quantized_linears(spec) -> list[int]:
+    """Elements of every Linear weight bitsandbytes quantises: each decoder layer's, of every layer kind its
+    structure record lists (a hybrid's linear-attention and convolution layers have their own); fused 3-D expert
+    parameters are no Linears and lm_head stays 16-bit."""
+    if spec.groups:
+        stacks = spec.groups + spec.decoder_groups
+        return [i * o for g in stacks for _ in range(g.count) for _, i, o in g.linears]
+    out = [i * o for i, o in spec.linear_shapes] * spec.layers
+    return out + [i * o for i, o in spec.decoder_linear_shapes] * spec.decoder_layers
+
+
+def fused_experts(spec) -> list[int]:
+    """Elements of every fused 3-D expert parameter (MoE layers: all experts of one projection in one tensor)."""
+    return [math.prod(shape) for g in spec.groups + spec.decoder_groups for _ in range(g.count) for _, shape in g.experts]
+
+
+def qlora_weight_bytes(spec, width: int = 2) -> int:
+    """Bytes of a prepared QLoRA base: the 4-bit Linears with their quantisation state, and every other
+    parameter (embedding, lm_head, norms, biases) in the ``width``-byte compute dtype."""
+    linears = quantized_linears(spec)
+    return sum(nf4_weight_bytes(n) for n in linears) + width * (spec.params - sum(linears))
+
+
+def dequant_buffer_bytes(spec, width: int = 2) -> int:
+    """The largest Linear dequantised while it runs (forward, and again for its input's gradient): its 16-bit
+    weight and its fp32 block absmax."""
+    n = max(quantized_linears(spec))
+    return width * n + 4 * _ceil(n, NF4_BLOCK)
+
+
+def _adam8_bytes(n: int) -> int:
+    """State bytes of one tensor of ``n`` elements under bitsandbytes' 8-bit AdamW."""
+    if n < MIN_8BIT_SIZE:
+        return 8 * n
+    return 2 * n + 2 * 4 * _ceil(n, STATE_BLOCK)
+
+
+def eight_bit_state_bytes(spec) -> int:
+    """AdamW 8-bit's states for a full fine-tune as HF's Trainer builds it: 8-bit for every large tensor, 32-bit
+    for the embeddings (token, and GPT-2's positions; a tied lm_head is the embedding) and for tensors under 4096
+    elements (norms and biases: counted at 32-bit, a few MiB high where they are larger); fused MoE experts are
+    large tensors too."""
+    linears = quantized_linears(spec) + fused_experts(spec)  # MoE: every expert tensor is a large one
+    head = spec.vocab * spec.hidden if spec.lm_head_params else 0
+    # the frozen towers of a multimodal checkpoint trained on text have no optimizer state
+    small = spec.trainable_params - sum(linears) - spec.embedding_params - spec.lm_head_params
+    states = sum(_adam8_bytes(n) for n in linears) + 8 * spec.embedding_params + 8 * small
+    if head:
+        states += _adam8_bytes(head) + 8 * (spec.lm_head_params - head)  # a head bias (Phi) is small
+    return states + QMAP_BYTES
+
+
+def offload_kept_per_token(spec, s) -> tuple[int, int]:
+    """(bytes per token a decoder layer leaves on the GPU under TRL's offload, bytes per token the first layer
+    keeps less). Measured with TRL's own context on the CPU (tests/test_saver_memory.py): RMSNorm's fp32 copy of
+    its input (saved by ``pow`` and the multiply, 4 bytes per element plus its fp32 rsqrt); when the Linears train,
+    the input q/k/v share and the one gate/up share (unless autocast casts a copy per Linear, over fp32 weights),
+    and SDPA's output, which o_proj saves again. LayerNorm (Phi, StableLM) saves its input once; GPT-2's fused
+    projections take theirs once; Liger's RMSNorm saves its input once. A LoRA model's first norm saves nothing
+    (the frozen embedding's output needs no gradient). Checkpointed layers save only their input: nothing twice."""
+    h, q, kv, full = spec.hidden, spec.heads * spec.head_dim, spec.kv_width, s.method == "full"
+    if s.checkpointing or spec.family == "gpt2":
+        return 0, 0
+    if spec.family in ("phi", "stablelm"):  # measured in bf16: the normed input shared by the block's projections
+        return ((2 if spec.family == "phi" else 4) * h if full else 0), 0
+    fp32 = s.precision == "fp32"
+    cast = full and not s.weights_16bit and not fp32  # autocast over fp32 weights: a cast copy per Linear
+    norm = 0 if s.liger else 4 * h + 4
+    per = {"gemma2": 4}.get(spec.family, 2) * norm
+    if spec.family == "qwen3" and not s.liger:  # q_norm and k_norm over the heads
+        per += 4 * (q + kv) + 4 * (spec.heads + spec.kv_heads)
+    if full and not cast:
+        per += 2 * (4 if fp32 else 2) * h
+    if full and s.attn != "eager":
+        per += (4 if fp32 else 2) * q
+    return per, (0 if full else norm)
+
+
+def offload_kept_bytes(spec, s) -> int:
+    """Bytes of saved activations TRL's offload leaves on the GPU for the whole micro-batch (every layer)."""
+    if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
+        return 0
+    per, first_less = offload_kept_per_token(spec, s)
+    return s.micro_batch * s.sequences_per_sample * s.seq_len * (spec.layers * per - first_less)
+
+
+def runtime_bytes(s) -> dict:
+    """What the device holds beyond torch's reserve: ``cuda_context`` (measured) and ``cuda_kernels`` (measured
+    with Triton kernels; an explicit margin without)."""
+    if s.device != "cuda":
+        return {}
+    return {"cuda_context": CUDA_CONTEXT_BYTES,
+            "cuda_kernels": TRITON_KERNELS_BYTES if s.triton_kernels else KERNELS_MARGIN}
+
+
+def margin_notes(breakdown: dict) -> list[str]:
+    """The plan's words for each unmeasured margin it carries (empty when it carries none)."""
+    out = []
+    if breakdown.get("offload_margin"):
+        out.append(f"activation offload: a {OFFLOAD_MARGIN:.0%} margin on the offloaded activations stays on the GPU "
+                   "in this plan (TRL's stream-ordered frees are not measured on a GPU yet)")
+    if breakdown.get("cuda_kernels") == KERNELS_MARGIN:
+        out.append(f"CUDA kernels: {KERNELS_MARGIN / GIB:.2f} GiB for kernel modules and library workspaces loaded "
+                   "at first use is a margin, not measured on a GPU yet (with Triton kernels it was: 1.1 GiB)")
+    return out

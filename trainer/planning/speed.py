@@ -1,0 +1,68 @@
+"""How long a step takes, roughly (seconds): enough to choose between two ways of fitting — gradient checkpointing
+(recompute every layer's forward in backward) and activation offload (move the saved activations over PCIe and
+back). No torch.
+
+Compute time is the step's matrix FLOPs over the card's published dense 16-bit tensor peak times ``MFU``; offload's
+copies run on a second CUDA stream beside the compute, so a micro-batch takes the longer of its compute and its PCIe
+time. Measured on an H100 (PCIe 5 x16; DESIGN.md, issue 31), Llama-3.2-1B full fine-tune, micro-batch 4, seq 2048:
+checkpointing 40.2k tokens/s, offload without checkpointing 15.4k — offload was bound by the link. These formulas
+give 43k and 15.4k there: ``PCIE_EFFICIENCY`` was fitted on that one run (in-sample), ``MFU`` is the 46% measured
+for the default path at micro-batch 8 on the same card.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+MFU = 0.45  # share of the dense tensor peak a step reaches (46% measured: H100, Llama-3.2-1B, micro-batch 8)
+PCIE_EFFICIENCY = 0.85  # pinned host <-> GPU copies reach this share of the link's signalling rate (fitted, see above)
+# Offload replaces checkpointing only when estimated this much faster: the estimates are rough, and checkpointing needs
+# no pinned host RAM and no second stream's timing to hold.
+OFFLOAD_MIN_GAIN = 0.10
+
+# Dense 16-bit tensor peaks with fp32 accumulation (FLOP/s), from NVIDIA's data sheets and architecture whitepapers
+# (GeForce cards accumulate in fp32 at half their fp16-accumulate rate). The RTX 4090 Laptop GPU has no published
+# figure: 76 SMs × 512 FLOP per clock (Ada, fp32 accumulate) × 2.04 GHz boost. The first name that is a substring of
+# the GPU's name wins, so longer names come first. A card not listed gets no time estimate.
+PEAK_16BIT = (
+    ("h100 nvl", 835e12), ("h100 pcie", 756e12), ("h100", 989.4e12), ("h200", 989.4e12), ("b200", 2250e12),
+    ("a100", 312e12), ("l40s", 362e12), ("l40", 181e12), ("l4", 121e12), ("rtx 6000 ada", 364.2e12),
+    ("a6000", 154.8e12), ("a40", 149.7e12), ("a10", 125e12), ("v100", 125e12), ("t4", 65e12),
+    ("rtx 5090 laptop", None), ("rtx 5090", 209.5e12), ("rtx 4090 laptop", 79.4e12), ("rtx 4090", 165.2e12), ("rtx 4080", 97.5e12),
+    ("rtx 3090 ti", 80e12), ("rtx 3090", 71e12), ("rtx 3080", 59.5e12),
+)
+
+
+def peak_flops(gpu_name: Optional[str]) -> Optional[float]:
+    """The card's dense 16-bit tensor peak (FLOP/s) by name, or None for a card not in ``PEAK_16BIT``."""
+    name = (gpu_name or "").lower()
+    return next((flops for key, flops in PEAK_16BIT if key in name), None)
+
+
+def forward_flops_per_token(spec, seq: int) -> float:
+    """Forward FLOPs per token: 2 per matmul weight (the embedding lookup is free; a tied embedding still does the
+    lm_head matmul) plus attention's scores and weighted sum, 4·L·s·(heads × head_dim)."""
+    matmul = spec.params - (0 if spec.tied_embeddings else spec.embedding_params)
+    return 2.0 * matmul + 4.0 * spec.layers * seq * spec.heads * spec.head_dim
+
+
+def flops_per_token(spec, seq: int) -> float:
+    """Training FLOPs per token of a full fine-tune (forward + backward = 3 forwards): 6 per matmul weight plus
+    attention (benchmarks/speed_stack.py's MFU uses the same)."""
+    return 3.0 * forward_flops_per_token(spec, seq)
+
+
+def step_seconds(spec, s, gpu_name: Optional[str], pcie_bytes_per_second: Optional[float], offloaded: int) -> dict:
+    """One micro-batch's estimated time (seconds): ``compute`` (with checkpointing's recompute), ``pcie`` (offload's
+    copies out and back, 0 without offload) and ``total`` (the longer of the two: the copies overlap compute).
+    Empty when the card's peak or (with offload) its PCIe link is unknown."""
+    peak = peak_flops(gpu_name)
+    if peak is None or (offloaded and not pcie_bytes_per_second):
+        return {}
+    tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
+    fwd = forward_flops_per_token(spec, s.seq_len)
+    passes = 3.0 if s.method == "full" else 2.0  # adapters: no weight gradients for the frozen base
+    head = 2.0 * spec.vocab * spec.hidden  # the lm_head is not inside a checkpointed layer
+    flops = tokens * (passes * fwd + (fwd - head if s.checkpointing else 0.0))
+    compute = flops / (peak * MFU)
+    pcie = 2.0 * offloaded / (pcie_bytes_per_second * PCIE_EFFICIENCY) if offloaded else 0.0
+    return {"compute": compute, "pcie": pcie, "total": max(compute, pcie)}
