@@ -1,20 +1,27 @@
-"""What the chunked loss saves and costs, on the CPU (issue 21). Prints its figures; not a pass/fail test.
+"""What the chunked loss saves and costs, on the CPU (issues 21 and 33). Prints its figures; not a pass/fail test.
 
-    python benchmarks/chunked_loss.py                       # memory at seq 2048 x micro 4, then speed
+    python benchmarks/chunked_loss.py                       # memory at seq 2048 x micro 4, then the loss, then runs
     python benchmarks/chunked_loss.py --micro 1 --pairs 3   # less host RAM (HF's loss needs ~16 bytes per logit)
-    python benchmarks/chunked_loss.py --skip-speed | --skip-memory
+    python benchmarks/chunked_loss.py --skip-memory --skip-runs          # the loss alone
+    python benchmarks/chunked_loss.py --skip-speed | --skip-memory | --skip-runs
 
 Memory: one training step (forward, backward, AdamW step) of a Qwen2-shaped tiny model with Qwen's
 151,936-token vocabulary (hidden 64, 2 layers), fp32, each path in its own process: HF's loss
-(``speed.chunked_loss: false``) and the chunked one. Each child reports its peak RSS (``ru_maxrss``) and the
-bytes autograd saves for backward (unique storages through ``saved_tensors_hooks``, parameters excluded;
-a chunk's checkpoint keeps its rows of the head's input outside those hooks, ≈4·tokens·h bytes, not counted).
-The RSS saving is compared with the planner's: its ``logits_loss`` term plus the fp32 log-softmax that the
-head's activations keep (both from ``trainer.planning.memory.estimate``, host ``training`` bytes).
+(``speed.loss_kernel: hf``) and the chunked one. Each child reports its peak RSS (``ru_maxrss``) and the
+bytes autograd saves for backward (unique storages through ``saved_tensors_hooks``, parameters excluded; the
+chunked loss keeps its gradients outside those hooks, ≈4·tokens·h + 4·V·h bytes, not counted). The RSS saving
+is compared with the planner's: its ``logits_loss`` term plus the head's activations (both from
+``trainer.planning.memory.estimate``, host ``training`` bytes).
 
-Speed: ``python -m trainer run`` (what users run: supervisor + worker, separate processes) of the shipped
-demo at sequence 128, alternating chunked / standard, tokens/s from the worker's ``step`` events (median of
-steps after the first 5); the figure is the median over pairs of chunked/standard.
+Speed of the loss alone (``--skip-memory --skip-runs``): forward and backward of the LM head and the loss over
+``--tokens`` labelled tokens of hidden size ``--hidden`` (Qwen's 151,936-token vocabulary, fp32), HF's
+(``lm_head`` + ``ForCausalLMLoss``) against ``chunked_causal_lm_loss``, in one process, alternating, median of
+``--repeats`` each.
+
+Speed of runs: ``python -m trainer run`` (what users run: supervisor + worker, separate processes) of the
+Qwen2-shaped 151,936-vocabulary model on the demo data (the demo tokenizer; the model still scores every one of
+its 151,936 logits) at sequence 128, 8 sequences per step, alternating chunked / HF's loss, tokens/s from the worker's ``step`` events
+(median of steps after the first 5); the figure is the median over pairs of chunked/HF.
 """
 from __future__ import annotations
 
@@ -36,6 +43,46 @@ VOCAB = 151_936
 SHAPE = dict(model_type="qwen2", hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=4096, tie_word_embeddings=True)
 GIB = 2**30
+
+
+def _hf_loss(hidden, head, labels, vocab):
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    return ForCausalLMLoss(head(hidden), labels, vocab)
+
+
+def loss_speed(tokens: int, hidden: int, repeats: int) -> dict:
+    """Seconds of forward + backward of the LM head and the loss, HF's against the chunked one (median)."""
+    import time
+
+    import torch
+
+    from trainer.worker.loading.chunked_loss import chunked_causal_lm_loss
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(hidden, VOCAB, bias=False)
+    x = torch.randn(1, tokens, hidden, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (1, tokens))
+    wrapped = torch.nn.Sequential(head)  # not a plain Linear: the checkpointed chunks, as before issue 33
+    runs = {"hf": lambda: _hf_loss(x, head, labels, VOCAB),
+            "chunked": lambda: chunked_causal_lm_loss(x, head, labels, vocab=VOCAB),
+            "previous": lambda: chunked_causal_lm_loss(x, wrapped, labels, vocab=VOCAB, chunk_tokens=104)}
+    want = {k: float(f().detach()) for k, f in runs.items()}  # warm-up, and the losses to compare
+    times = {k: [] for k in runs}
+    for i in range(repeats):
+        for k in (("hf", "chunked", "previous") if i % 2 == 0 else ("previous", "chunked", "hf")):
+            x.grad, head.weight.grad = None, None
+            t0 = time.perf_counter()
+            runs[k]().backward()
+            times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio, before = med["hf"] / med["chunked"], med["hf"] / med["previous"]
+    print(f"loss alone: {tokens} tokens x hidden {hidden} x vocabulary {VOCAB}, fp32, forward + backward, "
+          f"median of {repeats}: HF {med['hf'] * 1e3:.0f} ms, chunked {med['chunked'] * 1e3:.0f} ms, previous chunked "
+          f"(104-token checkpointed chunks) {med['previous'] * 1e3:.0f} ms; chunked speed = {ratio:.3f}x HF's "
+          f"(previous {before:.3f}x); losses {want['hf']:.6f} / {want['chunked']:.6f} / {want['previous']:.6f}")
+    return {"tokens": tokens, "hidden": hidden, "repeats": repeats, "seconds": times, "median_seconds": med,
+            "chunked_speed_vs_hf": ratio, "previous_speed_vs_hf": before, "losses": want}
 
 
 def one_step(chunked: bool, seq: int, micro: int) -> dict:
@@ -73,7 +120,7 @@ def planner_saving(seq: int, micro: int) -> dict:
     out = {}
     for chunked in (False, True):
         s = TrainSetup(micro_batch=micro, seq_len=seq, precision="fp32", weights_16bit=False, device="cpu",
-                       chunked_loss=chunked)
+                       loss_kernel="chunked" if chunked else "hf")
         b = estimate(spec, s).breakdown
         out[chunked] = {"logits_loss": b.get("logits_loss", 0), "activations": b.get("activations", 0)}
     f, t = out[False], out[True]
@@ -104,10 +151,15 @@ def memory(seq: int, micro: int) -> dict:
 
 
 def demo_run(chunked: bool, steps: int, tmp: Path, tag: str) -> float:
-    """Median tokens/s of one ``trainpilot-cli run`` of the demo (steps after the first 5)."""
+    """Median tokens/s of one ``trainpilot-cli run`` of the 151,936-vocabulary model on the demo data (steps
+    after the first 5)."""
+    arch = tmp / "qwen2-tiny-151k.json"
+    arch.write_text(json.dumps(dict(SHAPE, architectures=["Qwen2ForCausalLM"], bos_token_id=1, eos_token_id=2)))
     cfg = yaml.safe_load((ROOT / "trainer" / "resources" / "demo.yaml").read_text())
-    cfg["training"]["max_steps"] = steps
-    cfg["speed"]["chunked_loss"] = chunked
+    cfg["model"] = {"source": "demo-tiny-llama", "architecture": str(arch), "tokenizer": "demo"}
+    # 8 sequences of 128 tokens per step (1,024 tokens × 151,936 logits: the loss is most of the step's work)
+    cfg["training"].update(max_steps=steps, effective_batch_size=8, micro_batch_size=4, gradient_accumulation_steps=2)
+    cfg["speed"]["loss_kernel"] = "chunked" if chunked else "hf"
     cfg["checkpoints"] = {"every_steps": 10_000, "keep_last": 1, "save_final_model": False}
     cfg["output"] = {"tensorboard": False}
     path = tmp / f"{tag}.yaml"
@@ -132,10 +184,10 @@ def speed(pairs: int, steps: int) -> dict:
             for c in got:
                 tps[c].append(got[c])
             ratios.append(got[True] / got[False])
-            print(f"  pair {i + 1}: chunked {got[True]:,.0f} tok/s, standard {got[False]:,.0f} tok/s, ratio {ratios[-1]:.3f}")
+            print(f"  pair {i + 1}: chunked {got[True]:,.0f} tok/s, HF's loss {got[False]:,.0f} tok/s, ratio {ratios[-1]:.3f}")
     med = statistics.median(ratios)
-    print(f"speed: demo at seq 128 through trainpilot-cli run, {pairs} alternating pairs of {steps} steps: "
-          f"chunked/standard tokens/s median ratio {med:.3f} (each pair: {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(f"runs: 151,936-vocabulary model at seq 128 through trainpilot-cli run, {pairs} alternating pairs of {steps} "
+          f"steps: chunked/HF tokens/s median ratio {med:.3f} (each pair: {', '.join(f'{r:.3f}' for r in ratios)})")
     return {"pairs": pairs, "steps": steps, "ratios": ratios, "median_ratio": med, "tokens_per_second": tps}
 
 
@@ -145,8 +197,12 @@ def main(argv=None) -> int:
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--tokens", type=int, default=1024, help="labelled tokens for the loss-alone timing")
+    ap.add_argument("--hidden", type=int, default=256, help="hidden size for the loss-alone timing")
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--skip-memory", action="store_true")
-    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true", help="neither the loss alone nor the runs")
+    ap.add_argument("--skip-runs", action="store_true")
     ap.add_argument("--out", help="also write the figures as JSON here")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child: [chunked, seq, micro]
     a = ap.parse_args(argv)
@@ -157,6 +213,8 @@ def main(argv=None) -> int:
     if not a.skip_memory:
         out["memory"] = memory(a.seq, a.micro)
     if not a.skip_speed:
+        out["loss_speed"] = loss_speed(a.tokens, a.hidden, a.repeats)
+    if not a.skip_speed and not a.skip_runs:
         out["speed"] = speed(a.pairs, a.steps)
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2))

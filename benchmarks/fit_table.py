@@ -8,10 +8,11 @@ tests/fixtures/hardware (written from published specs: the RTX 4090 Laptop GPU w
 an idle RTX 3090 desktop). Training stays on the GPU (``deepspeed.enabled: false``: no offload of weights or
 optimizer states), bf16, SDPA attention, the planner choosing checkpointing (``auto``).
 
-- **before**: HF's loss and every activation on the GPU (``speed.chunked_loss: false``,
+- **before**: HF's loss and every activation on the GPU (``speed.loss_kernel: hf``,
   ``speed.activation_offload: false``), AdamW — what the planner could fit before issue 21.
 - **chunked**: the chunked loss alone (activation offload off).
-- **after**: the defaults now — chunked loss where exact, activation offload when the planner needs it.
+- **after**: the defaults now — the loss kernel the planner picks (planning/loss_kernel.py), activation offload when
+  the planner needs it.
 - **+8-bit**: ``plan_allow_approximate: true`` as well (8-bit AdamW for full fine-tunes).
 
 Columns: the longest sequence (a multiple of 512, up to the model's context) that fits at micro-batch 1, and
@@ -38,8 +39,8 @@ from trainer.planning.context import Context  # noqa: E402
 MACHINES = {"16 GB laptop": "rtx4090_laptop_16gb", "24 GB desktop": "desktop_24gb"}
 MODELS = ["qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-1.5b", "llama-3.2-3b", "qwen2.5-7b", "llama-3.1-8b"]
 METHODS = ["full", "lora", "qlora"]
-VARIANTS = {"before": dict(speed={"chunked_loss": False, "activation_offload": False}),
-            "chunked": dict(speed={"activation_offload": False}),
+VARIANTS = {"before": dict(speed={"loss_kernel": "hf", "activation_offload": False}),
+            "chunked": dict(speed={"loss_kernel": "chunked", "activation_offload": False}),
             "after": dict(speed={}),
             "+8-bit": dict(speed={}, plan_allow_approximate=True)}
 SEQ_STEP = 512

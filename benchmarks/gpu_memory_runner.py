@@ -40,7 +40,7 @@ def run_config(c: dict):
                          "gradient_accumulation_steps": "auto"},
             # the runner measures HF's own loss with every activation on the GPU: the planner must judge that
             "speed": {"precision": "bf16", "gradient_checkpointing": "auto" if c["auto"] else c["ckpt"],
-                      "chunked_loss": False, "activation_offload": False},
+                      "loss_kernel": "hf", "activation_offload": False},
             "deepspeed": {"enabled": c["ds"] > 0, "zero_stage": c["ds"] or 2, "offload_optimizer": c["off_opt"],
                           "offload_params": c["off_par"]}}
     return config_mod.validate(data)

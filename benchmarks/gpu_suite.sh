@@ -3,7 +3,9 @@
 #   bash benchmarks/gpu_suite.sh env      OUTDIR   # versions, nvidia-smi
 #   bash benchmarks/gpu_suite.sh train    OUTDIR   # a real training run + `trainpilot-cli probe --record`
 #   bash benchmarks/gpu_suite.sh memory   OUTDIR [ROWS] [NAME]   # memory_accuracy.py (ROWS e.g. 0-8)
-#   bash benchmarks/gpu_suite.sh speed    OUTDIR   # speed_stack.py
+#   bash benchmarks/gpu_suite.sh speed    OUTDIR   # speed_stack.py --stack (seed 001's cumulative stack)
+#   bash benchmarks/gpu_suite.sh realpath OUTDIR [ROWS] [NAME]  # speed_stack.py: trainpilot-cli run per loss kernel
+#                                                               # (ROWS e.g. 0-3, then 4-7: ~4 rows per 10 minutes)
 #   bash benchmarks/gpu_suite.sh overhead OUTDIR   # overhead.py on the GPU
 # Several parts: bash benchmarks/gpu_suite.sh "env train memory" OUTDIR
 # Where the machine lacks TrainPilot's Python dependencies and has no index, wheels in ./.whl are
@@ -50,8 +52,13 @@ EOF
       echo "memory_accuracy exit $?"
       ;;
     speed)
-      timeout "${SPEED_TIMEOUT:-560}" "$PY" benchmarks/speed_stack.py --out "$out/speed_stack.json" ${SPEED_STEPS:+--steps "$SPEED_STEPS"}
+      timeout "${SPEED_TIMEOUT:-560}" "$PY" benchmarks/speed_stack.py --stack --out "$out/speed_stack.json" ${SPEED_STEPS:+--steps "$SPEED_STEPS"}
       echo "speed_stack exit $?"
+      ;;
+    realpath)
+      timeout "${SPEED_TIMEOUT:-580}" "$PY" benchmarks/speed_stack.py --out "$out/${4:-speed_real_path}${rows:+_$rows}.json" \
+        ${rows:+--rows "$rows"} ${SPEED_STEPS:+--steps "$SPEED_STEPS"}
+      echo "speed_stack (real path) exit $?"
       ;;
     overhead)
       timeout 560 "$PY" benchmarks/overhead.py --model llama-3.2-1b --device cuda --seq-len 2048 --micro-batch 4 \

@@ -155,7 +155,7 @@ def training_run(bench: Path = BENCH, context_bytes: int = 0) -> str:
     mfu = tps * flops_per_token(spec, cfg.data.seq_len) / peak_flops
     measured = max(e["gpu_memory_peak_bytes"] for e in steps)
     s = plan["settings"]
-    now = plan_run(config_mod.replace(cfg, **{"speed.chunked_loss": False}), h100_snapshot())  # the run used HF's loss
+    now = plan_run(config_mod.replace(cfg, **{"speed.loss_kernel": "hf"}), h100_snapshot())  # the run used HF's loss
     same = (now.resolved.training.micro_batch_size, bool(now.resolved.speed.gradient_checkpointing)) == (
         s.get("training.micro_batch_size"), bool(s.get("speed.gradient_checkpointing")))
     return "\n".join([

@@ -1,24 +1,50 @@
-"""The speed-up stack: tokens/s and MFU as each optimisation of seed 001 is added, cumulatively.
+"""Training speed on the real path, and the speed-up stack of seed 001.
 
-    python benchmarks/speed_stack.py --out docs/bench/speed_stack.json               # GPU: Llama-3.2-1B arch, s=2048
-    python benchmarks/speed_stack.py --cpu-smoke --out /tmp/speed_stack.json         # CPU: tiny model, seconds
+    python benchmarks/speed_stack.py --out docs/bench/speed_real_path.json    # GPU: trainpilot-cli run, each row
+    python benchmarks/speed_stack.py --cpu-smoke --out /tmp/real_path.json    # CPU: the same rows, tiny model
+    python benchmarks/speed_stack.py --stack --out docs/bench/speed_stack.json            # GPU: the cumulative stack
+    python benchmarks/speed_stack.py --stack --cpu-smoke --out /tmp/speed_stack.json
 
-Stages (cumulative): baseline = fp32 weights, eager attention, unfused (per-tensor) AdamW,
+**Real path** (default): each row is one ``python -m trainer run`` (what ``trainpilot-cli run`` is: supervisor
+and worker as separate processes) of Llama-3.2-1B's architecture with random weights on the bundled data (the
+demo tokenizer; the model still scores all 128,256 logits per token), bf16, sequence 2048, effective batch 16:
+the default (everything the planner decides), then each loss kernel (``speed.loss_kernel`` hf, chunked, liger)
+and torch.compile with each compile-safe kernel, at micro-batch 8 without checkpointing (the geometry of the
+H100 measurements in DESIGN.md) unless ``--micro-batch`` says otherwise. Per row: the loss kernel the worker
+installed (``run_started``), the micro-batch and checkpointing it ran, median tokens/s of the step events after
+the warm-up, MFU, and the peak memory torch reserved (``gpu_memory_peak_bytes``), or why it did not run (exit
+code and the last line). Liger's row needs liger-kernel and a GPU; compile with Liger is left out (it crashed on
+the H100 at step 1: DESIGN.md; ``--try-compile-liger`` runs it anyway). Without a GPU the script says so and
+exits 2; ``--cpu-smoke`` runs the rows that can run on the CPU with the tiny model (so a test runs it).
+
+**MFU** (model FLOPs utilisation) = tokens/s × FLOPs per token / the card's dense bf16 peak (NVIDIA's data
+sheets: ``PEAK_BF16``), FLOPs per token = 6·N + 12·L·h·s (N the matmul weights: every parameter but the
+embedding lookup, a tied head counted once as the head's matmul; L layers, h hidden size, s sequence length);
+checkpointing's recompute is not counted (it is model FLOPs, not hardware FLOPs). A card not in the table gets no
+MFU rather than a guess.
+
+**Stack** (``--stack``): tokens/s and MFU as each optimisation of seed 001 is added, cumulatively, in one
+process. Stages (cumulative): baseline = fp32 weights, eager attention, unfused (per-tensor) AdamW,
 micro-batch 1 with accumulation, gradient checkpointing on; then + bf16 (weights in bf16, as
 TrainPilot's worker trains), + TF32, + SDPA (flash-attention-2 when installed), + fused AdamW,
 + torch.compile, + the largest micro-batch the planner fits on this GPU, + checkpointing off
-(when the planner says it fits). Random weights and random tokens: no downloads. MFU counts model
-FLOPs (6·P + 12·L·h·s per token, no recomputation) against the GPU's dense bf16 peak.
-Stages that need CUDA are reported as skipped in CPU mode; nothing is estimated or typed in.
+(when the planner says it fits). Random weights and random tokens: no downloads. Stages that need CUDA are
+reported as skipped in CPU mode; nothing is estimated or typed in.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -140,12 +166,8 @@ def save(out: str, rows: list[dict], meta: dict) -> None:
     Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="cumulative speed-up stack")
-    ap.add_argument("--cpu-smoke", action="store_true")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=None)
-    args = ap.parse_args(argv)
+def stack_main(args) -> int:
+    """The cumulative stack (``--stack``)."""
     import torch
 
     cuda = not args.cpu_smoke and torch.cuda.is_available()
@@ -182,6 +204,154 @@ def main(argv=None) -> int:
               f"{r['seed_claim']}")
     print(f"wrote {args.out}")
     return 0
+
+
+# -- the real path: trainpilot-cli run per row ------------------------------------------------------------
+# (label, speed settings, "planner": the planner decides micro-batch and checkpointing; "fixed": --micro-batch)
+REAL_ROWS = [("default (the planner's choice)", {}, "planner"),
+             ("HF's loss", {"loss_kernel": "hf"}, "fixed"),
+             ("chunked loss", {"loss_kernel": "chunked"}, "fixed"),
+             ("Liger's fused loss", {"loss_kernel": "liger"}, "fixed"),
+             ("compile, default (the planner's choice)", {"torch_compile": True}, "planner"),
+             ("compile + HF's loss", {"torch_compile": True, "loss_kernel": "hf"}, "fixed"),
+             ("compile + chunked loss", {"torch_compile": True, "loss_kernel": "chunked"}, "fixed"),
+             ("compile + Liger's fused loss", {"torch_compile": True, "loss_kernel": "liger"}, "fixed")]
+
+
+def real_skip(speed: dict, cuda: bool, liger: bool, try_compile_liger: bool) -> str | None:
+    """Why a real-path row does not run here (None: it runs)."""
+    if speed.get("loss_kernel") == "liger" and not cuda:
+        return "Liger's kernels need an NVIDIA GPU"
+    if speed.get("loss_kernel") == "liger" and not liger:
+        return "liger-kernel with Triton is not installed"
+    if speed.get("loss_kernel") == "liger" and speed.get("torch_compile") and not try_compile_liger:
+        return "crashed on the H100 at step 1 (DESIGN.md); --try-compile-liger runs it"
+    if speed.get("torch_compile") and not cuda:
+        return "compile skipped in CPU mode (minutes to compile on a CPU)"
+    return None
+
+
+def real_config(row: tuple, geo: dict, cuda: bool) -> dict:
+    """The run config of one real-path row."""
+    _, speed, kind = row
+    fixed = kind == "fixed"
+    return {"name": "speed", "device": "cuda" if cuda else "cpu",
+            "model": {"source": "demo-tiny-llama", "architecture": geo["arch"], "tokenizer": "demo"},
+            "data": {"path": "demo", "seq_len": geo["seq"], "packing": True},
+            "training": {"max_steps": geo["steps"], "effective_batch_size": geo["eff"], "learning_rate": 1e-5,
+                         "micro_batch_size": geo["micro"] if fixed else "auto",
+                         "gradient_accumulation_steps": geo["eff"] // geo["micro"] if fixed else "auto",
+                         "warmup_steps": 0, "seed": 7},
+            "speed": {"precision": "bf16" if cuda else "fp32", **({"gradient_checkpointing": False} if fixed else {}),
+                      **speed},
+            "deepspeed": {"enabled": False},
+            "checkpoints": {"every_steps": 100_000, "keep_last": 1, "save_final_model": False},
+            "output": {"tensorboard": False}}
+
+
+def real_row(row: tuple, geo: dict, cuda: bool, tmp: Path, peak) -> dict:
+    """Run one row through ``python -m trainer run``; what it ran and how fast."""
+    label = row[0]
+    folder = tmp / f"row{REAL_ROWS.index(row)}"
+    folder.mkdir()
+    (folder / "c.yaml").write_text(yaml.safe_dump(real_config(row, geo, cuda), sort_keys=False))
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(folder / "c.yaml"), "--run-dir",
+                           str(folder / "run"), "--quiet"], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=geo["timeout"])
+    out = {"row": label, "settings": row[1], "exit_code": proc.returncode, "seconds": round(time.time() - t0, 1)}
+    events = [json.loads(x) for x in (folder / "run" / "events.jsonl").read_text().splitlines() if x.strip()] \
+        if (folder / "run" / "events.jsonl").is_file() else []
+    started = next((e for e in events if e["type"] == "run_started"), {})
+    steps = [e for e in events if e["type"] == "step"]
+    if proc.returncode or not steps:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**out, "error": tail[-400:]}
+    resolved = yaml.safe_load((folder / "run" / "config.yaml").read_text())
+    timed = [e["tokens_per_second"] for e in steps if e["step"] > geo["warmup"]] or [steps[-1]["tokens_per_second"]]
+    tps = statistics.median(timed)
+    peaks = [e.get("gpu_memory_peak_bytes") for e in steps if e.get("gpu_memory_peak_bytes")]
+    out.update(loss_kernel=started.get("loss_kernel"), micro_batch=resolved["training"]["micro_batch_size"],
+               checkpointing=resolved["speed"]["gradient_checkpointing"], tokens_per_second=tps,
+               timed_steps=len(timed), peak_reserved_bytes=max(peaks) if peaks else None,
+               loss=steps[-1]["loss"])
+    if peak:
+        out["mfu"] = tps * flops_per_token(load_model_spec(geo["arch"]), geo["seq"]) / peak
+    return out
+
+
+def real_main(args) -> int:
+    """The real-path rows (default mode)."""
+    import torch
+
+    from trainer.core import capabilities
+
+    cuda = not args.cpu_smoke and torch.cuda.is_available()
+    if not args.cpu_smoke and not cuda:
+        print("the real-path speed table needs an NVIDIA GPU (no GPU here: not measured); use --cpu-smoke on "
+              "this machine", file=sys.stderr)
+        return 2
+    geo = (dict(arch="llama-3.2-1b", seq=2048, eff=16, micro=args.micro_batch or 8, steps=args.steps or 12,
+                warmup=args.warmup or 4, timeout=560) if cuda else
+           dict(arch="tiny-llama", seq=64, eff=8, micro=args.micro_batch or 4, steps=args.steps or 6,
+                warmup=args.warmup or 2, timeout=300))
+    name = torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu"
+    peak = peak_flops(name) if cuda else None
+    liger = capabilities.installed("liger-kernel")
+    meta = dict(device=name, mode="gpu" if cuda else "cpu-smoke", torch=torch.__version__, time=time.time(), **geo)
+    rows = []
+    chosen = _indices(args.rows, len(REAL_ROWS))
+    with tempfile.TemporaryDirectory() as d:
+        for row in (REAL_ROWS[i] for i in chosen):
+            skip = real_skip(row[1], cuda, liger, args.try_compile_liger)
+            r = {"row": row[0], "settings": row[1], "skip": skip} if skip else real_row(row, geo, cuda, Path(d), peak)
+            rows.append(r)
+            save(args.out, rows, meta)
+            print(f"  {row[0]}: {r.get('tokens_per_second', r.get('skip') or r.get('error'))}", flush=True)
+    print(markdown(rows, meta))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _indices(spec: str | None, n: int) -> list[int]:
+    """``"0-3,6"`` → [0, 1, 2, 3, 6]; None → every row (a GPU slot of 10 minutes holds about four rows)."""
+    if not spec:
+        return list(range(n))
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return [i for i in out if 0 <= i < n]
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    """The real-path table as markdown (docs/benchmarks.md)."""
+    lines = [f"{meta['arch']}, sequence {meta['seq']}, effective batch {meta['eff']}, {meta['device']}, torch "
+             f"{meta['torch']}", "", "| row | loss kernel run | micro-batch | checkpointing | tokens/s | MFU | peak "
+             "reserved |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "tokens_per_second" not in r:
+            lines.append(f"| {r['row']} | – | – | – | not run: {r.get('skip') or r.get('error')} | – | – |")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "–"
+        peak = f"{r['peak_reserved_bytes'] / 2**30:.1f} GiB" if r.get("peak_reserved_bytes") else "–"
+        lines.append(f"| {r['row']} | {r['loss_kernel']} | {r['micro_batch']} | {'on' if r['checkpointing'] else 'off'} "
+                     f"| {r['tokens_per_second']:,.0f} | {mfu} | {peak} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="training speed on the real path (trainpilot-cli run), and the stack")
+    ap.add_argument("--cpu-smoke", action="store_true", help="the tiny model on the CPU (no GPU needed)")
+    ap.add_argument("--stack", action="store_true", help="seed 001's cumulative speed-up stack, in one process")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None, help="real path: steps left out of the median")
+    ap.add_argument("--micro-batch", type=int, default=None, help="real path: the fixed rows' micro-batch")
+    ap.add_argument("--try-compile-liger", action="store_true", help="real path: also run compile + Liger")
+    ap.add_argument("--rows", help="real path: only these rows, e.g. 0-3 or 4,5 (REAL_ROWS order)")
+    args = ap.parse_args(argv)
+    return stack_main(args) if args.stack else real_main(args)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ Where the app finds it: ``$TRAINPILOT_INSTALL_STATE`` (the launchers set it), el
 
 Fields: ``schema`` (1), ``written`` (ISO time), ``platform``, ``prefix``, ``venv``, ``source``,
 ``offline``, ``torch_build`` (cpu/cu126/...), ``cuda`` (CUDA version of the installed torch or
-null), ``deepspeed_ok`` (bool), and detail objects ``decision`` (torch_build.py's answer),
-``torch`` and ``deepspeed`` (what the probes found, with ``error`` text on failure).
+null), ``deepspeed_ok``, ``bitsandbytes_ok``, ``liger_ok`` (bool: the package imports), and detail objects
+``decision`` (torch_build.py's answer), ``torch`` and ``deepspeed`` (what the probes found, with ``error`` text
+on failure) and ``gpu_extras`` (per package: ``planned`` and ``reason`` from gpu_extras.py, ``install_error``
+when pip failed, the probe's ``version`` or ``error``).
 """
 from __future__ import annotations
 
@@ -47,6 +49,21 @@ import json, deepspeed
 from deepspeed.accelerator import get_accelerator
 print(json.dumps({"version": deepspeed.__version__, "accelerator": get_accelerator().device_name()}))
 """
+
+
+# bitsandbytes and liger-kernel (with the Triton its kernels are written in), as installed next to that torch
+_EXTRA_PROBES = {
+    "bitsandbytes": """
+import json, importlib.metadata, bitsandbytes
+print(json.dumps({"version": importlib.metadata.version("bitsandbytes")}))
+""",
+    "liger-kernel": """
+import json, importlib.metadata, liger_kernel, triton
+print(json.dumps({"version": importlib.metadata.version("liger-kernel"), "triton": triton.__version__}))
+""",
+}
+_EXTRA_KEYS = {"bitsandbytes": "bitsandbytes_ok", "liger-kernel": "liger_ok"}
+_EXTRA_OF = {"qlora": "bitsandbytes", "liger": "liger-kernel"}  # pyproject extra -> package
 
 
 def probe(python: str, code: str, timeout_s: float) -> dict:
@@ -89,6 +106,7 @@ def build_state(args: argparse.Namespace) -> dict:
         ds = probe(args.venv_python, _DEEPSPEED_PROBE, args.timeout)
     if args.deepspeed_install_error and "error" in ds:
         ds["install_error"] = args.deepspeed_install_error
+    extras = gpu_extras_state(args)
     return {
         "schema": SCHEMA,
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -100,10 +118,29 @@ def build_state(args: argparse.Namespace) -> dict:
         "torch_build": torch_build_tag(torch_info),
         "cuda": torch_info.get("cuda"),
         "deepspeed_ok": "error" not in ds,
+        **{_EXTRA_KEYS[name]: "error" not in info for name, info in extras.items()},
         "decision": decision,
         "torch": torch_info,
         "deepspeed": ds,
+        "gpu_extras": extras,
     }
+
+
+def gpu_extras_state(args: argparse.Namespace) -> dict:
+    """Per GPU extra: the installer's plan (``planned``, ``reason``), pip's failure, and what imports now."""
+    plan = {e["name"]: e for e in json.loads(Path(args.gpu_extras).read_text())} if args.gpu_extras else {}
+    errors = dict(item.split("=", 1) for item in args.extra_error)
+    out = {}
+    for name, code in _EXTRA_PROBES.items():
+        info = probe(args.venv_python, code, args.timeout)
+        planned = plan.get(name)
+        info["planned"] = planned["install"] if planned else None
+        info["reason"] = planned["reason"] if planned else "not tried (--no-gpu-extras)"
+        error = next((text for extra, text in errors.items() if _EXTRA_OF.get(extra) == name), None)
+        if error:
+            info["install_error"] = error
+        out[name] = info
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offline", action="store_true")
     parser.add_argument("--skip-deepspeed", action="store_true")
     parser.add_argument("--deepspeed-install-error", default="")
+    parser.add_argument("--gpu-extras", help="gpu_extras.py --json output file (what the installer planned)")
+    parser.add_argument("--extra-error", action="append", default=[], metavar="EXTRA=TEXT",
+                        help="pip's failure for a pyproject extra (qlora, liger); repeatable")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per probe")
     args = parser.parse_args(argv)
     state = build_state(args)
@@ -128,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
           f" (build {state['torch_build']}, CUDA {state['cuda'] or 'none'},"
           f" GPU usable: {state['torch'].get('cuda_available', False)})")
     print(f"DeepSpeed: {'works, ' + ds['version'] if state['deepspeed_ok'] else 'not available: ' + ds['error']}")
+    for name, info in state["gpu_extras"].items():
+        print(f"{name}: {info['version'] if 'error' not in info else 'not available: ' + info['error']}")
     print(f"Wrote {path}")
     return 0 if "error" not in state["torch"] else 1
 

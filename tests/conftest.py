@@ -21,3 +21,12 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if not hasattr(config, "workerinput") and os.environ.get(SESSION_ENV):
         shutil.rmtree(Path(tempfile.gettempdir()) / f"tp-session-{os.environ[SESSION_ENV]}", ignore_errors=True)
+
+
+def pytest_runtest_logreport(report):
+    """With ``TRAINPILOT_TEST_TIMES=FILE``, each test's phase durations are appended to FILE as they finish (one line
+    per phase: seconds, phase, outcome, test id): where the suite's time goes, readable while it runs."""
+    out = os.environ.get("TRAINPILOT_TEST_TIMES")
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")

@@ -45,13 +45,31 @@ def test_memory_accuracy_cpu_smoke(tmp_path):
 def test_speed_stack_cpu_smoke(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "s.json"
-    text = run("speed_stack.py", "--cpu-smoke", "--out", str(out))
+    text = run("speed_stack.py", "--stack", "--cpu-smoke", "--out", str(out))
     assert "baseline" in text and "seed claims" in text
     rows = json.loads(out.read_text())["rows"]
     assert rows[0]["stage"] == "baseline" and rows[0]["tokens_per_second"] > 0
     skipped = {r["stage"] for r in rows if r["settings"].get("skip")}
     assert "+ TF32" in skipped  # needs CUDA: reported as skipped, never estimated
     assert all("tokens_per_second" in r for r in rows if r["stage"] not in skipped)
+
+
+@pytest.mark.slow  # trains through trainpilot-cli run, twice
+def test_speed_real_path_cpu_smoke(tmp_path):
+    """The real-path rows (trainpilot-cli run per loss kernel) in CPU mode: the default and the chunked loss run
+    and report what the worker installed; the rows a CPU cannot run say why instead of a figure."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r.json"
+    text = run("speed_stack.py", "--cpu-smoke", "--rows", "0,2,3,5", "--steps", "4", "--out", str(out), timeout=900)
+    data = json.loads(out.read_text())
+    rows = {r["row"]: r for r in data["rows"]}
+    assert data["meta"]["mode"] == "cpu-smoke" and "| row | loss kernel run |" in text
+    assert rows["default (the planner's choice)"]["loss_kernel"] == "hf"  # HF's loss fits: the planner keeps it
+    assert rows["chunked loss"]["loss_kernel"] == "chunked" and rows["chunked loss"]["micro_batch"] == 4
+    for r in (rows["default (the planner's choice)"], rows["chunked loss"]):
+        assert r["exit_code"] == 0 and r["tokens_per_second"] > 0 and r["timed_steps"] >= 1
+    assert rows["Liger's fused loss"]["skip"] == "Liger's kernels need an NVIDIA GPU"
+    assert "compile skipped in CPU mode" in rows["compile + HF's loss"]["skip"]
 
 
 @pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)

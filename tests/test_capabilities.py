@@ -32,7 +32,9 @@ def _laptop(path=LAPTOP):
 
 def test_installed_is_find_spec_and_a_hidden_package_reads_missing(monkeypatch):
     for name, opt in capabilities.OPTIONAL.items():
-        assert capabilities.installed(name) is (importlib.util.find_spec(opt.module) is not None), name
+        found = all(importlib.util.find_spec(m) is not None for m in (opt.module, *opt.requires))
+        assert capabilities.installed(name) is found, name
+    assert capabilities.OPTIONAL["liger-kernel"].requires == ("triton",)  # Liger's kernels are Triton programs
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     caps = capabilities.probe(_laptop())
     assert not caps.has("deepspeed") and caps.cuda_gpu is True
@@ -47,13 +49,14 @@ def test_the_doctor_says_what_the_probe_says(monkeypatch):
     assert not checks["flash-attn"]["ok"] and "flash-attn" in checks["flash-attn"]["fix"]
     assert not checks["deepspeed"]["ok"] and "pip install" in checks["deepspeed"]["fix"]
     for name in capabilities.OPTIONAL:
-        if name not in ("flash-attn", "deepspeed"):
+        if name not in ("flash-attn", "deepspeed", *doctor.TORCH_SIDE):
             assert checks[name]["ok"] is capabilities.installed(name), name
+    assert not set(doctor.TORCH_SIDE) & set(checks)  # the torch-side child's loss kernel, 4-bit and 8-bit lines
 
 
 def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.chunked_loss": True,
+    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.loss_kernel": "chunked",
                                           "deepspeed.enabled": DELETE}))  # DeepSpeed left to the ladder
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     assert ladder.next_step(cfg) is None

@@ -236,7 +236,7 @@ def _resolved_grpo(micro: int = 8, generation: int = 64, checkpointing: bool = F
         "data": {"seq_len": 2048}, "grpo": {"num_generations": 8, "max_completion_length": 1024,
                                             "generation_batch_size": generation},
         "rewards": {"exact_answer": 1.0},
-        "speed": {"precision": "bf16", "gradient_checkpointing": checkpointing, "chunked_loss": False,
+        "speed": {"precision": "bf16", "gradient_checkpointing": checkpointing, "loss_kernel": "hf",
                   "activation_offload": False},
         "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
         "recovery": {"ladder_keeps": []}}))  # as the planner resolves it when the user chose none of these

@@ -59,7 +59,7 @@ def test_the_nvml_reading_agrees_with_the_runs_own_allocator_figures():
 def test_planning_from_the_recording_matches_the_plan_made_live_on_that_machine():
     live = json.loads((BENCH / "h100_training_run_plan.json").read_text())
     cfg = C.load(ROOT / "benchmarks" / "configs" / "gpu_telemetry_run.yaml")
-    cfg = C.replace(cfg, **{"speed.chunked_loss": False})  # the recorded run predates the chunked loss
+    cfg = C.replace(cfg, **{"speed.loss_kernel": "hf"})  # the recorded run predates the chunked loss
     plan = plan_run(cfg, open_probe(str(REC)).snapshot())
     assert plan.verdict == live["verdict"] == "fits" and plan.budget_bytes == live["budget_bytes"]
     assert plan.resolved.training.micro_batch_size == live["settings"]["training.micro_batch_size"] == 8

@@ -1,12 +1,16 @@
-"""Installers: the PyTorch build table, the Linux installer end to end (offline, into a temporary
-prefix), the .desktop entry, static checks of the Windows scripts, and the icon files.
+"""Installers: the PyTorch build table, the GPU extras beside it (bitsandbytes, liger-kernel), the Linux
+installer end to end (offline, into a temporary prefix), the .desktop entry, static checks of the Windows
+scripts, and the icon files.
 
 The Linux install reuses the packages of the Python running the tests (``--offline
 --reuse-site-packages``), so it needs no network. The only fake is ``nvidia-smi``: a script that
 prints what the real one prints for the GPU named in each test (recorded format, documented below).
+A test that needs a tool the machine lacks (bash, desktop-file-validate, tree-sitter) skips locally and
+fails in CI (``helpers_ci``).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -28,8 +32,11 @@ LINUX = INSTALLERS / "linux"
 ICONS = REPO / "app" / "resources" / "icons"
 
 sys.path.insert(0, str(INSTALLERS))
+import gpu_extras as ge  # noqa: E402
+import install_state  # noqa: E402
 import make_icons  # noqa: E402
 import torch_build as tb  # noqa: E402
+from helpers_ci import require_module, require_tool  # noqa: E402
 
 # ---------------------------------------------------------------- PyTorch build choice
 
@@ -140,6 +147,65 @@ def test_docs_table_is_the_one_the_code_produces():
     assert tb.markdown_table() in doc, "regenerate with: python installers/torch_build.py --markdown-table"
 
 
+# ---------------------------------------------------------------- GPU extras beside the CUDA PyTorch
+
+@pytest.mark.parametrize("build, system, triton, bnb, liger", [
+    ("cu130", "linux", True, True, True),      # PyTorch's Linux CUDA wheels bring Triton
+    ("cu126", "linux", False, True, True),     # Triton missing on Linux: pip brings it with liger-kernel
+    ("cu128", "windows", False, True, False),  # no official Triton for Windows: said once, not installed
+    ("cu130", "windows", True, True, True),    # a working Triton build (e.g. triton-windows)
+    ("cpu", "linux", True, False, False),      # no GPU: their kernels run only on NVIDIA GPUs
+    ("cpu", "windows", False, False, False),
+    ("cu130", "darwin", False, False, False),
+])
+def test_gpu_extras_follow_the_torch_build_and_triton(build, system, triton, bnb, liger):
+    plan = {e.name: e for e in ge.decide(build, system, triton)}
+    assert (plan["bitsandbytes"].install, plan["liger-kernel"].install) == (bnb, liger)
+    assert {e.extra for e in plan.values()} == {"qlora", "liger"}
+    for e in plan.values():
+        assert e.reason.startswith(e.name) and ("installed:" in e.reason if e.install else "not installed:" in e.reason)
+    if system == "windows" and not triton and build != "cpu":
+        assert "Triton has no official Windows build" in plan["liger-kernel"].reason
+        assert "chunked loss" in plan["liger-kernel"].reason  # what stands in
+    if build == "cpu":
+        assert all("CPU build" in e.reason for e in plan.values())
+
+
+def test_gpu_extras_are_pinned_by_the_pyproject_extras():
+    """The installers install ``<source>[qlora]`` and ``<source>[liger]``: the versions live in pyproject.toml."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name, extra, _ in ge.EXTRAS:
+        assert any(req.startswith(name) for req in extras[extra]), (name, extra)
+    assert "liger-kernel==0.8.5" in extras["liger"]  # the version measured on the H100 (DESIGN.md)
+
+
+def test_gpu_extras_cli_env_and_json():
+    env = subprocess.run([sys.executable, str(INSTALLERS / "gpu_extras.py"), "--torch-build", "cu128", "--platform",
+                          "windows", "--env"], capture_output=True, text=True, timeout=60)
+    assert env.returncode == 0 and "TP_BNB_INSTALL=1" in env.stdout and "TP_LIGER_INSTALL=0" in env.stdout
+    out = subprocess.run([sys.executable, str(INSTALLERS / "gpu_extras.py"), "--torch-build", "cu130", "--platform",
+                          "linux", "--triton", "yes", "--json"], capture_output=True, text=True, timeout=60)
+    assert [e["install"] for e in json.loads(out.stdout)] == [True, True]
+
+
+def test_install_state_records_the_gpu_extras_plan_pips_failure_and_what_imports(tmp_path):
+    """What install_state.py writes from the installer's plan and errors, probing this Python's packages."""
+    plan = tmp_path / "gpu-extras.json"
+    plan.write_text(json.dumps([dataclasses.asdict(e) for e in ge.decide("cu130", "windows", False)]))
+    assert install_state.main(["--prefix", str(tmp_path), "--venv-python", sys.executable, "--skip-deepspeed",
+                               "--gpu-extras", str(plan), "--extra-error", "qlora=pip could not install it"]) == 0
+    state = json.loads((tmp_path / "install-state.json").read_text())
+    extras = state["gpu_extras"]
+    assert state["bitsandbytes_ok"] is (importlib.util.find_spec("bitsandbytes") is not None) is ("error" not in extras["bitsandbytes"])
+    assert state["liger_ok"] is (importlib.util.find_spec("liger_kernel") is not None and
+                                 importlib.util.find_spec("triton") is not None)
+    assert extras["bitsandbytes"]["planned"] is True and extras["bitsandbytes"]["install_error"] == "pip could not install it"
+    assert extras["liger-kernel"]["planned"] is False and "Triton" in extras["liger-kernel"]["reason"]
+    assert "install_error" not in extras["liger-kernel"]
+
+
 # ---------------------------------------------------------------- Linux installer, end to end
 
 def _reused_site_packages() -> list[str]:
@@ -159,8 +225,7 @@ def _install(prefix: Path, home: Path, *extra: str) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """One offline install into a temporary prefix, shared by the tests below."""
-    if shutil.which("bash") is None:
-        pytest.skip("bash is not available")
+    require_tool("bash", "the Linux installer is a bash script")
     root = tmp_path_factory.mktemp("install")
     prefix, home = root / "prefix with space", root / "home"
     out = _install(prefix, home)
@@ -169,7 +234,7 @@ def installed(tmp_path_factory):
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
-def test_offline_install_records_torch_build_and_deepspeed(installed):
+def test_offline_install_records_torch_build_deepspeed_and_gpu_extras(installed):
     state = json.loads((installed["prefix"] / "install-state.json").read_text())
     import torch  # the installed environment reuses this interpreter's torch
 
@@ -179,8 +244,16 @@ def test_offline_install_records_torch_build_and_deepspeed(installed):
     assert state["offline"] is True
     assert state["deepspeed_ok"] is (importlib.util.find_spec("deepspeed") is not None)
     assert state["decision"]["build"] in tb.BUILDS
+    # the GPU extras: planned from the build really installed, recorded with the reason and what imports
+    planned = {e.name: e for e in ge.decide(state["torch_build"], "linux", importlib.util.find_spec("triton") is not None)}
+    for name, key in (("bitsandbytes", "bitsandbytes_ok"), ("liger-kernel", "liger_ok")):
+        info = state["gpu_extras"][name]
+        assert info["planned"] is planned[name].install and info["reason"] == planned[name].reason
+        assert state[key] is ("error" not in info)
     log = (installed["prefix"] / "install.log").read_text()
     assert "--- installing PyTorch" in log and "--- checking the installation" in log
+    assert "--- trying the GPU extras" in log and planned["liger-kernel"].reason in log  # said once, with the reason
+    assert log.count(planned["liger-kernel"].reason) == 1
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
@@ -194,16 +267,9 @@ def test_installed_app_runs_from_the_copied_source(installed):
     assert (installed["prefix"] / "src" / "trainer" / "resources" / "models").is_dir()  # shipped as package data
 
 
-def _has_doctor(cli: Path) -> bool:
-    out = subprocess.run([str(cli), "--help"], capture_output=True, text=True, timeout=120)
-    return re.search(r"\bdoctor\b", out.stdout) is not None
-
-
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_installed_doctor_answers_json(installed):
     cli = installed["prefix"] / "venv" / "bin" / "trainpilot-cli"
-    if not _has_doctor(cli):
-        pytest.skip("`trainpilot-cli doctor` is not registered yet (trainer/cli_hw.py)")
     out = subprocess.run([str(cli), "doctor", "--json"], cwd=installed["home"], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TRAINPILOT_INSTALL_STATE=str(installed["prefix"] / "install-state.json")))
     assert out.returncode in (0, 1), out.stderr  # 1 = doctor found problems (no GPU here), still answers
@@ -212,6 +278,14 @@ def test_installed_doctor_answers_json(installed):
     assert checks and all({"name", "ok"} <= set(c) for c in checks), report
     # it is the installed environment that answered, not the checkout
     assert str(installed["prefix"]) in json.dumps(report)
+    # the GPU extras with the installer's recorded reason (read from install-state.json)
+    by = {c["name"]: c for c in checks}
+    assert {"loss kernel", "4-bit (QLoRA)", "8-bit AdamW"} <= set(by)
+    state = json.loads((installed["prefix"] / "install-state.json").read_text())
+    for line in ("4-bit (QLoRA)", "8-bit AdamW"):
+        assert by[line]["ok"] is False or state["bitsandbytes_ok"]
+        if not state["bitsandbytes_ok"]:  # said with the installer's reason (the CPU build here)
+            assert state["gpu_extras"]["bitsandbytes"]["reason"] in by[line]["detail"] and by[line]["fix"]
 
 
 def _smoke_env(home: Path) -> dict:
@@ -222,8 +296,6 @@ def _smoke_env(home: Path) -> dict:
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
 def test_gui_starts_offscreen_from_the_installed_launcher_in_any_folder(installed, tmp_path):
-    if "TRAINPILOT_SMOKE_EXIT" not in (REPO / "app" / "main.py").read_text():
-        pytest.skip("the GUI does not honour TRAINPILOT_SMOKE_EXIT=1 yet (app/main.py)")
     elsewhere = tmp_path / "somewhere else"
     elsewhere.mkdir()
     for launcher in (installed["prefix"] / "launch.sh", installed["home"] / "bin" / "trainpilot"):
@@ -241,9 +313,7 @@ def test_desktop_entry_and_icons_are_installed_for_the_user(installed):
     for size in make_icons.SIZES:
         assert (data / "icons" / "hicolor" / f"{size}x{size}" / "apps" / "trainpilot.png").is_file()
     assert (data / "icons" / "hicolor" / "scalable" / "apps" / "trainpilot.svg").is_file()
-    validate = shutil.which("desktop-file-validate")
-    if validate is None:
-        pytest.skip("desktop-file-validate not installed (Debian package desktop-file-utils)")
+    validate = require_tool("desktop-file-validate", "Debian package desktop-file-utils")
     out = subprocess.run([validate, str(entry)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
 
@@ -277,9 +347,7 @@ def test_launcher_says_what_to_do_when_nothing_is_installed(tmp_path):
 
 
 def test_desktop_template_validates():
-    validate = shutil.which("desktop-file-validate")
-    if validate is None:
-        pytest.skip("desktop-file-validate not installed (Debian package desktop-file-utils)")
+    validate = require_tool("desktop-file-validate", "Debian package desktop-file-utils")
     out = subprocess.run([validate, str(LINUX / "trainpilot.desktop")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
 
@@ -325,6 +393,7 @@ def test_install_bat_runs_the_script_next_to_it():
 def test_install_ps1_uses_the_shared_decision_and_state_code():
     text = (WINDOWS / "install.ps1").read_text()
     assert "installers\\torch_build.py" in text and "installers\\install_state.py" in text
+    assert "installers\\gpu_extras.py" in text and "--gpu-extras" in text  # the GPU extras' shared decision
     # no second copy of the build table: every index URL is built from the decision
     assert not re.search(r"download\.pytorch\.org/whl/(cu\d+|cpu)", text)
     assert "$PSScriptRoot" in text and "$env:LOCALAPPDATA" in text
@@ -335,8 +404,8 @@ def test_install_ps1_uses_the_shared_decision_and_state_code():
 
 def test_install_ps1_parses():
     """Syntax check with the tree-sitter PowerShell grammar (no pwsh on Linux CI)."""
-    ts = pytest.importorskip("tree_sitter", reason="pip install tree-sitter tree-sitter-powershell")
-    tsp = pytest.importorskip("tree_sitter_powershell", reason="pip install tree-sitter-powershell")
+    ts = require_module("tree_sitter", "pip install tree-sitter tree-sitter-powershell")
+    tsp = require_module("tree_sitter_powershell", "pip install tree-sitter tree-sitter-powershell")
     parser = ts.Parser(ts.Language(tsp.language()))
     tree = parser.parse((WINDOWS / "install.ps1").read_bytes())
     errors = []

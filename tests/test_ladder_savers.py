@@ -1,5 +1,5 @@
 """The OOM ladder walks issue 21's rungs in order of cost, the effective batch exact at every rung:
-chunked loss → micro-batch → checkpointing → activation offload → 8-bit AdamW (if allowed) → optimizer
+a loss without full logits → micro-batch → checkpointing → activation offload → 8-bit AdamW (if allowed) → optimizer
 offload → parameter offload; and it never changes a setting the user chose (issue 29): every rung asks
 ``recovery.ladder_keeps``, which the planner resolves to the settings the config gives a value."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ LAPTOP = Path(__file__).parent / "fixtures" / "hardware" / "rtx4090_laptop_16gb.
 def _resolved(**over):
     data = {"device": "cuda", "plan_allow_approximate": True, "model": {"architecture": "llama-3.2-1b", "dtype": "bfloat16"},
             "training": {"effective_batch_size": 8, "micro_batch_size": 8, "gradient_accumulation_steps": 1},
-            "speed": {"precision": "bf16", "gradient_checkpointing": False, "chunked_loss": False,
+            "speed": {"precision": "bf16", "gradient_checkpointing": False, "loss_kernel": "hf",
                       "activation_offload": False},
             "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
             "grpo": {"generation_batch_size": 8},  # resolved: no "auto" left (GRPO's only matters to GRPO)
@@ -45,7 +45,7 @@ def test_the_gpu_ladder_walks_every_rung_in_order_of_cost():
         pytest.skip("the offload rungs need DeepSpeed installed")
     steps = _walk(_resolved())
     assert steps == [
-        {"speed.chunked_loss": True},
+        {"speed.loss_kernel": "liger" if capabilities.installed("liger-kernel") else "chunked"},
         {"training.micro_batch_size": 4, "training.gradient_accumulation_steps": 2},
         {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4},
         {"training.micro_batch_size": 1, "training.gradient_accumulation_steps": 8},
@@ -63,28 +63,31 @@ def test_without_approximate_savings_the_8bit_rung_is_skipped_and_the_cpu_has_no
     assert ["training.optimizer"] not in strict and ["speed.activation_offload"] in strict
     cpu = _walk(_resolved(device="cpu", speed={"precision": "fp32"}, model={"dtype": "float32"}))
     assert {"speed.activation_offload": True} not in cpu and {"training.optimizer": "adamw_8bit"} not in cpu
-    assert cpu[0] == {"speed.chunked_loss": True}
+    assert cpu[0] == {"speed.loss_kernel": "chunked"}  # Liger's kernels need CUDA
 
 
-def test_no_chunked_rung_where_it_is_not_exact():
-    gemma = _walk(_resolved(model={"architecture": "gemma-2-2b", "attn_implementation": "eager"}))
-    assert {"speed.chunked_loss": True} not in gemma
+def test_no_loss_rung_where_no_kernel_is_exact():
+    gpt2 = _walk(_resolved(model={"architecture": "gpt2"}))
+    assert not [s for s in gpt2 if "speed.loss_kernel" in s]
     dpo = _walk(_resolved(training={"objective": "dpo"}))
-    assert {"speed.chunked_loss": True} not in dpo
+    assert not [s for s in dpo if "speed.loss_kernel" in s]
+    gemma = _walk(_resolved(model={"architecture": "gemma-2-2b", "dtype": "float32", "attn_implementation": "eager"},
+                            device="cpu", speed={"precision": "fp32"}))
+    assert gemma[0] == {"speed.loss_kernel": "chunked"}  # soft-capped logits: exact since the chunked loss soft-caps
 
 
 @pytest.mark.slow
 def test_injected_oom_climbs_chunked_loss_first_then_micro_batch(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tiny_config(
         training={"max_steps": 4, "micro_batch_size": 8, "gradient_accumulation_steps": 1, "effective_batch_size": 8},
-        data={"packing": False, "seq_len": 64}, speed={"chunked_loss": False},
+        data={"packing": False, "seq_len": 64}, speed={"loss_kernel": "hf"},
         recovery={"ladder_keeps": []}))  # the user lets the ladder change what the config sets
     run = tmp_path / "ladder"
     # OOM from step 2 while HF's full-logits loss runs or the micro-batch is above 2
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "2:2:chunked"})
     assert proc.returncode == 0, proc.stderr
     changes = [r["changes"] for r in events(run, "retry")]
-    assert changes == [{"speed.chunked_loss": True},
+    assert changes == [{"speed.loss_kernel": "chunked"},
                        {"training.micro_batch_size": 4, "training.gradient_accumulation_steps": 2},
                        {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4}]
     assert [e["loss_kernel"] for e in events(run, "run_started")] == ["hf", "chunked", "chunked", "chunked"]
@@ -112,7 +115,7 @@ def test_every_rung_changes_only_the_ladders_settings():
     assert "grpo.generation_batch_size" in changed and "deepspeed.offload_params" in changed
 
 
-@pytest.mark.parametrize("kept", [["speed.chunked_loss", "deepspeed.enabled"], ["training.micro_batch_size"],
+@pytest.mark.parametrize("kept", [["speed.loss_kernel", "deepspeed.enabled"], ["training.micro_batch_size"],
                                   ["speed.gradient_checkpointing", "speed.activation_offload"],
                                   ["deepspeed.zero_stage"], ["training.optimizer"]])
 def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
@@ -140,9 +143,9 @@ def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
 
 def test_auto_keeps_the_settings_your_config_gives_a_value():
     mine = C.validate({"training": {"micro_batch_size": 4, "gradient_accumulation_steps": "auto"},
-                       "speed": {"chunked_loss": False, "gradient_checkpointing": "auto"},
+                       "speed": {"loss_kernel": "hf", "gradient_checkpointing": "auto"},
                        "deepspeed": {"enabled": False}, "model": {"source": "demo-tiny-llama"}})
-    assert ladder.kept_settings(mine) == {"training.micro_batch_size", "speed.chunked_loss", "deepspeed.enabled"}
+    assert ladder.kept_settings(mine) == {"training.micro_batch_size", "speed.loss_kernel", "deepspeed.enabled"}
     from trainer.hardware.source import open_probe
     from trainer.planning.plan import plan_run
 
@@ -151,10 +154,17 @@ def test_auto_keeps_the_settings_your_config_gives_a_value():
         plan = plan_run(mine, probe.snapshot())
     finally:
         probe.close()
-    assert plan.resolved.recovery.ladder_keeps == ["deepspeed.enabled", "speed.chunked_loss",
+    assert plan.resolved.recovery.ladder_keeps == ["deepspeed.enabled", "speed.loss_kernel",
                                                    "training.micro_batch_size"]
-    assert plan.resolved.deepspeed.enabled is False and plan.resolved.speed.chunked_loss is False
+    assert plan.resolved.deepspeed.enabled is False and plan.resolved.speed.loss_kernel == "hf"
     assert ladder.kept_settings(C.validate({})) == frozenset()  # defaults are no one's choice
+
+
+def test_a_kept_speed_chunked_loss_reads_as_its_new_spelling():
+    """Run folders and GUI files written before speed.loss_kernel list speed.chunked_loss in ladder_keeps."""
+    old = C.validate({"speed": {"chunked_loss": False}, "recovery": {"ladder_keeps": ["speed.chunked_loss"]}})
+    assert old.speed.loss_kernel == "hf" and old.recovery.ladder_keeps == ["speed.loss_kernel"]
+    assert ladder.kept_settings(old) == {"speed.loss_kernel"}
 
 
 def test_a_misspelt_kept_setting_is_refused_naming_the_field():
@@ -171,21 +181,21 @@ def test_a_run_folder_older_than_ladder_keeps_keeps_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_explicit_chunked_loss_false_and_no_deepspeed_are_never_turned_on(tmp_path):
+def test_explicit_hf_loss_and_no_deepspeed_are_never_turned_on(tmp_path):
     """Issue 29: an injected OOM turned both on. Every rung left would change a setting of the config's, so the run
     ends with exit 3, no traceback, nothing changed, and the message names them as what the user could change."""
-    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 3}, speed={"chunked_loss": False,
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(training={"max_steps": 3}, speed={"loss_kernel": "hf",
                                                                                         "gradient_checkpointing": False}))
     run = tmp_path / "run"
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "1:0:chunked"})
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and not events(run, "retry")
-    for key in ("speed.chunked_loss", "deepspeed.enabled", "training.micro_batch_size"):
+    for key in ("speed.loss_kernel", "deepspeed.enabled", "training.micro_batch_size"):
         assert key in proc.stderr, key
     resolved = C.load(run / "config.yaml")
-    assert resolved.speed.chunked_loss is False and resolved.deepspeed.enabled is False
+    assert resolved.speed.loss_kernel == "hf" and resolved.deepspeed.enabled is False
     failed = events(run, "failed")[-1]
-    assert failed["exit_code"] == 3 and failed["report"]["held_back"][0]["changes"] == {"speed.chunked_loss": True}
+    assert failed["exit_code"] == 3 and failed["report"]["held_back"][0]["changes"] == {"speed.loss_kernel": "chunked"}
 
 
 def test_what_a_resume_on_another_engine_carries_is_said_in_words():

@@ -70,7 +70,7 @@ def test_cuda_only_requests_without_gpu_do_not_fit():
 
 
 def test_browser_is_listed_to_close_with_its_memory():
-    plan = plan_run(cfg("llama-3.2-1b", speed={"chunked_loss": False}), hw("rtx4090_laptop_16gb"))  # does not fit
+    plan = plan_run(cfg("llama-3.2-1b", speed={"loss_kernel": "hf"}), hw("rtx4090_laptop_16gb"))  # does not fit
     fox = [a for a in plan.close_apps if a["name"] == "firefox"]
     assert fox and fox[0]["used_memory_bytes"] > 1.5 * 2**30 and fox[0]["pid"] == 4411
     assert all(a["name"] != "Xorg" for a in plan.close_apps)  # the desktop itself is not "an app to close"

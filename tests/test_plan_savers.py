@@ -1,6 +1,7 @@
-"""The planner knows the memory savers of issue 21: the chunked loss (free, exact: on wherever it applies),
-activation offload (CUDA, with its host RAM and PCIe cost), 8-bit AdamW (only when approximate savings are
-allowed), each a component of the plan with "without it it would need Y"."""
+"""The planner knows the memory savers of issue 21: the chunked loss (exact; chosen where it lets the run fit or
+run faster: planning/loss_kernel.py, tests/test_loss_kernel.py), activation offload (CUDA, with its host RAM and
+PCIe cost), 8-bit AdamW (only when approximate savings are allowed), each a component of the plan with "without
+it it would need Y"."""
 from __future__ import annotations
 
 import json
@@ -30,11 +31,12 @@ def cfg(arch, approximate=False, **sections):
 
 
 def test_qwen_half_b_full_finetune_on_the_laptop_gets_a_bigger_micro_batch():
-    before = plan_run(cfg("qwen2.5-0.5b", speed={"chunked_loss": False}), hw("rtx4090_laptop_16gb"))
+    before = plan_run(cfg("qwen2.5-0.5b", speed={"loss_kernel": "hf"}), hw("rtx4090_laptop_16gb"))
     after = plan_run(cfg("qwen2.5-0.5b"), hw("rtx4090_laptop_16gb"))
     assert before.breakdown["logits_loss"] > 2 * GIB  # HF's loss: 8 bytes per logit beside the log-softmax
-    assert after.breakdown["logits_loss"] <= 0.3 * GIB
-    assert after.resolved.speed.chunked_loss is True and before.resolved.speed.chunked_loss is False
+    # one chunk of 440 tokens × 151,936 logits (8 bytes each) and the head's 16-bit weight gradient
+    assert after.breakdown["logits_loss"] == 8 * 440 * 151_936 + 2 * 151_936 * 896
+    assert after.resolved.speed.loss_kernel == "chunked" and before.resolved.speed.loss_kernel == "hf"
     b, a = before.resolved.training, after.resolved.training
     assert a.micro_batch_size > b.micro_batch_size
     assert a.micro_batch_size * a.gradient_accumulation_steps == b.micro_batch_size * b.gradient_accumulation_steps == 16
@@ -45,20 +47,20 @@ def test_qwen_half_b_full_finetune_on_the_laptop_gets_a_bigger_micro_batch():
 
 
 def test_chunked_loss_is_one_chunk_of_logits():
-    assert loss_chunk_tokens(151_936) == 104 and loss_chunk_tokens(128_256) == 128
-    assert loss_chunk_tokens(1024) == 16384  # the demo: one chunk holds any micro-batch
+    assert loss_chunk_tokens(151_936) == 440 and loss_chunk_tokens(128_256) == 520
+    assert loss_chunk_tokens(1024) == 65536  # the demo: one chunk holds any micro-batch
 
 
-def test_auto_is_off_where_chunking_is_not_exact():
-    gemma = plan_run(cfg("gemma-2-2b", model={"attn_implementation": "eager"}), hw("desktop_24gb"))
-    assert gemma.resolved.speed.chunked_loss is False  # soft-capped logits
+def test_auto_keeps_hf_loss_where_chunking_is_not_exact():
+    gpt2 = plan_run(cfg("gpt2", data={"seq_len": 1024}), hw("rtx4090_laptop_16gb"))
+    assert gpt2.resolved.speed.loss_kernel == "hf"  # its decoder is not model.model: the chunked loss cannot replace it
     dpo = plan_run(cfg("qwen2.5-0.5b", training={"objective": "dpo", "effective_batch_size": 16}), hw("desktop_24gb"))
-    assert dpo.resolved.speed.chunked_loss is False  # TRL scores its own log-probs in tiles
+    assert dpo.resolved.speed.loss_kernel == "hf"  # TRL scores its own log-probs in tiles
 
 
 def test_cpu_plans_resolve_every_new_auto():
     plan = plan_run(cfg("demo-tiny-llama"), hw("no_gpu"))
-    assert plan.resolved.speed.chunked_loss is True and plan.resolved.speed.activation_offload is False
+    assert plan.resolved.speed.loss_kernel == "hf" and plan.resolved.speed.activation_offload is False
     assert plan.resolved.training.optimizer == "adamw"
 
 

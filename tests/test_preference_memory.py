@@ -183,4 +183,8 @@ def test_plan_reasons_say_what_the_objective_costs(tmp_path):
     raw = {"model": {"source": "google/flan-t5-xl"}, "method": {"type": "full"},
            "data": {"seq_len": 512, "prompt_template": "{q}", "response_template": "{a}"}}
     plan = plan_run(config_mod.validate(raw), hw)
-    assert any("cross-attention" in r for r in plan.reasons) and plan.verdict in ("fits", "tight", "does_not_fit")
+    assert any("cross-attention" in r for r in plan.reasons)
+    # 2.78 B parameters fully fine-tuned keep 20.7 GiB of states on a 22.2 GiB budget: no micro-batch fits, the
+    # host has too little RAM for DeepSpeed's offload, and LoRA is offered instead
+    assert plan.verdict == "does_not_fit" and any(a["fits"] and "LoRA" in a["description"]
+                                                  for a in plan.to_dict()["alternatives"])

@@ -60,7 +60,7 @@ def test_a_bigger_model_keeps_the_presets_small_micro_batch_and_checkpointing():
     # HF's loss (with the chunked loss a 1B fits a larger micro-batch at 1024 on 16 GB); activation offload off: on
     # this card the planner estimates it faster than checkpointing (issue 31; tests/test_saver_memory.py)
     rep = _report(_plan(arch="llama-3.2-1b", data={"seq_len": 1024},
-                        speed={"chunked_loss": False, "activation_offload": False}))
+                        speed={"loss_kernel": "hf", "activation_offload": False}))
     assert rep["training.micro_batch_size"]["status"] == "kept"
     assert rep["speed.gradient_checkpointing"]["status"] == "kept"
 

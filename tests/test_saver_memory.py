@@ -120,7 +120,7 @@ def test_offload_with_checkpointing_keeps_nothing_twice():
     est = estimate(spec, replace(s, checkpointing=False))
     assert est.breakdown["offload_kept"] > 2**30 and est.breakdown["offload_margin"] > 0
     # Liger's RMSNorm saves its input once: only the projections' shared inputs and SDPA's output stay
-    liger = estimate(spec, replace(s, checkpointing=False, liger=True, triton_kernels=True))
+    liger = estimate(spec, replace(s, checkpointing=False, loss_kernel="liger", triton_kernels=True))
     assert liger.breakdown["offload_kept"] == 4 * 2048 * 16 * (4 * spec.hidden + 2 * spec.heads * spec.head_dim)
     assert liger.breakdown["cuda_kernels"] == saver_memory.TRITON_KERNELS_BYTES
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install TrainPilot for this user: its own virtual environment in PREFIX, the PyTorch build that
 # fits the NVIDIA GPU and driver (installers/torch_build.py decides and says why), TrainPilot itself,
-# DeepSpeed when it works, llama.cpp's GGUF converter (PREFIX/llama.cpp), a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
+# DeepSpeed when it works, the GPU extras beside a CUDA PyTorch (bitsandbytes for QLoRA and 8-bit AdamW, liger-kernel
+# for Liger's fused loss: installers/gpu_extras.py decides and says why), llama.cpp's GGUF converter
+# (PREFIX/llama.cpp), a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
 # Running it again repairs or updates the same PREFIX. Every step is logged to PREFIX/install.log.
 set -Eeuo pipefail
 
@@ -14,6 +16,7 @@ Usage: installers/linux/install.sh [options]
   --torch-build TAG         auto (default), cpu, cu118, cu126, cu128, cu130
   --upgrade                 also upgrade PyTorch and the other packages to their newest releases
   --no-deepspeed            do not try DeepSpeed
+  --no-gpu-extras           do not try bitsandbytes and liger-kernel (installed only beside a CUDA PyTorch)
   --no-llama-cpp            do not build llama-cpp-python (exports are then written but not verified in llama.cpp)
   --no-desktop              no menu entry, icons or ~/.local/bin commands
   --editable                run from this source tree instead of a copy in PREFIX/src (developers)
@@ -31,8 +34,8 @@ EOF
 
 REPO="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
 PREFIX="${XDG_DATA_HOME:-$HOME/.local/share}/trainpilot"
-SYSTEM_LIBS="ask"; PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; DESKTOP=1; EDITABLE=0; OFFLINE=0; SYSTEM_SITE=0
-LLAMA_CPP=1
+SYSTEM_LIBS="ask"; PYTHON=""; TORCH_BUILD="auto"; UPGRADE=0; DEEPSPEED=1; GPU_EXTRAS=1; DESKTOP=1; EDITABLE=0; OFFLINE=0
+SYSTEM_SITE=0; LLAMA_CPP=1
 WHEELHOUSES=(); REUSE=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --torch-build) TORCH_BUILD="$2"; shift 2 ;;
     --upgrade) UPGRADE=1; shift ;;
     --no-deepspeed) DEEPSPEED=0; shift ;;
+    --no-gpu-extras) GPU_EXTRAS=0; shift ;;
     --no-llama-cpp) LLAMA_CPP=0; shift ;;
     --no-desktop) DESKTOP=0; shift ;;
     --editable) EDITABLE=1; shift ;;
@@ -187,6 +191,37 @@ install_deepspeed() {
   return 0
 }
 
+installed_build() {  # the build tag of the environment's torch (cpu, cu126...), as install_state.py reads it
+  "$VPY" - <<'EOF' 2>/dev/null || echo none
+import torch
+v = torch.__version__
+print(v.split("+", 1)[1] if "+" in v else ("cu" + torch.version.cuda.replace(".", "")[:3] if torch.version.cuda else "cpu"))
+EOF
+}
+
+install_gpu_extras() {  # bitsandbytes and liger-kernel beside a CUDA PyTorch (installers/gpu_extras.py says why)
+  EXTRA_ERRORS=()
+  rm -f "$PREFIX/gpu-extras.json"
+  (( GPU_EXTRAS )) || { echo "Skipped (--no-gpu-extras)."; return 0; }
+  local build triton=no key install extra reason up=()
+  build="$(installed_build)"
+  if "$VPY" -c 'import triton' >/dev/null 2>&1; then triton=yes; fi
+  "$VPY" "$REPO/installers/gpu_extras.py" --torch-build "$build" --triton "$triton" --json > "$PREFIX/gpu-extras.json"
+  eval "$("$VPY" "$REPO/installers/gpu_extras.py" --torch-build "$build" --triton "$triton" --env)"
+  (( UPGRADE )) && up=(--upgrade)
+  for key in BNB LIGER; do
+    install="TP_${key}_INSTALL"; extra="TP_${key}_EXTRA"; reason="TP_${key}_REASON"
+    echo "${!reason}"
+    [[ ${!install} == 1 ]] || continue
+    # The extra pins the version (pyproject.toml); torch is already satisfied, so pip keeps the CUDA build.
+    if ! pip_install "${NOBI[@]}" "${up[@]}" -e "${SRC}[${!extra}]"; then
+      EXTRA_ERRORS+=(--extra-error "${!extra}=pip could not install it (see install.log); TrainPilot works without it")
+      echo "It did not install; TrainPilot works without it (see install.log)."
+    fi
+  done
+  return 0
+}
+
 # llama-cpp-python runs llama.cpp itself: export-model verifies every GGUF export in it (and quantizes to Q4_K_M).
 # PyPI has only its source, so it is built here (a C++ compiler; ~10-15 minutes on 2 cores) or taken as a wheel
 # from --wheelhouse offline. Its failure never fails the install: exports are then written and say "not verified".
@@ -291,6 +326,9 @@ pip_install "${NOBI[@]}" -e "${SRC}[gui,train]"
 step "trying DeepSpeed" ""
 install_deepspeed
 
+step "trying the GPU extras" ""
+install_gpu_extras
+
 # export-model --gguf runs llama.cpp's own converter from the pinned llama-cpp-python sources;
 # without them everything else works and GGUF export says how to add them.
 step "fetching llama.cpp's GGUF converter" ""
@@ -313,6 +351,8 @@ STATE_ARGS=(--prefix "$PREFIX" --venv-python "$VPY" --source "$SRC" --decision "
 (( OFFLINE )) && STATE_ARGS+=(--offline)
 (( DEEPSPEED )) || STATE_ARGS+=(--skip-deepspeed)
 [[ -n "$DS_ERROR" ]] && STATE_ARGS+=(--deepspeed-install-error "$DS_ERROR")
+[[ -f "$PREFIX/gpu-extras.json" ]] && STATE_ARGS+=(--gpu-extras "$PREFIX/gpu-extras.json")
+(( ${#EXTRA_ERRORS[@]} )) && STATE_ARGS+=("${EXTRA_ERRORS[@]}")
 "$VPY" "$REPO/installers/install_state.py" "${STATE_ARGS[@]}"
 "$VENV/bin/trainpilot-cli" doctor || echo "(trainpilot-cli doctor reported problems: see above)"
 

@@ -2,8 +2,9 @@
 #   powershell -ExecutionPolicy Bypass -File install.ps1 [-Prefix DIR] [-TorchBuild auto|cpu|cu126|cu128|cu130]
 # Steps: find or install Python 3.10+, create PREFIX\venv, choose the PyTorch build for the NVIDIA GPU
 # and driver (installers\torch_build.py decides and says why), install it and TrainPilot, try
-# DeepSpeed and record whether it works (PREFIX\install-state.json), fetch llama.cpp's GGUF
-# converter (PREFIX\llama.cpp), add Desktop and Start-menu
+# DeepSpeed and record whether it works (PREFIX\install-state.json), add the GPU extras beside a CUDA
+# PyTorch (bitsandbytes; liger-kernel only where Triton works: installers\gpu_extras.py decides and
+# says why), fetch llama.cpp's GGUF converter (PREFIX\llama.cpp), add Desktop and Start-menu
 # shortcuts that open the GUI without a console window. Running it again repairs or updates.
 # Everything is logged to PREFIX\install.log. Windows PowerShell 5.1 and PowerShell 7 both run it.
 [CmdletBinding()]
@@ -13,6 +14,7 @@ param(
     [string]$Python = '',
     [switch]$Upgrade,
     [switch]$NoDeepSpeed,
+    [switch]$NoGpuExtras,
     [switch]$NoShortcuts,
     [switch]$NoLlamaCpp,
     [int]$DeepSpeedTimeoutMinutes = 20
@@ -206,13 +208,39 @@ function Install-DeepSpeed {
     return ''
 }
 
+# bitsandbytes (QLoRA, 8-bit AdamW) and liger-kernel (Liger's fused loss) beside a CUDA PyTorch. Which ones,
+# and why not the others, is installers\gpu_extras.py's answer (shared with the Linux installer); each is
+# pinned by its pyproject extra. A failure never fails the install. Returns the arguments for install_state.py.
+function Install-GpuExtras([string]$Src, [string]$Build) {
+    if ($NoGpuExtras) { return @() }
+    $ErrorActionPreference = 'Continue'
+    & $VenvPy -c 'import triton' 2>$null | Out-Null
+    $triton = 'no'
+    if ($LASTEXITCODE -eq 0) { $triton = 'yes' }
+    $planFile = Join-Path $Prefix 'gpu-extras.json'
+    $json = & $VenvPy (Join-Path $RepoRoot 'installers\gpu_extras.py') '--torch-build' $Build '--platform' 'windows' '--triton' $triton '--json'
+    $text = ($json -join "`n")
+    Set-Content -Path $planFile -Value $text -Encoding UTF8
+    $stateArgs = @('--gpu-extras', $planFile)
+    foreach ($extra in ($text | ConvertFrom-Json)) {
+        Write-Log $extra.reason
+        if (-not $extra.install) { continue }
+        $rc = Invoke-Logged $VenvPy @('-m', 'pip', 'install', '-e', "$Src[$($extra.extra)]")
+        if ($rc -ne 0) {
+            Write-Log "It did not install; TrainPilot works without it (see install.log)."
+            $stateArgs += @('--extra-error', "$($extra.extra)=pip could not install it (see install.log); TrainPilot works without it")
+        }
+    }
+    return $stateArgs
+}
+
 # llama-cpp-python runs llama.cpp itself: export-model verifies every GGUF export in it (and quantizes to Q4_K_M).
 # PyPI has only its source; building it on Windows needs the Visual Studio C++ Build Tools (cl.exe). Without them,
 # or when the build fails, the install goes on and says so: exports are then written and say "not verified".
 function Install-LlamaCppPython {
     if ($NoLlamaCpp) { return 'skipped (-NoLlamaCpp)' }
     if ((Invoke-Logged $VenvPy @('-c', 'import llama_cpp')) -eq 0 -and -not $Upgrade) { return '' }
-    $vswhere = Join-Path ${env:ProgramFiles(x86)} 'Microsoft Visual Studio\Installerswhere.exe'
+    $vswhere = Join-Path ${env:ProgramFiles(x86)} 'Microsoft Visual Studio\Installer\vswhere.exe'
     $hasCl = (Get-Command cl.exe -ErrorAction SilentlyContinue) -or ((Test-Path $vswhere) -and
         (& $vswhere -latest -products * -requires Microsoft.VisualStudio.Component.VC.Tools.x86.x64 -property installationPath))
     if (-not $hasCl) {
@@ -292,6 +320,9 @@ function Invoke-Main {
     $dsError = Install-DeepSpeed
     if ($dsError) { Write-Log "DeepSpeed: $dsError. TrainPilot works without it (non-DeepSpeed presets)." }
 
+    Start-Step 'trying the GPU extras' ''
+    $extraArgs = @(Install-GpuExtras $src $build)
+
     # export-model --gguf runs llama.cpp's own converter from the pinned llama-cpp-python sources.
     Start-Step "fetching llama.cpp's GGUF converter" ''
     $fetch = @((Join-Path $RepoRoot 'installers\fetch_llama_cpp.py'), '--dest', (Join-Path $Prefix 'llama.cpp'))
@@ -309,6 +340,7 @@ function Invoke-Main {
                    '--source', $src, '--decision', (Join-Path $Prefix 'torch-decision.json'))
     if ($NoDeepSpeed) { $stateArgs += '--skip-deepspeed' }
     if ($dsError) { $stateArgs += @('--deepspeed-install-error', $dsError) }
+    $stateArgs += $extraArgs
     if ((Invoke-Logged $VenvPy $stateArgs) -ne 0) { Stop-Install 'PyTorch does not import in the new environment.' }
     $cli = Join-Path $Venv 'Scripts\trainpilot-cli.exe'
     if (Test-Path $cli) { Invoke-Logged $cli @('doctor') | Out-Null }

@@ -58,7 +58,7 @@ def test_the_model_page_rejudges_after_a_change_on_a_later_page(qtbot):
     wiz.next(), wiz.next()
     # Advanced settings on the Method page that the full fine-tune's verdict depends on
     wiz.state.update({"speed.gradient_checkpointing": False, "speed.activation_offload": False,
-                      "speed.chunked_loss": False, "deepspeed.enabled": False})
+                      "speed.loss_kernel": "hf", "deepspeed.enabled": False})
     wiz.back(), wiz.back()
     assert wiz.currentPage() is wiz.model
     qtbot.waitUntil(lambda: "full: does not fit" in wiz.model.facts.text(), timeout=20000)

@@ -48,6 +48,9 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
 
 
 LEGACY_KEYS = (("distributed", "backend"),)  # read by no code; accepted (and dropped) so old run folders resume
+# Renamed keys, read as their new spelling so old configs and run folders keep their meaning:
+# (section, old key, new key, {old value: new value}). A config that sets both keeps the new one unless it is "auto".
+RENAMED_KEYS = (("speed", "chunked_loss", "loss_kernel", {True: "chunked", False: "hf", "auto": "auto"}),)
 
 
 def _drop_legacy_keys(data: dict) -> dict:
@@ -55,7 +58,27 @@ def _drop_legacy_keys(data: dict) -> dict:
     for section, key in LEGACY_KEYS:
         if isinstance(out.get(section), dict) and key in out[section]:
             out[section] = {k: v for k, v in out[section].items() if k != key}
+    for section, old, new, values in RENAMED_KEYS:
+        part = out.get(section)
+        if isinstance(part, dict) and old in part:
+            part = {k: v for k, v in part.items() if k != old}
+            value = data[section][old]
+            # a value the old key never took is left for validation to name (under the new key)
+            if part.get(new, "auto") == "auto":
+                part[new] = values.get(value, value) if isinstance(value, (bool, str)) else value
+            out[section] = part
+        out = _rename_kept(out, f"{section}.{old}", f"{section}.{new}")
     return out
+
+
+def _rename_kept(data: dict, old: str, new: str) -> dict:
+    """``recovery.ladder_keeps`` written before a rename names the old key: read as the new one."""
+    recovery = data.get("recovery")
+    keep = recovery.get("ladder_keeps") if isinstance(recovery, dict) else None
+    if not isinstance(keep, list) or old not in keep:
+        return data
+    kept = list(dict.fromkeys(new if k == old else k for k in keep))
+    return dict(data, recovery=dict(recovery, ladder_keeps=kept))
 
 
 def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:

@@ -323,10 +323,13 @@ class SpeedConfig(_Section):
     gradient_checkpointing: Union[bool, Auto] = Field(
         "auto", description="Recompute activations in backward to save memory; 'auto' lets the planner decide."
     )
-    chunked_loss: Union[bool, Auto] = Field(
-        "auto", description="Supervised loss over chunks of tokens, never the full tokens × vocabulary logits (same "
-        "loss and gradients; Liger's fused kernel on CUDA when liger-kernel is installed). 'auto': on where exact "
-        "(Llama, Mistral, Qwen, Phi, StableLM, T5 families); false: HF's loss."
+    loss_kernel: Literal["auto", "liger", "chunked", "hf"] = Field(
+        "auto", description="The supervised loss. 'liger': Liger's fused linear cross-entropy with its RMSNorm, RoPE "
+        "and SwiGLU kernels (NVIDIA GPU, liger-kernel installed, a family Liger supports); 'chunked': TrainPilot's "
+        "chunked loss, never the full tokens × vocabulary logits (any device, same loss and gradients); 'hf': "
+        "transformers' own loss. 'auto': Liger where it runs and is exact (not with torch_compile or ZeRO-3), else "
+        "HF's loss wherever it fits, the chunked loss where it lets the run fit or run faster (the plan says why). "
+        "Replaces speed.chunked_loss (true reads as 'chunked', false as 'hf')."
     )
     activation_offload: Union[bool, Auto] = Field(
         "auto", description="Move saved activations to pinned host RAM in forward and back in backward (TRL's "

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ class OptionalPackage:
     needed_for: str
     install: str
     also: tuple[str, ...] = ()  # other distributions that provide the module (their version counts too)
+    requires: tuple[str, ...] = ()  # other modules that must import for it to work (Liger: Triton)
 
 
 OPTIONAL: dict[str, OptionalPackage] = {
@@ -40,8 +43,9 @@ OPTIONAL: dict[str, OptionalPackage] = {
                               "pip install bitsandbytes"),
     "flash-attn": OptionalPackage("flash_attn", "flash-attn", "model.attn_implementation: flash_attention_2",
                             "pip install flash-attn --no-build-isolation (Linux, CUDA)"),
-    "liger-kernel": OptionalPackage("liger_kernel", "liger-kernel", "fused Triton kernels (NVIDIA GPUs)",
-                              "pip install liger-kernel"),
+    "liger-kernel": OptionalPackage("liger_kernel", "liger-kernel", "Liger's fused loss kernel (speed.loss_kernel: "
+                                    "liger; NVIDIA GPUs, Triton)", "pip install liger-kernel==0.8.5",
+                                    requires=("triton",)),
     "llama-cpp-python": OptionalPackage("llama_cpp", "llama-cpp-python", "running exported GGUF files in Python",
                                   "pip install llama-cpp-python"),
     "gguf": OptionalPackage("gguf", "gguf", "export-model --gguf", "pip install gguf"),
@@ -70,8 +74,13 @@ class Package:
 
 
 def installed(name: str) -> bool:
-    """True when the optional package ``name`` (a key of OPTIONAL) can be imported here."""
-    module = OPTIONAL[name].module
+    """True when the optional package ``name`` (a key of OPTIONAL) can be imported here (with the modules it
+    requires: liger-kernel without Triton cannot run)."""
+    opt = OPTIONAL[name]
+    return all(_found(m) for m in (opt.module, *opt.requires))
+
+
+def _found(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a broken parent package, or a module without a spec
@@ -171,3 +180,24 @@ class Capabilities:
 def probe(hardware=None) -> Capabilities:
     """The capabilities of this environment and of ``hardware`` (a MachineSnapshot, or None)."""
     return Capabilities({name: package(name) for name in OPTIONAL}, cuda_gpu(hardware), torch_build())
+
+
+def install_state_path() -> Path:
+    """Where the installers' record of what they installed is (docs/install.md): ``$TRAINPILOT_INSTALL_STATE``,
+    else next to the environment (``<prefix>/venv`` → ``<prefix>/install-state.json``)."""
+    return Path(os.environ.get("TRAINPILOT_INSTALL_STATE") or Path(sys.prefix).parent / "install-state.json")
+
+
+def install_note(name: str) -> str | None:
+    """Why the installer did not install the GPU extra ``name`` (``bitsandbytes``, ``liger-kernel``), in its own
+    words from install-state.json, or None (no record, or it was installed)."""
+    try:
+        extras = json.loads(install_state_path().read_text(encoding="utf-8")).get("gpu_extras") or {}
+    except (OSError, ValueError):
+        return None
+    info = extras.get(name) or {}
+    if info.get("install_error"):
+        return f"the installer tried: {info['install_error']}"
+    if info.get("planned") is False:
+        return f"the installer skipped it: {info.get('reason', '')}"
+    return None

@@ -1,6 +1,7 @@
 """The out-of-memory recovery ladder (light): each rung keeps the effective batch exact.
 
-Rungs in order of cost: the chunked loss (free and exact); halve the micro-batch and double
+Rungs in order of cost: a loss without full logits (``loss_kernel.ladder_kernel``: Liger's or the chunked
+loss, exact, usually no slower); halve the micro-batch and double
 accumulation (down to 1); gradient checkpointing (recompute); activation offload to pinned host RAM
 (PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
 ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
@@ -28,12 +29,13 @@ from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
+from trainer.planning import loss_kernel
 from trainer.planning.context import Context, generation_candidates, make_setup
-from trainer.planning.memory import CHUNKED_LOSS_FAMILIES, SEQ2SEQ_CHUNKED_FAMILIES, estimate
+from trainer.planning.memory import estimate
 
 
 # Every setting a rung may change (tests check each rung against it): the settings recovery.ladder_keeps can hold.
-LADDER_KEYS = ("speed.chunked_loss", "training.micro_batch_size", "training.gradient_accumulation_steps",
+LADDER_KEYS = ("speed.loss_kernel", "training.micro_batch_size", "training.gradient_accumulation_steps",
                "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.activation_offload",
                "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage", "deepspeed.offload_optimizer",
                "deepspeed.offload_params")
@@ -68,15 +70,19 @@ class LadderStep:
     why: str
 
 
-def _chunked_loss_applies(cfg) -> bool:
-    """Supervised training of a family where the chunked loss is exact (an unknown one: try it; the worker
-    keeps HF's loss where it would not be exact)."""
-    if cfg.training.objective != "sft":
-        return False
+def _loss_rung(cfg) -> tuple[dict, str] | None:
+    """A run on HF's loss moves to a loss without the full tokens × vocabulary logits, where one is exact for
+    this model and runs here (``loss_kernel.ladder_kernel``; an unknown architecture keeps HF's loss)."""
     try:
-        return spec_for_run(cfg).family in CHUNKED_LOSS_FAMILIES | SEQ2SEQ_CHUNKED_FAMILIES
+        family = spec_for_run(cfg).family
     except UserError:
-        return True
+        return None
+    kernel = loss_kernel.ladder_kernel(cfg, family)
+    if kernel is None:
+        return None
+    return ({"speed.loss_kernel": kernel},
+            f"compute the loss with {loss_kernel.NAMES[kernel]} (no full tokens × vocabulary logits; same loss and "
+            "gradients)")
 
 
 def _micro_rung(cfg) -> tuple[dict, str] | None:
@@ -135,14 +141,6 @@ def grpo_phase_guess(cfg) -> str | None:
     return max(est.phases, key=est.phases.get) if est.phases else None
 
 
-def _chunked_loss_rung(cfg) -> tuple[dict, str] | None:
-    """The free and exact rung: the loss over chunks of tokens."""
-    if cfg.speed.chunked_loss is True or not _chunked_loss_applies(cfg):
-        return None
-    return {"speed.chunked_loss": True}, ("compute the loss in chunks of tokens (no full tokens × vocabulary "
-                                          "logits; same loss and gradients)")
-
-
 def _exact_rungs(cfg, phase: str | None) -> tuple:
     """The exact rungs after the loss: smaller micro-batch, checkpointing; for GRPO the generation batch too, first
     when sampling ran out of memory, else after checkpointing."""
@@ -187,7 +185,7 @@ def _param_offload_rung(cfg) -> tuple[dict, str] | None:
 
 def _rungs(cfg, phase: str | None) -> Iterator[tuple[dict, str]]:
     """Every rung that applies to ``cfg``, cheapest first, before asking which settings are the user's."""
-    order = (_chunked_loss_rung, *_exact_rungs(cfg, phase), _activation_offload_rung, _eight_bit_rung,
+    order = (_loss_rung, *_exact_rungs(cfg, phase), _activation_offload_rung, _eight_bit_rung,
              _optimizer_offload_rung, _param_offload_rung)
     return (r for r in (rung(cfg) for rung in order) if r)
 

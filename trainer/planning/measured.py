@@ -102,7 +102,7 @@ def head_bytes(spec: ModelSpec, s) -> float:
         return embed_norm
     if s.fused_head:
         return embed_norm + b * n * (head_input + FUSED_HEAD_PER_TOKEN)
-    if s.chunked_loss:
+    if not s.full_logits:  # the chunked or Liger loss: the head input's gradient, made in its forward, and targets
         return embed_norm + b * n * ((4 if s.precision == "fp32" else 2) * spec.hidden + CHUNK_TARGETS_PER_TOKEN)
     return embed_norm + evaluate(coeff["loss"], b, n)
 

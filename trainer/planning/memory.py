@@ -30,25 +30,30 @@ RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 G
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
-# Chunked loss (trainer/worker/loading/chunked_loss.py): the fp32 logits of one chunk of tokens are at most this
-# many bytes; the loss's working memory is then 12 bytes per logit of one chunk instead of the whole micro-batch.
-CHUNK_LOGIT_BYTES = 64 * 2**20
-LOSS_BYTES_PER_LOGIT = 12  # fp32 log-softmax kept + the NLL's gradient + log-softmax's gradient (see logits_bytes)
-# Families whose causal-LM head is a plain lm_head on model.model's last hidden state with HF's ForCausalLM
-# loss (no soft-capped or scaled logits): there the chunked loss is exact. Gemma 2 soft-caps its logits and
-# GPT-2 keeps its decoder elsewhere: they keep HF's loss.
+# The chunked loss (trainer/worker/loading/chunked_loss.py; which loss a run uses: planning/loss_kernel.py): the
+# fp32 logits of one chunk of tokens are at most this many bytes (520 tokens of Llama 3's 128,256-token vocabulary:
+# large enough that the LM head's gradient, accumulated once per chunk, costs little time on a GPU).
+CHUNK_LOGIT_BYTES = 256 * 2**20
+LOSS_BYTES_PER_LOGIT = 12  # HF's loss: fp32 log-softmax + the NLL's and log-softmax's gradients (see logits_bytes)
+# The chunked loss per logit of one chunk: the 16-bit logits, their fp32 copy (worked on in place) and the 16-bit
+# gradient (8), plus tanh's fp32 output kept for its derivative under Gemma's soft-capping (4)
+CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 8, 4
+SOFTCAPPED_FAMILIES = frozenset({"gemma2"})  # final_logit_softcapping set in their configs (Gemma 3's is None)
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
-CHUNKED_LOSS_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "stablelm"})
-# model_types liger-kernel 0.8.5 patches through HF's use_liger_kernel (its fused linear cross-entropy, RMSNorm, RoPE
-# and SwiGLU kernels), within the families TrainPilot ships architectures for (the worker's chunked_loss.loss_path)
-LIGER_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"})
-SEQ2SEQ_CHUNKED_FAMILIES = frozenset({"t5"})  # encoder-decoders whose chunked loss is exact (T5's mean CE)
 
 
 def loss_chunk_tokens(vocab: int) -> int:
     """Tokens per chunk of the chunked loss: fp32 logits of at most ``CHUNK_LOGIT_BYTES``, a multiple of 8
-    (tensor-core friendly), at least 8. 104 for Qwen's 151,936-token vocabulary, 128 for Llama 3's."""
+    (tensor-core friendly), at least 8. 440 for Qwen's 151,936-token vocabulary, 520 for Llama 3's."""
     return max(8, CHUNK_LOGIT_BYTES // (4 * vocab) // 8 * 8)
+
+
+def liger_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
+    """Rows per chunk of Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py):
+    the next power of two of tokens / ceil(vocab / hidden), so a chunk's logits are about as large as the
+    hidden states."""
+    rows = -(-tokens // -(-vocab // hidden))
+    return 1 << max(0, rows - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class TrainSetup:
     weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
     optimizer: str = "adamw"  # adamw | adamw_8bit | paged_adamw_8bit
     checkpointing: bool = False
-    chunked_loss: bool = False  # the loss over chunks of tokens (or Liger's fused kernel): no full logits
+    loss_kernel: str = "hf"  # hf | chunked | liger (planning/loss_kernel.py); the last two never hold full logits
     activation_offload: bool = False  # saved activations in pinned host RAM (TRL's activation offloading)
     attn: str = "sdpa"  # sdpa | eager | flash_attention_2
     deepspeed: bool = False
@@ -84,7 +89,6 @@ class TrainSetup:
     max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
     generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
-    liger: bool = False  # Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (CUDA, liger-kernel installed)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
     num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
 
@@ -96,6 +100,16 @@ class TrainSetup:
     def sequences_per_sample(self) -> int:
         """Sequences one sample puts through the model with gradients: a DPO/ORPO pair is chosen + rejected."""
         return 2 if self.objective in ("dpo", "orpo") else 1
+
+    @property
+    def liger(self) -> bool:
+        """Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (``loss_kernel`` liger: planning/loss_kernel.py)."""
+        return self.loss_kernel == "liger" and self.objective == "sft"
+
+    @property
+    def full_logits(self) -> bool:
+        """The loss holds the whole micro-batch's logits (HF's supervised loss)."""
+        return self.loss_kernel == "hf" or self.objective != "sft"
 
     @property
     def fused_head(self) -> bool:
@@ -280,8 +294,10 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         return norm + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     if s.fused_head:  # TRL's chunked log-probs keep the head's input, log Z, entropy (fp32) and the targets (int64)
         return norm + FUSED_HEAD_PER_TOKEN + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
-    if s.chunked_loss:  # each chunk's checkpoint keeps its rows of the head's input (16-bit, or fp32) and int64 targets
-        kept = 0 if s.method == "full" else (4 if s.precision == "fp32" else 2) * h  # full: the input is kept anyway
+    if not s.full_logits:  # the head's input gradient, computed in the loss's forward (16-bit, or fp32), and the
+        # int64 row index of each labelled token (Liger: an fp32 loss per token); for a full fine-tune the lm_head's
+        # input counted in ``norm`` is not kept (the gradient takes its place)
+        kept = 0 if s.method == "full" else (4 if s.precision == "fp32" else 2) * h
         return norm + kept + 8 + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
     family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
     return norm + 4 * spec.vocab + family
@@ -346,9 +362,21 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
         return grpo_memory.logprob_bytes(spec, s, lm_head_trains=s.method == "full")
     if s.fused_head and not spec.encoder_decoder:  # fp32 logits of one tile at a time, with their gradient
         return 8 * min(tokens, FUSED_TOKEN_TILE) * min(spec.vocab, FUSED_VOCAB_CHUNK)
-    if s.chunked_loss:  # one chunk's logits, its log-softmax and their gradients
-        return LOSS_BYTES_PER_LOGIT * min(tokens, loss_chunk_tokens(spec.vocab)) * spec.vocab
+    if not s.full_logits:
+        return _chunked_logits_bytes(spec, s, tokens)
     return 8 * tokens * spec.vocab
+
+
+def _chunked_logits_bytes(spec: ModelSpec, s: TrainSetup, tokens: int) -> int:
+    """The loss's working memory without full logits: one chunk's logits and the gradients computed from them
+    (bytes per logit above; Liger works on its 16-bit chunk in place), plus the LM head's weight gradient, which
+    both kernels compute in the loss's forward and hold (16-bit, or fp32) until backward hands it on."""
+    wb = 2 if s.weights_16bit and s.precision != "fp32" else 4
+    head_grad = wb * spec.vocab * spec.hidden if s.method == "full" else 0
+    if s.loss_kernel == "liger":
+        return 2 * liger_chunk_tokens(tokens, spec.vocab, spec.hidden) * spec.vocab + head_grad
+    per_logit = CHUNK_BYTES_PER_LOGIT + (SOFTCAP_BYTES_PER_LOGIT if spec.family in SOFTCAPPED_FAMILIES else 0)
+    return per_logit * min(tokens, loss_chunk_tokens(spec.vocab)) * spec.vocab + head_grad
 
 
 def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:

@@ -20,10 +20,10 @@ from trainer.core.dotted import get_in
 from trainer.core import capabilities
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
-from trainer.planning import ladder
+from trainer.planning import ladder, loss_kernel
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
-from trainer.planning.context import Context, attention
+from trainer.planning.context import Context, attention, family
 
 
 @dataclass
@@ -122,6 +122,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
     notes += model_notes(ctx.spec, cfg)
+    notes += _loss_notes(cfg, ctx, choice.loss_kernel)
     if attention(ctx) != cfg.model.attn_implementation:
         notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
                      "eager (the memory above is for eager attention)")
@@ -172,6 +173,13 @@ def model_notes(spec, cfg) -> list[str]:
             notes.append(f"{package} is installed: the run uses its fused kernels, which keep less for backward "
                          "than the reference implementation the activations were measured with (an upper bound)")
     return notes
+
+
+def _loss_notes(cfg, ctx, kernel: str) -> list[str]:
+    """What is wrong with an explicit loss kernel here (Start refuses it: ``requirements``) or known to crash."""
+    out = [loss_kernel.problem(kernel, cfg, family(ctx), ctx.device, ctx.liger or None),
+           loss_kernel.compile_note(cfg, kernel)]
+    return [str(n) for n in out if n]
 
 
 def _shown_breakdown(est, device: str) -> dict:

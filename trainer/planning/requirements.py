@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.core import capabilities
+from trainer.core.errors import UserError
+from trainer.models.spec import spec_for_run
+from trainer.planning import loss_kernel
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,26 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
                                "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
     elif cfg.device == "cuda" and caps.torch.can_use_gpu is False:
         out.append(Requirement("device", "a CUDA build of PyTorch", _torch_cannot_use_gpu(caps.torch, hardware), True))
+    kernel_problem = _loss_kernel_problem(cfg, caps)
+    if kernel_problem:
+        out.append(Requirement("speed.loss_kernel", kernel_problem.needs, kernel_problem.detail))
     if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
         out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
                                                                      "one 'host slots=N' line per machine"))
     return out
+
+
+def _loss_kernel_problem(cfg, caps: capabilities.Capabilities) -> loss_kernel.Problem | None:
+    """Why the set ``speed.loss_kernel`` cannot run here (``loss_kernel.problem``); ``auto`` always can."""
+    kernel = cfg.speed.loss_kernel
+    if kernel in ("auto", loss_kernel.HF):
+        return None
+    try:
+        family = spec_for_run(cfg).family
+    except UserError:
+        family = None
+    device = cfg.device if cfg.device != "auto" else ("cpu" if caps.cuda_gpu is False else "cuda")
+    return loss_kernel.problem(kernel, cfg, family, device)
 
 
 def _torch_cannot_use_gpu(torch, hardware) -> str:

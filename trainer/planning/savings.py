@@ -14,7 +14,8 @@ from trainer.core.units import gib
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
 from trainer.planning.memory import EIGHT_BIT_OPTIMIZERS, Estimate, TrainSetup, estimate
 
-WORDS = {"chunked_loss": "chunked loss (exact)", "gradient_checkpointing": "gradient checkpointing",
+WORDS = {"chunked_loss": "chunked loss (exact)", "liger_loss": "Liger's fused loss (exact)",
+         "gradient_checkpointing": "gradient checkpointing",
          "activation_offload": "activation offload", "optimizer_8bit": "8-bit AdamW (approximate)",
          "deepspeed_offload": "DeepSpeed offload"}
 
@@ -22,8 +23,8 @@ WORDS = {"chunked_loss": "chunked loss (exact)", "gradient_checkpointing": "grad
 def _without(s: TrainSetup) -> list[tuple[str, TrainSetup]]:
     """(saver, the same setup without it) for every saver ``s`` uses."""
     out = []
-    if s.chunked_loss and s.objective == "sft":
-        out.append(("chunked_loss", replace(s, chunked_loss=False)))
+    if not s.full_logits:  # against HF's loss at the same settings
+        out.append((f"{s.loss_kernel}_loss", replace(s, loss_kernel="hf")))
     if s.checkpointing:
         out.append(("gradient_checkpointing", replace(s, checkpointing=False)))
     if s.activation_offload and s.device == "cuda":

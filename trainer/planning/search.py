@@ -3,8 +3,9 @@ nothing does. Preference (goal "fastest"): no DeepSpeed, then activation offload
 AdamW (only with ``plan_allow_approximate``), then ZeRO sharding (several GPUs), then optimizer
 offload, then parameter offload; within each, checkpointing off before on; within that, the largest
 micro-batch that divides the per-GPU batch (so the effective batch is exact); for GRPO, at that
-micro-batch, the largest generation batch whose sampling phase fits too. The chunked loss is not
-searched: it is free and exact, so it is on wherever it applies (``context.chunked_loss``).
+micro-batch, the largest generation batch whose sampling phase fits too. The loss kernel is weighed around
+all of that: the search runs once per candidate kernel (``loss_kernel.candidates``: Liger alone where it runs, else
+HF's loss and the chunked loss) and ``loss_kernel.decide`` picks, with the throughput estimate, and says why.
 """
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ from trainer.planning.context import (
     SMALL_TOKENS,
     Context,
     DsOption,
-    chunked_loss,
+    family,
     fits,
     generation_options,
     make_setup,
     micro_options,
     need,
     per_rank_batch,
+    with_loss,
 )
-from trainer.planning import requirements
+from trainer.planning import loss_kernel, requirements, throughput
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
@@ -109,6 +111,7 @@ class Choice:
     optimizer: str = "adamw"
     savings: list = None  # what each memory saver in this choice saves (planning.savings)
     generation: int = 0  # GRPO: completions sampled at once per GPU (0: not GRPO)
+    loss_kernel: str = "hf"  # the loss the run computes (planning.loss_kernel)
 
 
 def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None, offload: Optional[bool] = None,
@@ -123,9 +126,41 @@ def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = N
     return None
 
 
+@dataclass
+class _Best:
+    """One kernel's search result before reasons: the level (its index in ``levels``), micro-batch, checkpointing,
+    estimate, what each checkpointing option found, GRPO's generation batch; ``fits`` False: the least memory."""
+    index: int
+    level: Level
+    micro: int
+    ckpt: bool
+    est: Estimate
+    found: dict
+    gen: int
+    fits: bool
+    why: Optional[list] = None  # checkpointing against activation offload in words (``_recompute_or_offload``)
+
+
 def search(ctx: Context) -> Choice:
-    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit."""
-    for ds, off, opt in levels(ctx):
+    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit; the loss kernel
+    decided among the candidates' results (``loss_kernel``)."""
+    kernels = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
+    best = {k: _best(with_loss(ctx, k)) for k in kernels}
+    outcomes = {k: _outcome(with_loss(ctx, k), b) for k, b in best.items()}
+    decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger)
+    b = best[decision.kernel]
+    choice = _choice(with_loss(ctx, decision.kernel), b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
+    if decision.why:
+        choice.reasons.insert(min(2, len(choice.reasons)), decision.why)
+    if ctx.cfg.speed.loss_kernel == "auto":
+        choice.settings["speed.loss_kernel"] = decision.kernel
+    choice.loss_kernel = decision.kernel
+    return choice
+
+
+def _best(ctx: Context) -> _Best:
+    """The first level (in ``levels`` order) where something fits, or the least memory we could try."""
+    for index, (ds, off, opt) in enumerate(levels(ctx)):
         found = {ck: best_micro(ctx, ck, ds, None, off, opt) for ck in ckpt_options(ctx)}
         found = {ck: v for ck, v in found.items() if v}
         if not found:
@@ -136,15 +171,39 @@ def search(ctx: Context) -> Choice:
         if ckpt and not off and True in offload_options(ctx) and False in ckpt_options(ctx):  # both are the planner's
             level, ckpt, found, why = _recompute_or_offload(ctx, level, found)
             mb, est, gen = found[ckpt]
-        return _choice(ctx, mb, ckpt, level, est, found, gen, why)
-    # nothing fits: report the least memory we could try, with the reasons
+        return _Best(index, level, mb, ckpt, est, found, gen, True, why)
+    # nothing fits: report the least memory we could try
     mb = min(micro_options(ctx.cfg))
     gen = min(generation_options(ctx.cfg, mb))
-    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, *lvl, gen or None)), lvl, ck)
-              for lvl in levels(ctx) for ck in ckpt_options(ctx)]
+    scored = [(estimate(ctx.spec, make_setup(ctx, mb, ck, *lvl, gen or None)), i, lvl, ck)
+              for i, lvl in enumerate(levels(ctx)) for ck in ckpt_options(ctx)]
     host_ok = [s for s in scored if s[0].host_ram_bytes <= ctx.host_budget] or scored
-    est, lvl, ck = min(host_ok, key=lambda s: need(ctx, s[0]))
-    return _choice(ctx, mb, ck, lvl, est, {}, gen)
+    est, index, lvl, ck = min(host_ok, key=lambda s: need(ctx, s[0]))
+    return _Best(index, lvl, mb, ck, est, {}, gen, False)
+
+
+def _outcome(ctx: Context, b: _Best) -> loss_kernel.Outcome:
+    setup = make_setup(ctx, b.micro, b.ckpt, *b.level, b.gen or None)
+    ds, off, opt = b.level
+    return loss_kernel.Outcome(kernel=setup.loss_kernel, fits=b.fits, level=b.index, savers=level_words(b.level),
+                               micro=b.micro, ckpt=b.ckpt, need=need(ctx, b.est),
+                               speed=throughput.relative_speed(ctx.spec, setup),
+                               tokens=b.micro * setup.sequences_per_sample * setup.seq_len,
+                               zero3=bool(ds[0] and ds[1] == 3))
+
+
+def level_words(level: Level) -> str:
+    """The memory savers of a level in words ("" for none)."""
+    (on, stage, opt_off, par_off), offload, optimizer = level
+    words = []
+    if offload:
+        words.append("activation offload")
+    if optimizer != "adamw" and not on:
+        words.append("8-bit AdamW")
+    if on:
+        extra = " + parameter offload" if par_off else (" + optimizer offload" if opt_off else "")
+        words.append(f"DeepSpeed ZeRO-{stage}{extra}")
+    return ", ".join(words)
 
 
 def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Level, bool, dict, list[str]]:
@@ -249,8 +308,6 @@ def device_settings(cfg, ctx: Context) -> dict:
     """The auto values that follow the machine rather than the memory search: device, precision and
     the weights' dtype."""
     out = {}
-    if cfg.speed.chunked_loss == "auto":
-        out["speed.chunked_loss"] = chunked_loss(cfg, ctx.spec)
     if cfg.device == "auto":
         out["device"] = ctx.device
     if cfg.speed.precision == "auto":
@@ -264,8 +321,11 @@ def fallback_settings(cfg, ctx: Context) -> dict:
     """Safe values when the memory cannot be predicted: the smallest micro-batch, checkpointing on a
     GPU, no DeepSpeed; for GRPO the smallest generation batch (whole groups, one micro-batch's multiple)."""
     mb = micro_options(cfg)[-1]
-    return _auto_settings(cfg, mb, ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False),
-                          generation=min(generation_options(cfg, mb)))
+    out = _auto_settings(cfg, mb, ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False),
+                         generation=min(generation_options(cfg, mb)))
+    if cfg.speed.loss_kernel == "auto":
+        out["speed.loss_kernel"] = loss_kernel.resolve_unplanned(cfg)
+    return out
 
 
 def model_summary(spec: ModelSpec) -> dict:
@@ -279,7 +339,7 @@ def _variant(ctx: Context, changes: dict) -> Optional[Context]:
         cfg = config_mod.replace(ctx.cfg, **changes)
     except config_mod.ConfigError:
         return None
-    return Context.build(cfg, ctx.hardware, ctx.gpu, ctx.device, ctx.goal)
+    return replace(Context.build(cfg, ctx.hardware, ctx.gpu, ctx.device, ctx.goal), liger=ctx.liger)
 
 
 def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:

@@ -38,8 +38,8 @@ def seq2seq_activation_bytes(spec, s) -> dict:
     dec = n * (_layer(DECODER[kind], h, ff, inner, a * seq) + DECODER[kind][3] * a * seq)  # + cross scores
     cross_kv = n * CROSS_KV_PER_ENCODER_TOKEN * inner
     stacks = 2 * n * STACK_PER_TOKEN[kind] * h + 2 * BUCKET_BYTES * seq * seq
-    # the chunked loss keeps no log-softmax: only its rows of the head's input and the int64 targets
-    head = n * ((2 if kind == "16bit" else 4) * h + 8) if s.chunked_loss else n * HEAD_PER_TOKEN[kind] * spec.vocab
+    # the chunked loss keeps no log-softmax: only the head's input gradient and the int64 row index
+    head = n * HEAD_PER_TOKEN[kind] * spec.vocab if s.full_logits else n * ((2 if kind == "16bit" else 4) * h + 8)
     if s.checkpointing:
         width = 2 if kind == "16bit" else 4
         kept = (spec.layers + spec.decoder_layers) * n * width * h + spec.decoder_layers * n * width * h

@@ -45,13 +45,17 @@ def light_checks(output_dir: str = "runs", hardware=None) -> list[dict]:
     return out + capability_checks(capabilities.probe(snap))
 
 
+TORCH_SIDE = ("bitsandbytes", "liger-kernel")  # answered by the torch-side child: "loss kernel", "4-bit", "8-bit"
+
+
 def capability_checks(caps: capabilities.Capabilities) -> list[dict]:
     """One optional check per optional package (``trainer.core.capabilities``, the answer preflight and
     the planner use too). DeepSpeed's line comes from the torch-side child when it is installed (its CPU
-    Adam op is checked there)."""
+    Adam op is checked there); bitsandbytes' and liger-kernel's always do (what this GPU can run with them:
+    the loss kernel, 4-bit and 8-bit lines)."""
     out = []
     for name, pkg in caps.packages.items():
-        if name == "deepspeed" and pkg.installed:
+        if (name == "deepspeed" and pkg.installed) or name in TORCH_SIDE:
             continue
         detail = (f"{name} {pkg.version or '(version unknown)'}" if pkg.installed
                   else f"not installed (needed only for {pkg.needed_for})")

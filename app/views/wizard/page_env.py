@@ -1,14 +1,17 @@
-"""Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix."""
+"""Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix, and above
+them what this machine can train with beyond PyTorch (the doctor's loss kernel, 4-bit and 8-bit lines)."""
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from app.ops import settings
 from app.ops.commands import Job
 
 ICONS = {"ok": "✔", "pass": "✔", "warn": "⚠", "warning": "⚠", "fail": "✖", "error": "✖", "info": "ℹ", "skip": "–"}
+EXTRAS = ("loss kernel", "4-bit (QLoRA)", "8-bit AdamW")  # the doctor's GPU-extras lines (doctor_checks.py)
 
 
 def checks_from(doc) -> list[dict]:
@@ -30,6 +33,20 @@ def check_row(c: dict) -> tuple[str, str, str, str]:
     return ICONS.get(status, status), name, detail, fix
 
 
+def extras_html(checks: list[dict]) -> str:
+    """The GPU-extras lines as HTML: each with its icon, what this machine has and, where missing, its fix."""
+    rows = [check_row(c) for c in checks if c.get("name") in EXTRAS]
+    if not rows:
+        return ""
+    lines = []
+    for icon, name, detail, fix in sorted(rows, key=lambda r: EXTRAS.index(r[1])):
+        line = f"{icon} <b>{html.escape(name)}</b>: {html.escape(detail)}"
+        if fix:
+            line += f"<br>&nbsp;&nbsp;&nbsp;&nbsp;<i>fix:</i> {html.escape(fix)}"
+        lines.append(line)
+    return "<b>What this machine trains with</b><br>" + "<br>".join(lines)
+
+
 class EnvironmentPage(QtWidgets.QWizardPage):
     """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
 
@@ -37,8 +54,13 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         super().__init__(parent)
         self.replay_file = replay_file
         self.setTitle("Environment")
-        self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed and disk space. You can go on meanwhile.")
+        self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed, the GPU extras (loss kernel, QLoRA, 8-bit "
+                         "AdamW) and disk space. You can go on meanwhile.")
         self.status = QtWidgets.QLabel("Running trainpilot-cli doctor…")
+        self.extras = QtWidgets.QLabel("")
+        self.extras.setWordWrap(True)
+        self.extras.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        self.extras.setVisible(False)
         self.table = QtWidgets.QTreeWidget()
         self.table.setHeaderLabels(["", "Check", "Result", "Fix"])
         self.table.setRootIsDecorated(False)
@@ -52,6 +74,7 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         lay = QtWidgets.QVBoxLayout(self)
         lay.addWidget(self.replay_note)
         lay.addWidget(self.status)
+        lay.addWidget(self.extras)
         lay.addWidget(self.table, 1)
         self.job: Job | None = None
 
@@ -67,6 +90,8 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         if not checks:
             self.status.setText(f"The doctor did not answer: {self.job.error_text()}")
             return
+        self.extras.setText(extras_html(checks))
+        self.extras.setVisible(bool(self.extras.text()))
         self.table.clear()
         for c in checks:
             item = QtWidgets.QTreeWidgetItem(list(check_row(c)))

@@ -92,7 +92,7 @@ class TrainPilotMixin:
         if needs == "chunked":
             base = self.accelerator.unwrap_model(model)
             base = base.get_base_model() if hasattr(base, "get_base_model") else base
-            return not getattr(base, "tp_chunked_loss", False)
+            return getattr(base, "tp_loss_kernel", "hf") == "hf"  # HF's full-logits loss
         return {"deepspeed": not self.tp_meta.get("deepspeed"),
                 "zero3": self.tp_meta.get("zero_stage") != 3}.get(needs, False)
 

@@ -21,6 +21,7 @@ from trainer.data import conversations, formats
 from trainer.data.preference import read_preference_records
 from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
+from trainer.planning import loss_kernel
 from trainer.worker.loading import chunked_loss, modeling
 from trainer.worker.train.hf_glue import TrainPilotMixin, TrainPilotTrainer
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
@@ -46,6 +47,9 @@ def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, met
         raise UserError(f"training.objective: {cfg.training.objective} trains decoder-only models (TRL's preference "
                         f"and GRPO trainers); this model is an encoder-decoder: use objective sft with data.prompt_template "
                         f"(encoder input) and data.response_template (target)", field="training.objective")
+    found = loss_kernel.problem(cfg.speed.loss_kernel, cfg, None, "cuda" if use_cuda else "cpu")
+    if cfg.training.objective != "sft" and found:  # TRL computes these objectives' losses itself
+        raise UserError(found.message, field="speed.loss_kernel")
     common = dict(keep_last=cfg.checkpoints.keep_last, run_meta=meta, shuffle=cfg.data.shuffle)
     if seq2seq:
         return _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
@@ -192,7 +196,7 @@ def _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
 
     train, val, info = _seq2seq_datasets(cfg, tokenizer)
     model = modeling.load_model(cfg, precision, use_cuda, seq2seq=True)
-    info["loss_kernel"] = "chunked" if cfg.speed.chunked_loss is True and chunked_loss.install(model) else "hf"
+    info["loss_kernel"] = chunked_loss.install_kernel(model, cfg, "cuda" if use_cuda else "cpu")
     trainer = TrainPilotTrainer(model=model, args=make_args(TrainingArguments), train_dataset=train, eval_dataset=val,
                                 data_collator=Seq2SeqCollator(tokenizer.pad_token_id), processing_class=tokenizer,
                                 **common)

@@ -237,7 +237,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     import torch
 
     from trainer.worker.train import evaluation
-    from trainer.worker.loading import model_parts, modeling
+    from trainer.worker.loading import chunked_loss, model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
@@ -272,7 +272,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         if corpus_vocab and rank == 0:
             tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
         model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
-        info["loss_kernel"] = _loss_kernel(cfg, model, use_cuda)
+        info["loss_kernel"] = chunked_loss.install_kernel(model, cfg, "cuda" if use_cuda else "cpu")
         targs = _training_arguments(cfg, run_dir, precision, use_cuda, use_liger_kernel=info["loss_kernel"] == "liger")
         trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
                                     data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
@@ -289,18 +289,6 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
-
-
-def _loss_kernel(cfg, model, use_cuda: bool) -> str:
-    """Install the run's loss (see chunked_loss.loss_path); returns "liger", "chunked" or "hf" (run_started says)."""
-    from trainer.worker.loading import chunked_loss
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    path = chunked_loss.loss_path(cfg.speed.chunked_loss is True, "cuda" if use_cuda else "cpu",
-                                  getattr(base.config, "model_type", None), chunked_loss.liger_installed())
-    if path == "chunked":
-        chunked_loss.install(model)
-    return path
 
 
 def _no_deepspeed_import() -> None:
