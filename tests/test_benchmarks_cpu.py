@@ -83,9 +83,31 @@ def test_gpu_modes_refuse_cleanly_without_cuda(tmp_path):
         assert out.returncode == 2 and "needs an NVIDIA GPU" in out.stderr
 
 
-@pytest.mark.slow  # starts trainpilot-cli plan as a child process per row
-def test_plan_cost_prints_both_paths(tmp_path):
-    text = run("plan_cost.py", "--repeat", "1", "--arch", "qwen2.5-0.5b", "--json", str(tmp_path / "c.json"))
-    assert "plan_run (own work)" in text and "trainpilot-cli plan" in text
+@pytest.mark.slow  # plans 23 models × 2 machines × 3 methods
+def test_catalog_fit_prints_the_table(tmp_path):
+    text = run("catalog_fit.py", "--json", str(tmp_path / "c.json"))
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
-    assert [r["path"] for r in rows] == ["plan_run (own work)", "trainpilot-cli plan"] and all(r["median_s"] > 0 for r in rows)
+    assert "| Qwen/Qwen3-30B-A3B |" in text and len(rows) >= 20
+    assert all(c["verdict"] != "unknown" for r in rows for c in r["cells"].values())
+
+
+@pytest.mark.slow  # a structure probe child, real forwards
+def test_arch_activations_prints_planned_vs_measured(tmp_path):
+    pytest.importorskip("torch")
+    text = run("arch_activations.py", "--families", "lfm2", "--json", str(tmp_path / "a.json"), timeout=900)
+    row = json.loads((tmp_path / "a.json").read_text())["rows"][0]
+    assert "| lfm2 |" in text and set(row["cases"]) == {"full", "checkpointing", "lora"}
+
+
+@pytest.mark.slow  # CLI children and one structure probe
+def test_plan_cost_prints_both_paths_and_the_first_plan(tmp_path):
+    text = run("plan_cost.py", "--repeat", "1", "--arch", "qwen3-0.6b", "--json", str(tmp_path / "p.json"),
+               timeout=900)
+    assert "plan_run (own work)" in text and "trainpilot-cli plan" in text
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert [(r["case"], r["path"]) for r in rows] == [
+        ("shipped record", "plan_run (own work)"), ("shipped record", "trainpilot-cli plan"),
+        ("new architecture (probe child)", "trainpilot-cli plan"), ("the same, cached", "trainpilot-cli plan"),
+        ("the same, cached", "plan_run (own work)")]
+    assert all(r["median_s"] > 0 for r in rows)
+    assert "probe child" in rows[2]["note"] and not rows[3]["note"] and not rows[1]["note"]

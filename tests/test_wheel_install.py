@@ -66,6 +66,7 @@ def test_plan_with_a_shipped_architecture_by_name(installed):
     plan = json.loads(out.stdout)
     assert plan["model"]["name"] == "llama-3.2-1b" and plan["preset"] == "laptop_16gb"
     assert plan["preset_values"], "the tier preset (package data) was layered and reported"
+    assert not any("probe child" in n for n in plan["notes"]), "the shipped structure record (package data) was read"
 
 
 def test_demo_trains_from_the_wheel(installed):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 MODELS_DIR = RESOURCES_DIR / "models"  # architectures (config.json files) by name
+STRUCTURES_DIR = MODELS_DIR / "structures"  # their structure records (trainer/models/structure.py), by config hash
 PRESETS_DIR = RESOURCES_DIR / "presets"  # partial configs per hardware tier
 DEMO_CONFIG = RESOURCES_DIR / "demo.yaml"
 DEMO_DATA = RESOURCES_DIR / "demo.jsonl"
@@ -20,3 +21,9 @@ def hf_hub_cache() -> Path:
     home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
     cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
     return Path(os.path.expandvars(os.path.expanduser(cache)))
+
+
+def cache_dir() -> Path:
+    """TrainPilot's cache folder, read now: ``TRAINPILOT_CACHE``, else ``~/.cache/trainpilot``. The one home of
+    that rule (tokenizers, data blocks and scans, model structure records)."""
+    return Path(os.environ.get("TRAINPILOT_CACHE") or Path.home() / ".cache" / "trainpilot")

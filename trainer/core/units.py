@@ -32,10 +32,10 @@ def count(n: Optional[float]) -> str:
     unknown. The one count formatter (tiny models show their real count, not '0.00 B')."""
     if n is None:
         return "?"
-    if n >= 1e9:
+    if n >= 999.5e6:  # 999.9 M reads as 1.00 B, not "1000 M"
         return f"{n / 1e9:.2f} B"
-    if n >= 1e6:
-        return f"{n / 1e6:.1f} M" if n < 1e7 else f"{n / 1e6:.0f} M"
+    if n >= 999.5e3:
+        return f"{n / 1e6:.1f} M" if n < 9.95e6 else f"{n / 1e6:.0f} M"
     return f"{n / 1e3:.0f} K" if n >= 1e3 else f"{int(n)}"
 
 

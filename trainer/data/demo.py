@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
+
+from trainer.core import paths
 
 _SUBJECTS = ["the cat", "a dog", "the robot", "my friend", "the teacher", "a small bird", "the pilot",
              "our neighbour", "the engineer", "a young fox", "the captain", "the baker"]
@@ -46,7 +47,7 @@ def write_sample_dataset(path: str | Path, n: int = 2000, seed: int = 0) -> Path
 
 
 def cache_dir() -> Path:
-    """TrainPilot's cache folder (``TRAINPILOT_CACHE`` or ``~/.cache/trainpilot``)."""
-    return Path(os.environ.get("TRAINPILOT_CACHE") or Path.home() / ".cache" / "trainpilot")
+    """TrainPilot's cache folder (``trainer.core.paths.cache_dir``: ``TRAINPILOT_CACHE`` or ``~/.cache/trainpilot``)."""
+    return paths.cache_dir()
 
 

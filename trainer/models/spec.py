@@ -1,12 +1,18 @@
-"""Model architecture facts from a ``config.json``, with exact parameter counts. No torch.
+"""Model architecture facts from a ``config.json``, read off the model itself. No torch.
 
-Sources, in order: a ``config.json`` path; a local model folder; a name in ``trainer/resources/models/``
-(``demo-tiny-llama`` is the bundled demo); a hub id shipped there under its own name; the Hugging
-Face cache (``$HF_HUB_CACHE`` or ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``). Nothing downloads.
+The numbers come from the architecture's structure record (``trainer/models/structure.py``: built by
+transformers' own classes on the meta device, shipped for the architectures in ``trainer/resources/models/``,
+cached for the others): exact parameters, every decoder layer's kind and Linear shapes, experts, the towers a
+text run does not train, and what each layer kind saves for backward.
+
+Sources of a config, in order: a ``config.json`` path; a local model folder; a name in
+``trainer/resources/models/`` (``demo-tiny-llama`` is the bundled demo); a hub id shipped there under its own
+name; the Hugging Face cache (``$HF_HUB_CACHE`` or ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``). Nothing
+downloads.
 """
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,16 +20,36 @@ from typing import Optional
 
 from trainer.core.errors import UserError
 from trainer.core.paths import MODELS_DIR, hf_hub_cache
-from trainer.models import catalog
+from trainer.models import catalog, structure
 from trainer.models.sources import is_local
 
-LLAMA_LIKE = {"llama", "mistral", "qwen2", "gemma", "gemma2", "qwen3"}
+# Families whose activations, loss and LoRA terms the planner has hand-fitted formulas for (checked against
+# autograd; tests/test_memory.py): they plan exactly as before the structure probe. Every other architecture
+# uses the coefficients its structure record measured. Qwen 3 is not here although it used to share Llama's
+# formula: its per-head q/k norms and its attention width (heads × head_dim = 2 × hidden in Qwen3-0.6B/1.7B) keep
+# 27–32% more than that formula says, and the measured coefficients equal autograd (tests/test_structure.py).
+FITTED_FAMILIES = frozenset({"llama", "mistral", "qwen2", "gemma", "gemma2", "phi", "stablelm", "gpt2", "t5"})
 ENCODER_DECODER = {"t5"}
-FAMILIES = sorted(LLAMA_LIKE | {"phi", "stablelm", "gpt2"} | ENCODER_DECODER)
 
 
 class ModelSpecNotFound(UserError):
     """No config.json could be found for the model (the planner reports "fits unknown")."""
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Decoder layers of one kind: ``type`` full_attention | sliding_attention | linear_attention | conv (+ the
+    config's own names), ``count`` layers, ``params`` each, ``linears`` ((name, in, out), …) inside one layer,
+    ``experts`` ((name, shape), …) its fused 3-D expert parameters, ``window`` tokens (sliding), ``kind`` its
+    index in the structure record."""
+
+    type: str
+    count: int
+    params: int
+    linears: tuple[tuple[str, int, int], ...]
+    experts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    window: Optional[int] = None
+    kind: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,7 +69,7 @@ class ModelSpec:
     max_positions: int
     tied_embeddings: bool
     embedding_params: int  # token (+ position) embeddings
-    layer_params: int  # one decoder layer
+    layer_params: int  # one decoder layer (the most common kind)
     lm_head_params: int  # 0 when tied
     linear_shapes: tuple[tuple[int, int], ...]  # (in, out) of each Linear in one layer (LoRA targets)
     source: str = ""
@@ -51,6 +77,17 @@ class ModelSpec:
     decoder_layers: int = 0
     decoder_layer_params: int = 0
     decoder_linear_shapes: tuple[tuple[int, int], ...] = ()
+    # from the structure record
+    groups: tuple[LayerGroup, ...] = ()  # the decoder's layers by kind (encoder's for T5)
+    decoder_groups: tuple[LayerGroup, ...] = ()  # T5's decoder
+    outside_linears: tuple[tuple[str, int, int], ...] = ()  # text Linears outside the layers (not the head)
+    frozen_params: int = 0  # towers a text run does not train (vision/audio encoders, projectors)
+    experts: Optional[dict] = None  # total, active (per token), shared, intermediate, layers
+    activations: Optional[dict] = None  # measured saved-tensor coefficients (structure record)
+    supports_sdpa: bool = True
+    kernels: tuple[str, ...] = ()  # optional CUDA kernels that replace a measured reference implementation
+    origin: str = ""  # shipped | cache | probe: where the structure record came from
+    probe_seconds: float = 0.0  # the probe child's wall time when origin is 'probe'
 
     @property
     def encoder_decoder(self) -> bool:
@@ -58,108 +95,113 @@ class ModelSpec:
         return self.decoder_layers > 0
 
     @property
+    def fitted(self) -> bool:
+        """True for the families with hand-fitted activation formulas (``FITTED_FAMILIES``)."""
+        return self.family in FITTED_FAMILIES
+
+    @property
     def kv_width(self) -> int:
         """Width of the K (or V) projection output: kv_heads × head_dim."""
         return self.kv_heads * self.head_dim
 
     @property
+    def trainable_params(self) -> int:
+        """Parameters a full fine-tune on text trains: all but the frozen towers."""
+        return self.params - self.frozen_params
+
+    @property
+    def attention_layers(self) -> int:
+        """Decoder layers that keep a K/V cache (attention, full or sliding); linear-attention and convolution
+        layers keep a fixed-size state instead."""
+        if not self.groups:
+            return self.layers
+        return sum(g.count for g in self.groups if "attention" in g.type and g.type != "linear_attention")
+
+    @property
+    def typical_linears(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, in, out) of the Linears of the most common layer kind (the one ``linear_shapes`` describes)."""
+        if not self.groups:
+            return tuple((f"linear{i}", i_, o) for i, (i_, o) in enumerate(self.linear_shapes))
+        return max(reversed(self.groups), key=lambda g: g.count).linears
+
+    @property
     def largest_layer_params(self) -> int:
         """Largest single module (DeepSpeed ZeRO-3 gathers one at a time): embedding or lm_head here."""
-        return max(self.vocab * self.hidden, max(i * o for i, o in self.linear_shapes))
+        experts = [_numel(shape) for g in self.groups for _, shape in g.experts]
+        return max(self.vocab * self.hidden, max(i * o for i, o in self.linear_shapes), *experts)
 
 
-def _get(cfg: dict, *names: str, default=None):
-    for n in names:
-        if cfg.get(n) is not None:
-            return cfg[n]
-    return default
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
-    """Count parameters exactly from a config.json dict. UserError for an unsupported family."""
-    family = str(cfg.get("model_type") or "").lower()
-    if family not in FAMILIES:
-        raise UserError(f"model '{name}': architecture family '{family or '?'}' is not known to the memory "
-                        f"estimator (known: {', '.join(FAMILIES)}); set training values instead of 'auto'")
-    if family in ENCODER_DECODER:
-        return _t5_spec(cfg, name, source)
-    h = int(_get(cfg, "hidden_size", "n_embd"))
-    layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
-    heads = int(_get(cfg, "num_attention_heads", "n_head"))
-    kv = int(_get(cfg, "num_key_value_heads", default=heads))
-    hd = int(_get(cfg, "head_dim", default=h // heads))
-    inter = int(_get(cfg, "intermediate_size", "n_inner", default=4 * h))
-    vocab = int(cfg["vocab_size"])
-    tied = bool(cfg.get("tie_word_embeddings", family in ("gemma", "gemma2", "gpt2")))
-    counter = {"phi": _phi_layer, "stablelm": _stablelm_layer, "gpt2": _gpt2_layer}.get(family, _llama_layer)
-    layer, shapes, final_norm, head_bias = counter(cfg, family, h, heads, kv, hd, inter)
-    max_pos = int(_get(cfg, "max_position_embeddings", "n_positions", default=2048))
-    embed = vocab * h + (max_pos * h if family == "gpt2" else 0)
-    head = 0 if tied else vocab * h + head_bias * vocab
-    total = embed + layers * layer + final_norm + head
-    return ModelSpec(name, family, total, layers, h, heads, kv, hd, inter, vocab, max_pos, tied, embed, layer,
-                     head, tuple(shapes), source)
+    """The spec of a config.json dict, from its structure record (shipped, cached, or one probe child now).
+    ArchitectureUnknown (a UserError) when transformers cannot build it here or its layers are of a kind the
+    planner does not measure."""
+    fitted = str(cfg.get("model_type") or "").lower() in FITTED_FAMILIES  # their formulas need no measurement
+    record, origin = structure.record_for(cfg, name, measured=not fitted)
+    return spec_from_record(record, cfg, name, source, origin)
 
 
-def _llama_layer(cfg, family, h, heads, kv, hd, inter):
-    """Llama, Mistral, Qwen2/3, Gemma 1/2: q,k,v,o + gated MLP + RMSNorms (no bias by default)."""
-    q, k = heads * hd, kv * hd
-    attn_bias = bool(cfg.get("attention_bias", family == "qwen2"))
-    mlp_bias = bool(cfg.get("mlp_bias", False))
-    shapes = [(h, q), (h, k), (h, k), (q, h), (h, inter), (h, inter), (inter, h)]
-    bias = (q + 2 * k) * attn_bias + (h if attn_bias and family != "qwen2" else 0) + mlp_bias * (2 * inter + h)
-    norms = {"gemma2": 4 * h}.get(family, 2 * h) + (2 * hd if family == "qwen3" else 0)
-    return sum(i * o for i, o in shapes) + bias + norms, shapes, h, 0
+def _group(kind: dict, index: int) -> LayerGroup:
+    return LayerGroup(kind["type"], len(kind["layers"]), int(kind["params"]),
+                      tuple((n, int(i), int(o)) for n, i, o, _ in kind["linears"]),
+                      tuple((n, tuple(shape)) for n, shape in kind.get("experts", {}).items()), kind.get("window"), index)
 
 
-def _phi_layer(cfg, family, h, heads, kv, hd, inter):
-    """Phi-1/2: biased q,k,v,dense and fc1,fc2; one LayerNorm per layer; biased lm_head."""
-    q, k = heads * hd, kv * hd
-    shapes = [(h, q), (h, k), (h, k), (q, h), (h, inter), (inter, h)]
-    bias = q + 2 * k + h + inter + h
-    qk_norm = 2 * 2 * hd if cfg.get("qk_layernorm") else 0
-    return sum(i * o for i, o in shapes) + bias + 2 * h + qk_norm, shapes, 2 * h, 1
+def _stack(kinds: list) -> tuple[tuple[LayerGroup, ...], LayerGroup]:
+    """The groups of one layer stack and its most common kind (ties: the later one, e.g. T5's blocks after the
+    first, which alone holds the relative position bias)."""
+    groups = tuple(_group(k, i) for i, k in enumerate(kinds))
+    typical = max(reversed(groups), key=lambda g: g.count)
+    return groups, typical
 
 
-def _stablelm_layer(cfg, family, h, heads, kv, hd, inter):
-    """StableLM 2: q,k,v (bias when use_qkv_bias), o, gated MLP, two LayerNorms with bias."""
-    q, k = heads * hd, kv * hd
-    shapes = [(h, q), (h, k), (h, k), (q, h), (h, inter), (h, inter), (inter, h)]
-    bias = (q + 2 * k) if cfg.get("use_qkv_bias") else 0
-    norms = 2 * h if cfg.get("use_parallel_residual") else 4 * h
-    qk_norm = 2 * (heads + kv) * hd if cfg.get("qk_layernorm") else 0
-    return sum(i * o for i, o in shapes) + bias + norms + qk_norm, shapes, 2 * h, 0
+def spec_from_record(rec: dict, cfg: dict, name: str = "", source: str = "", origin: str = "") -> ModelSpec:
+    """A ModelSpec from a structure record (``cfg`` is the config.json dict it was made from)."""
+    groups, typical = _stack(rec["kinds"])
+    enc = {}
+    if rec.get("encoder_decoder"):  # T5: the record's decoder stack is the decoder; the encoder's is "encoder"
+        dec_groups, dec_typical = groups, typical
+        groups, typical = _stack(rec["encoder"]["kinds"])
+        enc = dict(decoder_layers=rec["layer_count"], decoder_layer_params=dec_typical.params,
+                   decoder_linear_shapes=tuple((i, o) for _, i, o in dec_typical.linears), decoder_groups=dec_groups)
+    layers = rec["encoder"]["layer_count"] if rec.get("encoder_decoder") else rec["layer_count"]
+    return ModelSpec(
+        name, str(cfg.get("model_type") or rec.get("model_type") or "").lower(), int(rec["params"]), layers,
+        rec["hidden"], rec["heads"], rec["kv_heads"], rec["head_dim"], _intermediate(rec, typical, cfg),
+        rec["vocab"], rec["max_positions"], bool(rec["tied_embeddings"]), int(rec["embedding_params"]),
+        typical.params, int(rec["head_params"]), tuple((i, o) for _, i, o in typical.linears), source, **enc,
+        groups=groups, outside_linears=tuple((n, int(i), int(o)) for n, i, o, _ in rec.get("outside_linears", [])),
+        frozen_params=sum(int(t["params"]) for t in rec.get("towers", [])), experts=rec.get("experts"),
+        activations=rec.get("activations"), supports_sdpa=bool(rec.get("sdpa", True)),
+        kernels=_kernels(groups), origin=origin,
+        probe_seconds=float(rec.get("probe_seconds", 0.0)) if origin == "probe" else 0.0)
 
 
-def _gpt2_layer(cfg, family, h, heads, kv, hd, inter):
-    """GPT-2: fused qkv Conv1D, proj, 4h MLP, all biased; two LayerNorms with bias."""
-    shapes = [(h, 3 * h), (h, h), (h, inter), (inter, h)]
-    bias = 3 * h + h + inter + h
-    return sum(i * o for i, o in shapes) + bias + 4 * h, shapes, 2 * h, 0
+# Optional CUDA kernels transformers uses instead of the reference implementation the probe measured, per layer kind.
+KERNELS = {"linear_attention": ("fla", "causal_conv1d"), "conv": ("causal_conv1d",)}
 
 
-def _t5_spec(cfg: dict, name: str, source: str) -> ModelSpec:
-    """T5 / FLAN-T5: shared embedding; encoder layers (self-attention, FF) and decoder layers (self-attention,
-    cross-attention, FF), each sub-layer with an RMS norm; relative position bias in each stack's first layer;
-    gated-GELU FF (v1.1/FLAN) or plain ReLU FF (original T5)."""
-    h, ff, heads, dkv = int(cfg["d_model"]), int(cfg["d_ff"]), int(cfg["num_heads"]), int(cfg["d_kv"])
-    layers = int(cfg["num_layers"])
-    dec_layers = int(cfg.get("num_decoder_layers") or layers)
-    vocab, inner = int(cfg["vocab_size"]), heads * dkv
-    gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated") or bool(cfg.get("is_gated_act"))
-    attn = [(h, inner), (h, inner), (h, inner), (inner, h)]
-    mlp = [(h, ff), (h, ff), (ff, h)] if gated else [(h, ff), (ff, h)]
-    enc_shapes, dec_shapes = attn + mlp, attn + attn + mlp
-    enc_layer = sum(i * o for i, o in enc_shapes) + 2 * h
-    dec_layer = sum(i * o for i, o in dec_shapes) + 3 * h
-    bias = 2 * int(cfg.get("relative_attention_num_buckets", 32)) * heads  # one table per stack
-    # transformers 5 ties T5's lm_head to the shared embedding whatever tie_word_embeddings says
-    # (T5Config forces it; the flag only decides the decoder-output scaling), so the head is counted once.
-    tied, head = True, 0
-    total = vocab * h + layers * enc_layer + dec_layers * dec_layer + 2 * h + bias + head
-    return ModelSpec(name, "t5", total, layers, h, heads, heads, dkv, ff, vocab, int(cfg.get("n_positions") or 512),
-                     tied, vocab * h, enc_layer, head, tuple(enc_shapes), source, dec_layers, dec_layer,
-                     tuple(dec_shapes))
+def _kernels(groups) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(k for g in groups for k in KERNELS.get(g.type, ())))
+
+
+def _intermediate(rec: dict, typical: LayerGroup, cfg: dict) -> int:
+    """The MLP width the planner's per-token formulas use: the config's for the fitted families (as before); for
+    others the width each token goes through — the experts' × active (+ shared) for MoE, else read off the layer
+    (the Linear back to hidden with the widest input; some configs state a width the model rounds)."""
+    if str(cfg.get("model_type", "")).lower() in FITTED_FAMILIES:
+        return int(rec["intermediate"])
+    experts = rec.get("experts")
+    if experts and experts.get("active") and experts.get("intermediate"):
+        return int(experts["intermediate"]) * (int(experts["active"]) + int(experts.get("shared") or 0))
+    back = [i for _, i, o in typical.linears if o == rec["hidden"]]
+    return max(back) if back else int(rec["intermediate"])
 
 
 def is_encoder_decoder(source_or_arch: str) -> bool:
@@ -196,6 +238,23 @@ def find_config(source: str) -> Optional[Path]:
     return None
 
 
+def needs_probe(source_or_arch: str) -> bool:
+    """True when planning this model will first run the structure probe (its config.json is here but no record
+    matches it yet): light, for saying so before the seconds it takes. False when there is nothing to probe."""
+    path = find_config(source_or_arch)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(cfg, dict):
+        return False
+    try:
+        rec, _ = structure.cached_record(cfg, measured=str(cfg.get("model_type") or "").lower() not in FITTED_FAMILIES)
+    except structure.ArchitectureUnknown:
+        return False
+    return rec is None
+
+
 def not_found_message(source: str) -> str:
     """Why no config.json describes ``source``, in the user's terms (their path or hub id, never TrainPilot's own
     folders), with the fix: a folder that is not there, a folder without config.json, a hub model not downloaded."""
@@ -223,14 +282,27 @@ def load_model_spec(source_or_arch: str) -> ModelSpec:
     return _spec_of_file(str(path), stamp, source_or_arch)
 
 
-@functools.lru_cache(maxsize=64)
+_SPECS: dict = {}  # (path, mtime, name) -> ModelSpec: a plan's alternatives ask for the same model many times
+_SPECS_MAX = 64
+
+
 def _spec_of_file(path: str, mtime_ns: int, name: str) -> ModelSpec:
-    """Parsed once per file version: a plan's alternatives ask for the same model many times."""
+    """Parsed once per file version. A spec whose record a probe child made now is kept as 'cache' for later asks
+    (the probe ran once; only the plan that paid for it says so)."""
+    key = (path, mtime_ns, name)
+    if key in _SPECS:
+        return _SPECS[key]
     try:
         cfg = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"cannot read {path}: {exc}; is it a valid config.json?", path=path) from None
-    return spec_from_config(cfg, name=name, source=path)
+    if not isinstance(cfg, dict):
+        raise UserError(f"cannot read {path}: it is not a JSON object; is it a valid config.json?", path=path)
+    spec = spec_from_config(cfg, name=name, source=path)
+    if len(_SPECS) >= _SPECS_MAX:
+        _SPECS.pop(next(iter(_SPECS)))
+    _SPECS[key] = dataclasses.replace(spec, origin="cache", probe_seconds=0.0) if spec.origin == "probe" else spec
+    return spec
 
 
 def spec_for_run(cfg) -> ModelSpec:

@@ -123,7 +123,8 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
-        lora_targets=(targets,) if isinstance(targets, str) else tuple(targets), device=ctx.device,
+        lora_targets=(targets,) if isinstance(targets, str) else tuple(targets),
+        lora_experts=bool(getattr(c.method, "lora_experts", False)), device=ctx.device,
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
@@ -143,8 +144,10 @@ def triton_kernels(ctx: Context) -> bool:
 
 def attention(ctx: Context) -> str:
     """The attention kernel memory is estimated for: transformers runs Gemma 2 only with eager
-    attention (its soft-capped scores), whatever the config asks."""
-    if ctx.spec is not None and ctx.spec.family == "gemma2" and ctx.cfg.model.attn_implementation == "sdpa":
+    attention (its soft-capped scores), and an architecture without SDPA support (gpt-oss: attention sinks)
+    with eager too, whatever the config asks."""
+    sdpa = ctx.cfg.model.attn_implementation == "sdpa"
+    if ctx.spec is not None and sdpa and (ctx.spec.family == "gemma2" or not ctx.spec.supports_sdpa):
         return "eager"
     return ctx.cfg.model.attn_implementation
 

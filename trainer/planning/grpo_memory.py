@@ -50,9 +50,10 @@ def prompt_tokens(s) -> int:
 
 
 def kv_bytes_per_token(spec, s) -> int:
-    """K and V of every layer for one token: 2 × layers × kv width × the compute dtype (16-bit under autocast
-    or 16-bit weights; fp32 only when training in fp32)."""
-    return 2 * spec.layers * spec.kv_width * (4 if s.precision == "fp32" else 2)
+    """K and V of every attention layer for one token (linear-attention and convolution layers keep a fixed-size
+    state): 2 × layers × kv width × the compute dtype (16-bit under autocast or 16-bit weights; fp32 only when
+    training in fp32)."""
+    return 2 * spec.attention_layers * spec.kv_width * (4 if s.precision == "fp32" else 2)
 
 
 def kv_cache_bytes(spec, s, tokens: int) -> int:

@@ -2,8 +2,10 @@
 
 Formulas (DESIGN.md "Memory, per component"), checked against measurement in tests/test_memory.py:
 model states follow DeepSpeed's own estimators exactly; activations are what autograd saves in HF
-Llama-family layers (saved-tensor hooks); logits/loss, CUDA context, fragmentation and DeepSpeed
-buckets are what those estimators ignore.
+Llama-family layers (saved-tensor hooks) — hand-fitted for the families in ``spec.FITTED_FAMILIES``, measured by
+the structure probe for every other architecture (``planning/measured.py``); logits/loss, CUDA context,
+fragmentation and DeepSpeed buckets are what those estimators ignore. A multimodal checkpoint trained on text
+keeps its towers frozen (16-bit weights, no gradients, no optimizer states, no activations).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import grpo_memory, saver_memory
+from trainer.planning import adapters, grpo_memory, measured, saver_memory
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
@@ -78,6 +80,7 @@ class TrainSetup:
     lora_r: int = 16
     lora_dropout: float = 0.05
     lora_targets: tuple[str, ...] = ("all-linear",)
+    lora_experts: bool = False  # LoRA on the fused expert parameters too (PEFT's target_parameters)
     device: str = "cuda"  # cuda | cpu
     objective: str = "sft"  # sft | dpo | kto | orpo | grpo
     precompute_ref: bool = False  # DPO/KTO: reference log-probs scored once before training (no reference copy)
@@ -132,24 +135,8 @@ class Estimate:
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
-    """Trainable adapter parameters: r × (in + out) for each targeted Linear of every layer."""
-    shapes = _lora_shapes(spec, setup)
-    total = spec.layers * sum(setup.lora_r * (i + o) for i, o in shapes)
-    if spec.encoder_decoder:
-        total += spec.decoder_layers * sum(setup.lora_r * (i + o) for i, o in _lora_shapes(spec, setup, decoder=True))
-    return total
-
-
-def _lora_shapes(spec: ModelSpec, setup: TrainSetup, decoder: bool = False) -> list[tuple[int, int]]:
-    shapes = spec.decoder_linear_shapes if decoder else spec.linear_shapes
-    if "all-linear" in setup.lora_targets:
-        return list(shapes)
-    t5 = ["q", "k", "v", "o"] * (2 if decoder else 1) + ["wi_0", "wi_1", "wo"]
-    names = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-             "phi": ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"],
-             "gpt2": ["c_attn", "c_proj", "c_fc", "mlp.c_proj"], "t5": t5}
-    order = names.get(spec.family, names["llama"])
-    return [s for n, s in zip(order, shapes) if n in setup.lora_targets]
+    """Trainable adapter parameters (``adapters.lora_params``: PEFT's targets, every layer kind)."""
+    return adapters.lora_params(spec, setup)
 
 
 def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
@@ -157,14 +144,25 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
 
     With DeepSpeed these equal ``estimate_zero2/3_model_states_mem_needs`` (zero_init=True);
     without it, torch AdamW keeps its two states in the parameters' dtype."""
-    P = spec.params
+    P = spec.trainable_params  # a multimodal checkpoint trained on text: its towers stay frozen
     if s.method in ("lora", "qlora"):
         return _adapter_states(spec, s)
     if s.deepspeed and s.device == "cuda":
-        return _zero_states(spec, s)
+        return _with_frozen(spec, s, *_zero_states(spec, s))
     wb = 2 if s.weights_16bit else 4
     opt = saver_memory.eight_bit_state_bytes(spec) if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb * P
-    return {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {}
+    return _with_frozen(spec, s, {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {})
+
+
+def _with_frozen(spec: ModelSpec, s: TrainSetup, device: dict, host: dict) -> tuple[dict, dict]:
+    """Add the frozen towers of a multimodal checkpoint: 16-bit weights with no gradient or optimizer state (on
+    the host when ZeRO-3 offloads parameters)."""
+    if not spec.frozen_params:
+        return device, host
+    frozen = {"frozen_weights": 2 * spec.frozen_params}
+    if s.deepspeed and s.device == "cuda" and s.zero_stage == 3 and s.offload_params:
+        return device, {**host, **frozen}
+    return {**device, **frozen}, host
 
 
 def reference_bytes(spec: ModelSpec, s: TrainSetup) -> tuple[int, int]:
@@ -200,7 +198,7 @@ def objective_transient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
 
 
 def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
-    P, N, g = spec.params, s.world, s.gpus_per_node
+    P, N, g = spec.trainable_params, s.world, s.gpus_per_node
     f = DS_BUFFER_FACTOR
     if s.zero_stage == 3:
         gather = 4 * spec.largest_layer_params
@@ -268,17 +266,15 @@ def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
 
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
-    """PEFT runs adapters in fp32 (autocast_adapter_dtype): each saves its fp32 dropout output
-    and mask (bool on CUDA, fp32 on the CPU) or, without dropout, its fp32 input; plus the r-wide middle."""
-    mask = (1 if s.device == "cuda" else 4) if s.lora_dropout > 0 else 0
-    return sum((4 + mask) * i + 4 * s.lora_r for i, _ in _lora_shapes(spec, s))
+    """Bytes per token one (typical) layer's adapters keep (``adapters.activation_per_token``)."""
+    return adapters.activation_per_token(s, spec.typical_linears)
 
 
 def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Autocast over fp32 weights keeps a 16-bit copy of every Linear's weight for backward
     (inside checkpointed layers they are rebuilt, so then only the lm_head's copy stays)."""
-    if s.precision == "fp32" or s.weights_16bit or s.method != "full":
-        return 0
+    if s.precision == "fp32" or s.weights_16bit or s.method != "full" or not spec.fitted:
+        return 0  # measured architectures: the copies are in their measured constants
     layers = 0 if s.checkpointing else spec.layers * sum(i * o for i, o in spec.linear_shapes)
     return 2 * (layers + spec.vocab * spec.hidden)
 
@@ -315,6 +311,11 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
         return seq2seq_activation_bytes(spec, s)
     if s.sequences_per_sample > 1:  # chosen and rejected go through the model in one batch
         s = replace(s, micro_batch=s.micro_batch * s.sequences_per_sample)
+    if not spec.fitted:  # every architecture without a hand-fitted formula: its record's measured coefficients
+        acts = measured.activation_bytes(spec, s)
+        if s.objective == "grpo":
+            acts["head"] += grpo_memory.head_scored_bytes(spec, s)
+        return acts
     tokens = s.micro_batch * s.seq_len
     wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
     layer = layer_activation_bytes(spec, s)
@@ -383,7 +384,7 @@ def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     exist (the engine's start peaks at two copies, 4·P bytes, measured); the freed per-parameter
     blocks stay in PyTorch's cache and are only partly reused by activations: one copy, 2·P."""
     if s.deepspeed and s.device == "cuda" and s.zero_stage in (1, 2) and s.method == "full":
-        return 2 * spec.params
+        return 2 * spec.trainable_params
     return 0
 
 
@@ -444,7 +445,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         host["loading"] *= 2
     if s.device == "cpu":
         host["training"] = sum(breakdown.values())
-    trainable = spec.params if s.method == "full" else lora_params(spec, s)
+    trainable = spec.trainable_params if s.method == "full" else lora_params(spec, s)
     notes = []
     if s.deepspeed and s.optimizer in EIGHT_BIT_OPTIMIZERS:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")

@@ -17,7 +17,8 @@ from trainer.config import presets
 from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
 from trainer.config.loading import explicit_keys
 from trainer.core.dotted import get_in
-from trainer.core.units import GIB
+from trainer.core import capabilities
+from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
 from trainer.planning import ladder, loss_kernel
 from trainer.planning import search as ps
@@ -62,8 +63,9 @@ class Plan:
         return {k: getattr(self, k) for k in keys}
 
 
-def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan:
+def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alternatives: bool = True) -> Plan:
     """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch).
+    ``alternatives`` False skips the "what would fit instead" search (a verdict needs none: the picker).
 
     The tier's preset is the base layer under ``cfg`` (machine settings the user left unset); the
     plan starts from it, keeps its values when they fit and says which it changed and why."""
@@ -76,7 +78,7 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None) -> Plan
     # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
     layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
-    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset))
+    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     return plan
 
@@ -111,13 +113,15 @@ def _reason_for(key: str, reasons: list[str]) -> str:
     return next((r for r in reasons if word and r.startswith(word)), "the planner's choice for this machine")
 
 
-def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier_form_preset) -> Plan:
+def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier_form_preset,
+               alternatives: bool = True) -> Plan:
     tier, form, preset = tier_form_preset
     ctx = Context.build(cfg, hardware, gpu, device, goal)
     notes = _hardware_notes(hardware, gpu, device, cfg)
     if ctx.spec is None:
         return _unknown_plan(cfg, ctx, tier, form, preset, notes)
     choice = ps.search(ctx)
+    notes += model_notes(ctx.spec, cfg)
     notes += _loss_notes(cfg, ctx, choice.loss_kernel)
     if attention(ctx) != cfg.model.attn_implementation:
         notes.append(f"{ctx.spec.family} needs eager attention in transformers; set model.attn_implementation: "
@@ -137,13 +141,38 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
                 host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
                 savings=choice.savings or [], phases=_phases(choice.estimate))
-    if choice.verdict != "fits":
+    if choice.verdict != "fits" and alternatives:
         plan.alternatives = ps.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits":
         plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
     return plan
+
+
+KERNEL_PACKAGES = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
+
+
+def model_notes(spec, cfg) -> list[str]:
+    """What the plan knows about the model from its structure record: a probe child read it now (once), towers a
+    text run keeps frozen, experts LoRA leaves alone, kernels that would replace the measured implementation."""
+    notes = []
+    if spec.origin == "probe":
+        notes.append(f"{spec.family}: a new architecture — its structure was read by one probe child "
+                     f"({spec.probe_seconds:.0f} s: transformers built it on the meta device and measured what each "
+                     "layer kind saves for backward); cached, so the next plan is instant")
+    if spec.frozen_params:
+        notes.append(f"a multimodal checkpoint trained on text: its vision/audio towers ({count(spec.frozen_params)} "
+                     "parameters) stay frozen in 16 bits (no gradients, optimizer states or activations)")
+    if spec.experts and cfg.method.type != "full" and not getattr(cfg.method, "lora_experts", False):
+        notes.append(f"LoRA adapts the attention and dense Linears, not the {spec.experts['total']} experts' fused "
+                     "weights; method.lora_experts: true adapts those too (PEFT's target_parameters, lora_dropout 0)")
+    for kernel in spec.kernels:
+        package = KERNEL_PACKAGES.get(kernel, kernel)
+        if capabilities.installed(package):
+            notes.append(f"{package} is installed: the run uses its fused kernels, which keep less for backward "
+                         "than the reference implementation the activations were measured with (an upper bound)")
+    return notes
 
 
 def _loss_notes(cfg, ctx, kernel: str) -> list[str]:

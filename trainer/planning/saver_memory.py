@@ -30,6 +30,8 @@ margin, named ``*_MARGIN`` here and said in the plan's reasons (``margin_notes``
 """
 from __future__ import annotations
 
+import math
+
 from trainer.core.units import GIB, MIB
 
 # -- QLoRA: bitsandbytes 0.50.2 quantize_4bit / QuantState ----------------------------------------------------
@@ -74,9 +76,19 @@ def nf4_weight_bytes(n: int) -> int:
 
 
 def quantized_linears(spec) -> list[int]:
-    """Elements of every Linear weight bitsandbytes quantises (each decoder layer's; lm_head stays 16-bit)."""
+    """Elements of every Linear weight bitsandbytes quantises: each decoder layer's, of every layer kind its
+    structure record lists (a hybrid's linear-attention and convolution layers have their own); fused 3-D expert
+    parameters are no Linears and lm_head stays 16-bit."""
+    if spec.groups:
+        stacks = spec.groups + spec.decoder_groups
+        return [i * o for g in stacks for _ in range(g.count) for _, i, o in g.linears]
     out = [i * o for i, o in spec.linear_shapes] * spec.layers
     return out + [i * o for i, o in spec.decoder_linear_shapes] * spec.decoder_layers
+
+
+def fused_experts(spec) -> list[int]:
+    """Elements of every fused 3-D expert parameter (MoE layers: all experts of one projection in one tensor)."""
+    return [math.prod(shape) for g in spec.groups + spec.decoder_groups for _ in range(g.count) for _, shape in g.experts]
 
 
 def qlora_weight_bytes(spec, width: int = 2) -> int:
@@ -103,11 +115,12 @@ def _adam8_bytes(n: int) -> int:
 def eight_bit_state_bytes(spec) -> int:
     """AdamW 8-bit's states for a full fine-tune as HF's Trainer builds it: 8-bit for every large tensor, 32-bit
     for the embeddings (token, and GPT-2's positions; a tied lm_head is the embedding) and for tensors under 4096
-    elements (norms and biases: counted at 32-bit, a few MiB high where they are larger)."""
-    linears = [i * o for i, o in spec.linear_shapes] * spec.layers + \
-        [i * o for i, o in spec.decoder_linear_shapes] * spec.decoder_layers
+    elements (norms and biases: counted at 32-bit, a few MiB high where they are larger); fused MoE experts are
+    large tensors too."""
+    linears = quantized_linears(spec) + fused_experts(spec)  # MoE: every expert tensor is a large one
     head = spec.vocab * spec.hidden if spec.lm_head_params else 0
-    small = spec.params - sum(linears) - spec.embedding_params - spec.lm_head_params
+    # the frozen towers of a multimodal checkpoint trained on text have no optimizer state
+    small = spec.trainable_params - sum(linears) - spec.embedding_params - spec.lm_head_params
     states = sum(_adam8_bytes(n) for n in linears) + 8 * spec.embedding_params + 8 * small
     if head:
         states += _adam8_bytes(head) + 8 * (spec.lm_head_params - head)  # a head bias (Phi) is small

@@ -111,6 +111,6 @@ def model_verdict(cfg, hardware, source: Optional[str] = None, methods=METHODS) 
 def _one(cfg, hardware, method: str, seq: int) -> MethodVerdict:
     try:
         variant = config_mod.replace(cfg, **{"method.type": method, "data.seq_len": seq})
-        return method_verdict(plan_run(variant, hardware), hardware)
+        return method_verdict(plan_run(variant, hardware, alternatives=False), hardware)  # a verdict needs none
     except (UserError, config_mod.ConfigError) as exc:  # a combination the config cannot express
         return MethodVerdict(method, "unknown", reasons=(str(exc),))

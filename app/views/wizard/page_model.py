@@ -15,7 +15,7 @@ from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
 from trainer.models import catalog, sources
-from trainer.models.spec import load_model_spec, spec_for_run
+from trainer.models.spec import load_model_spec, needs_probe, spec_for_run
 from trainer.planning.verdict import model_verdict
 
 
@@ -133,7 +133,9 @@ class ModelPage(QtWidgets.QWizardPage):
                     self.state.values.get("model.architecture")):
                 changes.update({"model.architecture": None, "model.tokenizer": None})  # set here, undone here
             self.state.update(changes) if len(changes) > 1 else self.state.set("model.source", text)
-        self.facts.setText(f"Reading {html.escape(text)}…")
+        new = " — a new architecture: TrainPilot builds it (no weights) and measures what it keeps for backward, " \
+            "once (a child process, up to a minute; then it is cached)" if needs_probe(text) else ""
+        self.facts.setText(f"Reading {html.escape(text)}…{new}")
         snap = self.picker.snapshot or self.state.snapshot()
         try:
             cfg = self.state.config()

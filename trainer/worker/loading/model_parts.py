@@ -26,6 +26,7 @@ from pathlib import Path
 from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.models.sources import is_local, tokenizer_source
+from trainer.planning import adapters
 
 TOWER_CONFIGS = ("vision_config", "audio_config")  # sub-configs of the parts a text run does not train
 # What a multimodal repo's processor reads besides the tokenizer (the tokenizer saves its own files)
@@ -144,8 +145,7 @@ def lora_targets(method, model) -> tuple[str | list[str], list[str]]:
     check_target_modules(method.target_modules, {n.rsplit(".", 1)[-1] for n in names})
     if not experts and not tower_prefixes(model):
         return method.target_modules, []
-    if method.target_modules != "all-linear":
-        names = [n for n in names if n.rsplit(".", 1)[-1] in method.target_modules]
+    names = [n for n in names if adapters.matches(n, method.target_modules)]  # the one rule (planning/adapters)
     renamed = _renamed_by_peft(model, names)
     _base(model).tp_not_adapted = sorted(renamed)  # part_warnings says so
     names = [n for n in names if n not in renamed]

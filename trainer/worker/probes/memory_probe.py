@@ -120,7 +120,7 @@ def saved_activation_bytes(model, batch: int, seq: int, checkpointing: bool = Fa
     model.train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    ids = torch.randint(0, model.config.get_text_config().vocab_size, (batch, seq), device=device)
     amp = (torch.autocast(device, dtype=getattr(torch, TORCH_DTYPES[autocast])) if autocast
            else contextlib.nullcontext())
     with saved_storages(model) as seen, amp:

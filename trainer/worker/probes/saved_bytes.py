@@ -1,0 +1,265 @@
+"""What one training forward saves for backward, measured with autograd itself on fake tensors (no memory, no
+compute): per distinct decoder-layer kind, the embedding, the final norm and the head with HF's loss.
+
+The model runs under ``FakeTensorMode`` as if on the CPU (so autocast and the CPU kernels' dispatch apply), at
+three (micro-batch, sequence) points, which separate a constant (parameter-derived copies), a term linear in the
+tokens and one quadratic in the sequence: ``bytes = c + b·(l·s + q·s²)``. Attention is the kernel a CUDA run uses:
+``scaled_dot_product_attention`` is replaced by a stand-in that saves what flash / memory-efficient attention save
+(q, k, v, the output in their (b, s, heads, d) layout, an fp32 log-sum-exp of b×heads×s, and a boolean mask
+converted to the query's dtype with its last dimension padded to 16) — not the s² probabilities of the math path.
+Sliding-window layers are measured in both of transformers' regimes: without a mask (sequence shorter than the
+window, SDPA's ``is_causal``) and with one (the (b, 1, s, s) mask saved per layer, K/V repeated per head).
+
+Setups: ``bf16`` (16-bit weights, no autocast), ``fp32``, ``amp`` (fp32 weights under bf16 autocast) and ``lora``
+(a frozen 16-bit base whose every text Linear's output requires grad, as an adapter's would; the adapters' own
+saved inputs are the planner's analytic term). Imports torch inside functions: worker side only.
+"""
+from __future__ import annotations
+
+import contextlib
+
+SETUPS = ("bf16", "lora", "fp32", "amp")
+TOKENS = 256  # the measured sequence length; (1, 2·TOKENS) and (2, TOKENS) are the other points
+KIND_ATTRS = ("layer_type", "attention_type", "sliding_window", "is_sliding", "use_rope", "is_causal", "block_type",
+              "is_attention_layer")
+
+
+def install_kernels() -> None:
+    """Patch, for this (probe) process: SDPA → the flash stand-in on fake/meta tensors; packed-sequence detection
+    off (a data-dependent check; the planner plans unpacked, unpadded batches); transformers' grouped matmul for
+    MoE experts only in bf16 (as on CUDA; other dtypes take its fallback op, which saves the same tensors)."""
+    import torch
+    import torch.nn.functional as F
+    import transformers.masking_utils as masking
+    from transformers.integrations import moe
+
+    real_sdpa = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if _is_real(q):
+            return real_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                             enable_gqa=enable_gqa)
+        return _flash_function().apply(q, k, v, attn_mask)
+
+    F.scaled_dot_product_attention = sdpa
+    torch.nn.functional.scaled_dot_product_attention = sdpa
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    can_use = moe._can_use_grouped_mm
+    moe._can_use_grouped_mm = lambda inp, weight, offs: weight.dtype == torch.bfloat16 and can_use(inp, weight, offs)
+
+
+def _is_real(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return not isinstance(t, FakeTensor) and t.device.type != "meta"
+
+
+_FLASH = None
+
+
+def _flash_function():
+    """The autograd function standing in for CUDA's fused attention (forward only: the probe never runs backward)."""
+    global _FLASH
+    if _FLASH is None:
+        import torch
+
+        class FlashStandIn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, mask):
+                b, heads, s, _ = q.shape
+                out = q.new_empty((b, s, heads, v.shape[-1])).transpose(1, 2)  # the fused kernels' output layout
+                lse = torch.empty((b, heads, s), dtype=torch.float32, device=q.device)
+                saved = [q, k, v, out, lse]
+                if mask is not None:
+                    if mask.dtype == torch.bool:  # SDPA converts it to an additive mask in q's dtype, padded to 16
+                        mask = q.new_empty(mask.shape[:-1] + (-(-mask.shape[-1] // 16) * 16,))
+                    saved.append(mask)
+                ctx.save_for_backward(*saved)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):
+                raise RuntimeError("the flash stand-in is for measuring saved tensors only")
+
+        _FLASH = FlashStandIn
+    return _FLASH
+
+
+@contextlib.contextmanager
+def mask_regime(masked: bool):
+    """Inside: sliding-window layers get transformers' explicit mask (``masked``, the sequence reaches the window)
+    or none (shorter than the window: SDPA's is_causal); full-attention layers as transformers decides."""
+    import transformers.masking_utils as masking
+
+    real = masking._ignore_causal_mask_sdpa
+
+    def ignore(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        if local_attention_size is not None:
+            return not masked
+        return real(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
+
+    masking._ignore_causal_mask_sdpa = ignore
+    try:
+        yield
+    finally:
+        masking._ignore_causal_mask_sdpa = real
+
+
+def layer_kind(layer, layer_type) -> tuple:
+    """What makes two decoder layers save the same tensors: class, config layer type, parameter names and shapes,
+    and the per-layer attributes transformers switches on (sliding window, RoPE on/off, mixer kind)."""
+    params = tuple((n, tuple(p.shape)) for n, p in layer.named_parameters())
+    attrs = tuple((path, a, repr(getattr(mod, a))) for path, mod in layer.named_modules() for a in KIND_ATTRS
+                  if isinstance(getattr(mod, a, None), (bool, int, str, type(None))) and hasattr(mod, a))
+    return type(layer).__name__, layer_type, params, attrs
+
+
+def trim_to_kinds(model, layers, text_config, kinds: list):
+    """Keep the first decoder layer and one typical layer per distinct kind (the first of the kind after layer 0,
+    if any), in order; the config follows (layer count and per-layer types), so transformers' own forward runs
+    them. The first layer is kept apart because under LoRA its input needs no gradient and it saves less.
+    Returns (the new layer list, for each kind in order of appearance its position in that list)."""
+    import torch
+
+    order = list(dict.fromkeys(kinds))
+    reps = [next((i for i, k in enumerate(kinds) if k == kind and i > 0), 0) for kind in order]
+    keep = sorted(set([0, *reps]))
+    kept = torch.nn.ModuleList([layers[i] for i in keep])
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if child is layers:
+                setattr(parent, name, kept)
+    text_config.num_hidden_layers = len(keep)
+    if isinstance(getattr(text_config, "layer_types", None), list):
+        text_config.layer_types = [text_config.layer_types[i] for i in keep]
+    return kept, [keep.index(r) for r in reps]
+
+
+@contextlib.contextmanager
+def _attribution(layers, final_norm):
+    """Yields a one-item list naming where the forward is: 'embed', a kept layer's position, 'norm', 'loss'."""
+    where = ["embed"]
+    hooks = []
+    for i, layer in enumerate(layers):
+        hooks.append(layer.register_forward_pre_hook(lambda m, a, i=i: where.__setitem__(0, i)))
+        hooks.append(layer.register_forward_hook(lambda m, a, o: where.__setitem__(0, "after")))
+    if final_norm is not None:
+        hooks.append(final_norm.register_forward_pre_hook(lambda m, a: where.__setitem__(0, "norm")))
+        hooks.append(final_norm.register_forward_hook(lambda m, a, o: where.__setitem__(0, "loss")))
+    try:
+        yield where
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def saved_by_part(model, layers, final_norm, batch: int, seq: int, autocast: bool, frozen_ids=()) -> dict:
+    """Bytes of the distinct non-parameter storages one forward with labels saves, by part ('embed', each kept
+    layer's position, 'norm' (final norm), 'loss' (LM head and HF's loss); 'after' is anything between)."""
+    import torch
+
+    params = {p.untyped_storage()._cdata for p in model.parameters()} | set(frozen_ids)
+    seen: dict = {}
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (batch, seq))
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with _attribution(layers, final_norm) as where:
+        def pack(t):
+            st = t.untyped_storage()
+            if st._cdata not in params and st._cdata not in seen and st.nbytes():
+                seen[st._cdata] = (where[0], st.nbytes())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
+            model(input_ids=ids, labels=ids, use_cache=False)
+    out: dict = {}
+    for part, n in seen.values():
+        out[part] = out.get(part, 0) + n
+    return out
+
+
+POINTS = ((1, TOKENS), (1, 2 * TOKENS), (2, TOKENS), (2, 2 * TOKENS))
+
+
+def fit(points: dict, parts) -> dict:
+    """Per part: [c, cs, l, q] with bytes = c + cs·s + b·(l·s + q·s²), from the four measured (b, s) points: c in
+    bytes (parameter-derived copies), cs in bytes per position shared by the batch (RoPE tables), l in bytes per
+    token and q in bytes per sample and position²."""
+    s = TOKENS
+    out = {}
+    for part in parts:
+        m11, m12, m21, m22 = (points[p].get(part, 0) for p in POINTS)
+        p1, p2 = m21 - m11, m22 - m12  # one sample's bytes at s and 2s
+        q = (p2 - 2 * p1) / (2 * s * s)
+        lin = (p1 - q * s * s) / s
+        s1, s2 = m11 - p1, m12 - p2  # what the batch shares at s and 2s
+        cs = (s2 - s1) / s
+        out[part] = [round(s1 - cs * s, 3), round(cs, 4), round(lin, 4), round(q, 6)]
+    return out
+
+
+def _points(model, layers, final_norm, autocast: bool, frozen_ids=()) -> dict:
+    return {(b, n): saved_by_part(model, layers, final_norm, b, n, autocast, frozen_ids) for b, n in POINTS}
+
+
+@contextlib.contextmanager
+def adapter_outputs(model, names: set):
+    """Inside: the named Linears' outputs require grad, as a LoRA adapter's sum would (the base stays frozen);
+    yields the storage ids of the stand-in parameters (not activations)."""
+    import torch
+
+    hooks, ids = [], []
+    for name, module in model.named_modules():
+        if name in names:
+            zero = torch.zeros((), dtype=module.weight.dtype, requires_grad=True)
+            ids.append(zero.untyped_storage()._cdata)
+            hooks.append(module.register_forward_hook(lambda m, a, out, z=zero: out + z))
+    try:
+        yield ids
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: list) -> dict:
+    """Coefficients per setup and part (``fit``): 'first' (the first decoder layer), 'layers' (one typical layer per
+    kind, by kind position in ``reps``), 'embed', 'norm', 'loss'; 'masked' holds the kinds' coefficients with
+    sliding-window masks in place (only when ``sliding``). ``model`` is a 16-bit meta model; it and an fp32 copy are materialised
+    as fake CPU tensors (fake parameters cannot be cast in place, so the copy is cast on the meta device)."""
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    names = {id(m): n for n, m in model.named_modules()}
+    layers_name, norm_name = names[id(layers)], names.get(id(final_norm))
+    wide = copy.deepcopy(model).float()
+    parts = ["embed", "norm", "loss", "after", *range(len(layers))]
+    out: dict = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for m, setups in ((model, ("bf16", "lora")), (wide, ("fp32", "amp"))):
+            m.to_empty(device="cpu")
+            m.train()
+            kept = m.get_submodule(layers_name)
+            norm = m.get_submodule(norm_name) if norm_name is not None else None
+            for setup in setups:
+                for p in m.parameters():
+                    p.requires_grad_(setup != "lora")
+                out[setup] = _measure_setup(m, kept, norm, setup, lora_names, sliding, parts, reps)
+    return out
+
+
+def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, sliding: bool, parts, reps) -> dict:
+    autocast = setup == "amp"
+    names = lora_names if setup == "lora" else set()
+    result = {}
+    for masked in ((False, True) if sliding else (False,)):
+        with mask_regime(masked), adapter_outputs(model, names) as ids:
+            coeffs = fit(_points(model, layers, final_norm, autocast, ids), parts)
+        kinds = {str(k): coeffs[pos] for k, pos in enumerate(reps)}
+        if masked:
+            result["masked"] = kinds
+            result["masked_first"] = coeffs[0]
+        else:
+            result.update({k: coeffs[k] for k in ("embed", "norm", "loss", "after")})
+            result["first"], result["layers"] = coeffs[0], kinds
+    return result
