@@ -75,6 +75,7 @@ def test_the_ladder_moves_a_run_onto_deepspeed_and_to_zero3_carrying_its_state(t
     4's loss moves by 3.6e-3)."""
     data = tiny_config(training={"max_steps": 6})
     del data["deepspeed"]  # left to the ladder
+    data["speed"]["loss_kernel"] = "chunked"  # set: the ladder's loss rung has nothing to change (tested apart)
     cfg = write_config(tmp_path / "c.yaml", data)
     run = tmp_path / "ladder"
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "+3:0:zero3"})
