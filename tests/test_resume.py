@@ -114,7 +114,8 @@ def test_kill_9_at_random_moments_never_loses_a_complete_checkpoint(tmp_path):
 def test_oom_ladder_keeps_effective_batch_and_matches_direct_run(tmp_path):
     base = dict(training={"max_steps": 6, "micro_batch_size": 8, "gradient_accumulation_steps": 1,
                           "effective_batch_size": 8}, data={"packing": False, "seq_len": 64},
-                checkpoints={"every_steps": 2})
+                checkpoints={"every_steps": 2},
+                speed={"precision": "fp32", "gradient_checkpointing": False, "loss_kernel": "chunked"})  # no loss rung
     # the config sets the micro-batch; recovery.ladder_keeps: [] lets the ladder change it all the same
     cfg = write_config(tmp_path / "c.yaml", tiny_config(**base, recovery={"ladder_keeps": []}))
     run = tmp_path / "ladder"
