@@ -23,6 +23,21 @@ def pytest_unconfigure(config):
         shutil.rmtree(Path(tempfile.gettempdir()) / f"tp-session-{os.environ[SESSION_ENV]}", ignore_errors=True)
 
 
+MEASURED_SLOW = Path(__file__).with_name("measured_slow.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests listed in ``measured_slow.txt`` (measured at >= 3.5 s each) are marked slow: ``-m "not slow"`` stays a
+    quick loop, and the full run (CI) runs them all the same."""
+    import pytest
+
+    listed = {line.strip() for line in MEASURED_SLOW.read_text(encoding="utf-8").splitlines()
+              if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_logreport(report):
     """With ``TRAINPILOT_TEST_TIMES=FILE``, each test's phase durations are appended to FILE as they finish (one line
     per phase: seconds, phase, outcome, test id): where the suite's time goes, readable while it runs."""
