@@ -60,3 +60,18 @@ def cuda_torch(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "torch.version",
                         types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))
+
+
+def started_wizard(qtbot, hardware: str):
+    """The setup wizard on a replayed recording, shown, once its hardware monitor has the first snapshot (ms when
+    idle, seconds on a loaded CI machine)."""
+    from app.ops.hardware_feed import HardwareMonitor
+    from app.views.wizard.wizard import SetupWizard
+
+    hw = HardwareMonitor(hardware)
+    hw.start()
+    wiz = SetupWizard(hw)
+    qtbot.addWidget(wiz)
+    wiz.show()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)
+    return wiz

@@ -5,9 +5,8 @@ import json
 import shutil
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, started_wizard
 
-from app.ops.hardware_feed import HardwareMonitor
 from app.views.wizard.wizard import SetupWizard
 from trainer.core.paths import MODELS_DIR
 
@@ -16,13 +15,7 @@ LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
 
 
 def _wizard(qtbot, hardware: str = NO_GPU) -> SetupWizard:
-    hw = HardwareMonitor(hardware)
-    hw.start()
-    wiz = SetupWizard(hw)
-    qtbot.addWidget(wiz)
-    wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
-    return wiz
+    return started_wizard(qtbot, hardware)
 
 
 def _facts(qtbot, wiz, text: str, wait_for: str) -> str:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, started_wizard
 from PySide6 import QtCore
 
-from app.ops.hardware_feed import HardwareMonitor
 from app.views.main_window import KEEP, MainWindow
 from app.ops.run_controller import RunController
 from app.views.wizard.wizard import SetupWizard
@@ -25,13 +24,7 @@ NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 
 
 def _wizard(qtbot, hardware: str) -> SetupWizard:
-    hw = HardwareMonitor(hardware)
-    hw.start()
-    wiz = SetupWizard(hw)
-    qtbot.addWidget(wiz)
-    wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
-    return wiz
+    return started_wizard(qtbot, hardware)
 
 
 def _to_review(qtbot, wiz) -> None:

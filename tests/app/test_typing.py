@@ -6,11 +6,10 @@ refused and a reward got weight 0. Keys go through Qt as real key events (QTest)
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, started_wizard
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtTest import QTest
 
-from app.ops.hardware_feed import HardwareMonitor
 from app.views.wizard.numbers import DoubleSpinBox, SpinBox
 from app.views.wizard.wizard import SetupWizard
 
@@ -19,13 +18,7 @@ TYPED = {SpinBox: ("99999999", "512"), DoubleSpinBox: ("0.5", "0.25", "1.5")}
 
 
 def _wizard(qtbot) -> SetupWizard:
-    hw = HardwareMonitor(NO_GPU)
-    hw.start()
-    wiz = SetupWizard(hw)
-    qtbot.addWidget(wiz)
-    wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=5000)
-    return wiz
+    return started_wizard(qtbot, NO_GPU)
 
 
 def _type(qtbot, wiz, box, text: str, reshow: bool) -> None:
