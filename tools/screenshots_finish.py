@@ -19,22 +19,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIX = ROOT / "tests" / "fixtures"
-LAPTOP = FIX / "hardware" / "rtx4090_laptop_16gb.jsonl"
+sys.path.insert(0, str(ROOT))
 
+from tools.screenshots import FIX, LAPTOP, _spin, _wait  # noqa: E402  (one event-loop wait for both tools)
 
-def _wait(app, cond, ms: int = 30000) -> None:
-    from PySide6 import QtCore
-
-    timer = QtCore.QElapsedTimer()
-    timer.start()
-    while not cond() and timer.elapsed() < ms:
-        app.processEvents()
-        QtCore.QThread.msleep(20)
-
-
-def _spin(app, ms: int) -> None:
-    _wait(app, lambda: False, ms)
+WAIT_MS = 30000  # this tool's plans and reports take longer than the first tool's 20 s default
 
 
 def wizard_shots(app, window, out: Path, tmp: Path) -> None:
@@ -44,7 +33,7 @@ def wizard_shots(app, window, out: Path, tmp: Path) -> None:
     window.open_wizard()
     wiz = window.wizard
     wiz.resize(900, 680)
-    _wait(app, lambda: window.hardware.latest is not None)
+    _wait(app, lambda: window.hardware.latest is not None, WAIT_MS)
     wiz.next()
     folder = tmp / "models" / "my-smollm"
     folder.mkdir(parents=True)
@@ -61,7 +50,7 @@ def wizard_shots(app, window, out: Path, tmp: Path) -> None:
     bad.write_text(json.dumps({"messages": [{"role": "user", "content": "Where is the cat?"}]}) + "\n")
     wiz.data.path.setText(str(bad))
     wiz.data.path.editingFinished.emit()
-    _wait(app, lambda: "no assistant turn" in wiz.data.stats.text())
+    _wait(app, lambda: "no assistant turn" in wiz.data.stats.text(), WAIT_MS)
     _spin(app, 300)
     wiz.grab().save(str(out / "data-error-wrapped.png"))
     pairs = tmp / "gsm8k.jsonl"
@@ -70,7 +59,7 @@ def wizard_shots(app, window, out: Path, tmp: Path) -> None:
                              for i in range(40)))
     wiz.data.path.setText(str(pairs))
     wiz.data.path.editingFinished.emit()
-    _wait(app, lambda: not wiz.data.objective_row.isHidden())
+    _wait(app, lambda: not wiz.data.objective_row.isHidden(), WAIT_MS)
     wiz.data.objective.setCurrentIndex(wiz.data.objective.findData("sft"))
     wiz.data.objective.activated.emit(wiz.data.objective.currentIndex())
     _wait(app, lambda: wiz.data.report is not None, 240000)
@@ -79,7 +68,7 @@ def wizard_shots(app, window, out: Path, tmp: Path) -> None:
     wiz.next()
     lora = next(b for b in wiz.plan.methods.buttons() if b.property("method") == "lora")
     lora.click()
-    _wait(app, lambda: wiz.state.plan is not None and not wiz.state.planning)
+    _wait(app, lambda: wiz.state.plan is not None and not wiz.state.planning, WAIT_MS)
     _spin(app, 300)
     wiz.grab().save(str(out / "plan-budget.png"))
     wiz.data._cancel_report()
@@ -96,9 +85,9 @@ def window_shot(app, window, out: Path) -> None:
         shutil.copytree(FIX / "run_dirs" / fixture, runs / name)
     window.resize(800, 600)
     window.monitor.rescan()
-    _wait(app, lambda: window.run_list.topLevelItemCount() == 3)
+    _wait(app, lambda: window.run_list.topLevelItemCount() == 3, WAIT_MS)
     window.open_run(str(runs / "llama-3.2-1b-lora-20261124-091500"))
-    _wait(app, lambda: "finished" in window.run_view.dashboard.headline.text())
+    _wait(app, lambda: "finished" in window.run_view.dashboard.headline.text(), WAIT_MS)
     _spin(app, 1500)
     window.grab().save(str(out / "window-800x600.png"))
 
