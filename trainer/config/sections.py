@@ -128,6 +128,11 @@ class DataConfig(_Section):
     cache: bool = Field(True, description="Keep the tokenized, packed data (keyed by data, tokenizer, template, "
                         "seq_len, packing, masking, order) for the next run and every resume; false tokenizes into a "
                         "temporary folder.")
+    image_max_pixels: Optional[int] = Field(
+        None, gt=0, description="Vision-language data: the most pixels a picture keeps (width × height; larger pictures "
+        "are resized down, keeping their aspect), mapped onto the model's processor (max_pixels, longest edge or "
+        "tiling). Fewer pixels, fewer image tokens, less memory; null keeps the processor's own setting."
+    )
     num_proc: int = Field(0, ge=0, description="Tokenizing processes for files from 8 MiB (each takes every n-th "
                           "chunk); 0 means 1 (the tokenizer's threads already use every core).")
 
@@ -157,6 +162,11 @@ class MethodConfig(_Section):
         False, description="Mixture-of-experts models (Qwen3-MoE, gpt-oss...): also adapt the experts' fused weights "
         "(PEFT's target_parameters; needs lora_dropout: 0). Off: LoRA adapts attention and dense layers, the experts "
         "stay frozen."
+    )
+    train_vision: Literal["none", "projector", "all"] = Field(
+        "none", description="Vision-language models: which vision parts train beside the language model. 'none' "
+        "keeps the vision tower and its projector frozen; 'projector' trains the projector (the connector from image "
+        "features to the language model); 'all' also trains the vision tower."
     )
 
 
@@ -334,6 +344,11 @@ class SpeedConfig(_Section):
     activation_offload: Union[bool, Auto] = Field(
         "auto", description="Move saved activations to pinned host RAM in forward and back in backward (TRL's "
         "activation offloading; CUDA only). Costs host RAM and PCIe time; 'auto' lets the planner decide."
+    )
+    tiled_mlp: bool = Field(
+        False, description="Compute each layer's MLP over tiles of the sequence, in forward and in the recompute, so "
+        "its intermediates (several times the hidden size per token) never exist for the whole sequence at once; "
+        "the same loss and gradients. For long sequences."
     )
 
 
