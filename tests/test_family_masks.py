@@ -92,6 +92,16 @@ def test_multi_turn_masks_are_exact(name):
     check_turns(name, msgs, answers)
 
 
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow]) if n == "gemma-3" else n
+                                  for n in sorted(rm.FAMILIES)])
+def test_content_parts_without_pictures_train_as_text_does(name):
+    """OpenAI-style content parts (``[{"type": "text", "text": ...}]``) train exactly what the same text does: the
+    answers are not lost to a template that prints only a string (or prints the list as Python text)."""
+    msgs = TURNS if name in NO_SYSTEM else [SYSTEM] + TURNS
+    parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in msgs]
+    assert encode(name, parts) == encode(name, msgs)
+
+
 @pytest.mark.parametrize("name", ["qwen3", "deepseek-r1-distill"])
 def test_templates_that_drop_earlier_reasoning_train_each_turn_as_inference_sees_it(name):
     if name == "qwen3":  # kept for the turn being answered, dropped from earlier turns

@@ -3,6 +3,11 @@ and prompted with. SFT (``worker/datapipe/rendering``), DPO/KTO/ORPO (``worker/t
 (``worker/datapipe/grpo_prompts``), chat (``worker/generate/generation``) and export (``worker/export``) all ask
 here, through a ``Chat``: the chat template's render, the tokenizer's encode and the end-of-turn ids.
 
+- **Content as the template reads it**: some templates render a turn's ``content`` only as text (Qwen2.5 prints a
+  list of parts as Python text), others only as a list of ``{"type": "text"|"image", ...}`` parts (SmolVLM's and
+  LLaVA's iterate over the parts and render nothing for a string). The rules probe the template once and give every
+  turn the form it renders (``Chat.shape``): text where it takes text (a turn's text parts joined), parts otherwise
+  and always for turns with pictures.
 - **System messages** (``data.system_message``): kept where the template has a system role, merged into the
   first user turn where it has none (Gemma), merged, dropped, or refused ('error'), everywhere alike.
 - **End of turn**: generation stops at EOS, the model's ``generation_config`` EOS ids and the known end-of-turn
@@ -96,13 +101,26 @@ class Chat:
         self.stop_ids = frozenset(int(i) for i in stop_ids)
         self.system_mode = system_mode
         self._takes_system: bool | None = None
+        self._forms: tuple[bool, bool] | None = None
 
     @property
     def takes_system(self) -> bool:
         """Whether the template renders a system message's text (Gemma's raises; some templates drop it)."""
         if self._takes_system is None:
-            self._takes_system = template_takes_system(self.render)
+            self._takes_system = template_takes_system(lambda m, gen: self.render(self.shape(m), gen))
         return self._takes_system
+
+    @property
+    def content_forms(self) -> tuple[bool, bool]:
+        """``(renders text content, renders a list of parts)``: what the template does with a turn's content."""
+        if self._forms is None:
+            self._forms = content_forms(self.render)
+        return self._forms
+
+    def shape(self, messages: list[dict]) -> list[dict]:
+        """``messages`` with each turn's content in the form the template renders (see the module docstring)."""
+        text, parts = self.content_forms
+        return [shape_content(m, text, parts) for m in messages]
 
     def system_action(self, messages: list[dict]) -> str:
         """What ``data.system_message`` does to ``messages`` (``system_action``)."""
@@ -113,7 +131,7 @@ class Chat:
         action = self.system_action(messages)
         if action == "refused":
             raise SystemRefused("the chat template has no system role and data.system_message is 'error'")
-        return with_system_message(messages, action)
+        return self.shape(with_system_message(messages, action))
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """The ids inference sends for ``messages`` (after the system rule): the template with its generation prompt."""
@@ -133,7 +151,7 @@ class Chat:
         """The longest ``m`` with ``done[k:k + m]`` the end of the prompt's ``tail``, never past where the template
         puts the turn's content (found with a probe content)."""
         try:
-            probe = self.render(messages[:i] + [{**messages[i], "content": PROBE}], False)
+            probe = self.render(messages[:i] + self.shape([{**messages[i], "content": PROBE}]), False)
         except Exception:  # noqa: BLE001 - a template that checks the content's shape: the overlap alone decides
             probe = done_text
         at = probe.find(PROBE)
@@ -269,14 +287,58 @@ def with_system_message(messages: list[dict], action: str) -> list[dict]:
     (separated by a blank line, what Gemma's authors do), or becomes that turn when there is none."""
     if action not in ("merged", "dropped"):
         return messages
-    system = MERGE_SEP.join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    system = MERGE_SEP.join(plain_text(m.get("content")) for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
     if action == "dropped" or not system:
         return rest
     for i, m in enumerate(rest):
         if m.get("role") == "user" and isinstance(m.get("content"), str):
             return rest[:i] + [{**m, "content": f"{system}{MERGE_SEP}{m['content']}"}] + rest[i + 1:]
+        if m.get("role") == "user" and isinstance(m.get("content"), list):  # parts (pictures): a text part first
+            merged = [{"type": "text", "text": f"{system}{MERGE_SEP}"}] + m["content"]
+            return rest[:i] + [{**m, "content": merged}] + rest[i + 1:]
     return [{"role": "user", "content": system}] + rest
+
+
+def plain_text(content) -> str:
+    """A turn's content as text: a string as is, a list of parts its text parts joined (pictures left out)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def has_picture(content) -> bool:
+    """Whether a turn's content (a list of parts) holds a picture."""
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in ("image", "image_url")
+                                             for p in content)
+
+
+def content_forms(render: Render) -> tuple[bool, bool]:
+    """``(renders text, renders parts)``: whether the template prints a user turn's content given as a string, and
+    given as a list of text parts (printing the list itself, as Python text, does not count). A template that
+    renders neither probe is taken to render text (the form every text template reads)."""
+    def shows(content) -> bool:
+        try:
+            out = render([{"role": "user", "content": content}], True)
+        except Exception:  # noqa: BLE001 - a template that refuses this form of content
+            return False
+        return PROBE in out and "'type'" not in out and '"type"' not in out
+
+    text, parts = shows(PROBE), shows([{"type": "text", "text": PROBE}])
+    return (text or not parts), parts
+
+
+def shape_content(message: dict, text: bool, parts: bool) -> dict:
+    """One turn with its content as the template renders it: text when the template renders text and the turn has
+    no picture (text parts joined), else a list of parts."""
+    content = message.get("content")
+    if isinstance(content, list):
+        if text and not has_picture(content):
+            return {**message, "content": plain_text(content)}
+        return message
+    if isinstance(content, str) and parts and not text:
+        return {**message, "content": [{"type": "text", "text": content}]}
+    return message
 
 
 def prints_date(template: str | None) -> bool:

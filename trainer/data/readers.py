@@ -50,8 +50,11 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     return kind
 
 
-def read_records(path: str, fmt: str = "auto", skip_bad_lines: bool = False, limit: int | None = None) -> Records:
-    """Read a dataset file into a list of dict records. Raises UserError naming the file (and line)."""
+def read_records(path: str, fmt: str = "auto", skip_bad_lines: bool = False, limit: int | None = None,
+                 drop_lines=(), drop_records=()) -> Records:
+    """Read a dataset file into a list of dict records. Raises UserError naming the file (and line). ``drop_lines``
+    (JSONL line numbers) and ``drop_records`` (0-based indices, other files) leave out records the scan skipped
+    (``data.skip_bad_lines``: a record whose picture is missing)."""
     p = resolve_path(path)
     if not p.exists():
         raise UserError(f"data.path: dataset file not found: {p}; check the path (or use 'demo')", field="data.path", path=str(p))
@@ -65,24 +68,30 @@ def read_records(path: str, fmt: str = "auto", skip_bad_lines: bool = False, lim
     if not raw.strip():
         raise UserError(f"data.path: dataset file {p} is empty; add records or pick another file", field="data.path", path=str(p))
     if kind == "parquet":
-        return Records(p, _read_parquet(p, raw, limit))
+        gone = set(drop_records)
+        return Records(p, [r for i, r in enumerate(_read_parquet(p, raw, limit)) if i not in gone])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise UserError(f"data.path: {p} is not UTF-8 text (bad byte at line {line}); re-save it as UTF-8",
                         field="data.path", path=str(p)) from None
-    reader = {"jsonl": _read_jsonl, "json": _read_json, "txt": _read_txt, "csv": _read_csv}[kind]
-    records = reader(p, text, skip_bad_lines, limit)
+    if kind == "jsonl":
+        records = _read_jsonl(p, text, skip_bad_lines, limit, set(drop_lines))
+    else:
+        records = {"json": _read_json, "txt": _read_txt, "csv": _read_csv}[kind](p, text, skip_bad_lines, limit)
+    if drop_records:
+        gone = set(drop_records)
+        records.rows = [r for i, r in enumerate(records.rows) if i not in gone]
     if not records.rows:
         raise UserError(f"data.path: {p} holds no records; add data or pick another file", field="data.path", path=str(p))
     return records
 
 
-def _read_jsonl(p: Path, text: str, skip: bool, limit: int | None) -> Records:
+def _read_jsonl(p: Path, text: str, skip: bool, limit: int | None, drop: set = frozenset()) -> Records:
     rows, skipped = [], []
     for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+        if not line.strip() or no in drop:
             continue
         try:
             obj = json.loads(line)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.data import formats
+from trainer.data import formats, pictures
 from trainer.data.demo import cache_dir
 from trainer.data.readers import (
     Records,
@@ -29,7 +29,7 @@ from trainer.data.readers import (
 SAMPLE_ROWS = 100    # records kept for format detection and previews
 ROLE_PATTERNS = 200  # distinct role sequences of conversations kept (each with its first line) for the template check
 WHOLE_FILE_BYTES = 8 * 2**20  # JSONL below this is read whole by records.read_records (its messages are the richest)
-_SCAN_VERSION = 3    # bump when the checks change, so older cached verdicts are not trusted
+_SCAN_VERSION = 4    # bump when the checks change, so older cached verdicts are not trusted
 
 
 @dataclass
@@ -43,6 +43,38 @@ class Scan:
     skipped_lines: list[int] = field(default_factory=list)
     sample: list[dict] = field(default_factory=list)
     roles: list = field(default_factory=list)  # conversations: [[role, ...], 'line N'] per distinct role sequence
+    # vision-language data: records_with_pictures, pictures, max_per_record (pictures.PictureCount)
+    pictures: dict = field(default_factory=lambda: pictures.PictureCount().as_dict())
+    picture_stamp: str | None = None   # every picture's path, size and mtime hashed (None: no pictures)
+    skipped_records: list[int] = field(default_factory=list)  # non-JSONL: 0-based records skipped (skip_bad_lines)
+
+
+class _PictureCheck:
+    """Every picture of every record checked (it exists and is a picture), counted and fingerprinted; a bad one is
+    bad input naming the file, the line and the picture, or — with ``data.skip_bad_lines`` — its record is skipped."""
+
+    def __init__(self, p: Path, data_cfg, role: str):
+        self.p, self.role, self.skip = p, role, data_cfg.skip_bad_lines
+        self.count, self.stamp = pictures.PictureCount(), pictures.Stamp()
+
+    def __call__(self, rec: dict, fmt: str, where: str) -> bool:
+        """True when the record is kept (its pictures are fine, or it has none)."""
+        try:
+            paths = pictures.check(rec, fmt, self.p.parent)
+        except pictures.PictureProblem as exc:
+            if self.skip:
+                return False
+            raise UserError(f"{self.role}: {self.p} {where}, field '{exc.field}': {exc.problem}; fix the path or the "
+                            f"picture, drop the record, or set data.skip_bad_lines: true to skip such records (they "
+                            f"are counted)", field=self.role, path=str(self.p)) from None
+        self.count.add(len(paths))
+        for path in paths:
+            self.stamp.add(path)
+        return True
+
+    def fields(self) -> dict:
+        """The Scan fields this check fills."""
+        return {"pictures": self.count.as_dict(), "picture_stamp": self.stamp.value()}
 
 
 class _Roles:
@@ -92,6 +124,18 @@ def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
     if p.stat().st_size < WHOLE_FILE_BYTES:
         return _scan_whole(p, "jsonl", data_cfg, role)
     fmt, sample, pending, skipped, count, seen_text, roles = None, [], [], [], 0, False, _Roles()
+    pics, dropped = _PictureCheck(p, data_cfg, role), set()
+
+    def check(n: int, o: dict) -> bool:
+        nonlocal seen_text
+        seen_text |= _check(o, fmt, data_cfg, p, f"line {n}", role)
+        if not pics(o, fmt, f"line {n}"):
+            skipped.append(n)
+            dropped.add(id(o))
+            return False
+        roles.add(o, fmt, f"line {n}")
+        return True
+
     with open(p, "rb") as fh:
         for no, raw in enumerate(fh, 1):
             if not raw.strip():
@@ -116,22 +160,18 @@ def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
                 if len(pending) < 20:
                     continue
                 fmt = formats.detect_format([o for _, o in pending], data_cfg)
-                for n, o in pending:
-                    seen_text |= _check(o, fmt, data_cfg, p, f"line {n}", role)
-                    roles.add(o, fmt, f"line {n}")
+                count -= sum(not check(n, o) for n, o in pending)
                 pending = []
-            else:
-                seen_text |= _check(obj, fmt, data_cfg, p, f"line {no}", role)
-                roles.add(obj, fmt, f"line {no}")
+            elif not check(no, obj):
+                count -= 1
     if fmt is None and pending:
         fmt = formats.detect_format([o for _, o in pending], data_cfg)
-        for n, o in pending:
-            seen_text |= _check(o, fmt, data_cfg, p, f"line {n}", role)
-            roles.add(o, fmt, f"line {n}")
+        count -= sum(not check(n, o) for n, o in pending)
     if not count:
         raise UserError(f"{role}: dataset file {p} is empty; add records or pick another file", field=role, path=str(p))
     _check_some_text(fmt, seen_text, data_cfg, p)
-    return Scan(str(p), "jsonl", fmt, count, skipped, sample, roles.found())
+    return Scan(str(p), "jsonl", fmt, count, sorted(skipped), [o for o in sample if id(o) not in dropped],
+                roles.found(), **pics.fields())
 
 
 _RAW_DECODE = json.JSONDecoder().raw_decode
@@ -155,22 +195,33 @@ def _scan_whole(p: Path, kind: str, data_cfg, role: str) -> Scan:
     fmt = formats.detect_format(recs.rows, data_cfg)
     if fmt in ("text", "template"):
         check_fields(recs, data_cfg)
-    lines = _line_numbers(p, kind, recs)
-    seen_text, roles = False, _Roles()
+    lines, numbers = _line_numbers(p, kind, recs)
+    seen_text, roles, pics, dropped = False, _Roles(), _PictureCheck(p, data_cfg, role), []
     for i, row in enumerate(recs.rows):
         seen_text |= _check(row, fmt, data_cfg, p, lines(i), role)
+        if not pics(row, fmt, lines(i)):
+            dropped.append(i)
+            continue
         roles.add(row, fmt, lines(i))
+    if len(dropped) == len(recs.rows):
+        raise UserError(f"{role}: no record of {p} has readable pictures (the first bad one is {lines(dropped[0])}); "
+                        f"check the picture paths (relative to the data file's folder)", field=role, path=str(p))
     _check_some_text(fmt, seen_text, data_cfg, p)
-    return Scan(str(p), kind, fmt, len(recs.rows), recs.skipped_lines, recs.rows[:SAMPLE_ROWS], roles.found())
+    gone = set(dropped)
+    kept = [row for i, row in enumerate(recs.rows) if i not in gone]
+    skipped = sorted(recs.skipped_lines + [numbers[i] for i in dropped]) if numbers is not None else recs.skipped_lines
+    return Scan(str(p), kind, fmt, len(kept), skipped, kept[:SAMPLE_ROWS], roles.found(), **pics.fields(),
+                skipped_records=dropped if numbers is None else [])
 
 
 def _line_numbers(p: Path, kind: str, recs: Records):
+    """``(where(i) -> 'line N' or 'record N', line numbers of the records or None when the file has no lines)``."""
     if kind != "jsonl":
-        return lambda i: f"record {i + 1}"
+        return (lambda i: f"record {i + 1}"), None
     skipped = set(recs.skipped_lines)
     numbers = [no for no, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), 1)
                if line.strip() and no not in skipped]
-    return lambda i: f"line {numbers[i]}" if i < len(numbers) else f"record {i + 1}"
+    return (lambda i: f"line {numbers[i]}" if i < len(numbers) else f"record {i + 1}"), numbers
 
 
 def _check(rec: dict, fmt: str, data_cfg, p: Path, where: str, role: str) -> bool:

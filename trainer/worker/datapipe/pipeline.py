@@ -39,6 +39,13 @@ class Source:
     skipped_lines: list[int] = field(default_factory=list)
     kind: str | None = None            # file type of a local file (None for hub datasets)
     roles: list = field(default_factory=list)  # conversations: distinct role sequences with their first line
+    pictures: dict = field(default_factory=dict)  # vision-language data: the scan's PictureCount (empty: none)
+    picture_stamp: str | None = None               # the pictures' paths, sizes and mtimes hashed (cache keys)
+    skipped_records: list[int] = field(default_factory=list)  # non-JSONL records the scan skipped (0-based)
+
+    @property
+    def has_pictures(self) -> bool:
+        return bool(self.pictures.get("pictures"))
 
 
 def open_source(cfg, which: str = "train", streaming: bool = False, lazy: bool = False):
@@ -56,11 +63,13 @@ def open_source(cfg, which: str = "train", streaming: bool = False, lazy: bool =
     p = Path(result.path)
     st = p.stat()
     src = Source(str(p), result.record_format, result.records, f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}",
-                 result.skipped_lines, kind=result.kind, roles=result.roles)
-    return src, None if lazy else load_file(p, result.kind, d, streaming)
+                 result.skipped_lines, kind=result.kind, roles=result.roles, pictures=result.pictures,
+                 picture_stamp=result.picture_stamp, skipped_records=result.skipped_records)
+    return src, None if lazy else load_file(p, result.kind, d, streaming, src)
 
 
-def load_file(p: Path, kind: str, d, streaming: bool = False):
+def load_file(p: Path, kind: str, d, streaming: bool = False, src: Source | None = None):
+    """The records of a local file as a ``datasets`` table (those the scan of ``src`` skipped left out)."""
     import datasets
 
     if p.stat().st_size >= SMALL_FILE_BYTES and kind in _BUILDERS and not d.skip_bad_lines:
@@ -70,7 +79,9 @@ def load_file(p: Path, kind: str, d, streaming: bool = False):
         except Exception as exc:  # mixed types in a column, ...: our reader below takes any JSON
             print(f"trainpilot: datasets could not read {p} as Arrow ({type(exc).__name__}); reading it record by "
                   f"record", flush=True)
-    rows = read_records(str(p), d.format, d.skip_bad_lines).rows
+    drop_lines = src.skipped_lines if src is not None else ()
+    rows = read_records(str(p), d.format, d.skip_bad_lines, drop_lines=drop_lines,
+                        drop_records=src.skipped_records if src is not None else ()).rows
     ds = datasets.Dataset.from_dict({JSON_COLUMN: [json.dumps(r, ensure_ascii=False) for r in rows]})
     return ds.to_iterable_dataset() if streaming else ds
 

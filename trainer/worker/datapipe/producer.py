@@ -157,7 +157,7 @@ def record_reader(cfg, which: str):
     p = Path(src.where)
     if src.kind == "jsonl" and p.stat().st_size >= pipeline.SMALL_FILE_BYTES:
         return src, JsonlLines(p, src.skipped_lines)
-    return src, ArrowRows(pipeline.load_file(p, src.kind, cfg.data))
+    return src, ArrowRows(pipeline.load_file(p, src.kind, cfg.data, src=src))
 
 
 # -- writing chunks ----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def report(cfg, examples: int = 3) -> dict:
     had_template = bool(getattr(tokenizer, "chat_template", None))
     template = ensure_chat_template(tokenizer, cfg.data, src.record_format)
     if src.record_format in formats.PAIR_FORMATS:
-        raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data)
+        raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data, src=src)
         head = rows_of(raw[: max(examples, 0)]) if examples else []
         (lengths, parts), trained = _pair_stats(tokenizer, raw, src.record_format), None
         shown = _pair_examples(tokenizer, head, src)
