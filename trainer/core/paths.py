@@ -7,6 +7,7 @@ from pathlib import Path
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 MODELS_DIR = RESOURCES_DIR / "models"  # architectures (config.json files) by name
 STRUCTURES_DIR = MODELS_DIR / "structures"  # their structure records (trainer/models/structure.py), by config hash
+PROCESSORS_DIR = MODELS_DIR / "processors"  # vision-language models' published image-processor settings, by name
 PRESETS_DIR = RESOURCES_DIR / "presets"  # partial configs per hardware tier
 DEMO_CONFIG = RESOURCES_DIR / "demo.yaml"
 DEMO_DATA = RESOURCES_DIR / "demo.jsonl"

@@ -113,6 +113,16 @@ def scan(path: str, data_cfg, role: str = "data.path") -> Scan:
     return result
 
 
+def cached(path: str, data_cfg) -> Scan | None:
+    """The cached scan of ``path`` with these settings, or None; never reads the records (the planner asks: it
+    stays instant)."""
+    try:
+        p = resolve_path(path)
+        return _load_cached(_key(p, p.stat(), detect_format(p, data_cfg.format), data_cfg))
+    except (OSError, ValueError, UserError):
+        return None
+
+
 def _check_file(p: Path, role: str) -> None:
     if not p.exists():
         raise UserError(f"{role}: dataset file not found: {p}; check the path (or use 'demo')", field=role, path=str(p))

@@ -24,6 +24,7 @@ CAUSAL = {
     "smollm3-3b": "HuggingFaceTB/SmolLM3-3B",
     "llama-3.2-3b": "meta-llama/Llama-3.2-3B",
     "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct",
+    "qwen2.5-vl-3b": "Qwen/Qwen2.5-VL-3B-Instruct",
     "phi-4-mini": "microsoft/Phi-4-mini-instruct",
     "qwen3-4b": "Qwen/Qwen3-4B",
     "gemma-3-4b": "google/gemma-3-4b-it",
@@ -31,6 +32,7 @@ CAUSAL = {
     "qwen2.5-7b": "Qwen/Qwen2.5-7B",
     "command-r7b": "CohereForAI/c4ai-command-r7b-12-2024",
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
     "qwen3-8b": "Qwen/Qwen3-8B",
     "olmo-2-13b": "allenai/OLMo-2-1124-13B",
     "gpt-oss-20b": "openai/gpt-oss-20b",
@@ -47,7 +49,8 @@ TEST_ARCHITECTURES = {"tiny-llama": "demo-tiny-llama", "tiny-t5": None}
 # The popular models the picker lists (causal LMs people fine-tune, 2024–26), in its order (by size).
 POPULAR = ("smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "qwen3.5-0.8b", "gemma-3-1b", "llama-3.2-1b", "qwen2.5-1.5b",
            "stablelm-2-1.6b", "qwen3-1.7b", "granite-3.3-2b", "gemma-2-2b", "phi-2", "smollm3-3b", "llama-3.2-3b",
-           "phi-4-mini", "qwen3-4b", "gemma-3-4b", "mistral-7b", "qwen2.5-7b", "llama-3.1-8b", "qwen3-8b",
+           "qwen2.5-vl-3b", "phi-4-mini", "qwen3-4b", "gemma-3-4b", "mistral-7b", "qwen2.5-7b", "llama-3.1-8b",
+           "qwen2.5-vl-7b", "qwen3-8b",
            "gpt-oss-20b", "qwen3-30b-a3b")
 
 HUB_IDS = {**CAUSAL, **ENCODER_DECODER}

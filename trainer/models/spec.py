@@ -84,6 +84,7 @@ class ModelSpec:
     frozen_params: int = 0  # towers a text run does not train (vision/audio encoders, projectors)
     experts: Optional[dict] = None  # total, active (per token), shared, intermediate, layers
     activations: Optional[dict] = None  # measured saved-tensor coefficients (structure record)
+    vision: Optional[dict] = None  # vision-language models: tower, projector, what a picture saves (structure record)
     supports_sdpa: bool = True
     kernels: tuple[str, ...] = ()  # optional CUDA kernels that replace a measured reference implementation
     origin: str = ""  # shipped | cache | probe: where the structure record came from
@@ -178,7 +179,7 @@ def spec_from_record(rec: dict, cfg: dict, name: str = "", source: str = "", ori
         typical.params, int(rec["head_params"]), tuple((i, o) for _, i, o in typical.linears), source, **enc,
         groups=groups, outside_linears=tuple((n, int(i), int(o)) for n, i, o, _ in rec.get("outside_linears", [])),
         frozen_params=sum(int(t["params"]) for t in rec.get("towers", [])), experts=rec.get("experts"),
-        activations=rec.get("activations"), supports_sdpa=bool(rec.get("sdpa", True)),
+        activations=rec.get("activations"), vision=rec.get("vision"), supports_sdpa=bool(rec.get("sdpa", True)),
         kernels=_kernels(groups), origin=origin,
         probe_seconds=float(rec.get("probe_seconds", 0.0)) if origin == "probe" else 0.0)
 

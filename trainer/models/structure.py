@@ -22,6 +22,7 @@ from typing import Optional
 from trainer.core import entrypoints
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.paths import STRUCTURES_DIR, cache_dir
+from trainer.models import vision
 
 FORMAT = 1  # trainer/worker/probes/structure_probe.py FORMAT: a record of another format is probed again
 PROBE_TIMEOUT_S = 900
@@ -71,12 +72,19 @@ def cached_record(cfg: dict, measured: bool = True) -> tuple[Optional[dict], str
     for origin, folder in (("shipped", STRUCTURES_DIR), ("cache", user_records_dir())):
         rec = _read(folder / f"{key}.json")
         if rec is not None and rec.get("format") == FORMAT and (rec.get("activations") or not measured
-                                                                 or rec.get("encoder_decoder")):
+                                                                 or rec.get("encoder_decoder")) and \
+                _has_vision_part(rec, cfg):
             return rec, origin
     refusal = _read(user_records_dir() / f"{key}.refused.json")
     if refusal and refusal.get("transformers") == transformers_version():
         raise ArchitectureUnknown(refusal["message"])
     return None, ""
+
+
+def _has_vision_part(rec: dict, cfg: dict) -> bool:
+    """A vision-language config's record carries its ``vision`` part (what a picture costs; records made before the
+    probe measured pictures lack it and are made again)."""
+    return "vision" in rec or not vision.is_vision_language(cfg)
 
 
 def record_for(cfg: dict, name: str = "", measured: bool = True) -> tuple[dict, str]:

@@ -10,6 +10,7 @@ from trainer.core.errors import UserError
 from trainer.data import token_stats
 from trainer.models.spec import ModelSpec, spec_for_run
 from trainer.planning import loss_kernel
+from trainer.planning import pictures as picture_costs
 from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import Estimate, TrainSetup
 from trainer.planning.throughput import SMALL_TOKENS  # noqa: F401  (the search's threshold, re-exported)
@@ -37,10 +38,13 @@ class Context:
     length: token_stats.PlannedLength = None  # the sequence length memory is planned at (data.seq_len, or the data's)
     liger: Optional[bool] = None  # Liger's kernels run here (loss_kernel.liger_runs: a GPU, liger-kernel with Triton)
     loss_kernel: Optional[str] = None  # the loss this context plans (the search sets it; None: the config's)
+    pictures: Optional[picture_costs.PictureLoad] = None  # what a sample's pictures bring (vision-language models)
 
     def __post_init__(self):
         if self.length is None:
             self.length = token_stats.planned_length(self.cfg)
+        if self.pictures is None:
+            self.pictures = picture_costs.load_for(self.cfg, self.spec)
         if self.liger is None:  # asked once per plan
             self.liger = loss_kernel.liger_runs(self.device)
 
@@ -128,7 +132,16 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
-        num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx))
+        num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), **picture_fields(ctx))
+
+
+def picture_fields(ctx: Context) -> dict:
+    """The TrainSetup fields of the pictures a sample brings (none for a text run)."""
+    load = ctx.pictures
+    if load is None:
+        return {}
+    return {"train_vision": ctx.cfg.method.train_vision, "pictures": load.per_sample,
+            "picture_units": load.picture.units, "picture_positions": load.picture.positions}
 
 
 def triton_kernels(ctx: Context) -> bool:

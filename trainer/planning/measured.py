@@ -11,7 +11,7 @@ inputs: that term stays analytic (``adapters.activation_per_token``), as for the
 from __future__ import annotations
 
 from trainer.models.spec import LayerGroup, ModelSpec
-from trainer.planning import adapters
+from trainer.planning import adapters, pictures
 
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head: log Z and entropy (fp32) and the int64 target per token
 CHUNK_TARGETS_PER_TOKEN = 8  # the chunked loss keeps the int64 targets
@@ -46,14 +46,18 @@ def _masked(g: LayerGroup, seq: int, coeff: dict) -> bool:
 
 def layer_bytes(spec: ModelSpec, s, g: LayerGroup, first: bool = False, shared: bool = True) -> float:
     """Bytes one layer of group ``g`` saves for the whole micro-batch (the first decoder layer when ``first``),
-    with LoRA's adapter inputs and eager attention's s² terms where they apply."""
+    with LoRA's adapter inputs and eager attention's s² terms where they apply. With pictures, Gemma 3's layers all
+    keep an explicit mask ('pictures' coefficients); and when the projector or tower trains, the first layer's input
+    carries gradients under LoRA too, so it saves what a typical layer does."""
     coeff = coefficients(spec, s)
     b, n = s.micro_batch, s.seq_len
-    masked = _masked(g, n, coeff)
-    if first:
-        c = coeff.get("masked_first") if masked else coeff["first"]
+    first = first and not (s.method in ("lora", "qlora") and pictures.vision_grads(s))
+    if pictures.pictures_masked(spec, s) and "pictures" in coeff:
+        c = coeff["pictures_first"] if first else coeff["pictures"][str(g.kind)]
+    elif _masked(g, n, coeff):
+        c = coeff.get("masked_first") if first else coeff["masked"][str(g.kind)]
     else:
-        c = coeff["masked"][str(g.kind)] if masked else coeff["layers"][str(g.kind)]
+        c = coeff["first"] if first else coeff["layers"][str(g.kind)]
     out = evaluate(c, b, n, shared)
     if s.method in ("lora", "qlora") and s.precision == "fp32":
         out *= 2  # measured with a 16-bit base; an fp32 one keeps twice the bytes (approximation)

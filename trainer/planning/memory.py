@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured, saver_memory
+from trainer.planning import adapters, grpo_memory, measured, pictures, saver_memory
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
@@ -91,6 +91,10 @@ class TrainSetup:
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
     num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
+    train_vision: str = "none"  # none | projector | all: which vision parts train (planning/pictures.py)
+    pictures: int = 0  # pictures in the sample with the most (0: text only)
+    picture_units: int = 1  # vision units per picture (Idefics3's tiles; else 1)
+    picture_positions: int = 0  # positions the vision tower runs over per unit
 
     @property
     def world(self) -> int:
@@ -135,15 +139,17 @@ class Estimate:
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
-    """Trainable adapter parameters (``adapters.lora_params``: PEFT's targets, every layer kind)."""
-    return adapters.lora_params(spec, setup)
+    """Trainable parameters of a LoRA/QLoRA run: the adapters (``adapters.lora_params``: PEFT's targets, every layer
+    kind), and what ``method.train_vision`` trains (the projector in full, adapters on the vision tower)."""
+    return adapters.lora_params(spec, setup) + sum(pictures.trainable(spec, setup))
 
 
 def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     """(device bytes, host bytes) of weights, gradients and optimizer states.
 
     With DeepSpeed these equal ``estimate_zero2/3_model_states_mem_needs`` (zero_init=True);
-    without it, torch AdamW keeps its two states in the parameters' dtype."""
+    without it, torch AdamW keeps its two states in the parameters' dtype. ``spec`` as ``estimate`` passes it: a
+    full fine-tune's trained vision parameters already unfrozen (``pictures.with_trained_vision``)."""
     P = spec.trainable_params  # a multimodal checkpoint trained on text: its towers stay frozen
     if s.method in ("lora", "qlora"):
         return _adapter_states(spec, s)
@@ -311,6 +317,15 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
         return seq2seq_activation_bytes(spec, s)
     if s.sequences_per_sample > 1:  # chosen and rejected go through the model in one batch
         s = replace(s, micro_batch=s.micro_batch * s.sequences_per_sample)
+    acts = _text_activation_bytes(spec, s)
+    if s.pictures:  # the vision tower's saved tensors; its checkpointed block rebuilt in backward (not beside the
+        # text layer's: the tower's backward runs after the text model's)
+        acts["vision"] = pictures.activation_bytes(spec, s)
+        acts["recompute"] = max(acts["recompute"], pictures.recompute_bytes(spec, s))
+    return acts
+
+
+def _text_activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     if not spec.fitted:  # every architecture without a hand-fitted formula: its record's measured coefficients
         acts = measured.activation_bytes(spec, s)
         if s.objective == "grpo":
@@ -410,6 +425,7 @@ def fragmentation_share(s: TrainSetup) -> float:
 
 def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     """Predicted peak device memory and host RAM for one GPU (or the CPU when device is cpu)."""
+    spec = pictures.with_trained_vision(spec, s)
     states, host_states = model_states(spec, s)
     acts = activation_bytes(spec, s)
     breakdown = dict(states)
@@ -427,10 +443,13 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     else:
         breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
+    breakdown["vision_activations"] = acts.get("vision", 0)
     breakdown["logits_loss"] = logits_bytes(spec, s)
+    later = breakdown["activations"] + breakdown["recompute"] + breakdown["vision_activations"] + breakdown["logits_loss"]
+    breakdown["vision_forward"] = max(0, pictures.forward_bytes(spec, s) - later)  # only where it is the peak
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
-    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + breakdown["reference_forward"] + \
+    churn = later + breakdown["vision_forward"] + breakdown["reference_forward"] + \
         breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown.update(saver_memory.runtime_bytes(s))

@@ -20,7 +20,7 @@ from trainer.core.dotted import get_in
 from trainer.core import capabilities
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
-from trainer.planning import ladder, loss_kernel
+from trainer.planning import ladder, loss_kernel, picture_plan
 from trainer.planning import search as ps
 from trainer.planning.budget import classify, close_apps
 from trainer.planning.context import Context, attention, family
@@ -53,13 +53,15 @@ class Plan:
     savings: list = field(default_factory=list)  # per memory saver: what it saves, what it would need without it
     # GRPO: {"sampling": {"peak_bytes", "breakdown"}, "update": {...}}; ``breakdown`` is the larger phase's
     phases: dict = field(default_factory=dict)
+    # vision-language runs: the pictures planned per sample and what one costs (planning/picture_plan.summary)
+    pictures: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-ready ``plan.json`` content."""
         keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
                 "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
                 "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values", "savings",
-                "phases")
+                "phases", "pictures")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -140,7 +142,8 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
                 host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
-                savings=choice.savings or [], phases=_phases(choice.estimate))
+                savings=choice.savings or [], phases=_phases(choice.estimate),
+                pictures=picture_plan.for_choice(ctx, choice))
     if choice.verdict != "fits" and alternatives:
         plan.alternatives = ps.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits":

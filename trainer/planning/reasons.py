@@ -14,7 +14,7 @@ from trainer.planning.context import (
     need,
     per_rank_batch,
 )
-from trainer.planning import grpo_memory
+from trainer.planning import grpo_memory, picture_plan
 from trainer.planning.memory import Estimate, estimate
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "zero3_gather")
@@ -26,6 +26,7 @@ def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verd
     out = [_budget(ctx), _model(ctx, est)]
     out += objective_reasons(ctx, est)
     out.append(ctx.length.words)  # the sequence length planned for: data.seq_len or the data's longest sample
+    out += picture_plan.words(ctx, make_setup(ctx, mb, ckpt, ds, offload, optimizer), est)
     out += _grpo(ctx, mb, ckpt, ds, est, offload, optimizer)
     out.append(_batch(ctx, mb, ckpt, ds, offload, optimizer, verdict, est))
     out.append(_checkpointing(ctx, mb, ckpt, ds, found, offload, optimizer, est))

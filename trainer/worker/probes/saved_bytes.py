@@ -86,14 +86,18 @@ def _flash_function():
 
 
 @contextlib.contextmanager
-def mask_regime(masked: bool):
-    """Inside: sliding-window layers get transformers' explicit mask (``masked``, the sequence reaches the window)
-    or none (shorter than the window: SDPA's is_causal); full-attention layers as transformers decides."""
+def mask_regime(masked):
+    """Inside: sliding-window layers get transformers' explicit mask (``masked`` True, the sequence reaches the window)
+    or none (shorter than the window: SDPA's is_causal); full-attention layers as transformers decides. ``masked``
+    'everywhere': every layer gets an explicit (b, 1, s, s) mask, as Gemma 3's do when a batch has pictures (its image
+    tokens attend to each other both ways: ``token_type_ids``)."""
     import transformers.masking_utils as masking
 
     real = masking._ignore_causal_mask_sdpa
 
     def ignore(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        if masked == "everywhere":
+            return False
         if local_attention_size is not None:
             return not masked
         return real(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
@@ -103,6 +107,27 @@ def mask_regime(masked: bool):
         yield
     finally:
         masking._ignore_causal_mask_sdpa = real
+
+
+@contextlib.contextmanager
+def flash_everywhere():
+    """Inside: SDPA is the fused-kernel stand-in on real tensors too (the vision measurement runs on real CPU tensors,
+    ``vision_bytes``; the CPU's own SDPA would pick kernels a CUDA run does not)."""
+    import torch
+    import torch.nn.functional as F
+
+    before = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return _flash_function().apply(q, k, v, attn_mask)
+
+    F.scaled_dot_product_attention = sdpa
+    torch.nn.functional.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = before
+        torch.nn.functional.scaled_dot_product_attention = before
 
 
 def layer_kind(layer, layer_type) -> tuple:
@@ -221,11 +246,13 @@ def adapter_outputs(model, names: set):
             h.remove()
 
 
-def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: list) -> dict:
+def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: list, pictures_masked: bool = False) -> dict:
     """Coefficients per setup and part (``fit``): 'first' (the first decoder layer), 'layers' (one typical layer per
     kind, by kind position in ``reps``), 'embed', 'norm', 'loss'; 'masked' holds the kinds' coefficients with
-    sliding-window masks in place (only when ``sliding``). ``model`` is a 16-bit meta model; it and an fp32 copy are materialised
-    as fake CPU tensors (fake parameters cannot be cast in place, so the copy is cast on the meta device)."""
+    sliding-window masks in place (only when ``sliding``), 'pictures' with masks in every layer (only when
+    ``pictures_masked``: Gemma 3 with pictures). ``model`` is a 16-bit meta model; it and an fp32 copy are
+    materialised as fake CPU tensors (fake parameters cannot be cast in place, so the copy is cast on the meta
+    device)."""
     import copy
 
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -234,6 +261,7 @@ def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: lis
     layers_name, norm_name = names[id(layers)], names.get(id(final_norm))
     wide = copy.deepcopy(model).float()
     parts = ["embed", "norm", "loss", "after", *range(len(layers))]
+    regimes = (False,) + ((True,) if sliding else ()) + (("everywhere",) if pictures_masked else ())
     out: dict = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for m, setups in ((model, ("bf16", "lora")), (wide, ("fp32", "amp"))):
@@ -244,21 +272,25 @@ def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: lis
             for setup in setups:
                 for p in m.parameters():
                     p.requires_grad_(setup != "lora")
-                out[setup] = _measure_setup(m, kept, norm, setup, lora_names, sliding, parts, reps)
+                out[setup] = _measure_setup(m, kept, norm, setup, lora_names, regimes, parts, reps)
     return out
 
 
-def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, sliding: bool, parts, reps) -> dict:
+REGIME_KEYS = {True: ("masked", "masked_first"), "everywhere": ("pictures", "pictures_first")}
+
+
+def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, regimes, parts, reps) -> dict:
     autocast = setup == "amp"
     names = lora_names if setup == "lora" else set()
     result = {}
-    for masked in ((False, True) if sliding else (False,)):
+    for masked in regimes:
         with mask_regime(masked), adapter_outputs(model, names) as ids:
             coeffs = fit(_points(model, layers, final_norm, autocast, ids), parts)
         kinds = {str(k): coeffs[pos] for k, pos in enumerate(reps)}
         if masked:
-            result["masked"] = kinds
-            result["masked_first"] = coeffs[0]
+            key, first = REGIME_KEYS[masked]
+            result[key] = kinds
+            result[first] = coeffs[0]
         else:
             result.update({k: coeffs[k] for k in ("embed", "norm", "loss", "after")})
             result["first"], result["layers"] = coeffs[0], kinds

@@ -20,13 +20,17 @@ import time
 from pathlib import Path
 
 from trainer.core.errors import EXIT_BAD_INPUT
-from trainer.worker.probes import saved_bytes
+from trainer.models import vision as vision_geometry
+from trainer.worker.probes import saved_bytes, vision_bytes
 
 FORMAT = 1
 UNMEASURED_MIXERS = ("Mamba", "SSM", "Rwkv", "RWKV", "Retention", "XLSTM", "xLSTM")  # state-space/recurrent mixers
 LINEAR_ATTENTION = ("gateddeltanet", "linearattention", "lightning", "deltanet")
 CONVOLUTION = ("shortconv",)
 TOP_K_NAMES = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_experts_per_token", "top_k")
+# Families whose image tokens attend to each other both ways (token_type_ids): with pictures every layer gets an
+# explicit mask, which SDPA converts and saves per layer (measured as the 'pictures' regime)
+MASKED_WITH_PICTURES = ("gemma3", "paligemma")
 
 
 class NotPlannable(Exception):
@@ -285,7 +289,8 @@ def activations(model, keys: list, layers, norm, rec: dict) -> dict:
     names = {n for n, m in model.named_modules() if _is_linear(m) and m is not head and
              any(m is x for x in decoder.modules())}
     sliding = rec["sdpa"] and any(k["type"] == "sliding_attention" for k in rec["kinds"])
-    out = saved_bytes.measure(model, kept, norm, names, sliding, reps)
+    pictures = bool(rec.get("vision")) and rec["sdpa"] and rec["model_type"] in MASKED_WITH_PICTURES
+    out = saved_bytes.measure(model, kept, norm, names, sliding, reps, pictures_masked=pictures)
     return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, "setups": out}
 
 
@@ -309,15 +314,30 @@ def probe(config_path: Path, measure: bool = True) -> dict:
                            f"{str(exc).splitlines()[0][:200]}") from None
     rec, keys, layers, norm = structure(raw, cfg, model)
     rec.update({"format": FORMAT, "transformers": _version(), "torch": torch.__version__.split("+")[0]})
+    rec["vision"] = vision_bytes.describe(model, rec["towers"]) if "vision_config" in raw else None
     if measure and not rec["encoder_decoder"]:
         saved_bytes.install_kernels()
         try:
+            if rec["vision"]:
+                rec["vision"]["activations"] = _vision_activations(cfg, rec)
             rec["activations"] = activations(model, keys, layers, norm, rec)
         except Exception as exc:  # any failure of the model's own forward on fake tensors: say which, plan nothing
             raise NotPlannable(f"transformers builds it, but its training forward could not be measured here "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
     rec["seconds"] = round(time.perf_counter() - started, 2)
     return rec
+
+
+def _vision_activations(cfg, rec: dict) -> dict | None:
+    """The vision tower's saved bytes per picture (``vision_bytes.measure``, on a model of its own: it trims and
+    materialises the tower), for the families whose pictures the planner counts (``trainer.models.vision``); None
+    for the others, or with the reason when the tower's forward fails here (the text model is planned regardless)."""
+    if rec["model_type"] not in vision_geometry.FAMILIES:
+        return None
+    try:
+        return vision_bytes.measure(build_meta(cfg), rec["vision"])
+    except Exception as exc:  # noqa: BLE001 - any failure of the tower's own code on stand-in inputs: say which
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
 
 
 def main(argv: list[str] | None = None) -> int:

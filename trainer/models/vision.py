@@ -1,0 +1,305 @@
+"""What a picture is to a vision-language model: how many tokens it puts in the sequence and how many positions its
+vision tower runs over, from the model's own image-processor settings. Light: no torch, no Pillow.
+
+The settings are read, in order, from the ``preprocessor_config.json`` and ``processor_config.json`` beside the
+model's ``config.json`` (a local folder, a downloaded hub snapshot), from the shipped record of a catalog model
+(``trainer/resources/models/processors/<architecture>.json``: the hub model's published files), else from
+transformers' own class defaults for the family. Three kinds of processor, mirrored from transformers 5.23
+(each checked against the processor's own ``get_number_of_image_patches`` / ``_get_num_multimodal_tokens`` in
+tests/test_vision_geometry.py):
+
+- ``dynamic`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): the picture keeps its aspect, resized so both sides are multiples of
+  patch × merge and its pixels lie in [min_pixels, max_pixels] (``smart_resize``); one token per merge² patches.
+- ``tiles`` (Idefics3, SmolVLM): the longest edge is resized to ``size.longest_edge``, cut into tiles of the vision
+  encoder's size plus one global view, each tile ``image_seq_len`` tokens after pixel shuffle, with row/column marker
+  tokens around them.
+- ``fixed`` (Gemma 3 without pan-and-scan, LLaVA): every picture is resized to one size: a fixed number of tokens.
+
+``data.image_max_pixels`` is mapped here onto each processor's own knob (``capped`` and ``processor_kwargs``: one
+rule for the planner and the worker): Qwen's ``max_pixels`` (``size.longest_edge``), Idefics3's ``size.longest_edge``
+aligned down to whole tiles; it cannot shrink a fixed-size processor's pictures.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from trainer.core.paths import PROCESSORS_DIR
+
+DYNAMIC = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+TILES = ("idefics3", "smolvlm")
+FIXED = ("gemma3", "llava")
+FAMILIES = DYNAMIC + TILES + FIXED
+MAX_IMAGE_SIZE = 4096  # transformers' Idefics3/SmolVLM absolute cap on a picture's edge (pixels)
+QWEN_MAX_ASPECT = 200  # smart_resize refuses pictures more elongated than this
+
+
+@dataclass(frozen=True)
+class Processor:
+    """The image processor's settings that decide what a picture costs. Sizes in pixels, counts in tokens."""
+
+    family: str
+    kind: str  # dynamic | tiles | fixed
+    patch: int  # pixels per patch side
+    merge: int = 1  # dynamic: patches merged into one token per side (tokens = patches / merge²)
+    min_pixels: int = 0  # dynamic
+    max_pixels: int = 0  # dynamic
+    longest_edge: int = 0  # tiles: a picture's longest edge after resizing
+    tile: int = 0  # tiles: tile side; fixed: the picture's side
+    splitting: bool = True  # tiles: cut into tiles (else one tile per picture)
+    tile_tokens: int = 0  # tiles: image_seq_len per tile; fixed: tokens per picture
+    positions: int = 0  # tiles / fixed: positions the vision tower runs over per tile / picture
+    source: str = ""  # where the settings were read, in words
+    cap: Optional[int] = None  # data.image_max_pixels applied (``capped``), or None
+
+    @property
+    def factor(self) -> int:
+        """dynamic: the pixel multiple both sides are resized to (patch × merge)."""
+        return self.patch * self.merge
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One picture as the model sees it: ``tokens`` it puts in the text sequence (placeholders and the markers the
+    processor writes around them), ``units`` the vision tower runs (tiles, or 1), each over ``positions`` positions
+    (patches)."""
+
+    tokens: int
+    units: int
+    positions: int
+
+    @property
+    def vision_positions(self) -> int:
+        """Positions the vision tower runs over for the whole picture."""
+        return self.units * self.positions
+
+
+# -- reading the settings -----------------------------------------------------------------------------------------
+def is_vision_language(model_cfg: dict) -> bool:
+    """Whether a config.json describes a model that takes pictures (has a vision tower)."""
+    return isinstance(model_cfg.get("vision_config"), dict)
+
+
+def _json(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def processor_files(folder: Optional[Path]) -> tuple[dict, dict, str]:
+    """(preprocessor_config.json, processor_config.json, source words) of a model folder; empty when absent."""
+    if folder is None:
+        return {}, {}, ""
+    pre, proc = _json(folder / "preprocessor_config.json"), _json(folder / "processor_config.json")
+    return pre, proc, (f"{folder}'s preprocessor_config.json" if pre or proc else "")
+
+
+def shipped_files(architecture: Optional[str]) -> tuple[dict, dict, str]:
+    """The shipped record of a catalog model's published processor files (``{"preprocessor": …, "processor": …}``)."""
+    if not architecture:
+        return {}, {}, ""
+    d = _json(PROCESSORS_DIR / f"{architecture}.json")
+    if not d:
+        return {}, {}, ""
+    return d.get("preprocessor") or {}, d.get("processor") or {}, f"the published processor of {d.get('hub_id', architecture)}"
+
+
+def settings(model_cfg: dict, pre: dict, proc: dict, source: str = "") -> Optional[Processor]:
+    """The picture settings of a vision-language config.json, from its processor files (``pre``: preprocessor_config,
+    ``proc``: processor_config; empty: transformers' defaults for the family). None for a model that takes no
+    pictures or a family whose pictures TrainPilot does not count."""
+    family = str(model_cfg.get("model_type") or "").lower()
+    if not is_vision_language(model_cfg) or family not in FAMILIES:
+        return None
+    vision = model_cfg["vision_config"]
+    source = source or "transformers' defaults for the family (no preprocessor_config.json found)"
+    merged = {**pre, **proc}
+    if family in DYNAMIC:
+        return _dynamic(family, vision, merged, source)
+    if family in TILES:
+        return _tiles(family, model_cfg, vision, merged, source)
+    return _fixed(family, model_cfg, vision, merged, source)
+
+
+def _size(d: dict, key: str) -> Optional[int]:
+    size = d.get("size")
+    value = size.get(key) if isinstance(size, dict) else None
+    return int(value) if isinstance(value, (int, float)) and value else None
+
+
+def _dynamic(family: str, vision: dict, d: dict, source: str) -> Processor:
+    patch = int(d.get("patch_size") or vision.get("patch_size") or 14)
+    merge = int(d.get("merge_size") or vision.get("spatial_merge_size") or 2)
+    low = _size(d, "shortest_edge") or int(d.get("min_pixels") or 56 * 56)
+    high = _size(d, "longest_edge") or int(d.get("max_pixels") or 28 * 28 * 1280)
+    return Processor(family, "dynamic", patch, merge, min_pixels=low, max_pixels=high, source=source)
+
+
+def _tiles(family: str, model_cfg: dict, vision: dict, d: dict, source: str) -> Processor:
+    patch = int(vision.get("patch_size") or 14)
+    tile_cfg = d.get("max_image_size")
+    tile = int(tile_cfg.get("longest_edge")) if isinstance(tile_cfg, dict) and tile_cfg.get("longest_edge") else \
+        int(vision.get("image_size") or 364)
+    longest = _size(d, "longest_edge") or 4 * tile
+    scale = int(model_cfg.get("scale_factor") or 2)
+    seq = int(d.get("image_seq_len") or ((tile // patch) ** 2) // (scale * scale))
+    split = d.get("do_image_splitting")
+    return Processor(family, "tiles", patch, longest_edge=longest, tile=tile, splitting=True if split is None else
+                     bool(split), tile_tokens=seq, positions=(tile // patch) ** 2, source=source)
+
+
+def _fixed(family: str, model_cfg: dict, vision: dict, d: dict, source: str) -> Processor:
+    patch = int(vision.get("patch_size") or 14)
+    if family == "gemma3":  # one 896² view per picture: pan-and-scan is kept off (its crops would add pictures)
+        side = _size(d, "height") or int(vision.get("image_size") or 896)
+        tokens = int(d.get("image_seq_length") or model_cfg.get("mm_tokens_per_image") or 256)
+        return Processor(family, "fixed", patch, tile=side, tile_tokens=tokens, positions=(side // patch) ** 2,
+                         source=source)
+    crop = d.get("crop_size")
+    side = int(crop.get("height")) if isinstance(crop, dict) and crop.get("height") else \
+        (_size(d, "shortest_edge") or int(vision.get("image_size") or 336))
+    patch = int(d.get("patch_size") or patch)
+    extra = int(d.get("num_additional_image_tokens", 1))
+    strategy = d.get("vision_feature_select_strategy") or model_cfg.get("vision_feature_select_strategy") or "default"
+    grid = (side // patch) ** 2
+    return Processor(family, "fixed", patch, tile=side, tile_tokens=grid + extra - (1 if strategy == "default" else 0),
+                     positions=grid + 1, source=source)
+
+
+def for_model(model_cfg: dict, folder: Optional[Path] = None, architecture: Optional[str] = None) -> Optional[Processor]:
+    """The picture settings of a model: its folder's processor files, else the shipped record of its catalog
+    architecture, else the family's defaults (``settings``)."""
+    for pre, proc, source in (processor_files(folder), shipped_files(architecture)):
+        if pre or proc:
+            return settings(model_cfg, pre, proc, source)
+    return settings(model_cfg, {}, {})
+
+
+# -- data.image_max_pixels ----------------------------------------------------------------------------------------
+def capped(p: Processor, max_pixels: Optional[int]) -> Processor:
+    """The settings with ``data.image_max_pixels`` applied to the processor's own knob: Qwen's max_pixels (min_pixels
+    follows it down), Idefics3/SmolVLM's longest edge (at most √max_pixels, aligned down to whole tiles, at least one
+    tile). A fixed-size processor is unchanged (``cap_words`` says so)."""
+    if not max_pixels:
+        return p
+    if p.kind == "dynamic":
+        high = min(p.max_pixels, int(max_pixels))
+        return replace(p, max_pixels=high, min_pixels=min(p.min_pixels, high), cap=int(max_pixels))
+    if p.kind == "tiles":
+        edge = max(p.tile, int(math.isqrt(int(max_pixels)) // p.tile) * p.tile)
+        return replace(p, longest_edge=min(p.longest_edge, edge), cap=int(max_pixels))
+    return replace(p, cap=int(max_pixels))
+
+
+def processor_kwargs(p: Processor) -> dict:
+    """What the worker passes to the processor (``images_kwargs``) for settings ``capped`` returned: the capped
+    size, and for Gemma 3 pan-and-scan off."""
+    if p.kind == "dynamic" and p.cap:
+        return {"size": {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}}
+    if p.kind == "tiles" and p.cap:
+        return {"size": {"longest_edge": p.longest_edge}}
+    if p.family == "gemma3":
+        return {"do_pan_and_scan": False}
+    return {}
+
+
+def cap_words(p: Processor) -> str:
+    """What data.image_max_pixels does to these pictures, in words ('' when not set)."""
+    if not p.cap:
+        return ""
+    if p.kind == "dynamic":
+        return f"data.image_max_pixels {p.cap:,} caps Qwen's max_pixels at {p.max_pixels:,}"
+    if p.kind == "tiles":
+        return f"data.image_max_pixels {p.cap:,} sets the longest edge to {p.longest_edge} px ({p.longest_edge // p.tile} tile(s) across)"
+    return (f"data.image_max_pixels does not change {p.family}'s pictures: every picture is resized to {p.tile}×{p.tile} "
+            f"({p.tile_tokens} tokens)")
+
+
+# -- a picture's tokens and positions -----------------------------------------------------------------------------
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen2-VL's resize (transformers' ``smart_resize``): both sides multiples of ``factor``, pixels within
+    [min_pixels, max_pixels], the aspect kept as closely as possible."""
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _rescale_to_max_len(height: int, width: int, max_len: int) -> tuple[int, int]:
+    """Idefics3's resize of the longest edge to ``max_len`` (the other side even), then under MAX_IMAGE_SIZE."""
+    aspect = width / height
+    if width >= height:
+        width, height = max_len, int(max_len / aspect)
+        height += height % 2
+    else:
+        height, width = max_len, int(max_len * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height and width > MAX_IMAGE_SIZE:
+        width, height = MAX_IMAGE_SIZE, int(MAX_IMAGE_SIZE / aspect)
+    elif height > width and height > MAX_IMAGE_SIZE:
+        height, width = MAX_IMAGE_SIZE, int(MAX_IMAGE_SIZE * aspect)
+    return max(height, 1), max(width, 1)
+
+
+def tile_grid(p: Processor, height: int, width: int) -> tuple[int, int]:
+    """(rows, columns) of tiles an Idefics3/SmolVLM picture is cut into; (0, 0): one tile, not split."""
+    if not p.splitting:
+        return 0, 0
+    height, width = _rescale_to_max_len(height, width, p.longest_edge)
+    rows, cols = math.ceil(height / p.tile), math.ceil(width / p.tile)
+    return (rows, cols) if rows * p.tile > p.tile or cols * p.tile > p.tile else (0, 0)
+
+
+def picture(p: Processor, width: int, height: int) -> Picture:
+    """A ``width`` × ``height`` pixel picture as the model sees it."""
+    if p.kind == "dynamic":
+        h, w = smart_resize(height, width, p.factor, p.min_pixels, p.max_pixels)
+        patches = (h // p.patch) * (w // p.patch)
+        return Picture(patches // (p.merge * p.merge), 1, patches)
+    if p.kind == "tiles":
+        return _tiled(p, *tile_grid(p, height, width))
+    return Picture(p.tile_tokens, 1, p.positions)
+
+
+def _tiled(p: Processor, rows: int, cols: int) -> Picture:
+    """Tokens of a picture cut into rows × cols tiles plus its global view (transformers' Idefics3 count: each tile
+    its tokens, a marker and a row/column token; a newline per row; the global view with its two markers and its
+    token), or a lone tile."""
+    base = p.tile_tokens + 3
+    if not rows:
+        return Picture(base, 1, p.positions)
+    return Picture(base + rows * ((p.tile_tokens + 2) * cols + 1), rows * cols + 1, p.positions)
+
+
+def largest(p: Processor) -> Picture:
+    """The most a picture can cost with these settings: Qwen at max_pixels (at most max_pixels / (patch·merge)²
+    tokens), Idefics3 a square picture cut into the most tiles, a fixed-size processor its one size."""
+    if p.kind == "dynamic":
+        tokens = p.max_pixels // (p.factor * p.factor)
+        return Picture(tokens, 1, tokens * p.merge * p.merge)
+    if p.kind == "tiles":
+        return picture(p, p.longest_edge, p.longest_edge)
+    return Picture(p.tile_tokens, 1, p.positions)
+
+
+def describe(p: Processor) -> str:
+    """The settings in words (for the plan's reasons)."""
+    if p.kind == "dynamic":
+        return (f"{p.patch}-px patches merged {p.merge}×{p.merge} per token, {p.min_pixels:,}–{p.max_pixels:,} pixels "
+                f"per picture")
+    if p.kind == "tiles":
+        split = f"cut into {p.tile}-px tiles plus a global view" if p.splitting else f"one {p.tile}-px tile"
+        return f"longest edge {p.longest_edge} px, {split}, {p.tile_tokens} tokens per tile"
+    return f"every picture {p.tile}×{p.tile} px, {p.tile_tokens} tokens"

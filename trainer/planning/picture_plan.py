@@ -1,0 +1,91 @@
+"""The plan's pictures: what one costs at the chosen settings (plan.json's ``pictures``) and the reasons' sentences.
+Bytes and tokens; no torch. The terms themselves are ``planning/pictures.py``'s."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from trainer.core.units import count, gib
+from trainer.models import vision
+from trainer.planning import pictures
+from trainer.planning.context import Context, make_setup, need, with_loss
+from trainer.planning.memory import Estimate, TrainSetup, estimate
+
+
+def per_picture_bytes(ctx: Context, s: TrainSetup) -> int:
+    """What one more picture per sample adds to the plan's peak (the GPU's, or host RAM on the CPU): its tokens
+    through every text layer and the loss, its vision activations, their allocator slack, for the micro-batch. The
+    difference of two estimates: the sample as planned, and with one picture and its tokens fewer."""
+    tokens = ctx.pictures.picture.tokens
+    fewer = replace(s, pictures=s.pictures - 1, seq_len=max(1, s.seq_len - tokens))
+    return max(0, need(ctx, estimate(ctx.spec, s)) - need(ctx, estimate(ctx.spec, fewer)))
+
+
+def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
+    """plan.json's ``pictures``: the pictures planned per sample and per picture (tokens, vision units and positions),
+    where the figures come from, the processor's settings and data.image_max_pixels, what trains, and bytes: one
+    picture's share of the peak, the vision tower's activations for the micro-batch, its trained parameters."""
+    load = ctx.pictures
+    if load is None:
+        return {}
+    full, adapter = pictures.trainable(ctx.spec, s)
+    return {"per_sample": load.per_sample, "tokens_per_picture": load.picture.tokens,
+            "vision_units_per_picture": load.picture.units, "vision_positions_per_unit": load.picture.positions,
+            "from_data": load.measured, "processor": vision.describe(load.processor),
+            "processor_source": load.processor.source, "image_max_pixels": vision.cap_words(load.processor),
+            "train_vision": s.train_vision, "bytes_per_picture": per_picture_bytes(ctx, s),
+            "vision_activation_bytes": est.breakdown.get("vision_activations", 0),
+            "vision_forward_bytes": pictures.forward_bytes(ctx.spec, s),
+            "vision_trained_params": full + adapter, "tokens_over_seq_len": over_seq_len(ctx),
+            "measured_tower": pictures.measured_activations(ctx.spec)}
+
+
+def over_seq_len(ctx: Context) -> bool:
+    """Whether a sample's pictures alone could be longer than the planned sequence (the processor's largest
+    pictures, not the data's measured ones)."""
+    load = ctx.pictures
+    return load is not None and not load.measured and load.per_sample * load.picture.tokens >= ctx.seq
+
+
+def words(ctx: Context, s: TrainSetup, est: Estimate) -> list[str]:
+    """The reasons' sentences about pictures (none for a text run)."""
+    load = ctx.pictures
+    if load is None:
+        return []
+    d = summary(ctx, s, est)
+    what = {"none": "the vision tower and projector frozen (no activations, gradients or optimizer states)",
+            "projector": f"the projector trained ({count(d['vision_trained_params'])} parameters)",
+            "all": f"the vision tower and projector trained ({count(d['vision_trained_params'])} parameters)"}
+    out = [f"{load.words}; a picture costs ≈{gib(d['bytes_per_picture'], 2)} at micro-batch {s.micro_batch}, "
+           f"{what[s.train_vision]}" + (f"; vision activations {gib(d['vision_activation_bytes'])}"
+                                         if d["vision_activation_bytes"] else "")]
+    if d["image_max_pixels"]:
+        out.append(d["image_max_pixels"])
+    if not d["measured_tower"]:
+        out.append(f"what {ctx.spec.family}'s vision tower keeps per picture is not measured here: only its tokens "
+                   "are counted")
+    if d["tokens_over_seq_len"]:
+        out.append(_over_words(ctx))
+    return out
+
+
+def _over_words(ctx: Context) -> str:
+    """A sample's pictures could fill the sequence: the cap that would leave half of it to text."""
+    load = ctx.pictures
+    p, room = load.processor, max(1, ctx.seq // (2 * load.per_sample))
+    fix = ""
+    if p.kind == "dynamic":
+        fix = f"set data.image_max_pixels to {room * p.factor * p.factor:,} or less (≤ {room:,} tokens a picture), or "
+    elif p.kind == "tiles" and p.longest_edge > p.tile:
+        fix = f"set data.image_max_pixels to {p.tile * p.tile:,} (one tile a picture), or "
+    return (f"{load.per_sample} picture(s) of up to {load.picture.tokens:,} tokens each fill data.seq_len {ctx.seq:,}: "
+            f"{fix}raise data.seq_len")
+
+
+def for_choice(ctx: Context, choice) -> Optional[dict]:
+    """plan.json's ``pictures`` for a search's choice ({} for a text run)."""
+    if ctx.pictures is None:
+        return {}
+    s = make_setup(with_loss(ctx, choice.loss_kernel), choice.micro, choice.ckpt, choice.ds, choice.offload,
+                   choice.optimizer, choice.generation or None)
+    return summary(ctx, s, choice.estimate)
