@@ -65,7 +65,7 @@ def test_sharegpt_llava_markers_and_the_images_field(tmp_path):
     rec = {"image": "a.png", "conversations": [{"from": "human", "value": "<image>\nDescribe it."},
                                                {"from": "gpt", "value": "Red."}]}
     assert pictures.normalise(rec, "sharegpt", tmp_path) == [
-        {"role": "user", "content": [{"type": "image", "image": str(a)}, {"type": "text", "text": "\nDescribe it."}]},
+        {"role": "user", "content": [{"type": "image", "image": str(a)}, {"type": "text", "text": "Describe it."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Red."}]}]
     two = {"images": ["a.png", "b.png"], "messages": [{"role": "user", "content": "Compare <image> and <image>."},
                                                       {"role": "assistant", "content": "Same."}]}

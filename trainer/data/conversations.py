@@ -12,7 +12,8 @@ here, through a ``Chat``: the chat template's render, the tokenizer's encode and
   first user turn where it has none (Gemma), merged, dropped, or refused ('error'), everywhere alike.
 - **End of turn**: generation stops at EOS, the model's ``generation_config`` EOS ids and the known end-of-turn
   tokens the template writes (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, ...); the *trained* end of turn
-  is the first of them the template writes after an assistant's text (``Chat.end_of_turn_id``).
+  is the first of them the template writes after an assistant's text (``Chat.end_of_turn_id``). A template that
+  writes none after an answer (LLaVA 1.5's) gets the tokenizer's EOS trained after it, so the model still stops.
 - **The prompt/answer boundary, on token ids**: for assistant turn ``i`` the prompt is
   ``render(messages[:i], add_generation_prompt=True)`` tokenized (exactly the ids inference sends) and the answer
   is what the tokenized ``render(messages[:i + 1])`` adds after the longest common prefix of *token ids* with it,
@@ -53,7 +54,7 @@ DEFAULT_CHAT_TEMPLATE = (
 )
 # End-of-turn tokens of the common chat templates: stops wherever the vocabulary has them and the template writes them.
 END_OF_TURN_TOKENS = ("<|return|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|END_OF_TURN_TOKEN|>",
-                      "<|end_of_text|>", "<|endoftext|>", "</s>", "<｜end▁of▁sentence｜>")
+                      "<|end_of_text|>", "<|endoftext|>", "</s>", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
 # gpt-oss's harmony format ends an answer with <|return|> (or <|call|>, a tool call: both its EOS ids); its <|end|>
 # closes one message (the reasoning before the final answer), so it is no end of turn there: where the key token is
 # in the template, the value is not a stop.
@@ -96,8 +97,8 @@ class Chat:
     """A chat template and its tokenizer as the rules see them; ``system_mode`` is ``data.system_message``."""
 
     def __init__(self, render: Render, encode: Encode, stop_ids: Iterable[int] = (), system_mode: str = "auto",
-                 decode: Callable[[list[int]], str] | None = None):
-        self.render, self.encode, self.decode = render, encode, decode
+                 decode: Callable[[list[int]], str] | None = None, eos: int | None = None):
+        self.render, self.encode, self.decode, self.eos = render, encode, decode, eos
         self.stop_ids = frozenset(int(i) for i in stop_ids)
         self.system_mode = system_mode
         self._takes_system: bool | None = None
@@ -145,7 +146,11 @@ class Chat:
         if k < len(p):  # the prompt re-renders context (Mistral Nemo's system text): skip what it ends with too
             k += self._overlap(messages, i, p[k:], d, k, done_text)
         end = k + cut_after_stop(d[k:], self.stop_ids)
-        return Turn(p, d[k:end], prompt_text, _text_of(done_text, offsets, k, end, d, self))
+        answer, text = d[k:end], _text_of(done_text, offsets, k, end, d, self)
+        if answer and self.eos is not None and not any(t in self.stop_ids for t in answer):
+            # a template that ends no answer (LLaVA 1.5's): the model learns to stop with EOS, where generation stops
+            answer, text = answer + [self.eos], text + (self.decode([self.eos]) if self.decode else "")
+        return Turn(p, answer, prompt_text, text)
 
     def _overlap(self, messages: list[dict], i: int, tail: list[int], done: list[int], k: int, done_text: str) -> int:
         """The longest ``m`` with ``done[k:k + m]`` the end of the prompt's ``tail``, never past where the template
@@ -194,21 +199,24 @@ class SystemRefused(ValueError):
     """A system message the chat template cannot take while ``data.system_message`` is 'error'."""
 
 
-def for_tokenizer(tok, system_mode: str = "auto", eos_ids: Iterable[int] = ()) -> Chat:
+def for_tokenizer(tok, system_mode: str = "auto", eos_ids: Iterable[int] = (), render: Render | None = None,
+                  encode: Encode | None = None) -> Chat:
     """A ``Chat`` over a Hugging Face tokenizer (duck-typed: ``apply_chat_template`` and ``__call__``); ``eos_ids``
-    are the model's ``generation_config`` EOS ids."""
-    def render(messages, gen):
+    are the model's ``generation_config`` EOS ids. ``render``/``encode`` replace the tokenizer's own (a
+    vision-language model's: pictures expanded, tokenized as its processor does)."""
+    def own_render(messages, gen):
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
 
-    def encode(texts):
+    def own_encode(texts):
         try:
             enc = tok(list(texts), add_special_tokens=False, return_offsets_mapping=True)
             return list(zip(enc["input_ids"], enc["offset_mapping"]))
         except NotImplementedError:  # a slow (Python) tokenizer has no offsets
             return [(ids, None) for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
 
-    return Chat(render, encode, stop_ids(tok, eos_ids), system_mode,
-                lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+    return Chat(render or own_render, encode or own_encode, stop_ids(tok, eos_ids), system_mode,
+                lambda ids: tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
+                tok.eos_token_id if isinstance(tok.eos_token_id, int) else None)
 
 
 def stop_ids(tok, eos_ids: Iterable[int] = ()) -> list[int]:

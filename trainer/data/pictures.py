@@ -6,7 +6,8 @@ Vision-language data comes in two shapes, both read here:
   ``{"type": "image", "image": PATH}`` (also ``"path"``/``"url"`` instead of ``"image"``),
   ``{"type": "image_url", "image_url": {"url": PATH_OR_DATA_URL}}`` and ``{"type": "text", "text": ...}``;
 - **markers** (ShareGPT/LLaVA, LLaMA-Factory): ``<image>`` in a turn's text, the pictures in the record's
-  ``image`` (one) or ``images`` (a list) field, in marker order. Without markers the pictures open the first user
+  ``image`` (one) or ``images`` (a list) field, in marker order (the newline LLaVA's data writes after a marker goes
+  with it: the chat template puts its own separator after a picture). Without markers the pictures open the first user
   turn (what LLaVA's data means by a picture per conversation); a different number of markers and pictures is an
   error in the record.
 
@@ -186,6 +187,7 @@ def _text_parts(text: str, markers: bool) -> list:
     for k, piece in enumerate(_MARKERS.split(text)):
         if k:
             out.append(None)
+            piece = piece[1:] if piece.startswith("\n") else piece  # LLaVA's "<image>\n": the template separates
         if piece:
             out.append({"type": "text", "text": piece})
     return out

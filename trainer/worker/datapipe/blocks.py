@@ -40,8 +40,8 @@ from trainer.worker.datapipe.producer import (
     split_counts,
 )
 
-BLOCKS_VERSION = 4  # 2: per-record lengths beside each chunk; 3: turns trained as inference prompts them; 4: the
-#                     prompt/answer boundary on token ids
+BLOCKS_VERSION = 5  # 2: per-record lengths beside each chunk; 3: turns trained as inference prompts them; 4: the
+#                     prompt/answer boundary on token ids; 5: content in the template's form, EOS after endless answers
 POLL_SECONDS = 0.02
 
 
@@ -75,7 +75,7 @@ class Blocks:
         cols = {}
         for name in table.column_names:
             arr = table.column(name).chunk(0) if table.column(name).num_chunks else pa.array([], pa.list_(pa.int32()))
-            cols[name] = (arr.offsets.to_numpy(), arr.values.to_numpy())
+            cols[name] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False))  # (picture paths: str)
         self._chunks.append(cols)
         self._ends.append((self._ends[-1] if self._ends else 0) + table.num_rows)
         return True
@@ -181,9 +181,10 @@ class BlockOrder:
 
 
 # -- opening (and producing) --------------------------------------------------------------------------------
-def folder_for(cfg, tokenizer, src, which: str) -> Path:
+def folder_for(cfg, tokenizer, src, which: str, pictures=None) -> Path:
     d = cfg.data
-    settings = [src.fingerprint, pipeline.tokenizer_fingerprint(tokenizer), src.record_format, d.text_field,
+    seen = [src.picture_stamp, pictures.fingerprint()] if pictures is not None and src.has_pictures else []
+    settings = [src.fingerprint, pipeline.tokenizer_fingerprint(tokenizer), src.record_format, d.text_field, *seen,
                 d.prompt_template, d.response_template, d.train_on_prompt, d.seq_len, d.packing, CHUNK_RECORDS, which,
                 d.system_message, sorted(rendering.chat_rules(tokenizer, cfg).stop_ids),
                 d.chat_date if conversations.prints_date(getattr(tokenizer, "chat_template", None)) else None]
@@ -199,11 +200,12 @@ def folder_for(cfg, tokenizer, src, which: str) -> Path:
     return cache_dir() / "blocks" / key
 
 
-def open_data(cfg, tokenizer, src, which: str, sized: bool) -> tuple[dict[str, Blocks], str]:
+def open_data(cfg, tokenizer, src, which: str, sized: bool, pictures=None) -> tuple[dict[str, Blocks], str]:
     """``({part: Blocks}, cache state)`` for the training data (``which='train'``: parts ``train`` and,
     with a validation split, ``eval``) or the validation file (part ``eval``). Starts the tokenizing
-    process(es) on the first local rank when a part is incomplete. Cache state: hit, partial or miss."""
-    folder = folder_for(cfg, tokenizer, src, which)
+    process(es) on the first local rank when a part is incomplete. Cache state: hit, partial or miss.
+    ``pictures`` (``vision.Pictures``): the model's processor, for data with pictures."""
+    folder = folder_for(cfg, tokenizer, src, which, pictures)
     split = held_out(cfg)
     names = ["eval"] if which != "train" else (["eval", "train"] if split > 0 else ["train"])
     if which == "train" and src.records is not None:
@@ -214,20 +216,20 @@ def open_data(cfg, tokenizer, src, which: str, sized: bool) -> tuple[dict[str, B
     if not complete and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         if src.kind is not None and Path(src.where).stat().st_size < pipeline.SMALL_FILE_BYTES:
             folder.mkdir(parents=True, exist_ok=True)  # small: tokenized here at once (no process to start)
-            producer.produce(cfg, tokenizer, folder, which)
+            producer.produce(cfg, tokenizer, folder, which, pictures=pictures)
         else:
-            producers = _start(cfg, tokenizer, folder, which)
+            producers = _start(cfg, tokenizer, folder, which, pictures if src.has_pictures else None)
     return {n: Blocks(folder, n, producers, sized=sized or n == "eval") for n in names}, state
 
 
-def _start(cfg, tokenizer, folder: Path, which: str) -> list:
+def _start(cfg, tokenizer, folder: Path, which: str, pictures=None) -> list:
     """Launch ``data.num_proc`` (default 1: the Rust tokenizer already uses every core) producers."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ERROR_FILE).unlink(missing_ok=True)  # a failure of an earlier run is not this run's
     tok_dir = folder / "tokenizer"
     if not (tok_dir / "tokenizer_config.json").exists():
         tmp = folder / f"tokenizer.tmp{os.getpid()}"
-        tokenizer.save_pretrained(str(tmp))
+        (pictures.processor if pictures is not None else tokenizer).save_pretrained(str(tmp))  # (+ image processor)
         try:
             os.replace(tmp, tok_dir)
         except OSError:
@@ -238,7 +240,9 @@ def _start(cfg, tokenizer, folder: Path, which: str) -> list:
         spec = folder / f"spec-{os.getpid()}-{w}.json"
         spec.write_text(json.dumps({"config": cfg.model_dump(mode="json"), "tokenizer": str(tok_dir),
                                     "folder": str(folder), "which": which, "worker": w, "workers": workers,
-                                    "parent": os.getpid()}), encoding="utf-8")
+                                    "parent": os.getpid(),
+                                    "image_token": pictures.image_token_id if pictures is not None else None}),
+                        encoding="utf-8")
         # the worker's environment turns the tokenizer's threads off (DataLoader workers fork); this process
         # does not fork, and its tokenizing is what the threads are for
         procs.append(subprocess.Popen(entrypoints.python_m(entrypoints.PRODUCER, str(spec)),

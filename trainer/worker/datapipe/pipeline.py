@@ -186,6 +186,44 @@ class CutTable:
         return pa.table({"input_ids": ids.filter(keep), "labels": labels.filter(keep)})
 
 
+class PictureCut:
+    """Sequences with pictures (never packed: a block would split a picture's image tokens from its pixels): each
+    cut to ``seq_len`` tokens where that keeps whole pictures, else before the first picture that would be cut (its
+    image tokens and every later picture's go); sequences with nothing trained are dropped."""
+
+    def __init__(self, seq_len: int):
+        self.seq_len = seq_len
+
+    def __call__(self, table):
+        import pyarrow as pa
+
+        cols = {name: table.column(name).to_pylist() for name in ("input_ids", "labels", "images", "image_spans")}
+        out = {name: [] for name in cols}
+        for ids, labels, images, spans in zip(*cols.values()):
+            cut, kept = self.seq_len, 0
+            for k in range(len(images)):
+                start, end = spans[2 * k], spans[2 * k + 1]
+                if end > self.seq_len:
+                    cut = min(cut, start)
+                    break
+                kept += 1
+            if not any(x != -100 for x in labels[:cut]):
+                continue
+            for name, value in zip(out, (ids[:cut], labels[:cut], images[:kept], spans[:2 * kept])):
+                out[name].append(value)
+        types = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()), "images": pa.list_(pa.string()),
+                 "image_spans": pa.list_(pa.int32())}
+        return pa.table({name: pa.array(values, types[name]) for name, values in out.items()})
+
+
+def shaper(d, pictures: bool):
+    """How tokenized records become training sequences: pictures cut whole (``PictureCut``), else packed into
+    ``seq_len`` blocks (``data.packing``) or cut."""
+    if pictures:
+        return PictureCut(d.seq_len)
+    return PackTable(d.seq_len) if d.packing else CutTable(d.seq_len)
+
+
 def _table(offsets, ids, labels, pos):
     import pyarrow as pa
 

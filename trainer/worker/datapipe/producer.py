@@ -186,15 +186,18 @@ def block_count(path: Path) -> int:
     return read_table(path).num_rows
 
 
-def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: int = 1, parent: int | None = None) -> None:
+def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: int = 1, parent: int | None = None,
+            pictures=None) -> None:
     """Write every missing chunk of ``folder`` whose global number is ``worker`` modulo ``workers``
-    (eval chunks first, then train), then the ``.done`` marker of each complete part."""
+    (eval chunks first, then train), then the ``.done`` marker of each complete part. ``pictures``
+    (``vision.Pictures``): the model's processor, for data with pictures."""
 
     d = cfg.data
     src, reader = record_reader(cfg, which)
     ensure_chat_template(tokenizer, d, src.record_format)
-    encode = Encoder(cfg, tokenizer, src.record_format, src.where)
-    shaper = pipeline.PackTable(d.seq_len) if d.packing else pipeline.CutTable(d.seq_len)
+    pictures = pictures if src.has_pictures else None
+    encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures)
+    shaper = pipeline.shaper(d, pictures is not None)
     if which == "train":
         parts = parts_of(len(reader), cfg.training.seed, d.shuffle, held_out(cfg))
     else:
@@ -227,20 +230,24 @@ def _encoded_chunk(reader, encode, idx, pool):
 
     subs = [idx[i:i + SUB_BATCH] for i in range(0, len(idx), SUB_BATCH)]
 
+    types = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32())}
+    if encode.pictures is not None:  # each sequence's picture files, image-token spans and tokens per picture
+        types.update(images=pa.list_(pa.string()), image_spans=pa.list_(pa.int32()),
+                     picture_tokens=pa.list_(pa.int32()))
+
     def work(sub):
         enc = encode(reader.batch(sub), [int(i) for i in sub])
-        return enc["input_ids"], enc["labels"]
+        return {name: pa.array(enc[name], kind) for name, kind in types.items()}
 
-    ids, labels, pending = [], [], pool.submit(work, subs[0]) if subs else None
+    columns, pending = {name: [] for name in types}, pool.submit(work, subs[0]) if subs else None
     for j in range(len(subs)):
         got = pending.result()
         pending = pool.submit(work, subs[j + 1]) if j + 1 < len(subs) else None
-        ids.append(pa.array(got[0], pa.list_(pa.int32())))
-        labels.append(pa.array(got[1], pa.list_(pa.int32())))
+        for name in types:
+            columns[name].append(got[name])
         del got
-    if not ids:
-        return pa.table({"input_ids": pa.array([], pa.list_(pa.int32())), "labels": pa.array([], pa.list_(pa.int32()))})
-    return pa.table({"input_ids": pa.concat_arrays(ids), "labels": pa.concat_arrays(labels)})
+    return pa.table({name: pa.concat_arrays(parts) if parts else pa.array([], types[name])
+                     for name, parts in columns.items()})
 
 
 def _lengths(table):
@@ -251,8 +258,15 @@ def _lengths(table):
     labels = table.column("labels").combine_chunks()
     offsets = labels.offsets.to_numpy()
     trained = np.concatenate([[0], np.cumsum(labels.values.to_numpy(zero_copy_only=False) != -100)])
-    return pa.table({"tokens": pa.array(np.diff(offsets), pa.int32()),
-                     "trained": pa.array(trained[offsets[1:]] - trained[offsets[:-1]], pa.int32())})
+    out = {"tokens": pa.array(np.diff(offsets), pa.int32()),
+           "trained": pa.array(trained[offsets[1:]] - trained[offsets[:-1]], pa.int32())}
+    if "picture_tokens" in table.column_names:  # pictures: how many, their tokens, the fewest and most per picture
+        per = table.column("picture_tokens").to_pylist()
+        out.update(pictures=pa.array([len(p) for p in per], pa.int32()),
+                   picture_tokens=pa.array([sum(p) for p in per], pa.int32()),
+                   picture_tokens_min=pa.array([min(p, default=0) for p in per], pa.int32()),
+                   picture_tokens_max=pa.array([max(p, default=0) for p in per], pa.int32()))
+    return pa.table(out)
 
 
 def _alive(pid: int) -> bool:
@@ -272,9 +286,17 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import AutoTokenizer
 
         cfg = RunConfig.model_validate(spec["config"])  # resolved (a run) or not (the data report)
-        tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"], trust_remote_code=cfg.model.trust_remote_code)
+        pictures = None
+        if spec.get("image_token") is not None:  # the processor was saved beside the tokenizer (data with pictures)
+            from trainer.worker.datapipe import vision
+
+            pictures = vision.from_folder(Path(spec["tokenizer"]), spec["image_token"])
+            tokenizer = pictures.tok
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"], trust_remote_code=cfg.model.trust_remote_code)
         started = time.time()
-        produce(cfg, tokenizer, folder, spec["which"], spec.get("worker", 0), spec.get("workers", 1), spec.get("parent"))
+        produce(cfg, tokenizer, folder, spec["which"], spec.get("worker", 0), spec.get("workers", 1), spec.get("parent"),
+                pictures)
         print(f"trainpilot: tokenizing process {spec.get('worker', 0)} finished in {time.time() - started:.1f} s",
               flush=True)
         return 0

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.data import formats
-from trainer.data import conversations
+from trainer.data import conversations, formats
+from trainer.data import pictures as pictures_mod
 from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, Example, SystemRefused, template_error
 from trainer.data.scan import record_line
 
@@ -74,10 +74,14 @@ def system_message(chat, msgs: list[dict], path: str, where: str) -> list[dict]:
         raise conversations.system_refused_error(path, where) from None
 
 
-def chat_rules(tokenizer, cfg) -> "conversations.Chat":
+def chat_rules(tokenizer, cfg, pictures=None) -> "conversations.Chat":
     """The chat rules for this run's tokenizer: its template, ``data.system_message`` and the stop ids of the
-    model's ``generation_config`` (``generation_eos_ids``)."""
-    return conversations.for_tokenizer(tokenizer, cfg.data.system_message, generation_eos_ids(cfg))
+    model's ``generation_config`` (``generation_eos_ids``); with ``pictures`` (``vision.Pictures``), rendered with
+    each picture's image tokens and tokenized as the model's processor does."""
+    if pictures is None:
+        return conversations.for_tokenizer(tokenizer, cfg.data.system_message, generation_eos_ids(cfg))
+    return conversations.for_tokenizer(tokenizer, cfg.data.system_message, generation_eos_ids(cfg),
+                                       render=pictures.render(renderer(tokenizer)), encode=pictures.encode)
 
 
 def rows_of(batch: dict) -> list[dict]:
@@ -97,12 +101,13 @@ class Encoder:
     """Batched ``{"input_ids", "labels"}`` for one record format (labels -100 where not trained).
     ``where`` names the data (file or hub id) for error messages."""
 
-    def __init__(self, cfg, tokenizer, fmt: str, where: str):
+    def __init__(self, cfg, tokenizer, fmt: str, where: str, pictures=None):
         self.d, self.tok, self.fmt, self.where = cfg.data, tokenizer, fmt, where
         eos = tokenizer.eos_token_id
         self.eos = [eos] if eos is not None else []
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
-        self.chat = chat_rules(tokenizer, cfg) if fmt in formats.CONVERSATION_FORMATS else None
+        self.pictures = pictures if fmt in formats.CONVERSATION_FORMATS else None  # vision.Pictures
+        self.chat = chat_rules(tokenizer, cfg, self.pictures) if fmt in formats.CONVERSATION_FORMATS else None
 
     def __call__(self, batch: dict, indices: list[int]) -> dict:
         rows = rows_of(batch)
@@ -133,30 +138,67 @@ class Encoder:
         return {"input_ids": ids, "labels": labels}
 
     def _conversations(self, rows: list[dict], indices: list[int]) -> dict:
-        examples = [ex for rec, index in zip(rows, indices) for ex in self.render(rec, index)]
-        return {"input_ids": [ex.ids for ex in examples], "labels": [ex.labels for ex in examples]}
+        if self.pictures is None:
+            examples = [ex for rec, index in zip(rows, indices) for ex in self.render(rec, index)]
+            return {"input_ids": [ex.ids for ex in examples], "labels": [ex.labels for ex in examples]}
+        out = {"input_ids": [], "labels": [], "images": [], "image_spans": [], "picture_tokens": []}
+        for rec, index in zip(rows, indices):
+            for ex, held, spans in self.render_pictures(rec, index):
+                tokens = [self.pictures.expansion(p).tokens for p in held]
+                for key, value in zip(out, (ex.ids, ex.labels, held, spans, tokens)):
+                    out[key].append(value)
+        return out
+
+    def messages(self, rec: dict, index: int) -> list[dict]:
+        """The record's conversation as the chat rules take it (content parts with absolute picture paths for a
+        record with pictures). UserError naming the record."""
+        problem = formats.check_record(rec, self.fmt, self.d.text_field)
+        where = record_line(self.where, index)
+        if problem:
+            name, why = problem
+            raise UserError(f"data.path: {self.where} {where}, field '{name}': {why}; fix or drop the record, or set "
+                            f"data.record_format", field="data.path", path=self.where)
+        if not pictures_mod.has_pictures(rec, self.fmt):
+            return clean_messages(formats.to_messages(rec, self.fmt))
+        if self.pictures is None:
+            raise UserError(f"data.path: {self.where} {where} holds pictures, and the model takes none (it has no image "
+                            f"processor); pick a vision-language model (SmolVLM, Qwen2.5-VL, Gemma 3, LLaVA...) or "
+                            f"drop the pictures", field="data.path", path=self.where)
+        try:
+            return clean_messages(pictures_mod.normalise(rec, self.fmt, Path(self.where).parent))
+        except pictures_mod.PictureProblem as exc:
+            raise UserError(f"data.path: {self.where} {where}, field '{exc.field}': {exc.problem}; fix or drop the "
+                            f"record", field="data.path", path=self.where) from None
 
     def render(self, rec: dict, index: int) -> list[Example]:
         """The training examples of one conversation record (one, or one per assistant turn; ``Chat.examples``).
         UserError naming the record."""
-        problem = formats.check_record(rec, self.fmt, self.d.text_field)
-        if problem:
-            name, why = problem
-            raise UserError(f"data.path: {self.where} {record_line(self.where, index)}, field '{name}': {why}; fix or "
-                            f"drop the record, or set data.record_format", field="data.path", path=self.where)
         where = record_line(self.where, index)
-        msgs = system_message(self.chat, clean_messages(formats.to_messages(rec, self.fmt)), self.where, where)
+        msgs = system_message(self.chat, self.messages(rec, index), self.where, where)
         try:
-            marked = None if self.d.train_on_prompt else marker_example(self.tok, msgs)
+            pictured = any(conversations.has_picture(m.get("content")) for m in msgs)
+            marked = None if self.d.train_on_prompt or pictured else marker_example(self.tok, msgs, self.chat.stop_ids)
             return [marked] if marked else self.chat.examples(msgs, self.d.train_on_prompt)
+        except UserError:
+            raise
         except Exception as exc:  # jinja2's TemplateError (raise_exception in the template), TypeError, ...
             raise template_error(exc, self.where, where) from None
 
+    def render_pictures(self, rec: dict, index: int) -> list[tuple[Example, list[str], list[int]]]:
+        """``(example, its pictures, their image-token spans flattened)`` for each training example of a record."""
+        examples = self.render(rec, index)
+        paths = pictures_mod.pictures_of(self.messages(rec, index))
+        try:
+            return [(ex, *self.pictures.locate(ex.ids, paths)) for ex in examples]
+        except ValueError as exc:
+            raise template_error(exc, self.where, record_line(self.where, index)) from None
 
-def marker_example(tokenizer, msgs: list[dict]) -> Example | None:
+
+def marker_example(tokenizer, msgs: list[dict], stops=frozenset()) -> Example | None:
     """The example the template's own ``{% generation %}`` markers make (what its authors mark as the assistant's
-    output; transformers' ``return_assistant_tokens_mask`` reads the same), or None when the template has none or
-    marks a text other than what ``apply_chat_template`` renders."""
+    output; transformers' ``return_assistant_tokens_mask`` reads the same), or None when the template has none,
+    marks a text other than what ``apply_chat_template`` renders, or marks answers without an end of turn among
+    ``stops`` (LLaVA 1.5's: trained so, the model would never stop; the chat rules add EOS instead)."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or not GENERATION_MARKER.search(template):
         return None
@@ -169,7 +211,10 @@ def marker_example(tokenizer, msgs: list[dict]) -> Example | None:
     spans = [(int(a), int(b)) for a, b in indices[0]]
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(enc["input_ids"])
-    return Example(ids, token_labels(ids, enc["offset_mapping"], spans), text, spans)
+    labels = token_labels(ids, enc["offset_mapping"], spans)
+    if stops and not any(t in stops for t in labels):
+        return None
+    return Example(ids, labels, text, spans)
 
 
 def generation_eos_ids(cfg) -> list[int]:

@@ -17,25 +17,27 @@ from trainer.worker.datapipe.rendering import Encoder, ensure_chat_template
 REAL_TOKENS_KEY = "tp_real_tokens"  # popped by the Trainer before the forward pass
 
 
-def build_datasets(cfg, tokenizer):
+def build_datasets(cfg, tokenizer, pictures=None):
     """``(train_dataset, eval_dataset or None, info)``: ``blocks.Blocks`` of token ids and labels (packed
-    blocks also carry ``position_ids``) written by the tokenizing process as training goes, or an
-    ``IterableDataset`` with ``data.streaming``."""
+    blocks also carry ``position_ids``; sequences with pictures their ``images`` and ``image_spans``) written by the
+    tokenizing process as training goes, or an ``IterableDataset`` with ``data.streaming``. ``pictures``
+    (``vision.Pictures``): the model's processor, or None for a model that takes no pictures."""
     d = cfg.data
     if d.streaming:
-        return _streaming(cfg, tokenizer)
+        return _streaming(cfg, tokenizer, pictures)
     src, _ = pipeline.open_source(cfg, "train", lazy=True)  # the scan's verdict (cached); records opened by the producer
     check_trainable(src.record_format, src.where)
+    check_pictures(src, pictures, cfg)
     ensure_chat_template(tokenizer, d, src.record_format)
     rendering.check_roles(tokenizer, src, d)
     sized = not cfg.training.max_steps  # epochs: the schedule needs the number of blocks
     if sized:
         print(f"trainpilot: tokenizing all of {src.where} before the first step (training.epochs needs the exact "
               f"number of sequences; with training.max_steps training starts after the first chunk)", flush=True)
-    parts, state = blocks.open_data(cfg, tokenizer, src, "train", sized)
+    parts, state = blocks.open_data(cfg, tokenizer, src, "train", sized, pictures)
     train, val = parts["train"], parts.get("eval")
     if val is None and d.validation_path:
-        val = _validation_blocks(cfg, tokenizer)
+        val = _validation_blocks(cfg, tokenizer, pictures)
     if not train.wait_for(0):
         raise UserError(f"data.path: no trainable tokens after tokenizing {src.where}; check data.text_field, the "
                         f"templates or that conversations have assistant turns", field="data.path")
@@ -45,43 +47,61 @@ def build_datasets(cfg, tokenizer):
     return train, val, _info(src, train_n, eval_n, state)
 
 
-def _validation_blocks(cfg, tokenizer):
+def check_pictures(src, pictures, cfg) -> None:
+    """UserError for data with pictures and a model that takes none; says once that such data is not packed."""
+    if not src.has_pictures:
+        return
+    if pictures is None:
+        raise UserError(f"data.path: {src.where} holds {src.pictures['pictures']} picture(s), and the model takes none "
+                        f"({cfg.model.source} has no image processor); pick a vision-language model (SmolVLM, "
+                        f"Qwen2.5-VL, Gemma 3, LLaVA...) or drop the pictures", field="data.path", path=src.where)
+    print(f"trainpilot: {src.pictures['pictures']} picture(s) in {src.pictures['records_with_pictures']} record(s); "
+          f"{pictures.cap_words}. Records with pictures are not packed (each sequence is one record with its pictures; "
+          f"a sequence longer than data.seq_len {cfg.data.seq_len} is cut before the first picture that would not "
+          f"fit)", flush=True)
+
+
+def _validation_blocks(cfg, tokenizer, pictures=None):
     vsrc, _ = pipeline.open_source(cfg, "validation", lazy=True)
     check_trainable(vsrc.record_format, vsrc.where)
+    check_pictures(vsrc, pictures, cfg)
     ensure_chat_template(tokenizer, cfg.data, vsrc.record_format)
-    return blocks.open_data(cfg, tokenizer, vsrc, "validation", True)[0]["eval"]
+    return blocks.open_data(cfg, tokenizer, vsrc, "validation", True, pictures)[0]["eval"]
 
 
 def _info(src, train_n: int | None, eval_n: int, data_cache: str | None = None) -> dict:
     return {"train_samples": train_n, "eval_samples": eval_n, "record_format": src.record_format,
             "records": src.records, "data_cache": data_cache,
-            "skipped_lines": len(src.skipped_lines),
-            "skipped_line_numbers": src.skipped_lines[:20]}
+            "skipped_lines": len(src.skipped_lines) + len(src.skipped_records),
+            "skipped_line_numbers": (src.skipped_lines or src.skipped_records)[:20],
+            "pictures": src.pictures.get("pictures", 0)}
 
 
-def _streaming(cfg, tokenizer):
+def _streaming(cfg, tokenizer, pictures=None):
     """An IterableDataset: records are read, tokenized and packed as the Trainer asks for them, so memory
     stays constant; nothing is cached. The order is the file's (no shuffle), so a resume that skips the
     samples already trained on continues at exactly the next one."""
     d = cfg.data
     src, raw = pipeline.open_source(cfg, "train", streaming=True)
     check_trainable(src.record_format, src.where)
+    check_pictures(src, pictures, cfg)
     ensure_chat_template(tokenizer, d, src.record_format)
     columns = raw.column_names or list(next(iter(raw)).keys())
-    tokens = raw.map(Encoder(cfg, tokenizer, src.record_format, src.where), batched=True, with_indices=True,
+    pictures = pictures if src.has_pictures else None
+    tokens = raw.map(Encoder(cfg, tokenizer, src.record_format, src.where, pictures), batched=True, with_indices=True,
                      batch_size=1000, remove_columns=columns)
-    shaper = pipeline.PackTable(d.seq_len) if d.packing else pipeline.CutTable(d.seq_len)
+    shaper = pipeline.shaper(d, pictures is not None)
     train = tokens.map(lambda batch: _shape_batch(shaper, batch), batched=True, batch_size=1000)
-    val = _validation_blocks(cfg, tokenizer) if d.validation_path else None
+    val = _validation_blocks(cfg, tokenizer, pictures) if d.validation_path else None
     return train, val, _info(src, None, len(val) if val is not None else 0)
 
 
 def _shape_batch(shaper, batch: dict) -> dict:
     import pyarrow as pa
 
-    table = pa.table({"input_ids": pa.array(batch["input_ids"], pa.list_(pa.int32())),
-                      "labels": pa.array(batch["labels"], pa.list_(pa.int32()))})
-    return shaper(table).to_pydict()
+    kinds = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()), "images": pa.list_(pa.string()),
+             "image_spans": pa.list_(pa.int32())}
+    return shaper(pa.table({name: pa.array(batch[name], kind) for name, kind in kinds.items() if name in batch})).to_pydict()
 
 
 class Collator:
@@ -113,3 +133,19 @@ class Collator:
             labels[i, :n] = torch.as_tensor(f["labels"])
             mask[i, :n] = 1
         return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: mask.sum().reshape(1)}
+
+
+class PictureCollator(Collator):
+    """Micro-batches of sequences with pictures: padded (never packed), and each sequence's pictures decoded and
+    resized by the model's processor into its picture inputs (``vision.Pictures.model_inputs``: ``pixel_values``
+    and what else the model reads), in the order of their image tokens."""
+
+    def __init__(self, pad_id: int, pictures):
+        super().__init__(pad_id)
+        self.pictures = pictures
+
+    def __call__(self, features: list[dict]) -> dict:
+        paths = [list(f.get("images") or []) for f in features]
+        batch = super().__call__([{k: f[k] for k in ("input_ids", "labels")} for f in features])
+        batch.update(self.pictures.model_inputs(paths, batch["input_ids"]))
+        return batch

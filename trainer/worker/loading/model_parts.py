@@ -29,6 +29,9 @@ from trainer.models.sources import is_local, tokenizer_source
 from trainer.planning import adapters
 
 TOWER_CONFIGS = ("vision_config", "audio_config")  # sub-configs of the parts a text run does not train
+# the projector's module name in the families transformers knows (LLaVA/Gemma 3/Mistral 3, Idefics3/SmolVLM,
+# Qwen2-VL/2.5-VL/3-VL's merger inside the visual tower, Gemma 3n, DeepSeek-VL)
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "merger", "mm_projector", "embed_vision", "aligner")
 # What a multimodal repo's processor reads besides the tokenizer (the tokenizer saves its own files)
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 
@@ -80,23 +83,45 @@ def _in(name: str, prefixes: list[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def freeze_towers(model) -> int:
-    """Freeze the towers and projector of a multimodal checkpoint; returns how many parameters were frozen."""
+def projector_prefixes(model) -> list[str]:
+    """Module names of the projector (the connector from image features to the language model): LLaVA's and Gemma
+    3's ``multi_modal_projector``, Idefics3's ``connector``, Qwen2.5-VL's ``visual.merger``..."""
+    towers, found = tower_prefixes(model), []
+    for name, _ in model.named_modules():
+        if _in(name, towers) and name.rsplit(".", 1)[-1] in PROJECTOR_NAMES and not _in(name, found):
+            found.append(name)
+    return found
+
+
+def freeze_towers(model, train_vision: str = "none") -> int:
+    """Freeze the towers and projector of a multimodal checkpoint, except what ``method.train_vision`` trains
+    (``projector``: the projector; ``all``: towers and projector); returns how many parameters were frozen. UserError
+    when a vision part is asked to train and the model has none."""
     towers = tower_prefixes(model)
+    if train_vision != "none" and not towers:
+        raise UserError(f"method.train_vision: this model has no vision tower or projector to train ('{train_vision}'); "
+                        f"set method.train_vision: none", field="method.train_vision")
+    keep = {"none": [], "projector": projector_prefixes(model), "all": towers}[train_vision]
     frozen = 0
     for name, param in model.named_parameters():
-        if _in(name, towers):
+        if _in(name, towers) and not _in(name, keep):
             param.requires_grad_(False)
             frozen += param.numel()
     return frozen
 
 
-def text_linears(model, head: bool = False) -> list[str]:
-    """Full names of the linear layers LoRA may adapt: ``nn.Linear``/``Conv1D`` outside the towers, without the
-    output head unless ``head`` (PEFT's ``all-linear`` rule, restricted to the text model)."""
+def vision_modules_to_save(method, model) -> list[str]:
+    """Modules LoRA trains whole beside its adapters (PEFT's ``modules_to_save``): the projector when
+    ``method.train_vision`` is projector or all (a small layer: an adapter would save little)."""
+    return projector_prefixes(model) if method.train_vision != "none" else []
+
+
+def text_linears(model, head: bool = False, vision: bool = False) -> list[str]:
+    """Full names of the linear layers LoRA may adapt: ``nn.Linear``/``Conv1D`` outside the towers (``vision``: in the
+    vision tower too, never the projector), without the output head unless ``head`` (PEFT's ``all-linear`` rule)."""
     import torch
 
-    towers = tower_prefixes(model)
+    towers = projector_prefixes(model) if vision else tower_prefixes(model)
     out_head = None if head or not hasattr(model, "get_output_embeddings") else model.get_output_embeddings()
     return [name for name, mod in model.named_modules()
             if (isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D") and mod is not out_head
@@ -141,7 +166,7 @@ def lora_targets(method, model) -> tuple[str | list[str], list[str]]:
         raise UserError("method.lora_experts: this model has no fused expert weights (it is not a mixture of "
                         "experts, or stores its experts as separate linear layers, which all-linear adapts "
                         "already); set method.lora_experts: false", field="method.lora_experts")
-    names = text_linears(model, head=method.target_modules != "all-linear")
+    names = text_linears(model, head=method.target_modules != "all-linear", vision=method.train_vision == "all")
     check_target_modules(method.target_modules, {n.rsplit(".", 1)[-1] for n in names})
     if not experts and not tower_prefixes(model):
         return method.target_modules, []
@@ -213,12 +238,13 @@ def processor_files(folder: Path) -> list[Path]:
     return [folder / name for name in PROCESSOR_FILES if (folder / name).is_file()]
 
 
-def companion_files(cfg, model) -> list[Path]:
+def companion_files(cfg, model, processor_saved: bool = False) -> list[Path]:
     """Files of the base model that go beside every model the run saves (final/, checkpoints): a multimodal
-    model's processor files, and ``tokenizer.model`` of a SentencePiece tokenizer (a fast tokenizer's
-    ``save_pretrained`` does not write it, and llama.cpp's converter reads Gemma's, Llama 2's, Mistral's and
-    Phi-3's vocabulary from it)."""
-    found = _source_files(cfg, cfg.model.source, PROCESSOR_FILES) if tower_prefixes(model) else []
+    model's processor files (unless the run saves its own processor: ``processor_saved``), and ``tokenizer.model``
+    of a SentencePiece tokenizer (a fast tokenizer's ``save_pretrained`` does not write it, and llama.cpp's
+    converter reads Gemma's, Llama 2's, Mistral's and Phi-3's vocabulary from it)."""
+    copy = tower_prefixes(model) and not processor_saved
+    found = _source_files(cfg, cfg.model.source, PROCESSOR_FILES) if copy else []
     src = tokenizer_source(cfg)
     if src not in (None, "demo", "corpus"):
         found += _source_files(cfg, src, ("tokenizer.model",))

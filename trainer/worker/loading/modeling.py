@@ -137,7 +137,7 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
-    model_parts.freeze_towers(model)  # a multimodal checkpoint trains its text model only
+    model_parts.freeze_towers(model, cfg.method.train_vision)  # vision parts train only when asked
     if not apply_method:
         return model
     return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")
@@ -176,7 +176,8 @@ def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
     if method.type == "qlora":
         kbit.prepare_kbit_model(model, checkpointing=cfg.speed.gradient_checkpointing is True)
     return LoraConfig(r=method.lora_r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
-                      target_modules=targets, target_parameters=experts or None, task_type=task_type)
+                      target_modules=targets, target_parameters=experts or None, task_type=task_type,
+                      modules_to_save=model_parts.vision_modules_to_save(method, model) or None)
 
 
 def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):

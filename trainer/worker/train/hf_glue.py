@@ -57,7 +57,8 @@ class TrainPilotMixin:
         self._tp_first_step = None  # the optimizer step this attempt started at (a resume's checkpoint step)
         self._tp_offload = contextlib.nullcontext()
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
-        self.tp_companion_files: list[Path] = []  # saved beside every model (a multimodal model's processor files)
+        self.tp_companion_files: list[Path] = []  # saved beside every model (tokenizer.model, processor files)
+        self.tp_processor = None  # a vision-language model's processor (its image settings, the run's tokenizer)
 
     def _tp_offload_activations(self) -> None:
         """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
@@ -119,8 +120,11 @@ class TrainPilotMixin:
     def _save(self, output_dir=None, state_dict=None):
         """HF's save of the model and tokenizer (final/, checkpoints), and the files that go with the model."""
         super()._save(output_dir, state_dict)
+        out = Path(output_dir or self.args.output_dir)
         for f in self.tp_companion_files:
-            shutil.copyfile(f, Path(output_dir or self.args.output_dir) / f.name)
+            shutil.copyfile(f, out / f.name)
+        if self.tp_processor is not None:  # after the copies: the run's own settings (image_max_pixels, template) win
+            self.tp_processor.save_pretrained(str(out))
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
     def _get_output_dir(self, trial):

@@ -239,7 +239,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     from trainer.worker.train import evaluation
     from trainer.worker.loading import chunked_loss, model_parts, modeling
     from trainer.worker.train import objectives
-    from trainer.worker.datapipe import sequences
+    from trainer.worker.datapipe import sequences, vision
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"
@@ -267,17 +267,23 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         trainer, info = objectives.build_trainer(cfg, tokenizer, precision, use_cuda, make_args,
                                                  _checkpoint_meta(cfg))
     else:
-        train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer)
+        pictures = vision.pictures_for(cfg, tokenizer)  # a vision-language model's processor, else None
+        train_ds, eval_ds, info = sequences.build_datasets(cfg, tokenizer, pictures)
         corpus_vocab = len(tokenizer) if cfg.model.tokenizer == "corpus" else None
         if corpus_vocab and rank == 0:
             tokenizer.save_pretrained(str(run_dir / "tokenizer"))  # the run keeps the tokenizer it trained
         model = modeling.load_model(cfg, precision, use_cuda, vocab_size=corpus_vocab)
         info["loss_kernel"] = chunked_loss.install_kernel(model, cfg, "cuda" if use_cuda else "cpu")
         targs = _training_arguments(cfg, run_dir, precision, use_cuda, use_liger_kernel=info["loss_kernel"] == "liger")
+        collator = (sequences.PictureCollator(tokenizer.pad_token_id, pictures) if info["pictures"] else
+                    sequences.Collator(tokenizer.pad_token_id))
         trainer = TrainPilotTrainer(model=model, args=targs, train_dataset=train_ds, eval_dataset=eval_ds,
-                                    data_collator=sequences.Collator(tokenizer.pad_token_id), processing_class=tokenizer,
+                                    data_collator=collator, processing_class=tokenizer,
                                     keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
                                     shuffle=cfg.data.shuffle)
+        if pictures is not None:
+            pictures.processor.chat_template = tokenizer.chat_template  # the template trained with is the one saved
+            trainer.tp_processor = pictures.processor
     if cfg.speed.activation_offload is True:
         trainer._tp_offload_activations()
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
@@ -286,7 +292,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     if objectives.handles(cfg):
         objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
-    trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
+    trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model,
+                                                            getattr(trainer, "tp_processor", None) is not None)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
 
