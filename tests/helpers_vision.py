@@ -24,6 +24,22 @@ CONFIGS = {
               "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
                                 "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 32, "patch_size": 8,
                                 "projection_dim": 32}},
+    # Qwen2.5-VL-shaped: a window-attention ViT of 14-px patches merged 2×2, M-RoPE text model
+    "qwen2_5_vl": {"model_type": "qwen2_5_vl", "image_token_id": IMAGE, "video_token_id": 501,
+                   "vision_start_token_id": 502, "vision_end_token_id": 503, "tie_word_embeddings": False,
+                   "text_config": {"model_type": "qwen2_5_vl_text", **TEXT,
+                                   "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+                   "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                                     "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
+                                     "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1]}},
+    # Gemma 3-shaped: SigLIP on 56-px pictures (16 positions) pooled to 4 tokens; image tokens attend both ways
+    "gemma3": {"model_type": "gemma3", "image_token_index": IMAGE, "boi_token_index": 503, "eoi_token_index": 504,
+               "mm_tokens_per_image": 4,
+               "text_config": {"model_type": "gemma3_text", **TEXT, "sliding_window": 32, "query_pre_attn_scalar": 16,
+                               "layer_types": ["sliding_attention"] * 3 + ["full_attention"]},
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                                 "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 56,
+                                 "patch_size": 14, "vision_use_head": False}},
 }
 PROCESSORS = {  # processor files of the tiny models (preprocessor_config.json + processor_config.json, merged)
     "smolvlm": {"size": {"longest_edge": 128}, "max_image_size": {"longest_edge": 64}, "do_image_splitting": True,
@@ -74,24 +90,47 @@ def build(cfg: dict, lora: bool = False, train_vision: str = "none", r: int = 8,
     return model, found
 
 
-def inputs(name: str, model, batch: int, text: int, pictures: int, tiles: int = 1) -> dict:
-    """One micro-batch: ``batch`` samples of ``text`` text tokens and ``pictures`` pictures (SmolVLM: ``tiles``
-    tiles each), the image tokens first as the processors put them, labels = the ids."""
+def geometry(name: str, model, side: int = 4) -> tuple[int, int, int]:
+    """(image tokens, vision units, positions per unit) of one picture of the tiny model (Qwen: ``side`` × ``side``
+    patches)."""
+    cfg = model.config
+    vc = cfg.vision_config
+    if name == "smolvlm":
+        n = (vc.image_size // vc.patch_size) ** 2
+        return n // cfg.scale_factor ** 2, 1, n
+    if name == "qwen2_5_vl":
+        return side * side // vc.spatial_merge_size ** 2, 1, side * side
+    if name == "gemma3":
+        return cfg.mm_tokens_per_image, 1, (vc.image_size // vc.patch_size) ** 2
+    n = (vc.image_size // vc.patch_size) ** 2
+    return n, 1, n + 1  # LLaVA: the CLS position is dropped from the tokens (strategy 'default')
+
+
+def inputs(name: str, model, batch: int, text: int, pictures: int, side: int = 4) -> tuple[dict, int]:
+    """One micro-batch: ``batch`` samples of ``text`` text tokens (at least ``pictures``) and ``pictures`` pictures,
+    each picture's image tokens followed by a text token, labels = the ids; and the image tokens per sample."""
     import torch
 
     cfg = model.config
     vc = cfg.vision_config
+    per, _, n = geometry(name, model, side)
+    bf16 = torch.bfloat16
     if name == "smolvlm":
-        per = ((vc.image_size // vc.patch_size) ** 2) // (cfg.scale_factor ** 2) * tiles
         s = vc.image_size
-        pix = {"pixel_values": torch.randn(batch, pictures * tiles, 3, s, s, dtype=torch.bfloat16),
-               "pixel_attention_mask": torch.ones(batch, pictures * tiles, s, s, dtype=torch.bool)}
+        pix = {"pixel_values": torch.randn(batch, pictures, 3, s, s, dtype=bf16),
+               "pixel_attention_mask": torch.ones(batch, pictures, s, s, dtype=torch.bool)}
+    elif name == "qwen2_5_vl":
+        pix = {"pixel_values": torch.randn(batch * pictures * n, 3 * 2 * vc.patch_size ** 2, dtype=bf16),
+               "image_grid_thw": torch.tensor([[1, side, side]] * (batch * pictures))}
     else:
-        per = (vc.image_size // vc.patch_size) ** 2
-        pix = {"pixel_values": torch.randn(batch * pictures, 3, vc.image_size, vc.image_size, dtype=torch.bfloat16)}
+        pix = {"pixel_values": torch.randn(batch * pictures, 3, vc.image_size, vc.image_size, dtype=bf16)}
     ids = torch.randint(3, 400, (batch, text + pictures * per))
-    ids[:, : pictures * per] = IMAGE
-    return {"input_ids": ids, "labels": ids.clone(), **pix}, pictures * per
+    for k in range(pictures):  # each picture's tokens, then one text token (a picture's tokens are one group)
+        ids[:, k * (per + 1): k * (per + 1) + per] = IMAGE
+    kinds = (ids == IMAGE).long()
+    extra = {"token_type_ids": kinds} if name == "gemma3" else {"mm_token_type_ids": kinds} \
+        if name == "qwen2_5_vl" else {}
+    return {"input_ids": ids, "labels": ids.clone(), **pix, **extra}, pictures * per
 
 
 def saved_bytes(model, kwargs: dict, checkpointing: bool = False) -> int:

@@ -1,12 +1,13 @@
 """trainer/models/vision.py: a picture's tokens and vision positions as the processors compute them (transformers'
-PIL image processors' own ``get_number_of_image_patches``), the settings read from processor files, and
-data.image_max_pixels mapped onto each processor's knob."""
+PIL image processors' own ``get_number_of_image_patches``, configured with data.image_max_pixels as the worker
+configures them: ``trainer.data.image_caps``), and the settings read from processor files."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from trainer.data import image_caps
 from trainer.models import vision
 
 QWEN = {"model_type": "qwen2_5_vl", "vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
@@ -23,7 +24,7 @@ def test_qwen_tokens_equal_the_processors_own_count():
     for cap in (None, 1_000_000, 200_000):
         p = vision.capped(ours, cap)
         base = {k: v for k, v in QWEN_PRE.items() if k not in ("min_pixels", "max_pixels")} if cap else QWEN_PRE
-        theirs = Qwen2VLImageProcessorPil(**base, **vision.processor_kwargs(p))
+        theirs = Qwen2VLImageProcessorPil(**base, **image_caps.capped(QWEN_PRE, cap)[0])
         for w, h in SIZES[1:]:  # a 1-px picture is refused by the processor (aspect, too small)
             patches = theirs.get_number_of_image_patches(h, w, {})
             got = vision.picture(p, w, h)
@@ -35,9 +36,9 @@ def test_idefics3_tiles_equal_the_processors_own_count():
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     ours = vision.settings(SMOL, SMOL_PRE, {"image_seq_len": 64})
-    for cap in (None, 1_000_000, 300_000, 10):
+    for cap in (None, 1_000_000, 300_000, 10):  # 10 pixels: still one whole tile
         p = vision.capped(ours, cap)
-        theirs = Idefics3ImageProcessorPil(**{**SMOL_PRE, **vision.processor_kwargs(p)})
+        theirs = Idefics3ImageProcessorPil(**{**SMOL_PRE, **image_caps.capped(SMOL_PRE, cap)[0]})
         for w, h in SIZES:
             tiles, rows, cols = theirs.get_number_of_image_patches(h, w, {})
             assert vision.tile_grid(p, h, w) == (rows, cols), (cap, w, h)
@@ -50,8 +51,7 @@ def test_fixed_size_processors_ignore_the_cap_and_say_so():
     gemma = {"model_type": "gemma3", "mm_tokens_per_image": 256, "vision_config": {"patch_size": 14, "image_size": 896}}
     p = vision.capped(vision.settings(gemma, {"size": {"height": 896, "width": 896}}, {"image_seq_length": 256}), 10_000)
     assert vision.picture(p, 5000, 100) == vision.Picture(256, 1, 4096)
-    assert "does not change" in vision.cap_words(p)
-    assert vision.processor_kwargs(p) == {"do_pan_and_scan": False}
+    assert "cannot make it smaller" in p.cap_words
     llava = {"model_type": "llava", "vision_config": {"patch_size": 14, "image_size": 336}}
     pre = {"crop_size": {"height": 336, "width": 336}}
     assert vision.largest(vision.settings(llava, pre, {"patch_size": 14})) == vision.Picture(576, 1, 577)

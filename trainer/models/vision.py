@@ -15,9 +15,9 @@ tests/test_vision_geometry.py):
   tokens around them.
 - ``fixed`` (Gemma 3 without pan-and-scan, LLaVA): every picture is resized to one size: a fixed number of tokens.
 
-``data.image_max_pixels`` is mapped here onto each processor's own knob (``capped`` and ``processor_kwargs``: one
-rule for the planner and the worker): Qwen's ``max_pixels`` (``size.longest_edge``), Idefics3's ``size.longest_edge``
-aligned down to whole tiles; it cannot shrink a fixed-size processor's pictures.
+``data.image_max_pixels`` is applied through ``trainer.data.image_caps``, the mapping the worker applies to the
+processor it loads (Qwen's ``max_pixels``, Idefics3's ``size.longest_edge`` in whole tiles; a fixed-size processor's
+pictures cannot shrink), so the plan counts the pictures the run makes.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from trainer.core.paths import PROCESSORS_DIR
+from trainer.data import image_caps
 
 DYNAMIC = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 TILES = ("idefics3", "smolvlm")
@@ -54,6 +55,7 @@ class Processor:
     positions: int = 0  # tiles / fixed: positions the vision tower runs over per tile / picture
     source: str = ""  # where the settings were read, in words
     cap: Optional[int] = None  # data.image_max_pixels applied (``capped``), or None
+    cap_words: str = ""  # what the cap does to these pictures (``image_caps``' words), '' without one
 
     @property
     def factor(self) -> int:
@@ -182,42 +184,30 @@ def for_model(model_cfg: dict, folder: Optional[Path] = None, architecture: Opti
 
 # -- data.image_max_pixels ----------------------------------------------------------------------------------------
 def capped(p: Processor, max_pixels: Optional[int]) -> Processor:
-    """The settings with ``data.image_max_pixels`` applied to the processor's own knob: Qwen's max_pixels (min_pixels
-    follows it down), Idefics3/SmolVLM's longest edge (at most √max_pixels, aligned down to whole tiles, at least one
-    tile). A fixed-size processor is unchanged (``cap_words`` says so)."""
+    """The settings with ``data.image_max_pixels`` applied as the worker applies it to the processor
+    (``trainer.data.image_caps``, the one home of that mapping: Qwen's max_pixels, Idefics3/SmolVLM's longest edge in
+    whole tiles; a fixed-size processor unchanged), with its words in ``cap_words``."""
     if not max_pixels:
         return p
+    pre = _as_processor_config(p)
+    change, words = image_caps.capped(pre, int(max_pixels))
+    size = change.get("size") or {}
+    if p.kind == "dynamic" and size:
+        p = replace(p, min_pixels=int(size["shortest_edge"]), max_pixels=int(size["longest_edge"]))
+    elif p.kind == "tiles" and size:
+        p = replace(p, longest_edge=int(size["longest_edge"]))
+    return replace(p, cap=int(max_pixels), cap_words=words)
+
+
+def _as_processor_config(p: Processor) -> dict:
+    """The settings as a preprocessor_config.json would hold them (what ``image_caps`` reads)."""
     if p.kind == "dynamic":
-        high = min(p.max_pixels, int(max_pixels))
-        return replace(p, max_pixels=high, min_pixels=min(p.min_pixels, high), cap=int(max_pixels))
+        return {"image_processor_type": "Qwen2VLImageProcessor",
+                "size": {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}}
     if p.kind == "tiles":
-        edge = max(p.tile, int(math.isqrt(int(max_pixels)) // p.tile) * p.tile)
-        return replace(p, longest_edge=min(p.longest_edge, edge), cap=int(max_pixels))
-    return replace(p, cap=int(max_pixels))
-
-
-def processor_kwargs(p: Processor) -> dict:
-    """What the worker passes to the processor (``images_kwargs``) for settings ``capped`` returned: the capped
-    size, and for Gemma 3 pan-and-scan off."""
-    if p.kind == "dynamic" and p.cap:
-        return {"size": {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}}
-    if p.kind == "tiles" and p.cap:
-        return {"size": {"longest_edge": p.longest_edge}}
-    if p.family == "gemma3":
-        return {"do_pan_and_scan": False}
-    return {}
-
-
-def cap_words(p: Processor) -> str:
-    """What data.image_max_pixels does to these pictures, in words ('' when not set)."""
-    if not p.cap:
-        return ""
-    if p.kind == "dynamic":
-        return f"data.image_max_pixels {p.cap:,} caps Qwen's max_pixels at {p.max_pixels:,}"
-    if p.kind == "tiles":
-        return f"data.image_max_pixels {p.cap:,} sets the longest edge to {p.longest_edge} px ({p.longest_edge // p.tile} tile(s) across)"
-    return (f"data.image_max_pixels does not change {p.family}'s pictures: every picture is resized to {p.tile}×{p.tile} "
-            f"({p.tile_tokens} tokens)")
+        return {"image_processor_type": "Idefics3ImageProcessor", "size": {"longest_edge": p.longest_edge},
+                "max_image_size": {"longest_edge": p.tile}}
+    return {"size": {"height": p.tile, "width": p.tile}}
 
 
 # -- a picture's tokens and positions -----------------------------------------------------------------------------

@@ -139,9 +139,9 @@ class Estimate:
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
-    """Trainable parameters of a LoRA/QLoRA run: the adapters (``adapters.lora_params``: PEFT's targets, every layer
-    kind), and what ``method.train_vision`` trains (the projector in full, adapters on the vision tower)."""
-    return adapters.lora_params(spec, setup) + sum(pictures.trainable(spec, setup))
+    """Adapter parameters of a LoRA/QLoRA run (``adapters.lora_params``: PEFT's targets, every layer kind), with the
+    vision tower's when ``method.train_vision`` is all (``pictures.trainable``)."""
+    return adapters.lora_params(spec, setup) + pictures.trainable(spec, setup)[1]
 
 
 def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
@@ -224,13 +224,16 @@ def _zero_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
 
 
 def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
-    """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states."""
+    """Frozen 16-bit (or 4-bit) base plus fp32 adapter weights, grads and AdamW states; a projector trained beside
+    them (PEFT's modules_to_save: ``method.train_vision``) is a copy in the base's dtype with its gradient and two
+    AdamW states in that dtype too (measured: PEFT keeps the copy bf16 in a bf16 run)."""
     P, T = spec.params, lora_params(spec, s)
+    wb = 2 if s.weights_16bit or s.method == "qlora" else 4
+    whole = {"vision_states": 4 * wb * pictures.trainable(spec, s)[0]}
     if s.method == "qlora":  # 4-bit Linears with their quantisation state; embeddings, head and norms 16-bit
         return {"weights": saver_memory.qlora_weight_bytes(spec), "dequant_buffer": saver_memory.dequant_buffer_bytes(spec),
-                "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
-    wb = 2 if s.weights_16bit else 4
-    return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T}, {}
+                "adapter_states": LORA_TRAINABLE_BYTES * T, **whole}, {}
+    return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T, **whole}, {}
 
 
 def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -464,7 +467,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         host["loading"] *= 2
     if s.device == "cpu":
         host["training"] = sum(breakdown.values())
-    trainable = spec.trainable_params if s.method == "full" else lora_params(spec, s)
+    trainable = spec.trainable_params if s.method == "full" else lora_params(spec, s) + pictures.trainable(spec, s)[0]
     notes = []
     if s.deepspeed and s.optimizer in EIGHT_BIT_OPTIMIZERS:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")

@@ -32,7 +32,7 @@ def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
     return {"per_sample": load.per_sample, "tokens_per_picture": load.picture.tokens,
             "vision_units_per_picture": load.picture.units, "vision_positions_per_unit": load.picture.positions,
             "from_data": load.measured, "processor": vision.describe(load.processor),
-            "processor_source": load.processor.source, "image_max_pixels": vision.cap_words(load.processor),
+            "processor_source": load.processor.source, "image_max_pixels": load.processor.cap_words,
             "train_vision": s.train_vision, "bytes_per_picture": per_picture_bytes(ctx, s),
             "vision_activation_bytes": est.breakdown.get("vision_activations", 0),
             "vision_forward_bytes": pictures.forward_bytes(ctx.spec, s),
