@@ -137,7 +137,8 @@ def _idefics3_config(fam, tok, image_token: int):
 
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=64,
                   patch_size=16)
-    return Idefics3Config(vision_config=vision, text_config=_text(fam, tok), scale_factor=2, image_token_id=image_token,
+    text = {**_text(fam, tok), "architectures": ["VLlama3ForCausalLM"]}  # as SmolVLM's text_config names it
+    return Idefics3Config(vision_config=vision, text_config=text, scale_factor=2, image_token_id=image_token,
                           tie_word_embeddings=False)
 
 

@@ -1,4 +1,4 @@
-"""``trainpilot-cli chat RUN_DIR [--checkpoint STEP|final] [--base] [--prompt TEXT] [--json]``.
+"""``trainpilot-cli chat RUN_DIR [--checkpoint STEP|final] [--base] [--prompt TEXT] [--image FILE] [--json]``.
 
 Light checks here (run directory, checkpoint, not training right now); the model is loaded by the
 worker room (imported only when the checks pass).
@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.core.errors import UserError
+from trainer.data.pictures import unreadable
 from trainer.rundir.trained import model_dir, refuse_while_training
 
 
@@ -18,6 +19,8 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", default=None, help="a checkpoint step or 'final' (default: final/, else the newest)")
     p.add_argument("--base", action="store_true", help="answer with the base model (before training) instead")
     p.add_argument("--prompt", default=None, help="answer this one message and exit (default: read lines from stdin)")
+    p.add_argument("--image", default=None, metavar="FILE",
+                   help="a picture the message is about (a vision-language model; every message when reading stdin)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"text", "tokens", ...} per answer instead of text')
     out.add_argument("--stream-json", action="store_true",
@@ -38,6 +41,13 @@ def run(args) -> int:
         raise UserError("--max-new-tokens: must be a positive number of tokens", field="--max-new-tokens")
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]", field="--temperature")
+    image = None
+    if args.image is not None:
+        image = Path(args.image).expanduser().resolve()
+        problem = unreadable(image)
+        if problem:
+            raise UserError(f"--image: {problem}; give a picture file (PNG, JPEG, WebP...)", field="--image",
+                            path=str(image))
     source = model_dir(run_dir, args.checkpoint)
     refuse_while_training(run_dir, "chat with it")
     from trainer.worker.generate import generation as worker_chat
@@ -45,4 +55,4 @@ def run(args) -> int:
     mode = "stream-json" if args.stream_json else "json" if args.json else "text"
     return worker_chat.run_chat(run_dir, source, base=args.base, prompt=args.prompt, mode=mode,
                                 max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                top_p=args.top_p, seed=args.seed)
+                                top_p=args.top_p, seed=args.seed, image=image)

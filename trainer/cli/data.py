@@ -69,6 +69,22 @@ def render_grpo_text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def picture_line(p: dict) -> str:
+    """The pictures of a data report in words: how many, in how many records, and their image tokens."""
+    per = p.get("image_tokens_per_picture")
+    tokens = f"{per:,} image tokens each" if per is not None else "image tokens by size"
+    most = p.get("image_tokens_max_per_sample")
+    return (f"{p['pictures']:,} in {p['records_with_pictures']:,} records (at most {p['max_per_record']} in one); "
+            f"{tokens}" + (f", at most {most:,} in one sample" if most is not None else ""))
+
+
+def _segment_text(s: dict) -> str:
+    """One rendered segment for a terminal: trained text as is, masked text and pictures in [brackets]."""
+    if "image" in s:
+        return f"[picture {s['image']}: {s['tokens']} tokens]"
+    return s["text"] if s["trained"] else f"[{s['text']}]"
+
+
 def render_text(r: dict) -> str:
     """The report for a terminal: trained text as is, masked text in [brackets]."""
     t = r["tokens"]
@@ -79,6 +95,8 @@ def render_text(r: dict) -> str:
              f"{t['truncated_fraction']:.1%} longer than seq_len {r['seq_len']}"
              + (" (packed: continued in the next block)" if r["packing"] else " (cut)"),
              f"epoch:    {t['per_epoch']:,} tokens" + (f", {t['trained']:,} of them trained" if t.get("trained") is not None else "")]
+    if (r.get("pictures") or {}).get("pictures"):
+        lines.append(f"pictures: {picture_line(r['pictures'])}" + (f"; {r['picture_sizes']}" if r.get("picture_sizes") else ""))
     if r.get("chat_template"):
         lines.append(f"template: the {r['chat_template']} chat template")
     if r.get("system_message"):
@@ -91,7 +109,7 @@ def render_text(r: dict) -> str:
             lines.append(f"(trained as {ex['training_examples']} sequences, one per assistant turn, each with its "
                          f"context as the template renders it at inference: the template changes earlier turns "
                          f"once later ones exist)")
-        lines.append("".join(s["text"] if s["trained"] else f"[{s['text']}]" for s in ex["segments"]))
+        lines.append("".join(_segment_text(s) for s in ex["segments"]))
         if "rejected" in ex:
             lines.append(f"--- rejected: {ex['rejected']}")
         if "label" in ex:

@@ -57,13 +57,31 @@ def converter_dir() -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=4)
 def converter_architectures(folder: Path) -> frozenset[str]:
     """The HF ``architectures`` names llama.cpp's converter in ``folder`` converts to text GGUF."""
+    return _converter_map(folder, "TEXT_MODEL_MAP")
+
+
+def converter_projectors(folder: Path) -> frozenset[str]:
+    """The HF ``architectures`` names llama.cpp's converter in ``folder`` writes a projector (``--mmproj``) for."""
+    return _converter_map(folder, "MMPROJ_MODEL_MAP")
+
+
+def projector_architecture(config: dict) -> str | None:
+    """The architecture llama.cpp's converter writes a projector (``--mmproj``) as: ``vision_config.architectures[0]``
+    when there is one, else ``architectures[0]`` (the converter's own choice)."""
+    vision = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else {}
+    arches = vision.get("architectures") or config.get("architectures") or []
+    return arches[0] if arches else None
+
+
+@functools.lru_cache(maxsize=8)
+def _converter_map(folder: Path, name: str) -> frozenset[str]:
+    """The keys of the dict ``name`` in the converter's ``conversion/__init__.py``, read as text (``ast``)."""
     tree = ast.parse((folder / "conversion" / "__init__.py").read_text(encoding="utf-8"))
     for node in tree.body:
         target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
-        if isinstance(target, ast.Name) and target.id == "TEXT_MODEL_MAP" and node.value is not None:
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
             return frozenset(ast.literal_eval(node.value))
     return frozenset()
 
@@ -74,11 +92,19 @@ def quantizer() -> str | None:
 
 
 def architecture_of(config_json: Path) -> str | None:
-    """``architectures[0]`` of an HF ``config.json`` (the name llama.cpp's converter goes by); None if unknown."""
+    """The architecture llama.cpp's converter writes a text GGUF as, from an HF ``config.json``: its
+    ``text_config.architectures[0]`` when there is one (SmolVLM's text model is a ``VLlama3ForCausalLM``), else
+    ``architectures[0]`` — the converter's own choice; None if unknown."""
     try:
-        arches = json.loads(config_json.read_text(encoding="utf-8")).get("architectures") or []
+        return text_architecture(json.loads(config_json.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
+
+
+def text_architecture(config: dict) -> str | None:
+    """``text_config.architectures[0]``, else ``architectures[0]`` of a config dict (see ``architecture_of``)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    arches = text.get("architectures") or config.get("architectures") or []
     return arches[0] if arches else None
 
 

@@ -183,7 +183,7 @@ class BlockOrder:
 # -- opening (and producing) --------------------------------------------------------------------------------
 def folder_for(cfg, tokenizer, src, which: str, pictures=None) -> Path:
     d = cfg.data
-    seen = [src.picture_stamp, pictures.fingerprint()] if pictures is not None and src.has_pictures else []
+    seen = [pictures is not None] + ([src.picture_stamp, pictures.fingerprint()] if pictures and src.has_pictures else [])
     settings = [src.fingerprint, pipeline.tokenizer_fingerprint(tokenizer), src.record_format, d.text_field, *seen,
                 d.prompt_template, d.response_template, d.train_on_prompt, d.seq_len, d.packing, CHUNK_RECORDS, which,
                 d.system_message, sorted(rendering.chat_rules(tokenizer, cfg).stop_ids),
@@ -218,7 +218,7 @@ def open_data(cfg, tokenizer, src, which: str, sized: bool, pictures=None) -> tu
             folder.mkdir(parents=True, exist_ok=True)  # small: tokenized here at once (no process to start)
             producer.produce(cfg, tokenizer, folder, which, pictures=pictures)
         else:
-            producers = _start(cfg, tokenizer, folder, which, pictures if src.has_pictures else None)
+            producers = _start(cfg, tokenizer, folder, which, pictures)
     return {n: Blocks(folder, n, producers, sized=sized or n == "eval") for n in names}, state
 
 

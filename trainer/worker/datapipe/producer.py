@@ -195,9 +195,8 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
     d = cfg.data
     src, reader = record_reader(cfg, which)
     ensure_chat_template(tokenizer, d, src.record_format)
-    pictures = pictures if src.has_pictures else None
-    encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures)
-    shaper = pipeline.shaper(d, pictures is not None)
+    encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
+    shaper = pipeline.shaper(d, encode.columns)
     if which == "train":
         parts = parts_of(len(reader), cfg.training.seed, d.shuffle, held_out(cfg))
     else:
@@ -231,7 +230,7 @@ def _encoded_chunk(reader, encode, idx, pool):
     subs = [idx[i:i + SUB_BATCH] for i in range(0, len(idx), SUB_BATCH)]
 
     types = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32())}
-    if encode.pictures is not None:  # each sequence's picture files, image-token spans and tokens per picture
+    if encode.columns:  # each sequence's picture files, image-token spans and tokens per picture
         types.update(images=pa.list_(pa.string()), image_spans=pa.list_(pa.int32()),
                      picture_tokens=pa.list_(pa.int32()))
 

@@ -99,14 +99,18 @@ def clean_messages(msgs: list[dict]) -> list[dict]:
 
 class Encoder:
     """Batched ``{"input_ids", "labels"}`` for one record format (labels -100 where not trained).
-    ``where`` names the data (file or hub id) for error messages."""
+    ``where`` names the data (file or hub id) for error messages. ``pictures`` (``vision.Pictures``): a
+    vision-language model's processor, whose way conversations are rendered and tokenized (with or without pictures);
+    ``columns``: the data has pictures, so each sequence also carries ``images``, ``image_spans`` and
+    ``picture_tokens``."""
 
-    def __init__(self, cfg, tokenizer, fmt: str, where: str, pictures=None):
+    def __init__(self, cfg, tokenizer, fmt: str, where: str, pictures=None, columns: bool = False):
         self.d, self.tok, self.fmt, self.where = cfg.data, tokenizer, fmt, where
         eos = tokenizer.eos_token_id
         self.eos = [eos] if eos is not None else []
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != eos else []
         self.pictures = pictures if fmt in formats.CONVERSATION_FORMATS else None  # vision.Pictures
+        self.columns = columns and self.pictures is not None  # data with pictures: their files and spans per sequence
         self.chat = chat_rules(tokenizer, cfg, self.pictures) if fmt in formats.CONVERSATION_FORMATS else None
 
     def __call__(self, batch: dict, indices: list[int]) -> dict:
@@ -138,7 +142,7 @@ class Encoder:
         return {"input_ids": ids, "labels": labels}
 
     def _conversations(self, rows: list[dict], indices: list[int]) -> dict:
-        if self.pictures is None:
+        if not self.columns:
             examples = [ex for rec, index in zip(rows, indices) for ex in self.render(rec, index)]
             return {"input_ids": [ex.ids for ex in examples], "labels": [ex.labels for ex in examples]}
         out = {"input_ids": [], "labels": [], "images": [], "image_spans": [], "picture_tokens": []}

@@ -7,6 +7,8 @@ The data itself comes from ``blocks`` (written by the tokenizing ``producer`` as
 """
 from __future__ import annotations
 
+import sys
+
 from trainer.core.errors import UserError
 from trainer.data.formats import check_trainable
 from trainer.worker.datapipe import blocks
@@ -58,7 +60,7 @@ def check_pictures(src, pictures, cfg) -> None:
     print(f"trainpilot: {src.pictures['pictures']} picture(s) in {src.pictures['records_with_pictures']} record(s); "
           f"{pictures.cap_words}. Records with pictures are not packed (each sequence is one record with its pictures; "
           f"a sequence longer than data.seq_len {cfg.data.seq_len} is cut before the first picture that would not "
-          f"fit)", flush=True)
+          f"fit)", file=sys.stderr, flush=True)
 
 
 def _validation_blocks(cfg, tokenizer, pictures=None):
@@ -87,10 +89,9 @@ def _streaming(cfg, tokenizer, pictures=None):
     check_pictures(src, pictures, cfg)
     ensure_chat_template(tokenizer, d, src.record_format)
     columns = raw.column_names or list(next(iter(raw)).keys())
-    pictures = pictures if src.has_pictures else None
-    tokens = raw.map(Encoder(cfg, tokenizer, src.record_format, src.where, pictures), batched=True, with_indices=True,
-                     batch_size=1000, remove_columns=columns)
-    shaper = pipeline.shaper(d, pictures is not None)
+    encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
+    tokens = raw.map(encode, batched=True, with_indices=True, batch_size=1000, remove_columns=columns)
+    shaper = pipeline.shaper(d, encode.columns)
     train = tokens.map(lambda batch: _shape_batch(shaper, batch), batched=True, batch_size=1000)
     val = _validation_blocks(cfg, tokenizer, pictures) if d.validation_path else None
     return train, val, _info(src, None, len(val) if val is not None else 0)

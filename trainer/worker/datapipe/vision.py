@@ -115,6 +115,22 @@ class Pictures:
             raise ValueError(f"{len(where)} image tokens in a sequence do not make whole pictures")
         return held, spans
 
+    def segments(self, parts: list[dict], paths: list[str]) -> list[dict]:
+        """Rendered ``{"text", "trained"}`` segments with each picture's expansion (in untrained text) replaced by
+        ``{"image": path, "tokens": n, "trained": False}`` in its place (the data report's examples)."""
+        out, queue = [], list(paths)
+        for part in parts:
+            text = part["text"]
+            while queue and not part["trained"] and self.expansion(queue[0]).text in text:
+                found = self.expansion(queue[0])
+                before, _, text = text.partition(found.text)
+                if before:
+                    out.append({"text": before, "trained": False})
+                out.append({"image": queue.pop(0), "tokens": found.tokens, "trained": False})
+            if text:
+                out.append({**part, "text": text})
+        return out
+
     # -- pixels ---------------------------------------------------------------------------------------------------
     def model_inputs(self, batch: list[list[str]], input_ids) -> dict:
         """The model's picture inputs for a padded micro-batch (``pixel_values`` and whatever else the processor

@@ -67,12 +67,14 @@ def _patch_pre_tokenizer(text_model) -> None:
 
 def child_main(argv: list[str]) -> int:
     """Run llama.cpp's converter (see the module docstring); returns its exit status."""
-    llama_cpp, model, outfile, outtype, *name = argv
+    mmproj = "--mmproj" in argv  # the vision projector instead of the text model
+    llama_cpp, model, outfile, outtype, *name = [a for a in argv if a != "--mmproj"]
     sys.path[:0] = [llama_cpp, str(Path(llama_cpp) / "gguf-py")]
     import conversion.base
 
     _patch_pre_tokenizer(conversion.base.TextModel)
     sys.argv = [str(Path(llama_cpp) / "convert_hf_to_gguf.py"), model, "--outfile", outfile, "--outtype", outtype]
+    sys.argv += ["--mmproj"] if mmproj else []
     sys.argv += ["--model-name", name[0]] if name else []  # general.name: the run's, not the staging folder's
     try:
         runpy.run_path(sys.argv[0], run_name="__main__")
@@ -81,10 +83,13 @@ def child_main(argv: list[str]) -> int:
     return 0
 
 
-def convert(llama_cpp: Path, model_dir: Path, outfile: Path, outtype: str, name: str | None = None) -> Path:
+def convert(llama_cpp: Path, model_dir: Path, outfile: Path, outtype: str, name: str | None = None,
+            mmproj: bool = False) -> Path:
     """Convert the HF folder ``model_dir`` to ``outfile`` (``f16`` or ``q8_0``) in a child, ``general.name`` ``name``
-    (default: llama.cpp's, from the folder); ConversionFailed if not."""
-    cmd = entrypoints.python_m(entrypoints.GGUF_CONVERT, llama_cpp, model_dir, outfile, outtype, *([name] if name else []))
+    (default: llama.cpp's, from the folder); ``mmproj``: its vision projector (``--mmproj``) instead of the text
+    model. ConversionFailed if not."""
+    cmd = entrypoints.python_m(entrypoints.GGUF_CONVERT, llama_cpp, model_dir, outfile, outtype, *([name] if name else []),
+                               *(["--mmproj"] if mmproj else []))
     proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     if proc.returncode != 0 or not outfile.is_file():
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln[:40]]

@@ -27,7 +27,7 @@ from trainer.core import entrypoints
 from trainer.core.errors import ExportDiffers, UserError
 from trainer.data import conversations, run_template
 from trainer.models import gguf_support
-from trainer.worker.export import gguf_convert, run_records, staging, verify
+from trainer.worker.export import gguf_convert, projector, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
 from trainer.worker.loading import model_parts
@@ -57,6 +57,13 @@ class Progress:
                   flush=True)
         else:
             print(f"[{self.done}/{self.total}] {message}", file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        """One line the user should read (what an export could not include, and why)."""
+        if self.json_lines:
+            print(json.dumps({"type": "note", "message": message}), flush=True)
+        else:
+            print(f"note: {message}", file=sys.stderr, flush=True)
 
     def finish(self, files: list[Path], verification: dict | None = None) -> None:
         """All done; ``files`` were written (``verification``: the export's check, when one ran)."""
@@ -121,6 +128,7 @@ def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, olla
     shape = ollama_mod.check(tok) if ollama else None
     dated = bool(chat_date) and conversations.prints_date(tok.chat_template)
     context = _context_length(model.config)
+    config = model.config.to_dict() if model_parts.tower_prefixes(model) else None  # a vision-language model
     with staging.staged_folder(to) as tmp:
         progress.step("writing safetensors" + (" (merged)" if merged else ""))
         model.save_pretrained(str(tmp), safe_serialization=True)
@@ -131,12 +139,20 @@ def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, olla
         if release:
             model = None
             gc.collect()
+        mmproj = None
         if gguf_type:
             gguf_name = _write_gguf(llama_cpp, tmp, gguf_type, progress, name)
+            if config is not None:
+                progress.total += 1  # the projector's step
+                mmproj, line = projector.write(llama_cpp, tmp, config, name, progress)
+                progress.note(line)
         if ollama:
             progress.step("writing the Ollama Modelfile")
             ollama_mod.write_modelfile(tmp, gguf_name, name, tok, rules, shape, context, system,
-                                       chat_date if dated else None)
+                                       chat_date if dated else None, mmproj)
+            if config is not None:
+                progress.note(projector.ollama_line(mmproj))
+        record = {**record, "mmproj": mmproj} if record is not None and mmproj else record
         result = _record_and_verify(tmp, to, record, gguf_name if gguf_type else None, checking, progress)
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
     return [to / n for n in names], result
@@ -194,8 +210,7 @@ def run_verification(folder: Path, run_dir: Path | None = None, reference: str =
 
 def check_gguf(kind: str, model) -> Path:
     """The llama.cpp folder to convert with; UserError (exit 2) when this model cannot get ``kind``."""
-    arches = getattr(model.config, "architectures", None) or [type(model).__name__]
-    reason = gguf_support.refusal(kind, arches[0])
+    reason = gguf_support.refusal(kind, gguf_support.text_architecture(model.config.to_dict()) or type(model).__name__)
     if reason:
         raise UserError(f"--gguf {kind}: {reason}", field="--gguf")
     return gguf_support.converter_dir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainer.data import conversations
 from trainer.worker.export import ollama_template
 from trainer.worker.generate import generation
 
@@ -17,8 +18,13 @@ def adds_bos(tok) -> bool:
 
 
 def renderer(tok):
-    """``(messages, add_generation_prompt) -> text`` through the tokenizer's own ``apply_chat_template``."""
-    return lambda messages, gen: tok.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+    """``(messages, add_generation_prompt) -> text`` through the tokenizer's own ``apply_chat_template``, each turn's
+    text in the form the template renders (Ollama's ``.Content`` is text; SmolVLM's template reads only parts)."""
+    def own(messages, gen):
+        return tok.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+
+    text, parts = conversations.content_forms(own)
+    return lambda messages, gen: own([conversations.shape_content(m, text, parts) for m in messages], gen)
 
 
 def check(tok):
@@ -34,13 +40,15 @@ def stop_ids(tok, chat) -> list[int]:
 
 
 def write_modelfile(to: Path, gguf_name: str, name: str, tok, chat, shape, context_length: int,
-                    system: str | None = None, chat_date: str | None = None) -> Path:
+                    system: str | None = None, chat_date: str | None = None, projector: str | None = None) -> Path:
     """Write ``to/Modelfile`` next to the GGUF file ``gguf_name``; returns its path. ``system``: the system prompt
     every training record shared (Ollama's default ``SYSTEM``); ``chat_date``: the date a template that prints one
-    was rendered with (stated in a comment; the TEMPLATE carries it)."""
+    was rendered with (stated in a comment; the TEMPLATE carries it); ``projector``: a vision projector GGUF beside
+    it, named in a second ``FROM`` (how Ollama imports a separate projector)."""
     stops = [tok.convert_ids_to_tokens(i) for i in stop_ids(tok, chat)]
     lines = [f"# Ollama Modelfile written by TrainPilot for run '{name}'.",
              f"# Create the model with:  ollama create {name} -f Modelfile", f"FROM ./{gguf_name}",
+             *([f"FROM ./{projector}"] if projector else []),
              f'TEMPLATE """{ollama_template.go_template(shape)}"""']
     if chat_date:
         lines.insert(2, f"# The chat template prints a date: this model was trained with {chat_date} (data.chat_date), "

@@ -9,7 +9,7 @@ import string
 from dataclasses import dataclass
 
 from trainer.core.errors import TrainPilotError
-from trainer.data import formats
+from trainer.data import formats, pictures
 from trainer.data.conversations import Chat, SystemRefused, shared_system_prompt
 from trainer.worker.datapipe import producer
 from trainer.data.readers import read_records
@@ -95,21 +95,29 @@ def cases(cfg, tok, chat: Chat, n: int = CASES) -> list[Case]:
     """Up to ``n`` prompts of the run's own records with the ids training gave them (``Case``); when the run's data
     cannot be read any more (moved, deleted), fixed conversations rendered by the same rules, and said so."""
     try:
-        return _record_cases(cfg, tok, chat, n)
+        found, pictured = _record_cases(cfg, tok, chat, n)
+        if found or not pictured:
+            return found
+        why = "the run's records looked at all hold pictures, and the GGUF is the text model"
     except (OSError, TrainPilotError) as exc:
-        where = f"a fixed prompt (the run's data cannot be read: {str(exc).splitlines()[0][:120]})"
-        msgs = [chat.with_system(m) for m in FALLBACK]
-        return [Case(m, chat.prompt_ids(m), where, m) for m in msgs]
+        why = f"the run's data cannot be read: {str(exc).splitlines()[0][:120]}"
+    msgs = [chat.with_system(m) for m in FALLBACK]
+    return [Case(m, chat.prompt_ids(m), f"a fixed prompt ({why})", m) for m in msgs]
 
 
-def _record_cases(cfg, tok, chat: Chat, n: int) -> list[Case]:
+def _record_cases(cfg, tok, chat: Chat, n: int) -> tuple[list[Case], int]:
+    """The cases of the run's first records (validation records first), and how many were left out for their
+    pictures."""
     which = "validation" if cfg.data.validation_path else "train"
     _src, reader = _reader(cfg, which)
     idx, label = _indices(cfg, n, len(reader))
     rows = rows_of(reader.batch(idx)) if idx else []
     fmt = _fmt(cfg, rows)
-    out = []
+    out, pictured = [], 0
     for i, rec in zip(idx, rows):
+        if pictures.has_pictures(rec, fmt):  # the GGUF is the text model: it is verified on text prompts
+            pictured += 1
+            continue
         raw = messages_of(cfg, rec, fmt)
         try:
             msgs = chat.with_system(raw)
@@ -123,7 +131,7 @@ def _record_cases(cfg, tok, chat: Chat, n: int) -> list[Case]:
         elif msgs and msgs[-1].get("role") == "user":
             ids = (chat.prompt_ids(msgs) if len(msgs) > 1 else generation.prompt_ids(cfg, tok, msgs[0]["content"]))
             out.append(Case(msgs, ids, f"{label} {i + 1}", raw))
-    return out
+    return out, pictured
 
 
 def shared_system(cfg) -> str | None:

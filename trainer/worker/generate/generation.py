@@ -18,6 +18,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
+from trainer.worker.generate import picture_prompt
 from trainer.worker.loading import model_parts, modeling
 
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
@@ -162,10 +163,10 @@ class _TextStreamer:
 
 
 def generate(model, tok, ids: list[int], *, max_new_tokens: int, temperature: float, top_p: float,
-             seed: int | None = None, on_text=None) -> dict:
-    """Generate an answer to prompt ``ids``. Greedy when ``temperature`` is 0. Returns
-    ``{"text", "tokens", "prompt_tokens", "stop_reason", "seconds", "token_ids"}`` (tokens: generated,
-    the end-of-turn token not counted)."""
+             seed: int | None = None, on_text=None, inputs: dict | None = None) -> dict:
+    """Generate an answer to prompt ``ids`` (``inputs``: the model's picture inputs, ``pixel_values``...). Greedy when
+    ``temperature`` is 0. Returns ``{"text", "tokens", "prompt_tokens", "stop_reason", "seconds", "token_ids"}``
+    (tokens: generated, the end-of-turn token not counted)."""
     import torch
 
     stops = stop_ids(tok, model)
@@ -181,6 +182,9 @@ def generate(model, tok, ids: list[int], *, max_new_tokens: int, temperature: fl
         kwargs.update(temperature=None, top_p=None, top_k=None)
     if on_text is not None:
         kwargs["streamer"] = _TextStreamer(tok, stops, on_text)
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    for key, value in (inputs or {}).items():  # pixels in the model's dtype, on its device
+        kwargs[key] = value.to(device, dtype=dtype) if value.is_floating_point() else value.to(device)
     started = time.perf_counter()
     out = model.generate(input_ids=input_ids, **kwargs)
     new = out[0, len(ids):].tolist()
@@ -203,8 +207,9 @@ def quiet_libraries() -> None:
 
 # -- the command ---------------------------------------------------------------------------------
 def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mode: str, max_new_tokens: int,
-             temperature: float, top_p: float, seed: int | None) -> int:
-    """``trainpilot-cli chat``'s work after its light checks. ``mode``: text, json or stream-json."""
+             temperature: float, top_p: float, seed: int | None, image: Path | None = None) -> int:
+    """``trainpilot-cli chat``'s work after its light checks. ``mode``: text, json or stream-json. ``image``: a
+    picture every message is about (a vision-language model)."""
     import torch
 
     quiet_libraries()
@@ -215,6 +220,12 @@ def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mod
     model = load_model(cfg, source, base=base, use_cuda=use_cuda)
     where = "base model" if base else str(source)
     meta = {"model": where, "checkpoint": source.name, "base": base}
+    pictures = picture_prompt.load(cfg, tok, source, model)
+    if image is not None:
+        if pictures is None:
+            raise UserError(f"--image: {where} takes no pictures (it has no image processor); chat without --image, or "
+                            f"with a vision-language model's run", field="--image")
+        meta["image"] = str(image)
     if mode == "stream-json":
         _emit({"type": "loaded", "seconds": time.perf_counter() - started, **meta})
     else:
@@ -222,7 +233,7 @@ def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mod
     settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     messages = [prompt] if prompt is not None else _stdin_messages()
     for message in messages:
-        _answer(cfg, model, tok, message, mode, settings, meta)
+        _answer(cfg, model, tok, message, mode, settings, meta, pictures, image)
     return 0
 
 
@@ -241,15 +252,19 @@ def _stdin_messages():
             yield line
 
 
-def _answer(cfg, model, tok, message: str, mode: str, settings: dict, meta: dict) -> None:
-    ids = prompt_ids(cfg, tok, message)
+def _answer(cfg, model, tok, message: str, mode: str, settings: dict, meta: dict, pictures=None,
+            image: Path | None = None) -> None:
+    if pictures is not None and getattr(tok, "chat_template", None):  # as the processor renders and tokenizes
+        ids, inputs = picture_prompt.prompt(cfg, tok, pictures, message, image)
+    else:
+        ids, inputs = prompt_ids(cfg, tok, message), {}
     if mode == "stream-json":
         on_text = lambda text: _emit({"type": "token", "text": text})  # noqa: E731
     elif mode == "text":
         on_text = lambda text: print(text, end="", flush=True)  # noqa: E731
     else:
         on_text = None
-    result = generate(model, tok, ids, on_text=on_text, **settings)
+    result = generate(model, tok, ids, on_text=on_text, inputs=inputs, **settings)
     result.pop("token_ids")
     result.update(meta, rendered_prompt=tok.decode(ids, skip_special_tokens=False))
     if mode == "stream-json":

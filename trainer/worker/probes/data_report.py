@@ -14,11 +14,12 @@ from pathlib import Path
 
 from trainer.data import conversations, formats, token_stats
 from trainer.data.conversations import segments
+from trainer.data.pictures import PictureCount
 from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import producer
-from trainer.worker.datapipe import rendering
+from trainer.worker.datapipe import rendering, sequences, vision
 from trainer.worker.datapipe.rendering import (
     Encoder,
     clean_messages,
@@ -34,33 +35,53 @@ def report(cfg, examples: int = 3) -> dict:
     tokenizer = modeling.load_tokenizer(cfg)
     src, raw = pipeline.open_source(cfg, "train", lazy=not cfg.data.hub_dataset)  # a file: read by index below
     had_template = bool(getattr(tokenizer, "chat_template", None))
+    pictures = vision.pictures_for(cfg, tokenizer)  # a vision-language model's processor (adopts its template)
+    from_processor = not had_template and bool(getattr(tokenizer, "chat_template", None))
+    sequences.check_pictures(src, pictures, cfg)
     template = ensure_chat_template(tokenizer, cfg.data, src.record_format)
     if src.record_format in formats.PAIR_FORMATS:
         raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data, src=src)
         head = rows_of(raw[: max(examples, 0)]) if examples else []
-        (lengths, parts), trained = _pair_stats(tokenizer, raw, src.record_format), None
+        (lengths, parts), trained, seen = _pair_stats(tokenizer, raw, src.record_format), None, {}
         shown = _pair_examples(tokenizer, head, src)
     else:
         reader = producer.record_reader(cfg, "train")[1] if raw is None else producer.ArrowRows(raw)
         head = rows_of(reader.batch(range(min(max(examples, 0), len(reader))))) if examples else []
         rendering.check_roles(tokenizer, src, cfg.data)
-        (lengths, trained), parts = _lengths(cfg, tokenizer, src), {}
-        enc = Encoder(cfg, tokenizer, src.record_format, src.where)
+        (lengths, trained, seen), parts = _lengths(cfg, tokenizer, src, pictures), {}
+        enc = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
         shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
     if len(lengths):  # the planner's plan follows the data from now on (trainer.data.token_stats)
         token_stats.store(cfg, {"longest": int(lengths.max()), "records": int(len(lengths)), **parts})
     return {
         "format": src.record_format, "format_description": formats.describe(src.record_format),
         "source": src.where, "records": src.records if src.records is not None else len(lengths),
-        "skipped_lines": len(src.skipped_lines), "seq_len": cfg.data.seq_len, "packing": cfg.data.packing,
+        "skipped_lines": len(src.skipped_lines) + len(src.skipped_records), "seq_len": cfg.data.seq_len, "packing": cfg.data.packing and not src.has_pictures,
         "tokens": _stats(lengths, trained, cfg.data.seq_len),
         "histogram": _histogram(lengths),
         "chat_template": None if template is None else ("config" if cfg.data.chat_template else
+                                                        "processor" if from_processor else
                                                         "tokenizer" if had_template else "default"),
         "system_message": _system_message(tokenizer, src, cfg.data),
         "empty_think_block": _empty_think_block(src, head, shown),
+        "pictures": {**PictureCount(**src.pictures).as_dict(), **_picture_tokens(seen)},
+        "picture_sizes": pictures.cap_words if pictures is not None and src.has_pictures else None,
         "examples": shown,
     }
+
+
+def _picture_tokens(seen: dict) -> dict:
+    """``image_tokens_per_picture`` (the tokens every picture takes, when they all take the same; null when they vary
+    with the picture's size, or there are none) and ``image_tokens_max_per_sample`` (the most any sequence's pictures
+    take), from the tokenized data's per-record picture columns."""
+    import numpy as np
+
+    if not seen or not len(seen["pictures"]) or not seen["pictures"].any():
+        return {"image_tokens_per_picture": None, "image_tokens_max_per_sample": None}
+    has = seen["pictures"] > 0
+    low, high = int(seen["low"][has].min()), int(seen["high"][has].max())
+    return {"image_tokens_per_picture": low if low == high else None,
+            "image_tokens_max_per_sample": int(np.max(seen["tokens"]))}
 
 
 EMPTY_THINK = re.compile(r"<think>\s*</think>")
@@ -86,20 +107,29 @@ def _system_message(tokenizer, src, d) -> dict | None:
             "action": chat.system_action([{"role": "system"}] if has else [])}
 
 
-def _lengths(cfg, tokenizer, src):
-    """Tokens per record (every record, training order) and the trained tokens in all, from the lengths
-    the tokenizing process writes beside each chunk (it runs to the end here; cached for the run)."""
+PICTURE_COLUMNS = {"pictures": "pictures", "tokens": "picture_tokens", "low": "picture_tokens_min",
+                   "high": "picture_tokens_max"}
+
+
+def _lengths(cfg, tokenizer, src, pictures=None):
+    """Tokens per record (every record, training order), the trained tokens in all, and — data with pictures — per
+    record its pictures and their tokens (``PICTURE_COLUMNS``), from the lengths the tokenizing process writes beside
+    each chunk (it runs to the end here; cached for the run)."""
     import numpy as np
 
-    parts, _ = blocks.open_data(cfg, tokenizer, src, "train", sized=True)
-    tokens, trained = [], 0
+    parts, _ = blocks.open_data(cfg, tokenizer, src, "train", True, pictures)
+    tokens, trained, seen = [], 0, {key: [] for key in PICTURE_COLUMNS}
     for name, part in parts.items():
         part.total()  # waits for the whole part
         for k in range(part.done()["chunks"]):
             t = producer.read_table(producer.lengths_file(part.folder, name, k))
             tokens.append(t.column("tokens").to_numpy().astype(np.int64))
             trained += int(t.column("trained").to_numpy().sum())
-    return (np.concatenate(tokens) if tokens else np.zeros(0, np.int64)), trained
+            if "pictures" in t.column_names:
+                for key, column in PICTURE_COLUMNS.items():
+                    seen[key].append(t.column(column).to_numpy().astype(np.int64))
+    seen = {key: np.concatenate(v) for key, v in seen.items() if v}
+    return (np.concatenate(tokens) if tokens else np.zeros(0, np.int64)), trained, seen
 
 
 def _stats(lengths, trained: int | None, seq_len: int) -> dict:
@@ -127,6 +157,11 @@ def _example(enc: Encoder, tokenizer, rec: dict, index: int, cfg) -> dict:
     """One shown record: its ``segments``, ``tokens`` and ``training_examples`` (a conversation whose template
     rewrites history is trained as one example per assistant turn: their segments follow one another)."""
     d, fmt, n = cfg.data, enc.fmt, 1
+    if fmt in formats.CONVERSATION_FORMATS and enc.columns:
+        examples = enc.render_pictures(rec, index)
+        parts = [p for ex, held, _ in examples for p in enc.pictures.segments(segments(ex.text, ex.spans), held)]
+        return {"segments": [p for p in parts if p.get("text") or "image" in p], "training_examples": len(examples),
+                "tokens": sum(len(ex.ids) for ex, _, _ in examples)}
     if fmt in formats.CONVERSATION_FORMATS:
         examples = enc.render(rec, index)
         parts, n = [p for ex in examples for p in segments(ex.text, ex.spans)], len(examples)
