@@ -178,3 +178,17 @@ def test_planned_picture_activations_within_10pct_of_autograd(name):
         a = activation_bytes(spec, s)
         planned = a["layers"] + a["head"] + a["vision"]
         assert abs(planned / got - 1) < 0.10, (lora, train_vision, ckpt, planned, got)
+
+
+def test_picture_data_is_planned_unpacked_at_its_longest_sample(tmp_path):
+    """Records with pictures are never packed (the worker's rule): with data.packing on, the plan still follows the
+    data's longest sample, and pictures of varying sizes are planned from the heaviest sample's image tokens."""
+    cfg = _cfg(tmp_path, data={"packing": True})
+    scan.scan(cfg.data.path, cfg.data)
+    token_stats.store(cfg, {"longest": 1500, "records": 9, "pictures": {
+        "records_with_pictures": 9, "pictures": 18, "max_per_record": 3, "image_tokens_per_picture": None,
+        "image_tokens_max_per_sample": 1200}})
+    plan = _plan(cfg)
+    assert any(r.startswith("memory is planned at 1500 tokens per sequence") for r in plan.reasons)
+    assert plan.pictures["per_sample"] == 3 and plan.pictures["tokens_per_picture"] == 400
+    assert any("1,200 image tokens in all (measured with the model's processor)" in r for r in plan.reasons)

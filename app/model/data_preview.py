@@ -10,6 +10,8 @@ from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
 from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
 
 TRAINED_STYLE = "background:#d7f5d0;color:#111"    # trained text: highlighted
+PICTURE_STYLE = "color:#555;font-size:small"        # a picture's caption (read, never trained)
+PICTURE_URL = "picture:{index}"                      # the examples' thumbnails, as document resources (page_data)
 MASKED_STYLE = "color:#999"                          # masked (read as context, not trained): greyed
 REJECTED_STYLE = "background:#f8d7d3;color:#111"   # a preference pair's rejected answer (pushed down)
 OBJECTIVE_WORDS = {
@@ -52,22 +54,45 @@ def legend_html(pairs: bool) -> str:
     return "Colours: " + " · ".join(f"<span style='{s}'>&nbsp;{html.escape(t)}&nbsp;</span>" for s, t in items)
 
 
-def examples_html(examples: list[dict]) -> str:
+def examples_html(examples: list[dict], thumbnails: dict | None = None) -> str:
     """Rendered examples as HTML, after a legend: trained segments highlighted, masked ones greyed
-    (whitespace kept); a preference or KTO example shows its prompt and answers as separate blocks."""
+    (whitespace kept); a picture where it is in the turn, as the thumbnail ``thumbnails`` names for its path
+    (``{path: (resource url, caption)}``; without one, a placeholder line), with its image tokens; a preference or
+    KTO example shows its prompt and answers as separate blocks."""
     pairs = any("rejected" in ex or "label" in ex for ex in examples)
     blocks = [f"<p>{legend_html(pairs)}</p>"] if examples else []
     for i, ex in enumerate(examples, 1):
         tokens = f" ({ex['tokens']:,} tokens)" if isinstance(ex.get("tokens"), int) else ""
         blocks.append(f"<p><b>Example {i}</b>{tokens}</p>")
-        blocks.append(_pair_html(ex) if "rejected" in ex or "label" in ex else _pre(ex["segments"]))
+        blocks.append(_pair_html(ex) if "rejected" in ex or "label" in ex else _pre(ex["segments"], thumbnails or {}))
     return "".join(blocks)
 
 
-def _pre(segments: list[dict]) -> str:
-    spans = "".join(f"<span style='{TRAINED_STYLE if s['trained'] else MASKED_STYLE}'>{html.escape(s['text'])}</span>"
+def picture_paths(examples: list[dict]) -> list[str]:
+    """The pictures of rendered examples (their segments' ``image`` paths), in order, each once."""
+    return list(dict.fromkeys(s["image"] for ex in examples for s in ex.get("segments", []) if s.get("image")))
+
+
+def _pre(segments: list[dict], thumbnails: dict) -> str:
+    spans = "".join(_picture_html(s, thumbnails.get(s["image"])) if s.get("image") else
+                    f"<span style='{TRAINED_STYLE if s['trained'] else MASKED_STYLE}'>{html.escape(s['text'])}</span>"
                     for s in segments)
     return f"<pre style='white-space:pre-wrap'>{spans}</pre>"
+
+
+def _picture_html(segment: dict, thumb) -> str:
+    """One picture of a rendered turn: its thumbnail (or why there is none) and a caption with its file name and
+    image tokens, on lines of its own."""
+    name = html.escape(segment["image"].replace("\\", "/").rsplit("/", 1)[-1])
+    tokens = segment.get("tokens")
+    what = f"{name} · {tokens:,} image tokens, read, not trained" if isinstance(tokens, int) else f"{name} · read, not trained"
+    if thumb is None:
+        return f"\n<span style='{PICTURE_STYLE}'>[picture: {what}]</span>\n"
+    url, caption = thumb
+    if url is None:  # no preview: the reason (missing, not a picture, too large to preview)
+        return f"\n<span style='{PICTURE_STYLE}'>[picture: {what} — {html.escape(caption)}]</span>\n"
+    note = f" — {html.escape(caption)}" if caption else ""
+    return f"\n<img src='{url}'>\n<span style='{PICTURE_STYLE}'>{what}{note}</span>\n"
 
 
 def _block(title: str, text: str, style: str) -> str:
@@ -87,10 +112,29 @@ def _pair_html(ex: dict) -> str:
 
 
 def report_summary(r: dict) -> str:
-    """Token statistics in one HTML paragraph (a pair's tokens: the prompt with its longer answer), then what the chat
-    template does that shows only in the render (a folded system message, an empty reasoning block), in words."""
+    """Token statistics in one HTML paragraph (a pair's tokens: the prompt with its longer answer), the pictures and
+    their image tokens, then what the chat template does that shows only in the render (a folded system message, an
+    empty reasoning block), in words."""
     notes = "".join(f"<br>⚠ {html.escape(n)}" for n in rendering_notes(r))
-    return _token_summary(r) + notes
+    return _token_summary(r) + pictures_summary(r) + notes
+
+
+def pictures_summary(r: dict) -> str:
+    """The report's pictures in words ('' without any): how many, in how many records, the most in one, the image
+    tokens a picture takes and the most one sample's pictures take, and how pictures are sized (data.image_max_pixels)."""
+    p = r.get("pictures") or {}
+    if not p.get("pictures"):
+        return ""
+    out = (f"<br><b>{p['pictures']:,} pictures</b> in {p['records_with_pictures']:,} records (at most "
+           f"{p['max_per_record']} in one)")
+    if p.get("image_tokens_per_picture"):
+        out += f"; each picture is {p['image_tokens_per_picture']:,} image tokens"
+    if p.get("image_tokens_max_per_sample"):
+        out += f"; the most in one sample: {p['image_tokens_max_per_sample']:,} image tokens"
+    out += " (counted in the tokens above; read, never trained)."
+    if r.get("picture_sizes"):
+        out += f"<br>{html.escape(r['picture_sizes'][:1].upper() + r['picture_sizes'][1:])}."
+    return out
 
 
 def _token_summary(r: dict) -> str:

@@ -5,20 +5,31 @@ torch), run by the GUI's one child-process helper (``app.ops.child``) whose JSON
 are written, so tokens appear as they are generated and the window stays responsive. Stop kills both
 children. While the run is training, the tab refuses politely:
 a second model on that GPU could push the run out of memory.
+
+A vision-language run takes a picture with the question (``chat --image``): the Picture… button, or a file dropped
+anywhere on the tab; its thumbnail shows beside the question. A missing file, a file that is no picture, or several
+files dropped at once are said where the picture goes, and nothing is sent until it is fixed.
 """
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.model.run_pictures import takes_pictures
+from app.ops.background import Latest
 from app.ops.commands import Job
+from app.views import thumbnails
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
 from trainer.rundir.runstate import RunState, read_run_state
 
 BUSY_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: "
              "a second model on the same GPU could push the run out of memory.")
 NO_MODEL_TEXT = "No model yet: the first checkpoint appears after checkpoints.every_steps steps."
+PICTURE_PROMPT = "Describe this picture."  # asked when a picture comes without a question
+PICTURE_PX = 96  # the attached picture's thumbnail, longest side in pixels
+TEXT_ONLY_TEXT = "This run's model reads text only: it takes no pictures."
 
 
 class ChatStream(QtCore.QObject):
@@ -32,10 +43,11 @@ class ChatStream(QtCore.QObject):
     ended = QtCore.Signal()  # the child exited (after done or failed, or when stopped)
 
     def __init__(self, run_dir: Path, prompt: str, checkpoint: str, base: bool, max_new_tokens: int,
-                 temperature: float, parent=None):
+                 temperature: float, parent=None, image: str | None = None):
         super().__init__(parent)
         args = ["chat", str(run_dir), "--prompt", prompt, "--stream-json", "--checkpoint", checkpoint,
                 "--max-new-tokens", str(max_new_tokens), "--temperature", str(temperature)]
+        args += ["--image", image] if image else []
         self.job = Job(*args, *(["--base"] if base else []), parent=self)
         self.job.line.connect(self._on_line)
         self.job.failed.connect(self._on_failed)
@@ -130,6 +142,10 @@ class TryItTab(QtWidgets.QWidget):
         self.base = AnswerPane("Base model (before training)")
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
+        self.picture = PictureBox(self)
+        self.picture.hide()  # shown for a run whose model takes pictures (bind)
+        self.prompt.setAcceptDrops(False)  # a dropped file goes to the tab (a picture), not into the text as a path
+        self.setAcceptDrops(True)
         self._layout()
 
     def _layout(self) -> None:
@@ -146,9 +162,12 @@ class TryItTab(QtWidgets.QWidget):
         answers = QtWidgets.QSplitter()
         answers.addWidget(self.tuned)
         answers.addWidget(self.base)
+        question = QtWidgets.QHBoxLayout()
+        question.addWidget(self.prompt, 1)
+        question.addWidget(self.picture)
         lay = QtWidgets.QVBoxLayout(self)
         lay.addLayout(options)
-        lay.addWidget(self.prompt)
+        lay.addLayout(question)
         lay.addLayout(buttons)
         lay.addWidget(answers, 1)
 
@@ -169,6 +188,8 @@ class TryItTab(QtWidgets.QWidget):
             self.checkpoint.blockSignals(False)
             self.picked = None
             self.send_button.setEnabled(False)
+            self.picture.clear()
+            self.picture.setVisible(bool(new) and takes_pictures(new))
         self.run_dir = new
 
     def follow(self, rs: RunState | None) -> None:
@@ -209,9 +230,30 @@ class TryItTab(QtWidgets.QWidget):
         self.picked = self.checkpoint.currentData()
 
     # -- intents --------------------------------------------------------------------------------
+    # -- a picture ------------------------------------------------------------------------------
+    def dragEnterEvent(self, event: QtGui.QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QtGui.QDropEvent) -> None:
+        """A file dropped on the tab is the picture to ask about (one at a time)."""
+        files = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        event.acceptProposedAction()
+        if not self.picture.isVisible():
+            self.status.setText(TEXT_ONLY_TEXT)
+            return
+        self.picture.choose(files)
+
     def send(self) -> bool:
-        """Ask the tuned and the base model the prompt. False (with the reason shown) when refused."""
+        """Ask the tuned and the base model the prompt (about the picture, when one is attached). False (with the
+        reason shown) when refused."""
         text = self.prompt.toPlainText().strip()
+        image = self.picture.path if self.picture.isVisible() else None
+        if self.picture.isVisible() and self.picture.problem:
+            self.status.setText(f"The picture cannot be sent: {self.picture.problem}")
+            return False
+        if image and not text:
+            text = PICTURE_PROMPT
         if self.run_dir is None or not text or self.checkpoint.count() == 0:
             return False
         rs = read_run_state(self.run_dir)  # a run may have been started from a terminal meanwhile
@@ -226,14 +268,14 @@ class TryItTab(QtWidgets.QWidget):
         for pane, base in ((self.tuned, False), (self.base, True)):
             pane.clear("loading the model…")
             stream = ChatStream(self.run_dir, text, checkpoint, base, self.max_tokens.value(),
-                                self.temperature.value(), parent=self)
+                                self.temperature.value(), parent=self, image=image)
             stream.loaded.connect(lambda p=pane: p.info.setText("generating…"))
             stream.text.connect(pane.append)
             stream.done.connect(lambda r, p=pane: self._on_done(p, r))
             stream.failed.connect(lambda msg, p=pane: self._on_failed(p, msg))
             stream.ended.connect(self._stream_ended)
             self.streams.append(stream.start())
-        self.status.setText("")
+        self.status.setText(f"Asked: {text}" if text == PICTURE_PROMPT and not self.prompt.toPlainText().strip() else "")
         self.stop_button.setEnabled(True)
         self.send_button.setEnabled(False)
         return True
@@ -268,3 +310,91 @@ class TryItTab(QtWidgets.QWidget):
     def _on_failed(self, pane: AnswerPane, message: str) -> None:
         pane.info.setText("failed")
         self.status.setText(message)
+
+
+class PictureBox(QtWidgets.QFrame):
+    """The picture a question is about: a thumbnail (or what is wrong with the file), the Picture… button and ×.
+    ``path`` is the picture sent, ``problem`` why the chosen file cannot be (both None/'' when there is none)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.path: str | None = None
+        self.problem = ""
+        self.thumb = QtWidgets.QLabel("Drop a picture here")
+        self.thumb.setAlignment(QtCore.Qt.AlignCenter)
+        self.thumb.setFixedSize(PICTURE_PX + 8, PICTURE_PX + 8)
+        self.thumb.setStyleSheet("border:1px dashed #aaa;color:#777")
+        self.thumb.setWordWrap(True)
+        self.note = QtWidgets.QLabel("")
+        self.note.setWordWrap(True)
+        self.note.setMaximumWidth(260)
+        self.choose_button = QtWidgets.QPushButton("Picture…", clicked=self._browse)
+        self.choose_button.setToolTip("A picture the question is about (PNG, JPEG, WebP…); or drop one on the tab")
+        self.clear_button = QtWidgets.QToolButton(text="×", clicked=self.clear)
+        self.clear_button.setToolTip("Ask without a picture")
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.choose_button)
+        buttons.addWidget(self.clear_button)
+        side = QtWidgets.QVBoxLayout()
+        side.addLayout(buttons)
+        side.addWidget(self.note, 1)
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.thumb)
+        lay.addLayout(side)
+        self._loader = Latest(self._show, self._failed, self)
+        self.clear()
+
+    def _browse(self) -> None:
+        name, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Picture", "",
+                                                        "Pictures (*.png *.jpg *.jpeg *.webp *.gif *.bmp);;All files (*)")
+        if name:
+            self.choose([name])
+
+    def choose(self, files: list[str]) -> None:
+        """Take the picture among ``files`` (a drop may bring several: the first picture is taken, and the note
+        says which were left out); a missing file or one that is no picture is said, and nothing is attached."""
+        if not files:
+            return
+        problems = {f: thumbnails.picture_problem(f) for f in files}
+        good = [f for f in files if not problems[f]]
+        if not good:
+            self._set(None, problems[files[0]])
+            return
+        extra = len(files) - 1
+        left = f"; {extra} other file(s) left out: one picture per question" if extra else ""
+        self._set(good[0], "", left)
+
+    def _set(self, path: str | None, problem: str, note: str = "") -> None:
+        self.path, self.problem = path, problem
+        self.clear_button.setEnabled(bool(path or problem))
+        if problem:
+            self.thumb.setPixmap(QtGui.QPixmap())
+            self.thumb.setText("No picture")
+            self.note.setText(f"<span style='color:#b00'>{html.escape(problem)}</span>")
+            return
+        name = Path(path).name
+        self.thumb.setText("…")
+        self.note.setText(f"{html.escape(name)}{html.escape(note)}")
+        self._loader.submit(lambda: thumbnails.load(path, PICTURE_PX))
+
+    def _show(self, t: thumbnails.Thumbnail) -> None:
+        if t.path != self.path:
+            return
+        if t.image is None:  # a picture Qt cannot preview (too large): it is still sent; the chat child reads it
+            self.thumb.setText("No preview")
+        else:
+            self.thumb.setPixmap(QtGui.QPixmap.fromImage(t.image))
+        size = f" ({t.caption()})" if t.caption() else ""
+        self.note.setText(self.note.text() + html.escape(size))
+
+    def _failed(self, exc: Exception) -> None:
+        self.thumb.setText("No preview")
+
+    def clear(self) -> None:
+        """No picture: the question is text only."""
+        self.path, self.problem = None, ""
+        self.thumb.setPixmap(QtGui.QPixmap())
+        self.thumb.setText("Drop a picture here")
+        self.note.setText("")
+        self.clear_button.setEnabled(False)

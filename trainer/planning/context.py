@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from trainer.config import replace as config_replace
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import token_stats
@@ -45,6 +46,9 @@ class Context:
             self.length = token_stats.planned_length(self.cfg)
         if self.pictures is None:
             self.pictures = picture_costs.load_for(self.cfg, self.spec)
+            if self.pictures is not None and self.cfg.data.packing and self.pictures.per_sample:
+                # data with pictures is never packed (the worker's rule): its samples are as long as they are
+                self.length = token_stats.planned_length(config_replace(self.cfg, **{"data.packing": False}))
         if self.liger is None:  # asked once per plan
             self.liger = loss_kernel.liger_runs(self.device)
 

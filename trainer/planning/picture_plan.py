@@ -40,6 +40,22 @@ def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
             "measured_tower": pictures.measured_activations(ctx.spec)}
 
 
+def vision_note(spec, method) -> str:
+    """What of a vision-language model's vision side trains (``method.train_vision``), in words."""
+    v = spec.vision
+    tower, projector = count(v["tower_params"]), count(v["projector_params"])
+    if method.train_vision == "none":
+        return (f"the vision tower ({tower} parameters) and projector ({projector}) stay frozen in 16 bits: no gradients "
+                "or optimizer states, and no activations kept (method.train_vision: projector or all trains them)")
+    if method.train_vision == "projector":
+        how = "fully" if method.type == "full" else "fully, beside the adapters (PEFT's modules_to_save)"
+        return f"the projector ({projector} parameters) trains {how}; the vision tower ({tower}) stays frozen"
+    if method.type == "full":
+        return f"the vision tower ({tower} parameters) and projector ({projector}) train fully"
+    return (f"LoRA adapts the vision tower's blocks too ({tower} parameters frozen under the adapters); the projector "
+            f"({projector}) trains fully beside them")
+
+
 def over_seq_len(ctx: Context) -> bool:
     """Whether a sample's pictures alone could be longer than the planned sequence (the processor's largest
     pictures, not the data's measured ones)."""

@@ -93,15 +93,25 @@ def load(cfg, spec: Optional[ModelSpec], stats: Optional[dict], counted: Optiona
     per = seen.get("max_per_record", counted)
     if per == 0:
         return None
-    if seen.get("image_tokens_per_picture"):
-        pic = from_tokens(p, int(seen["image_tokens_per_picture"]))
-        return PictureLoad(p, int(per), pic, True, f"the data's sample with the most pictures has {per}; its costliest "
-                           f"picture is {pic.tokens:,} tokens (measured with the model's processor)")
+    if seen.get("image_tokens_per_picture") or seen.get("image_tokens_max_per_sample"):
+        return _measured(p, int(per or 1), seen)
     pic = vision.largest(p)
     how = f"{per} per sample (the data's most)" if per else "one per sample (the data's pictures are not counted yet: " \
         "'trainpilot-cli data' counts them)"
     return PictureLoad(p, int(per or 1), pic, False, f"pictures planned at the most the processor makes of one, "
                        f"{pic.tokens:,} tokens ({vision.describe(p)}), {how}")
+
+
+def _measured(p: vision.Processor, per: int, seen: dict) -> PictureLoad:
+    """The data report's picture tokens (``trainpilot-cli data``, the model's own processor): every picture's tokens
+    when they are all alike, else the most one sample's pictures take, spread over its pictures (the tower's cost is
+    its positions in all, so the sample's total is what counts)."""
+    same = seen.get("image_tokens_per_picture")
+    tokens = int(same) if same else math.ceil(int(seen["image_tokens_max_per_sample"]) / per)
+    pic = from_tokens(p, tokens)
+    each = f"each {tokens:,} tokens" if same else f"{int(seen['image_tokens_max_per_sample']):,} image tokens in all"
+    return PictureLoad(p, per, pic, True, f"the data's sample with the most pictures has {per}, {each} (measured "
+                       f"with the model's processor)")
 
 
 def load_for(cfg, spec: Optional[ModelSpec]) -> Optional[PictureLoad]:

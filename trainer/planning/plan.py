@@ -164,7 +164,9 @@ def model_notes(spec, cfg) -> list[str]:
         notes.append(f"{spec.family}: a new architecture — its structure was read by one probe child "
                      f"({spec.probe_seconds:.0f} s: transformers built it on the meta device and measured what each "
                      "layer kind saves for backward); cached, so the next plan is instant")
-    if spec.frozen_params:
+    if spec.vision:
+        notes.append(picture_plan.vision_note(spec, cfg.method))
+    elif spec.frozen_params:
         notes.append(f"a multimodal checkpoint trained on text: its vision/audio towers ({count(spec.frozen_params)} "
                      "parameters) stay frozen in 16 bits (no gradients, optimizer states or activations)")
     if spec.experts and cfg.method.type != "full" and not getattr(cfg.method, "lora_experts", False):

@@ -12,12 +12,13 @@ import html
 import json
 
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for the tests)
-    MASKED_STYLE, OBJECTIVE_WORDS, PROMPT_SHAPES, TRAINED_STYLE, examples_html, grpo_examples_html,
-    grpo_report_summary, needs_choice, objectives_for, report_summary,
+    MASKED_STYLE, OBJECTIVE_WORDS, PICTURE_URL, PROMPT_SHAPES, TRAINED_STYLE, examples_html, grpo_examples_html,
+    grpo_report_summary, needs_choice, objectives_for, picture_paths, report_summary,
 )
+from app.views import thumbnails
 from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
 from app.views.labels import WrappedLabel
 from app.views.wizard.schema_form import nested
@@ -85,6 +86,8 @@ class DataPage(QtWidgets.QWizardPage):
         lay.addWidget(self.tokens)
         lay.addWidget(tabs, 1)
         self._job = Latest(self._show, self._error, self)
+        self._thumbnails = Latest(self._show_thumbnails, self._thumbnails_failed, self)
+        self.thumbnails: dict[str, tuple] = {}  # picture path → (resource url or None, caption), for the examples
         self.report: dict | None = None
         self._data_job: Job | None = None
 
@@ -128,7 +131,9 @@ class DataPage(QtWidgets.QWizardPage):
             self._show_prompts(s)
             return
         skipped = f", {len(s.skipped_lines)} unreadable lines skipped" if s.skipped_lines else ""
-        self.stats.setText(f"<b>{s.records:,} records</b>{skipped}. Format: <b>{s.record_format}</b> — "
+        if getattr(s, "skipped_records", None):
+            skipped += f", {len(s.skipped_records)} records skipped (a picture missing or unreadable)"
+        self.stats.setText(f"<b>{s.records:,} records</b>{skipped}{scan_pictures(s)}. Format: <b>{s.record_format}</b> — "
                            f"{html.escape(describe(s.record_format))}.")
         self._fill_preview(s.sample[:PREVIEW_ROWS])
         self.show_objectives(s.record_format)
@@ -287,7 +292,11 @@ class DataPage(QtWidgets.QWizardPage):
             self.examples.setHtml(grpo_examples_html(r["examples"]))
             return
         self.tokens.setText(report_summary(r))
+        self.thumbnails = {}
         self.examples.setHtml(examples_html(r["examples"]))
+        paths = picture_paths(r["examples"])
+        if paths:  # decoded off the GUI thread (a large picture takes a moment), shown when ready
+            self._thumbnails.submit(lambda: thumbnails.load_all(paths))
         edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]
         if self.bars is not None:
             self.histogram.removeItem(self.bars)
@@ -299,6 +308,34 @@ class DataPage(QtWidgets.QWizardPage):
         self.seq_line.setValue(r["seq_len"])
         self.histogram.setXRange(0, right, padding=0)
         self.histogram.setYRange(0, max(counts or [1]) * 1.1, padding=0)
+
+
+    def _show_thumbnails(self, thumbs: list) -> None:
+        """Put the examples' thumbnails beside their turns (the report they were made for is still shown)."""
+        if self.report is None or "examples" not in self.report:
+            return
+        doc = self.examples.document()
+        for i, t in enumerate(thumbs):
+            url = PICTURE_URL.format(index=i) if t.image is not None else None
+            if url:
+                doc.addResource(QtGui.QTextDocument.ImageResource, QtCore.QUrl(url), t.image)
+            self.thumbnails[t.path] = (url, t.caption())
+        self.examples.setHtml(examples_html(self.report["examples"], self.thumbnails))
+
+    def _thumbnails_failed(self, exc: Exception) -> None:
+        if self.report is not None and "examples" in self.report:
+            paths = picture_paths(self.report["examples"])
+            self.thumbnails = {p: (None, f"no preview: {exc}") for p in paths}
+            self.examples.setHtml(examples_html(self.report["examples"], self.thumbnails))
+
+
+def scan_pictures(s) -> str:
+    """The light scan's picture count in words ('' for data without pictures)."""
+    p = getattr(s, "pictures", None) or {}
+    if not p.get("pictures"):
+        return ""
+    return (f", <b>{p['pictures']:,} pictures</b> in {p['records_with_pictures']:,} records (at most "
+            f"{p['max_per_record']} in one)")
 
 
 def cell_text(value) -> str:
