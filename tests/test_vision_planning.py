@@ -96,7 +96,8 @@ def test_image_max_pixels_caps_the_tokens_and_the_warning_names_the_cap(tmp_path
     cfg = _cfg(tmp_path, data={"seq_len": 2048})
     plan = _plan(cfg)
     warning = next(r for r in plan.reasons if "fill data.seq_len 2,048" in r)
-    assert "set data.image_max_pixels to 802,816 or less (≤ 1,024 tokens a picture)" in warning
+    assert "set data.image_max_pixels to 802,816 or less" in warning
+    assert plan.pictures["suggested_image_max_pixels"] == 802_816
     capped = _plan(_cfg(tmp_path, data={"seq_len": 2048, "image_max_pixels": 802_816}))
     assert capped.pictures["tokens_per_picture"] == 1024 and not capped.pictures["tokens_over_seq_len"]
     assert "at most 802,816 pixels" in capped.pictures["image_max_pixels"]

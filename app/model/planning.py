@@ -55,3 +55,27 @@ def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
     """('data.seq_len', why and the fix) when the sequence is longer than the model reads; never changed."""
     why = preflight.seq_len_refusal(cfg.data.seq_len, seq_len_limit(cfg), name="the sequence length")
     return ("data.seq_len", why) if why else None
+
+
+TRAIN_VISION_WORDS = {"none": "nothing (the vision tower and projector stay frozen)", "projector": "the projector",
+                      "all": "the projector and the vision tower"}
+
+
+def picture_cost_words(pictures: dict, micro_batch: int | None) -> str:
+    """What a picture costs in a plan (plan.json's ``pictures``), in one line of HTML: its tokens, the pictures a
+    sample brings, its share of the peak at the planned micro-batch, and how pictures are sized."""
+    if not pictures:
+        return ""
+    per, tokens = pictures["per_sample"], pictures["tokens_per_picture"]
+    source = "measured in the data" if pictures.get("from_data") else "the most the processor makes of a picture"
+    line = (f"<b>A picture: {tokens:,} tokens, ≈{pictures['bytes_per_picture'] / 2**30:.2f} GiB</b> at micro-batch "
+            f"{micro_batch} ({source}); {per} per sample ({per * tokens:,} tokens)")
+    if pictures.get("vision_activation_bytes"):
+        line += f"; the vision side keeps {pictures['vision_activation_bytes'] / 2**30:.2f} GiB of activations"
+    sizing = pictures.get("image_max_pixels") or pictures.get("processor")
+    if pictures.get("tokens_over_seq_len"):
+        cap = pictures.get("suggested_image_max_pixels")
+        fix = f"set Largest picture to {cap:,} pixels or less, or " if cap else ""
+        line += (f"<br><span style='color:#b00'>a sample's {per} picture(s) fill the sequence: {fix}raise the sequence "
+                 f"length</span>")
+    return line + (f"<br><span style='color:#555'>{sizing[:1].upper() + sizing[1:]}</span>" if sizing else "")

@@ -54,9 +54,11 @@ def test_report_words_count_pictures_and_image_tokens(tmp_path):
     assert "[picture: a.png · 33 image tokens, read, not trained]" in examples_html(r["examples"])  # before thumbnails
 
     class Scan:
-        pictures = {"records_with_pictures": 12, "pictures": 24, "max_per_record": 3}
+        records, pictures = 12, {"records_with_pictures": 12, "pictures": 24, "max_per_record": 3}
 
-    assert scan_pictures(Scan()) == ", <b>24 pictures</b> in 12 records (at most 3 in one)"
+    assert scan_pictures(Scan()) == ", <b>24 pictures</b> (at most 3 in one record)"
+    Scan.records = 20
+    assert scan_pictures(Scan()) == ", <b>24 pictures</b> in 12 of them (at most 3 in one record)"
 
 
 def test_data_page_shows_thumbnails_beside_the_turns_and_says_which_are_missing(qtbot, tmp_path):
@@ -162,3 +164,43 @@ def test_a_text_model_takes_no_picture(qtbot, tmp_path):
     assert not tab.picture.isVisible()
     _drop(tab, [_png(tmp_path / "a.png")])
     assert tab.status.text() == TEXT_ONLY_TEXT and tab.picture.path is None
+
+
+def test_method_page_shows_what_a_picture_costs_and_binds_the_picture_settings(qtbot, tmp_path, monkeypatch):
+    from app.views.wizard.page_plan import PlanPage
+    from trainer import config as tc
+    from trainer.data import scan
+    from trainer.hardware.source import open_probe
+    from trainer.planning.plan import plan_run
+
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    pics = [_png(tmp_path / f"p{i}.png") for i in range(2)]
+    data = tmp_path / "pics.jsonl"
+    data.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": [{"type": "image", "image": p.name} for p in pics] + [{"type": "text", "text": "?"}]},
+        {"role": "assistant", "content": "Red."}]}) + "\n" for _ in range(4)))
+    state = WizardState(hardware=None)
+    state.update({"model.source": "Qwen/Qwen2.5-VL-7B-Instruct", "data.path": str(data), "method.type": "lora"})
+    page = PlanPage(state)
+    qtbot.addWidget(page)
+    page.show()
+    page._sync("")
+    cfg = state.config()
+    scan.scan(cfg.data.path, cfg.data)
+    laptop = open_probe(str(Path(__file__).resolve().parents[1] / "fixtures" / "hardware" /
+                            "rtx4090_laptop_16gb.jsonl")).snapshot()
+    page.show_plan(plan_run(cfg, laptop, alternatives=False))
+    assert page.max_pixels.isVisible() and page.train_vision.currentData() == "none"
+    text = page.picture_cost.text()
+    assert "A picture: 16,384 tokens" in text and "2 per sample (32,768 tokens)" in text
+    assert "set Largest picture to 401,408 pixels or less" in text  # half of 2,048 tokens left to 2 pictures: 512 each
+    page.max_pixels.edit.setText("401408")
+    page.max_pixels.edit.editingFinished.emit()
+    page.train_vision.setCurrentIndex(page.train_vision.findData("projector"))
+    page.train_vision.activated.emit(page.train_vision.currentIndex())
+    assert state.config().data.image_max_pixels == 401408 and state.config().method.train_vision == "projector"
+    page.show_plan(plan_run(state.config(), laptop, alternatives=False))
+    assert "A picture: 512 tokens" in page.picture_cost.text() and "fill the sequence" not in page.picture_cost.text()
+    text_only = tc.replace(cfg, **{"model.source": "Qwen/Qwen2.5-0.5B"})
+    page.show_plan(plan_run(text_only, laptop, alternatives=False))
+    assert not page.max_pixels.isVisible() and not page.picture_cost.isVisible()

@@ -37,6 +37,7 @@ def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
             "vision_activation_bytes": est.breakdown.get("vision_activations", 0),
             "vision_forward_bytes": pictures.forward_bytes(ctx.spec, s),
             "vision_trained_params": full + adapter, "tokens_over_seq_len": over_seq_len(ctx),
+            "suggested_image_max_pixels": suggested_cap(ctx) if over_seq_len(ctx) else None,
             "measured_tower": pictures.measured_activations(ctx.spec)}
 
 
@@ -85,15 +86,23 @@ def words(ctx: Context, s: TrainSetup, est: Estimate) -> list[str]:
     return out
 
 
-def _over_words(ctx: Context) -> str:
-    """A sample's pictures could fill the sequence: the cap that would leave half of it to text."""
+def suggested_cap(ctx: Context) -> Optional[int]:
+    """The data.image_max_pixels that leaves half the planned sequence to text when a sample's pictures would fill it
+    (Qwen: that many tokens' pixels; Idefics3/SmolVLM: one tile a picture); None where a cap cannot help (a
+    fixed-size processor, or one tile already)."""
     load = ctx.pictures
     p, room = load.processor, max(1, ctx.seq // (2 * load.per_sample))
-    fix = ""
     if p.kind == "dynamic":
-        fix = f"set data.image_max_pixels to {room * p.factor * p.factor:,} or less (≤ {room:,} tokens a picture), or "
-    elif p.kind == "tiles" and p.longest_edge > p.tile:
-        fix = f"set data.image_max_pixels to {p.tile * p.tile:,} (one tile a picture), or "
+        return room * p.factor * p.factor
+    if p.kind == "tiles" and p.longest_edge > p.tile:
+        return p.tile * p.tile
+    return None
+
+
+def _over_words(ctx: Context) -> str:
+    """A sample's pictures could fill the sequence: the cap that would leave half of it to text."""
+    load, cap = ctx.pictures, suggested_cap(ctx)
+    fix = f"set data.image_max_pixels to {cap:,} or less, or " if cap else ""
     return (f"{load.per_sample} picture(s) of up to {load.picture.tokens:,} tokens each fill data.seq_len {ctx.seq:,}: "
             f"{fix}raise data.seq_len")
 

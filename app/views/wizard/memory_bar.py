@@ -16,9 +16,11 @@ COMPONENT_COLORS = {
     "weights": "#1f77b4", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
     "activations": "#9467bd", "recompute": "#c5b0d5", "logits_loss": "#8c564b", "fragmentation": "#7f7f7f",
     "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2", "runtime": "#aec7e8", "loading": "#ffbb78",
+    "vision_activations": "#f7b6d2", "vision_states": "#c49c94", "vision_forward": "#dbdb8d",
 }
 # Where a component's own name is not a word for people.
-COMPONENT_WORDS = {"runtime": "Python + torch runtime", "loading": "weights while loading"}
+COMPONENT_WORDS = {"runtime": "Python + torch runtime", "loading": "weights while loading",
+                   "vision_forward": "vision tower's forward", "vision_states": "trained vision weights + states"}
 
 
 def color_for(component: str) -> str:

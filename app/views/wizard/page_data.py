@@ -334,8 +334,9 @@ def scan_pictures(s) -> str:
     p = getattr(s, "pictures", None) or {}
     if not p.get("pictures"):
         return ""
-    return (f", <b>{p['pictures']:,} pictures</b> in {p['records_with_pictures']:,} records (at most "
-            f"{p['max_per_record']} in one)")
+    where = "" if p["records_with_pictures"] == getattr(s, "records", None) else \
+        f" in {p['records_with_pictures']:,} of them"
+    return f", <b>{p['pictures']:,} pictures</b>{where} (at most {p['max_per_record']} in one record)"
 
 
 def cell_text(value) -> str:

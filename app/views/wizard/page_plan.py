@@ -8,6 +8,7 @@ import typing
 from PySide6 import QtCore, QtWidgets
 
 from app.model.fmt import gib
+from app.model.planning import TRAIN_VISION_WORDS, picture_cost_words
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
@@ -60,6 +61,12 @@ class PlanPage(QtWidgets.QWizardPage):
         batch_row.addWidget(self.batch, 1)
         batch_row.addWidget(self.batch_error, 1)
         form.addRow("Effective batch (samples per optimizer step)", batch_row)
+        self._picture_fields(state)
+        form.addRow("Pictures", self.train_vision)
+        form.addRow("Largest picture (pixels, width × height)", self.max_pixels)
+        form.addRow("", self.picture_cost)
+        self.form = form
+        self._show_pictures(False)
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
         self.verdict.setWordWrap(True)
@@ -84,6 +91,24 @@ class PlanPage(QtWidgets.QWizardPage):
         self._steps = state.values["training.max_steps"] or tc.TrainingConfig.model_fields["max_steps"].default
         self._connect()
 
+    def _picture_fields(self, state) -> None:
+        """What of the vision side trains (method.train_vision) and the largest picture (data.image_max_pixels)."""
+        method = tc.MethodConfig.model_fields["train_vision"]
+        self.train_vision = QtWidgets.QComboBox()
+        self.train_vision.setToolTip(method.description)
+        for v in typing.get_args(method.annotation):
+            self.train_vision.addItem(f"train {TRAIN_VISION_WORDS[v]}", v)
+        self.max_pixels = FieldEdit(state.values["data.image_max_pixels"])
+        self.max_pixels.edit.setPlaceholderText("the processor's own")
+        self.max_pixels.setToolTip(tc.DataConfig.model_fields["image_max_pixels"].description)
+        self.picture_cost = QtWidgets.QLabel()
+        self.picture_cost.setWordWrap(True)
+        self.picture_cost.setAlignment(QtCore.Qt.AlignLeft | QtCore.Qt.AlignTop)
+
+    def _show_pictures(self, on: bool) -> None:
+        for w in (self.train_vision, self.max_pixels, self.picture_cost):
+            self.form.setRowVisible(w, on)
+
     def _connect(self) -> None:
         self.methods.buttonToggled.connect(
             lambda b, on: on and self.state.set("method.type", b.property("method")))
@@ -91,6 +116,9 @@ class PlanPage(QtWidgets.QWizardPage):
         self.batch.valueChanged.connect(lambda v: self.state.set("training.effective_batch_size", v))
         self.advanced.changed.connect(lambda key: self.state.commit(key, self.advanced.values()[key]))
         self.learning_rate.committed.connect(lambda v: self.state.commit("training.learning_rate", v))
+        self.train_vision.activated.connect(lambda _i: self.state.commit("method.train_vision",
+                                                                         self.train_vision.currentData()))
+        self.max_pixels.committed.connect(lambda v: self.state.commit("data.image_max_pixels", v))
         self.length.committed.connect(self._length_committed)
         self.length_kind.currentIndexChanged.connect(self._length_kind_changed)
         self.state.values_changed.connect(self._sync)
@@ -134,6 +162,10 @@ class PlanPage(QtWidgets.QWizardPage):
             if k in self.advanced.editors:
                 self.advanced.set_value(k, v[k])
         self.learning_rate.set_value(v["training.learning_rate"])
+        self.max_pixels.set_value(v["data.image_max_pixels"])
+        index = self.train_vision.findData(v["method.train_vision"])
+        if index >= 0 and index != self.train_vision.currentIndex():
+            self.train_vision.setCurrentIndex(index)
         if v["training.max_steps"] is not None:
             self._steps = v["training.max_steps"]  # what "steps" goes back to after a look at epochs
         by_epochs = v["training.max_steps"] is None
@@ -155,6 +187,10 @@ class PlanPage(QtWidgets.QWizardPage):
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
         self.bar.show()
         self.details.setText(plan_details_html(d))
+        pictures = d.get("pictures") or {}
+        self._show_pictures(bool(pictures))
+        self.picture_cost.setText(picture_cost_words(pictures, (d.get("settings") or {}).get(
+            "training.micro_batch_size", self.state.values.get("training.micro_batch_size"))))
         self._show_beside([])
 
     def _show_beside(self, problems: list) -> None:
@@ -162,6 +198,7 @@ class PlanPage(QtWidgets.QWizardPage):
         bad = dict(problems)
         self.learning_rate.set_problem(bad.get("training.learning_rate"))
         self.length.set_problem(bad.get("training.max_steps") or bad.get("training.epochs"))
+        self.max_pixels.set_problem(bad.get("data.image_max_pixels"))
         for label, key in ((self.seq_len_error, "data.seq_len"), (self.batch_error, "training.effective_batch_size")):
             label.setText(user_words(bad[key]) if bad.get(key) else "")
             label.setVisible(bool(bad.get(key)))
@@ -171,6 +208,7 @@ class PlanPage(QtWidgets.QWizardPage):
         if problems:
             self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
             self.bar.hide()
+            self.picture_cost.setText("")
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))
