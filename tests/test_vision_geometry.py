@@ -1,4 +1,4 @@
-"""trainer/models/vision.py: a picture's tokens and vision positions as the processors compute them (transformers'
+"""trainer/models/vision.py (and planning/pictures.capped): a picture's tokens and vision positions as the processors compute them (transformers'
 PIL image processors' own ``get_number_of_image_patches``, configured with data.image_max_pixels as the worker
 configures them: ``trainer.data.image_caps``), and the settings read from processor files."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from trainer.data import image_caps
 from trainer.models import vision
+from trainer.planning import pictures
 
 QWEN = {"model_type": "qwen2_5_vl", "vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
 QWEN_PRE = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
@@ -22,7 +23,7 @@ def test_qwen_tokens_equal_the_processors_own_count():
 
     ours = vision.settings(QWEN, QWEN_PRE, {})
     for cap in (None, 1_000_000, 200_000):
-        p = vision.capped(ours, cap)
+        p = pictures.capped(ours, cap)
         base = {k: v for k, v in QWEN_PRE.items() if k not in ("min_pixels", "max_pixels")} if cap else QWEN_PRE
         theirs = Qwen2VLImageProcessorPil(**base, **image_caps.capped(QWEN_PRE, cap)[0])
         for w, h in SIZES[1:]:  # a 1-px picture is refused by the processor (aspect, too small)
@@ -37,19 +38,19 @@ def test_idefics3_tiles_equal_the_processors_own_count():
 
     ours = vision.settings(SMOL, SMOL_PRE, {"image_seq_len": 64})
     for cap in (None, 1_000_000, 300_000, 10):  # 10 pixels: still one whole tile
-        p = vision.capped(ours, cap)
+        p = pictures.capped(ours, cap)
         theirs = Idefics3ImageProcessorPil(**{**SMOL_PRE, **image_caps.capped(SMOL_PRE, cap)[0]})
         for w, h in SIZES:
             tiles, rows, cols = theirs.get_number_of_image_patches(h, w, {})
             assert vision.tile_grid(p, h, w) == (rows, cols), (cap, w, h)
             assert vision.picture(p, w, h).units == max(1, tiles)
     assert vision.picture(ours, 2048, 2048) == vision.Picture(64 + 3 + 4 * (66 * 4 + 1), 17, 1024)
-    assert vision.capped(ours, 300_000).longest_edge == 512  # √300,000 = 547 px: one tile across
+    assert pictures.capped(ours, 300_000).longest_edge == 512  # √300,000 = 547 px: one tile across
 
 
 def test_fixed_size_processors_ignore_the_cap_and_say_so():
     gemma = {"model_type": "gemma3", "mm_tokens_per_image": 256, "vision_config": {"patch_size": 14, "image_size": 896}}
-    p = vision.capped(vision.settings(gemma, {"size": {"height": 896, "width": 896}}, {"image_seq_length": 256}), 10_000)
+    p = pictures.capped(vision.settings(gemma, {"size": {"height": 896, "width": 896}}, {"image_seq_length": 256}), 10_000)
     assert vision.picture(p, 5000, 100) == vision.Picture(256, 1, 4096)
     assert "cannot make it smaller" in p.cap_words
     llava = {"model_type": "llava", "vision_config": {"patch_size": 14, "image_size": 336}}
@@ -71,4 +72,4 @@ def test_settings_come_from_the_folder_then_the_shipped_record_then_defaults(tmp
 
 @pytest.mark.parametrize("cap, tokens", [(None, 16384), (1_003_520, 1280), (200_704, 256)])
 def test_qwen_largest_picture(cap, tokens):
-    assert vision.largest(vision.capped(vision.settings(QWEN, QWEN_PRE, {}), cap)).tokens == tokens
+    assert vision.largest(pictures.capped(vision.settings(QWEN, QWEN_PRE, {}), cap)).tokens == tokens

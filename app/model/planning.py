@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from trainer import config as tc
 from trainer.core.errors import UserError
+from trainer.core.units import count
+from trainer.models import vision
 from trainer.models.spec import spec_for_run
+from trainer.planning import pictures
 from trainer.planning.ladder import record_kept_settings
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
@@ -68,8 +71,10 @@ def picture_cost_words(pictures: dict, micro_batch: int | None) -> str:
         return ""
     per, tokens = pictures["per_sample"], pictures["tokens_per_picture"]
     source = "measured in the data" if pictures.get("from_data") else "the most the processor makes of a picture"
-    line = (f"<b>A picture: {tokens:,} tokens, ≈{pictures['bytes_per_picture'] / 2**30:.2f} GiB</b> at micro-batch "
-            f"{micro_batch} ({source}); {per} per sample ({per * tokens:,} tokens)")
+    cost = pictures.get("bytes_per_picture")
+    size = f"≈{cost / 2**30:.2f} GiB</b> at micro-batch {micro_batch}" if cost is not None else \
+        "as long as the whole sequence</b>"
+    line = f"<b>A picture: {tokens:,} tokens, {size} ({source}); {per} per sample ({per * tokens:,} tokens)"
     if pictures.get("vision_activation_bytes"):
         line += f"; the vision side keeps {pictures['vision_activation_bytes'] / 2**30:.2f} GiB of activations"
     sizing = pictures.get("image_max_pixels") or pictures.get("processor")
@@ -79,3 +84,14 @@ def picture_cost_words(pictures: dict, micro_batch: int | None) -> str:
         line += (f"<br><span style='color:#b00'>a sample's {per} picture(s) fill the sequence: {fix}raise the sequence "
                  f"length</span>")
     return line + (f"<br><span style='color:#555'>{sizing[:1].upper() + sizing[1:]}</span>" if sizing else "")
+
+
+def vision_words(spec) -> str:
+    """A vision-language model's vision side in one line: its tower and projector, and the most tokens one picture
+    takes with its processor's own settings (counted in the plan once the data is chosen)."""
+    v = spec.vision
+    p = pictures.processor_of(spec)
+    most = f"; a picture takes up to {vision.largest(p).tokens:,} tokens ({vision.describe(p)})" if p else \
+        "; its pictures' tokens are not counted by the planner (a family it does not know)"
+    return (f"Takes pictures: a {count(v['tower_params'])}-parameter vision tower and a {count(v['projector_params'])} "
+            f"projector, frozen unless the Method page trains them{most}.")

@@ -15,9 +15,9 @@ tests/test_vision_geometry.py):
   tokens around them.
 - ``fixed`` (Gemma 3 without pan-and-scan, LLaVA): every picture is resized to one size: a fixed number of tokens.
 
-``data.image_max_pixels`` is applied through ``trainer.data.image_caps``, the mapping the worker applies to the
-processor it loads (Qwen's ``max_pixels``, Idefics3's ``size.longest_edge`` in whole tiles; a fixed-size processor's
-pictures cannot shrink), so the plan counts the pictures the run makes.
+``data.image_max_pixels`` is applied by the planner (``trainer.planning.pictures.capped``) through
+``trainer.data.image_caps``, the mapping the worker applies to the processor it loads, so the plan counts the pictures
+the run makes.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Optional
 
 from trainer.core.paths import PROCESSORS_DIR
-from trainer.data import image_caps
 
 DYNAMIC = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 TILES = ("idefics3", "smolvlm")
@@ -54,7 +53,7 @@ class Processor:
     tile_tokens: int = 0  # tiles: image_seq_len per tile; fixed: tokens per picture
     positions: int = 0  # tiles / fixed: positions the vision tower runs over per tile / picture
     source: str = ""  # where the settings were read, in words
-    cap: Optional[int] = None  # data.image_max_pixels applied (``capped``), or None
+    cap: Optional[int] = None  # data.image_max_pixels applied (``planning.pictures.capped``), or None
     cap_words: str = ""  # what the cap does to these pictures (``image_caps``' words), '' without one
 
     @property
@@ -180,34 +179,6 @@ def for_model(model_cfg: dict, folder: Optional[Path] = None, architecture: Opti
         if pre or proc:
             return settings(model_cfg, pre, proc, source)
     return settings(model_cfg, {}, {})
-
-
-# -- data.image_max_pixels ----------------------------------------------------------------------------------------
-def capped(p: Processor, max_pixels: Optional[int]) -> Processor:
-    """The settings with ``data.image_max_pixels`` applied as the worker applies it to the processor
-    (``trainer.data.image_caps``, the one home of that mapping: Qwen's max_pixels, Idefics3/SmolVLM's longest edge in
-    whole tiles; a fixed-size processor unchanged), with its words in ``cap_words``."""
-    if not max_pixels:
-        return p
-    pre = _as_processor_config(p)
-    change, words = image_caps.capped(pre, int(max_pixels))
-    size = change.get("size") or {}
-    if p.kind == "dynamic" and size:
-        p = replace(p, min_pixels=int(size["shortest_edge"]), max_pixels=int(size["longest_edge"]))
-    elif p.kind == "tiles" and size:
-        p = replace(p, longest_edge=int(size["longest_edge"]))
-    return replace(p, cap=int(max_pixels), cap_words=words)
-
-
-def _as_processor_config(p: Processor) -> dict:
-    """The settings as a preprocessor_config.json would hold them (what ``image_caps`` reads)."""
-    if p.kind == "dynamic":
-        return {"image_processor_type": "Qwen2VLImageProcessor",
-                "size": {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}}
-    if p.kind == "tiles":
-        return {"image_processor_type": "Idefics3ImageProcessor", "size": {"longest_edge": p.longest_edge},
-                "max_image_size": {"longest_edge": p.tile}}
-    return {"size": {"height": p.tile, "width": p.tile}}
 
 
 # -- a picture's tokens and positions -----------------------------------------------------------------------------

@@ -12,12 +12,15 @@ from trainer.planning.context import Context, make_setup, need, with_loss
 from trainer.planning.memory import Estimate, TrainSetup, estimate
 
 
-def per_picture_bytes(ctx: Context, s: TrainSetup) -> int:
+def per_picture_bytes(ctx: Context, s: TrainSetup) -> Optional[int]:
     """What one more picture per sample adds to the plan's peak (the GPU's, or host RAM on the CPU): its tokens
     through every text layer and the loss, its vision activations, their allocator slack, for the micro-batch. The
-    difference of two estimates: the sample as planned, and with one picture and its tokens fewer."""
+    difference of two estimates: the sample as planned, and with one picture and its tokens fewer. None when one
+    picture's tokens fill the planned sequence (it is then the whole sequence's cost, not a picture's)."""
     tokens = ctx.pictures.picture.tokens
-    fewer = replace(s, pictures=s.pictures - 1, seq_len=max(1, s.seq_len - tokens))
+    if tokens >= s.seq_len:
+        return None
+    fewer = replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens)
     return max(0, need(ctx, estimate(ctx.spec, s)) - need(ctx, estimate(ctx.spec, fewer)))
 
 
@@ -73,9 +76,10 @@ def words(ctx: Context, s: TrainSetup, est: Estimate) -> list[str]:
     what = {"none": "the vision tower and projector frozen (no activations, gradients or optimizer states)",
             "projector": f"the projector trained ({count(d['vision_trained_params'])} parameters)",
             "all": f"the vision tower and projector trained ({count(d['vision_trained_params'])} parameters)"}
-    out = [f"{load.words}; a picture costs ≈{gib(d['bytes_per_picture'], 2)} at micro-batch {s.micro_batch}, "
-           f"{what[s.train_vision]}" + (f"; vision activations {gib(d['vision_activation_bytes'])}"
-                                         if d["vision_activation_bytes"] else "")]
+    cost = f"a picture costs ≈{gib(d['bytes_per_picture'], 2)} at micro-batch {s.micro_batch}" \
+        if d["bytes_per_picture"] is not None else "one picture fills the whole sequence"
+    out = [f"{load.words}; {cost}, {what[s.train_vision]}" + (f"; vision activations {gib(d['vision_activation_bytes'])}"
+                                                              if d["vision_activation_bytes"] else "")]
     if d["image_max_pixels"]:
         out.append(d["image_max_pixels"])
     if not d["measured_tower"]:

@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
 from app.model.fmt import count
-from app.model.planning import proposed_seq_len, seq_len_limit
+from app.model.planning import proposed_seq_len, seq_len_limit, vision_words
 from app.ops.background import Latest
 from app.views.model_picker import ModelPicker
 from trainer import config as tc
@@ -153,6 +153,8 @@ class ModelPage(QtWidgets.QWizardPage):
         lines = [f"<b>{html.escape(spec.name or text)}</b>{kind} — {spec.family}, {count(spec.params)} parameters, "
                  f"{spec.layers} layers, hidden {spec.hidden}, vocabulary {spec.vocab:,}, reads up to "
                  f"{spec.max_positions:,} tokens.", f"Here: {verdicts}."]
+        if spec.vision:
+            lines.append(vision_words(spec))
         if sources.is_local(text):  # a folder is a folder: nothing to download
             lines.append(f"A folder on this computer: {html.escape(spec.source and str(Path(spec.source).parent))}.")
         elif "/" in text and not hub.is_shipped_architecture(text) and hub.cached_state(text) != "downloaded":
