@@ -2,8 +2,8 @@
 
     python benchmarks/vision_activations.py [--tiny smolvlm,llava] [--big qwen2.5-vl-3b,gemma-3-4b] [--json OUT]
 
-1. **Tiny models, whole model, CPU** (tests/helpers_vision.py: SmolVLM/Idefics3-, LLaVA-, Qwen2.5-VL- and Gemma
-   3-shaped, a four-layer text model of hidden 64 and a two-block vision tower, random weights): the structure probe
+1. **Tiny models, whole model, CPU** (tests/helpers_vision.py: SmolVLM/Idefics3-, LLaVA-, Qwen2.5-VL-, Qwen3-VL- and
+   Gemma 3-shaped, a four-layer text model of hidden 64 and a small vision tower, random weights): the structure probe
    child makes each record (a fresh cache), then one training forward with pictures runs for real in bf16 on the
    CPU and what it saves for backward is counted (saved-tensor hooks, distinct storages, parameters skipped), at
    micro-batch 2, 40 text tokens and 1 and 3 pictures per sample, for: LoRA (r 8, dropout 0.05; the towers frozen),
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 CASES = (("lora", True, "none", False), ("full", False, "none", False), ("full + projector", False, "projector", False),
          ("full + tower", False, "all", False), ("full + tower, checkpointing", False, "all", True),
          ("lora + tower adapters", True, "all", False))
-TINY = ("smolvlm", "llava", "qwen2_5_vl", "gemma3")
+TINY = ("smolvlm", "llava", "qwen2_5_vl", "qwen3_vl", "gemma3")
 BIG = ("qwen2.5-vl-3b", "qwen2.5-vl-7b", "gemma-3-4b")
 PICTURES, TEXT_TOKENS, MICRO = (1, 3), 40, 2
 
@@ -137,10 +137,11 @@ def _lora_adapter_bytes(spec, positions: int) -> int:
 
 
 def tiny_table(rows: list[dict]) -> str:
-    labels = [f"{c[0]} ×{p}" for c in CASES for p in PICTURES]
-    lines = ["| model | " + " | ".join(labels) + " |", "|" + " --- |" * (1 + len(labels))]
-    for r in rows:
-        lines.append(f"| {r['model']} | " + " | ".join(f"{r['cases'][x]['ratio']:+.1%}" for x in labels) + " |")
+    """One line per case, one column per model: planned / measured − 1 with 1 and with 3 pictures per sample."""
+    lines = ["| case | " + " | ".join(f"{r['model']} (×1 / ×3)" for r in rows) + " |", "|" + " --- |" * (1 + len(rows))]
+    for label, *_ in CASES:
+        cells = [" / ".join(f"{r['cases'][f'{label} ×{p}']['ratio']:+.1%}" for p in PICTURES) for r in rows]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

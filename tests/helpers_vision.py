@@ -1,5 +1,5 @@
-"""Tiny random-weight vision-language models (SmolVLM/Idefics3-, LLaVA-, Qwen2.5-VL- and Gemma 3-shaped: a Llama,
-Qwen2 or Gemma 3 text model of hidden 64 and a two-block vision tower), and one training forward with pictures
+"""Tiny random-weight vision-language models (SmolVLM/Idefics3-, LLaVA-, Qwen2.5-VL-, Qwen3-VL- and Gemma 3-shaped: a
+text model of hidden 64 and a vision tower of two (Qwen3-VL: four, with two deepstack taps) blocks), and one training forward with pictures
 measured with autograd: what benchmarks/vision_activations.py and tests/test_vision_planning.py compare the
 planner with. Inputs are built as each processor lays them out (image tokens in the text, the pixel tensors of the
 family), at a given number of pictures per sample."""
@@ -32,6 +32,16 @@ CONFIGS = {
                    "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
                                      "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
                                      "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1]}},
+    # Qwen3-VL-shaped: 16-px patches merged 2×2, learned position embeddings, two deepstack taps into the text model
+    "qwen3_vl": {"model_type": "qwen3_vl", "image_token_id": IMAGE, "video_token_id": 501, "vision_start_token_id": 502,
+                 "vision_end_token_id": 503, "tie_word_embeddings": False,
+                 "text_config": {"model_type": "qwen3_vl_text", **TEXT,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 5000000,
+                                                     "mrope_section": [2, 3, 3], "mrope_interleaved": True}},
+                 "vision_config": {"depth": 4, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                                   "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+                                   "temporal_patch_size": 2, "num_position_embeddings": 64,
+                                   "deepstack_visual_indexes": [1, 2]}},
     # Gemma 3-shaped: SigLIP on 56-px pictures (16 positions) pooled to 4 tokens; image tokens attend both ways
     "gemma3": {"model_type": "gemma3", "image_token_index": IMAGE, "boi_token_index": 503, "eoi_token_index": 504,
                "mm_tokens_per_image": 4,
@@ -98,7 +108,7 @@ def geometry(name: str, model, side: int = 4) -> tuple[int, int, int]:
     if name == "smolvlm":
         n = (vc.image_size // vc.patch_size) ** 2
         return n // cfg.scale_factor ** 2, 1, n
-    if name == "qwen2_5_vl":
+    if name.startswith("qwen"):
         return side * side // vc.spatial_merge_size ** 2, 1, side * side
     if name == "gemma3":
         return cfg.mm_tokens_per_image, 1, (vc.image_size // vc.patch_size) ** 2
@@ -119,7 +129,7 @@ def inputs(name: str, model, batch: int, text: int, pictures: int, side: int = 4
         s = vc.image_size
         pix = {"pixel_values": torch.randn(batch, pictures, 3, s, s, dtype=bf16),
                "pixel_attention_mask": torch.ones(batch, pictures, s, s, dtype=torch.bool)}
-    elif name == "qwen2_5_vl":
+    elif name.startswith("qwen"):
         pix = {"pixel_values": torch.randn(batch * pictures * n, 3 * 2 * vc.patch_size ** 2, dtype=bf16),
                "image_grid_thw": torch.tensor([[1, side, side]] * (batch * pictures))}
     else:
@@ -129,7 +139,7 @@ def inputs(name: str, model, batch: int, text: int, pictures: int, side: int = 4
         ids[:, k * (per + 1): k * (per + 1) + per] = IMAGE
     kinds = (ids == IMAGE).long()
     extra = {"token_type_ids": kinds} if name == "gemma3" else {"mm_token_type_ids": kinds} \
-        if name == "qwen2_5_vl" else {}
+        if name.startswith("qwen") else {}
     return {"input_ids": ids, "labels": ids.clone(), **pix, **extra}, pictures * per
 
 

@@ -120,17 +120,16 @@ def report_summary(r: dict) -> str:
 
 
 def pictures_summary(r: dict) -> str:
-    """The report's pictures in words ('' without any): how many, in how many records, the most in one, the image
-    tokens a picture takes and the most one sample's pictures take, and how pictures are sized (data.image_max_pixels)."""
+    """The report's image tokens in words ('' without pictures; the Data page's scan line counts the pictures): the
+    tokens a picture takes, the most one sample's pictures take, and how pictures are sized (data.image_max_pixels)."""
     p = r.get("pictures") or {}
     if not p.get("pictures"):
         return ""
-    out = (f"<br><b>{p['pictures']:,} pictures</b> in {p['records_with_pictures']:,} records (at most "
-           f"{p['max_per_record']} in one)")
-    if p.get("image_tokens_per_picture"):
-        out += f"; each picture is {p['image_tokens_per_picture']:,} image tokens"
+    each = f"each picture is {p['image_tokens_per_picture']:,} image tokens" if p.get("image_tokens_per_picture") \
+        else "image tokens vary with the picture's size"
+    out = f"<br><b>Pictures</b>: {each}"
     if p.get("image_tokens_max_per_sample"):
-        out += f"; the most in one sample: {p['image_tokens_max_per_sample']:,} image tokens"
+        out += f"; the most in one sample: {p['image_tokens_max_per_sample']:,}"
     out += " (counted in the tokens above; read, never trained)."
     if r.get("picture_sizes"):
         out += f"<br>{html.escape(r['picture_sizes'][:1].upper() + r['picture_sizes'][1:])}."

@@ -45,8 +45,7 @@ def _report(pics: list[Path]) -> dict:
 def test_report_words_count_pictures_and_image_tokens(tmp_path):
     r = _report([tmp_path / "a.png"])
     words = pictures_summary(r)
-    assert "<b>3 pictures</b> in 2 records (at most 2 in one)" in words
-    assert "each picture is 33 image tokens" in words and "the most in one sample: 66 image tokens" in words
+    assert "<b>Pictures</b>: each picture is 33 image tokens; the most in one sample: 66 (counted" in words
     assert "Pictures are resized to a longest edge of 128 pixels" in words
     assert pictures_summary({**r, "pictures": {"pictures": 0}}) == ""
     html = examples_html(r["examples"], {str(tmp_path / "a.png"): ("picture:0", "120×80 px")})
@@ -68,7 +67,7 @@ def test_data_page_shows_thumbnails_beside_the_turns_and_says_which_are_missing(
     page = DataPage(WizardState(hardware=None))
     qtbot.addWidget(page)
     page.show_report(_report([good, other, missing, junk]))
-    assert "3 pictures" in page.tokens.text()
+    assert "each picture is 33 image tokens" in page.tokens.text()
     qtbot.waitUntil(lambda: len(page.thumbnails) == 4, timeout=10000)
     url, caption = page.thumbnails[str(other)]
     image = page.examples.document().resource(QtGui.QTextDocument.ImageResource, QtCore.QUrl(url))

@@ -144,7 +144,10 @@ def picture_fields(ctx: Context) -> dict:
     load = ctx.pictures
     if load is None:
         return {}
-    return {"train_vision": ctx.cfg.method.train_vision, "pictures": load.per_sample,
+    # a sequence is cut before the first picture that does not fit it whole (the worker's rule): only those that fit
+    # reach the vision tower
+    fit = min(load.per_sample, ctx.seq // max(1, load.picture.tokens))
+    return {"train_vision": ctx.cfg.method.train_vision, "pictures": fit,
             "picture_units": load.picture.units, "picture_positions": load.picture.positions}
 
 

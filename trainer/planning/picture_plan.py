@@ -18,7 +18,7 @@ def per_picture_bytes(ctx: Context, s: TrainSetup) -> Optional[int]:
     difference of two estimates: the sample as planned, and with one picture and its tokens fewer. None when one
     picture's tokens fill the planned sequence (it is then the whole sequence's cost, not a picture's)."""
     tokens = ctx.pictures.picture.tokens
-    if tokens >= s.seq_len:
+    if tokens >= s.seq_len or not s.pictures:
         return None
     fewer = replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens)
     return max(0, need(ctx, estimate(ctx.spec, s)) - need(ctx, estimate(ctx.spec, fewer)))

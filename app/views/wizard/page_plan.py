@@ -64,7 +64,6 @@ class PlanPage(QtWidgets.QWizardPage):
         self._picture_fields(state)
         form.addRow("Pictures", self.train_vision)
         form.addRow("Largest picture (pixels, width × height)", self.max_pixels)
-        form.addRow("", self.picture_cost)
         self.form = form
         self._show_pictures(False)
         self.verdict = QtWidgets.QLabel("Planning…")
@@ -80,7 +79,7 @@ class PlanPage(QtWidgets.QWizardPage):
         self.advanced_toggle.toggled.connect(self._toggle_advanced)
         body = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(body)
-        for w in (self.verdict, self.bar, self.details, self.advanced_toggle, self.advanced):
+        for w in (self.verdict, self.picture_cost, self.bar, self.details, self.advanced_toggle, self.advanced):
             lay.addWidget(w)
         lay.addStretch(1)
         self.scroll = QtWidgets.QScrollArea(widgetResizable=True)
@@ -106,8 +105,9 @@ class PlanPage(QtWidgets.QWizardPage):
         self.picture_cost.setAlignment(QtCore.Qt.AlignLeft | QtCore.Qt.AlignTop)
 
     def _show_pictures(self, on: bool) -> None:
-        for w in (self.train_vision, self.max_pixels, self.picture_cost):
+        for w in (self.train_vision, self.max_pixels):
             self.form.setRowVisible(w, on)
+        self.picture_cost.setVisible(on)
 
     def _connect(self) -> None:
         self.methods.buttonToggled.connect(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import time
 
-PROJECTOR_WORDS = ("projector", "connector", "merger", "aligner", "adapter")
 VISION_WORDS = ("vision", "visual", "image")
 SETUPS = ("frozen", "projector", "tower", "tower_lora")
 QWEN_GRIDS = ((1, 8), (1, 16), (1, 24), (2, 8))  # (pictures, patches per side)
@@ -30,9 +29,11 @@ FIXED_UNITS = ((1, 0),)  # one unit: what a batch shares is a few kB here (measu
 
 
 def is_projector(name: str) -> bool:
-    """Whether a module name (its last part) names the projector between the vision tower and the language model."""
-    last = name.rsplit(".", 1)[-1].lower()
-    return any(w in last for w in PROJECTOR_WORDS)
+    """Whether a module name (its last part) names the projector between the vision tower and the language model:
+    the worker's rule (``model_parts.PROJECTOR_NAMES``), so the probe measures what ``method.train_vision`` trains."""
+    from trainer.worker.loading.model_parts import PROJECTOR_NAMES
+
+    return name.rsplit(".", 1)[-1] in PROJECTOR_NAMES
 
 
 def parts(model, towers: list[dict]) -> dict | None:
@@ -54,11 +55,12 @@ def _params(model, names: list[str]) -> int:
 
 
 def block_list(tower):
-    """The tower's list of transformer blocks: its ModuleList holding the most parameters."""
+    """The tower's list of transformer blocks: its longest ModuleList (ties: the one holding more parameters; a
+    per-layer merger list, Qwen3-VL's deepstack, is shorter)."""
     import torch
 
     lists = [m for m in tower.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
-    return max(lists, key=lambda l: sum(p.numel() for p in l.parameters()))
+    return max(lists, key=lambda l: (len(l), sum(p.numel() for p in l.parameters())))
 
 
 def linears(module) -> list:
