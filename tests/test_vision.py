@@ -218,3 +218,37 @@ def test_qwen2_5_vl_where_torchvision_imports(red):
     batch = PictureCollator(tok.pad_token_id, pictures)([{k: v[0] for k, v in out.items()}])
     batch.pop(REAL_TOKENS_KEY)
     assert torch.isfinite(model(**batch).loss)
+
+
+@pytest.mark.parametrize("train_vision", ["none", "projector"])
+def test_qlora_on_a_vision_language_model_trains_its_adapters_and_a_16_bit_projector(train_vision, red):
+    """QLoRA: the text model loads in 4 bits; the projector stays 16-bit when it trains (a 4-bit layer cannot be
+    trained whole); a micro-batch with a picture gives gradients to the adapters (and the projector). bitsandbytes'
+    CPU backend runs the 4-bit layers here (the worker itself runs QLoRA on a GPU); its CPU kernels need layers at
+    least a 64-value block wide, so the tiny vision tower (width 32) is kept 16-bit in this test."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY, PictureCollator
+    from trainer.worker.loading import kbit, model_parts, modeling
+
+    cfg = RunConfig.model_validate({"model": {"source": "x"}, "data": {"path": "x.jsonl"},
+                                    "method": {"type": "qlora", "train_vision": train_vision}})
+    keep = (model_parts.PROJECTOR_NAMES if train_vision != "none" else ()) + ("vision_model",)
+    model = AutoModelForImageTextToText.from_pretrained(rv.family_dir("smolvlm"), dtype=torch.bfloat16,
+                                                        quantization_config=kbit.quantization_config("bf16", keep))
+    proj = type(model.model.connector.modality_projection.proj).__name__
+    assert proj == ("Linear4bit" if train_vision == "none" else "Linear")
+    assert type(model.model.text_model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    assert type(model.lm_head).__name__ == "Linear", "the output head stays 16-bit, as transformers' default has it"
+    model_parts.freeze_towers(model, train_vision)
+    model = get_peft_model(model, modeling.lora_config(cfg, model))
+    _cfg, tok, pictures = _loaded("smolvlm")
+    out = encode("smolvlm", record(red))
+    batch = PictureCollator(tok.pad_token_id, pictures)([{k: v[0] for k, v in out.items()}])
+    batch.pop(REAL_TOKENS_KEY)
+    model(**batch).loss.backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert any("lora_" in n and ".text_model." in n for n in grads)
+    assert any("modules_to_save" in n and ".connector." in n for n in grads) == (train_vision == "projector")
