@@ -252,3 +252,22 @@ def test_qlora_on_a_vision_language_model_trains_its_adapters_and_a_16_bit_proje
     grads = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert any("lora_" in n and ".text_model." in n for n in grads)
     assert any("modules_to_save" in n and ".connector." in n for n in grads) == (train_vision == "projector")
+
+
+def test_expansions_come_from_the_upright_size_as_the_processor_sees_the_picture(tmp_path):
+    """Tokenizing reads each picture's header only (an expansion per size); a photo that EXIF turns a quarter turn
+    is expanded as the processor sees it after turning (SmolVLM: 2 tiles across become 2 tiles down)."""
+    from PIL import Image
+
+    from trainer.worker.datapipe import vision
+
+    pictures = _loaded("smolvlm")[2]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to show
+    turned = tmp_path / "turned.jpg"
+    Image.new("RGB", (128, 40), (10, 200, 10)).save(turned, exif=exif)
+    assert vision.upright_size(str(turned)) == (40, 128)
+    ids = pictures.processor(text=[pictures.placeholder], images=[[vision.load(str(turned))]],
+                             add_special_tokens=False)["input_ids"][0]
+    theirs = pictures.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    assert pictures.expansion(str(turned)).text == theirs and "<row_2_col_1>" in theirs
