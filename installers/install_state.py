@@ -61,9 +61,14 @@ print(json.dumps({"version": importlib.metadata.version("bitsandbytes")}))
 import json, importlib.metadata, liger_kernel, triton
 print(json.dumps({"version": importlib.metadata.version("liger-kernel"), "triton": triton.__version__}))
 """,
+    # a torchvision built for another torch fails here ("operator torchvision::nms does not exist")
+    "torchvision": """
+import json, torchvision
+print(json.dumps({"version": torchvision.__version__}))
+""",
 }
-_EXTRA_KEYS = {"bitsandbytes": "bitsandbytes_ok", "liger-kernel": "liger_ok"}
-_EXTRA_OF = {"qlora": "bitsandbytes", "liger": "liger-kernel"}  # pyproject extra -> package
+_EXTRA_KEYS = {"bitsandbytes": "bitsandbytes_ok", "liger-kernel": "liger_ok", "torchvision": "torchvision_ok"}
+_EXTRA_OF = {"qlora": "bitsandbytes", "liger": "liger-kernel", "torchvision": "torchvision"}  # extra -> package
 
 
 def probe(python: str, code: str, timeout_s: float) -> dict:

@@ -159,8 +159,9 @@ def test_docs_table_is_the_one_the_code_produces():
     ("cu130", "darwin", False, False, False),
 ])
 def test_gpu_extras_follow_the_torch_build_and_triton(build, system, triton, bnb, liger):
-    plan = {e.name: e for e in ge.decide(build, system, triton)}
+    plan = {e.name: e for e in ge.decide(build, system, triton, f"2.11.0+{build}")}
     assert (plan["bitsandbytes"].install, plan["liger-kernel"].install) == (bnb, liger)
+    assert plan.pop("torchvision").install is build.startswith("cu")
     assert {e.extra for e in plan.values()} == {"qlora", "liger"}
     for e in plan.values():
         assert e.reason.startswith(e.name) and ("installed:" in e.reason if e.install else "not installed:" in e.reason)
@@ -169,6 +170,20 @@ def test_gpu_extras_follow_the_torch_build_and_triton(build, system, triton, bnb
         assert "chunked loss" in plan["liger-kernel"].reason  # what stands in
     if build == "cpu":
         assert all("CPU build" in e.reason for e in plan.values())
+
+
+@pytest.mark.parametrize("torch_version, build, release", [
+    ("2.11.0+cu130", "cu130", "0.26.*"), ("2.7.1+cu118", "cu118", "0.22.*"), ("2.9.0+cu126", "cu126", "0.24.*")])
+def test_torchvision_is_the_release_built_for_the_installed_torch_from_its_own_index(torch_version, build, release):
+    """torchvision 0.(m+15) pairs with torch 2.m; it comes from the build's index, and the installed torch is pinned in
+    the same pip command so pip keeps the CUDA build (a plain 'pip install torchvision' can replace it)."""
+    tv = ge.torchvision(build, torch_version)
+    assert tv.install and tv.pip == (f"torchvision=={release}", f"torch=={torch_version}", "--index-url",
+                                     f"https://download.pytorch.org/whl/{build}")
+    assert ge.torchvision(build, torch_version, offline=True).pip == (f"torchvision=={release}", f"torch=={torch_version}")
+    cpu = ge.torchvision("cpu", "2.13.0+cpu")
+    assert not cpu.install and not cpu.pip and "does not import beside it" in cpu.reason
+    assert not ge.torchvision("cu130", None).install, "an unknown torch version: nothing is guessed"
 
 
 def test_gpu_extras_are_pinned_by_the_pyproject_extras():
@@ -185,9 +200,15 @@ def test_gpu_extras_cli_env_and_json():
     env = subprocess.run([sys.executable, str(INSTALLERS / "gpu_extras.py"), "--torch-build", "cu128", "--platform",
                           "windows", "--env"], capture_output=True, text=True, timeout=60)
     assert env.returncode == 0 and "TP_BNB_INSTALL=1" in env.stdout and "TP_LIGER_INSTALL=0" in env.stdout
+    assert "TP_TV_INSTALL=0" in env.stdout, "without the installed torch's version torchvision is not guessed"
     out = subprocess.run([sys.executable, str(INSTALLERS / "gpu_extras.py"), "--torch-build", "cu130", "--platform",
-                          "linux", "--triton", "yes", "--json"], capture_output=True, text=True, timeout=60)
-    assert [e["install"] for e in json.loads(out.stdout)] == [True, True]
+                          "linux", "--triton", "yes", "--torch-version", "2.11.0+cu130", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert [e["install"] for e in json.loads(out.stdout)] == [True, True, True]
+    env = subprocess.run(["bash", "-c", f'eval "$("{sys.executable}" "{INSTALLERS / "gpu_extras.py"}" --torch-build '
+                          f'cu130 --torch-version 2.11.0+cu130 --env)"; eval "tv=($TP_TV_PIP)"; printf "%s\\n" "${{tv[@]}}"'],
+                         capture_output=True, text=True, timeout=60)
+    assert env.stdout.split("\n")[:2] == ["torchvision==0.26.*", "torch==2.11.0+cu130"], "the shell gets one word each"
 
 
 def test_install_state_records_the_gpu_extras_plan_pips_failure_and_what_imports(tmp_path):
@@ -204,6 +225,7 @@ def test_install_state_records_the_gpu_extras_plan_pips_failure_and_what_imports
     assert extras["bitsandbytes"]["planned"] is True and extras["bitsandbytes"]["install_error"] == "pip could not install it"
     assert extras["liger-kernel"]["planned"] is False and "Triton" in extras["liger-kernel"]["reason"]
     assert "install_error" not in extras["liger-kernel"]
+    assert extras["torchvision"]["planned"] is False and state["torchvision_ok"] is ("error" not in extras["torchvision"])
 
 
 # ---------------------------------------------------------------- Linux installer, end to end

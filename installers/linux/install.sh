@@ -2,7 +2,7 @@
 # Install TrainPilot for this user: its own virtual environment in PREFIX, the PyTorch build that
 # fits the NVIDIA GPU and driver (installers/torch_build.py decides and says why), TrainPilot itself,
 # DeepSpeed when it works, the GPU extras beside a CUDA PyTorch (bitsandbytes for QLoRA and 8-bit AdamW, liger-kernel
-# for Liger's fused loss: installers/gpu_extras.py decides and says why), llama.cpp's GGUF converter
+# for Liger's fused loss, torchvision paired with that PyTorch: installers/gpu_extras.py decides and says why), llama.cpp's GGUF converter
 # (PREFIX/llama.cpp), a menu entry with the icon, and `trainpilot` / `trainpilot-cli` commands.
 # Running it again repairs or updates the same PREFIX. Every step is logged to PREFIX/install.log.
 set -Eeuo pipefail
@@ -16,7 +16,7 @@ Usage: installers/linux/install.sh [options]
   --torch-build TAG         auto (default), cpu, cu118, cu126, cu128, cu130
   --upgrade                 also upgrade PyTorch and the other packages to their newest releases
   --no-deepspeed            do not try DeepSpeed
-  --no-gpu-extras           do not try bitsandbytes and liger-kernel (installed only beside a CUDA PyTorch)
+  --no-gpu-extras           do not try bitsandbytes, liger-kernel and torchvision (only beside a CUDA PyTorch)
   --no-llama-cpp            do not build llama-cpp-python (exports are then written but not verified in llama.cpp)
   --no-desktop              no menu entry, icons or ~/.local/bin commands
   --editable                run from this source tree instead of a copy in PREFIX/src (developers)
@@ -199,20 +199,30 @@ print(v.split("+", 1)[1] if "+" in v else ("cu" + torch.version.cuda.replace("."
 EOF
 }
 
-install_gpu_extras() {  # bitsandbytes and liger-kernel beside a CUDA PyTorch (installers/gpu_extras.py says why)
+install_gpu_extras() {  # bitsandbytes, liger-kernel and torchvision beside a CUDA PyTorch (installers/gpu_extras.py says why)
   EXTRA_ERRORS=()
   rm -f "$PREFIX/gpu-extras.json"
   (( GPU_EXTRAS )) || { echo "Skipped (--no-gpu-extras)."; return 0; }
-  local build triton=no key install extra reason up=()
+  local build triton=no key install extra reason pip up=() plan=() tv=()
   build="$(installed_build)"
   if "$VPY" -c 'import triton' >/dev/null 2>&1; then triton=yes; fi
-  "$VPY" "$REPO/installers/gpu_extras.py" --torch-build "$build" --triton "$triton" --json > "$PREFIX/gpu-extras.json"
-  eval "$("$VPY" "$REPO/installers/gpu_extras.py" --torch-build "$build" --triton "$triton" --env)"
+  plan=(--torch-build "$build" --triton "$triton" --torch-version "$("$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null)")
+  (( OFFLINE )) && plan+=(--offline)
+  "$VPY" "$REPO/installers/gpu_extras.py" "${plan[@]}" --json > "$PREFIX/gpu-extras.json"
+  eval "$("$VPY" "$REPO/installers/gpu_extras.py" "${plan[@]}" --env)"
   (( UPGRADE )) && up=(--upgrade)
-  for key in BNB LIGER; do
-    install="TP_${key}_INSTALL"; extra="TP_${key}_EXTRA"; reason="TP_${key}_REASON"
+  for key in BNB LIGER TV; do
+    install="TP_${key}_INSTALL"; extra="TP_${key}_EXTRA"; reason="TP_${key}_REASON"; pip="TP_${key}_PIP"
     echo "${!reason}"
     [[ ${!install} == 1 ]] || continue
+    if [[ -n "${!pip}" ]]; then  # torchvision: the release paired with the installed torch, which stays pinned
+      eval "tv=(${!pip})"
+      if ! pip_install "${tv[@]}"; then
+        EXTRA_ERRORS+=(--extra-error "torchvision=pip could not install it (see install.log); only Qwen2.5-VL's and Qwen3-VL's processors need it")
+        echo "It did not install; only Qwen2.5-VL's and Qwen3-VL's processors need it (see install.log)."
+      fi
+      continue
+    fi
     # The extra pins the version (pyproject.toml); torch is already satisfied, so pip keeps the CUDA build.
     if ! pip_install "${NOBI[@]}" "${up[@]}" -e "${SRC}[${!extra}]"; then
       EXTRA_ERRORS+=(--extra-error "${!extra}=pip could not install it (see install.log); TrainPilot works without it")

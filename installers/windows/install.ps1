@@ -218,13 +218,23 @@ function Install-GpuExtras([string]$Src, [string]$Build) {
     $triton = 'no'
     if ($LASTEXITCODE -eq 0) { $triton = 'yes' }
     $planFile = Join-Path $Prefix 'gpu-extras.json'
-    $json = & $VenvPy (Join-Path $RepoRoot 'installers\gpu_extras.py') '--torch-build' $Build '--platform' 'windows' '--triton' $triton '--json'
+    $torchVersion = (& $VenvPy -c 'import torch; print(torch.__version__)' 2>$null | Select-Object -Last 1)
+    $plan = @('--torch-build', $Build, '--platform', 'windows', '--triton', $triton, '--torch-version', "$torchVersion")
+    $json = & $VenvPy (Join-Path $RepoRoot 'installers\gpu_extras.py') @plan '--json'
     $text = ($json -join "`n")
     Set-Content -Path $planFile -Value $text -Encoding UTF8
     $stateArgs = @('--gpu-extras', $planFile)
     foreach ($extra in ($text | ConvertFrom-Json)) {
         Write-Log $extra.reason
         if (-not $extra.install) { continue }
+        if ($extra.pip.Count -gt 0) {  # torchvision: the release paired with the installed torch, which stays pinned
+            $rc = Invoke-Logged $VenvPy (@('-m', 'pip', 'install') + @($extra.pip))
+            if ($rc -ne 0) {
+                Write-Log "It did not install; only Qwen2.5-VL's and Qwen3-VL's processors need it (see install.log)."
+                $stateArgs += @('--extra-error', "torchvision=pip could not install it (see install.log); only Qwen2.5-VL's and Qwen3-VL's processors need it")
+            }
+            continue
+        }
         $rc = Invoke-Logged $VenvPy @('-m', 'pip', 'install', '-e', "$Src[$($extra.extra)]")
         if ($rc -ne 0) {
             Write-Log "It did not install; TrainPilot works without it (see install.log)."

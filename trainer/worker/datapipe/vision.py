@@ -53,21 +53,32 @@ class Pictures:
         self.cap_words = cap_words
         self.placeholder = _placeholder(processor)
         self._expansions: dict[str, Expansion] = {}
+        self._by_size: dict[tuple[int, int], Expansion] = {}
         self._token_keys: tuple[str, ...] | None = None
 
     # -- tokens ---------------------------------------------------------------------------------------------------
     def expansion(self, path: str) -> Expansion:
-        """The processor's expansion of one picture (decoded and resized once per process)."""
+        """The processor's expansion of one picture. What a processor makes of a picture's tokens depends on its
+        size alone (tiles, grid, fixed count), so it runs once per size (upright, as EXIF turns it) on a blank
+        picture of that size: tokenizing a dataset reads each picture's header, not its pixels."""
         found = self._expansions.get(path)
         if found is None:
-            out = self.processor(text=[self.placeholder], images=[[load(path)]], add_special_tokens=False)
-            ids = [int(i) for i in out["input_ids"][0]]
-            if self._token_keys is None:
-                self._token_keys = tuple(k for k, v in out.items() if k not in TEXT_KEYS and _per_token(v, ids))
-            found = Expansion(self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
-                              len(ids), ids.count(self.image_token_id))
+            size = upright_size(path)
+            found = self._by_size.get(size)
+            if found is None:
+                found = self._by_size[size] = self._expand(size)
             self._expansions[path] = found
         return found
+
+    def _expand(self, size: tuple[int, int]) -> Expansion:
+        from PIL import Image
+
+        out = self.processor(text=[self.placeholder], images=[[Image.new("RGB", size)]], add_special_tokens=False)
+        ids = [int(i) for i in out["input_ids"][0]]
+        if self._token_keys is None:
+            self._token_keys = tuple(k for k, v in out.items() if k not in TEXT_KEYS and _per_token(v, ids))
+        return Expansion(self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
+                         len(ids), ids.count(self.image_token_id))
 
     def render(self, base):
         """``render(messages, add_generation_prompt)``: the chat template's text with each picture's placeholder
@@ -174,6 +185,21 @@ def _placeholder(processor) -> str:
             return value
     raise UserError(f"model.source: the processor {type(processor).__name__} names no image token; this model's "
                     f"pictures cannot be placed in the text", field="model.source")
+
+
+def upright_size(path: str) -> tuple[int, int]:
+    """``(width, height)`` of a picture as it is shown: EXIF orientations 5-8 (a quarter turn) swap them, as the
+    processors' loading (``exif_transpose``) does. Reads the header only."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+            turned = img.getexif().get(0x0112) in (5, 6, 7, 8)
+    except OSError as exc:
+        raise UserError(f"data.path: cannot read the picture {path} ({exc}); fix or replace it", field="data.path",
+                        path=str(path)) from None
+    return (height, width) if turned else (width, height)
 
 
 def load(path: str):

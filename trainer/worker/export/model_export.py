@@ -210,7 +210,10 @@ def run_verification(folder: Path, run_dir: Path | None = None, reference: str =
 
 def check_gguf(kind: str, model) -> Path:
     """The llama.cpp folder to convert with; UserError (exit 2) when this model cannot get ``kind``."""
-    reason = gguf_support.refusal(kind, gguf_support.text_architecture(model.config.to_dict()) or type(model).__name__)
+    conf = model.config
+    names = {"architectures": getattr(conf, "architectures", None),
+             "text_config": {"architectures": getattr(getattr(conf, "text_config", None), "architectures", None)}}
+    reason = gguf_support.refusal(kind, gguf_support.text_architecture(names) or type(model).__name__)
     if reason:
         raise UserError(f"--gguf {kind}: {reason}", field="--gguf")
     return gguf_support.converter_dir()

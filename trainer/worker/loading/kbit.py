@@ -25,14 +25,19 @@ Heavy imports (torch, transformers, bitsandbytes) happen inside functions: only 
 from __future__ import annotations
 
 
-def quantization_config(precision: str):
-    """The run's bitsandbytes config: NF4 with double-quantised scales, computing in the run's 16-bit dtype."""
+def quantization_config(precision: str, keep: tuple[str, ...] = ()):
+    """The run's bitsandbytes config: NF4 with double-quantised scales, computing in the run's 16-bit dtype. ``keep``:
+    module names left 16-bit besides the output head (a vision-language model's projector when it trains: a 4-bit
+    layer cannot be trained whole)."""
     import torch
     from transformers import BitsAndBytesConfig
 
     compute = torch.bfloat16 if precision == "bf16" else torch.float16
+    # transformers' own default skips the output head; naming other modules replaces that default, so it is named too.
+    # Its patterns match from the start of a module's name or as a suffix: ".*\.name" reaches a module at any depth
+    skip = ["lm_head", *keep, *(rf".*\.{name}" for name in keep)] if keep else None
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute)
+                              bnb_4bit_compute_dtype=compute, llm_int8_skip_modules=skip)
 
 
 def prepare_kbit_model(model, checkpointing: bool) -> None:

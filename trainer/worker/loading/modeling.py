@@ -125,7 +125,8 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
-            kwargs["quantization_config"] = kbit.quantization_config(precision)
+            keep = model_parts.PROJECTOR_NAMES if cfg.method.train_vision != "none" else ()
+            kwargs["quantization_config"] = kbit.quantization_config(precision, keep)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
             auto = model_parts.auto_class(_source_config(cfg), seq2seq)
