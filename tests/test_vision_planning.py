@@ -193,3 +193,19 @@ def test_picture_data_is_planned_unpacked_at_its_longest_sample(tmp_path):
     assert any(r.startswith("memory is planned at 1500 tokens per sequence") for r in plan.reasons)
     assert plan.pictures["per_sample"] == 3 and plan.pictures["tokens_per_picture"] == 400
     assert any("1,200 image tokens in all (measured with the model's processor)" in r for r in plan.reasons)
+
+
+def test_qlora_quantises_the_vision_tower_and_a_frozen_projector():
+    """bitsandbytes quantises the vision tower's Linears as well (the worker's QLoRA), and the projector's unless it
+    trains (then it stays 16-bit, trained whole)."""
+    from trainer.planning import pictures
+    from trainer.planning.memory import TrainSetup, estimate
+    from trainer.planning.saver_memory import qlora_weight_bytes
+
+    spec = load_model_spec("qwen2.5-vl-7b")
+    frozen, projector = (estimate(spec, TrainSetup(method="qlora", train_vision=tv)).breakdown["weights"]
+                         for tv in ("none", "projector"))
+    tower = 32 * sum(i * o for _, i, o, _b in spec.vision["block_linears"])
+    assert qlora_weight_bytes(spec) - frozen == pictures.qlora_vision_bytes_saved(
+        spec, TrainSetup(method="qlora")) > 1.5 * tower * 0.95  # ~1.5 of the 2 bytes an element saved
+    assert frozen < projector

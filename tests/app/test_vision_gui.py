@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from PySide6 import QtCore, QtGui
 
 from app.model.data_preview import examples_html, pictures_summary, picture_paths

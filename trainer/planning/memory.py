@@ -231,7 +231,8 @@ def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     wb = 2 if s.weights_16bit or s.method == "qlora" else 4
     whole = {"vision_states": 4 * wb * pictures.trainable(spec, s)[0]}
     if s.method == "qlora":  # 4-bit Linears with their quantisation state; embeddings, head and norms 16-bit
-        return {"weights": saver_memory.qlora_weight_bytes(spec), "dequant_buffer": saver_memory.dequant_buffer_bytes(spec),
+        weights = saver_memory.qlora_weight_bytes(spec) - pictures.qlora_vision_bytes_saved(spec, s)
+        return {"weights": weights, "dequant_buffer": saver_memory.dequant_buffer_bytes(spec),
                 "adapter_states": LORA_TRAINABLE_BYTES * T, **whole}, {}
     return {"weights": wb * P, "adapter_states": LORA_TRAINABLE_BYTES * T, **whole}, {}
 

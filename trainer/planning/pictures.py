@@ -34,7 +34,7 @@ from trainer.core.paths import MODELS_DIR
 from trainer.data import image_caps, scan, token_stats
 from trainer.models import vision
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters
+from trainer.planning import adapters, saver_memory
 
 MASKED_WITH_PICTURES = ("gemma3", "paligemma")  # their image tokens attend both ways: an explicit mask in every layer
 
@@ -201,6 +201,19 @@ def with_trained_vision(spec: ModelSpec, s) -> ModelSpec:
     if not full or s.method != "full":
         return spec
     return replace(spec, frozen_params=max(0, spec.frozen_params - full))
+
+
+def qlora_vision_bytes_saved(spec: ModelSpec, s) -> int:
+    """Bytes QLoRA saves on the vision side against its 16-bit weights: bitsandbytes quantises the vision tower's
+    Linears too, and the projector's unless it trains (a 4-bit layer cannot train whole: the worker keeps it 16-bit);
+    their NF4 weights with their quantisation state replace 2 bytes per element."""
+    v = spec.vision
+    if s.method != "qlora" or not v:
+        return 0
+    linears = [i * o for _, i, o, _b in v["block_linears"]] * int(v["depth"])
+    if s.train_vision == "none":
+        linears += [i * o for _, i, o, _b in v.get("projector_linears", [])]
+    return sum(2 * n - saver_memory.nf4_weight_bytes(n) for n in linears)
 
 
 def _part(c: list, n: int) -> float:
