@@ -48,8 +48,9 @@ def vision_note(spec, method) -> str:
     """What of a vision-language model's vision side trains (``method.train_vision``), in words."""
     v = spec.vision
     tower, projector = count(v["tower_params"]), count(v["projector_params"])
+    bits = "their Linears in 4 bits (QLoRA)" if method.type == "qlora" else "in 16 bits"
     if method.train_vision == "none":
-        return (f"the vision tower ({tower} parameters) and projector ({projector}) stay frozen in 16 bits: no gradients "
+        return (f"the vision tower ({tower} parameters) and projector ({projector}) stay frozen, {bits}: no gradients "
                 "or optimizer states, and no activations kept (method.train_vision: projector or all trains them)")
     if method.train_vision == "projector":
         how = "fully" if method.type == "full" else "fully, beside the adapters (PEFT's modules_to_save)"
