@@ -18,6 +18,7 @@ SMOL_PRE = {"size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 5
 SIZES = [(1, 1), (28, 28), (640, 480), (480, 640), (1000, 700), (1920, 1080), (4000, 3000), (300, 5000), (5000, 40)]
 
 
+@pytest.mark.slow  # imports transformers' image processors: seconds
 def test_qwen_tokens_equal_the_processors_own_count():
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -33,6 +34,7 @@ def test_qwen_tokens_equal_the_processors_own_count():
         assert vision.largest(p).tokens >= max(vision.picture(p, w, h).tokens for w, h in SIZES[1:])
 
 
+@pytest.mark.slow  # imports transformers' image processors: seconds
 def test_idefics3_tiles_equal_the_processors_own_count():
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from PySide6 import QtCore, QtGui
 
 from app.model.data_preview import examples_html, pictures_summary, picture_paths
@@ -127,6 +129,7 @@ def test_try_it_takes_one_picture_by_drop_and_refuses_what_is_not_one(qtbot, tmp
     assert tab.picture.path is None and tab.picture.thumb.pixmap().isNull()
 
 
+@pytest.mark.slow  # writing a 72-megapixel PNG takes seconds
 def test_a_picture_too_large_to_preview_is_still_sent(qtbot, tmp_path):
     huge = _png(tmp_path / "huge.png", (9000, 8000), (10, 10, 10))  # 288 MB decoded: over Qt's 256 MB reader limit
     tab = _tab(qtbot, _vl_run(tmp_path, str(QWEN_VL)))
