@@ -179,7 +179,7 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
                                                  lora_dropout=cfg.method.lora_dropout,
                                                  target_modules=cfg.method.target_modules))
-    from trainer.worker.loading import chunked_loss
+    from trainer.worker.kernels import chunked_loss
 
     chunked_loss.install_kernel(model, cfg, "cuda", apply_liger=True)  # the run's loss, as the worker installs it
     offload = contextlib.nullcontext()

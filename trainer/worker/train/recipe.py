@@ -84,7 +84,8 @@ def standby() -> list[str] | None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments  # noqa: F401
 
     from trainer.worker.datapipe import sequences  # noqa: F401
-    from trainer.worker.loading import chunked_loss, modeling  # noqa: F401
+    from trainer.worker.kernels import chunked_loss  # noqa: F401
+    from trainer.worker.loading import modeling  # noqa: F401
     from trainer.worker.train import engine_switch, evaluation, hf_glue, objectives  # noqa: F401
 
     line = sys.stdin.readline()
@@ -237,7 +238,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     import torch
 
     from trainer.worker.train import evaluation
-    from trainer.worker.loading import chunked_loss, model_parts, modeling
+    from trainer.worker.kernels import chunked_loss
+    from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
