@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from helpers_arch import tiny_config  # noqa: E402
+from helpers_kernels import SEQ, assert_equal, loss_and_grads, tiny_batch, tiny_model  # noqa: E402
 
 from trainer.core.errors import UserError  # noqa: E402
 from trainer.worker.kernels import tiled_mlp  # noqa: E402
@@ -19,74 +20,20 @@ from trainer.worker.kernels import tiled_mlp  # noqa: E402
 CASES = [("llama", False), ("llama", True), ("qwen2", False), ("qwen3", True), ("mistral", True), ("gemma2", False),
          ("gemma3_text", True), ("phi3", False), ("smollm3", True), ("qwen3_moe", False), ("granite", True),
          ("olmo2", False), ("lfm2", True)]
-DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "hidden_dropout")
-SEQ = 150  # two rows of 150 tokens, hidden 64: 300 rows in 5 tiles of 60
-
-
-def _model(family: str, lora: bool = False, lora_dropout: float = 0.0):
-    conf = transformers.AutoConfig.for_model(**tiny_config(family))
-    for key in DROPOUTS:  # the families' own dropout off: the untiled model draws other random numbers than the tiles
-        if hasattr(conf, key):
-            setattr(conf, key, 0.0)
-    torch.manual_seed(0)
-    attn = "eager" if family == "gemma2" else "sdpa"  # Gemma 2's soft-capped attention has no SDPA path
-    model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.float32, attn_implementation=attn)
-    model.config.use_cache = False  # as the worker sets it (with a cache, packed documents would see each other)
-    if lora:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=lora_dropout,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-        for name, p in model.named_parameters():  # non-zero B: the adapters' gradients are not trivially equal
-            if "lora_B" in name:
-                torch.nn.init.normal_(p, std=0.02)
-    return model.train()
-
-
-def _batch(kind: str, vocab: int = 500) -> dict:
-    """``padding``: the second row ends in padding (masked, unlabelled); ``packing``: each row holds two documents
-    told apart by position_ids restarting (no attention mask), as the worker's packed batches are."""
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, vocab, (2, SEQ), generator=g)
-    labels = ids.clone()
-    if kind == "padding":
-        mask = torch.ones_like(ids)
-        mask[1, -40:] = 0
-        labels[1, -40:] = -100
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-    pos = torch.cat([torch.arange(90), torch.arange(SEQ - 90)]).repeat(2, 1)
-    return {"input_ids": ids, "position_ids": pos, "labels": labels}
-
-
-def _loss_and_grads(model, batch: dict):
-    model.zero_grad(set_to_none=True)
-    out = model(**batch)
-    out.loss.backward()
-    return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _assert_equal(ref, got, tol: float = 1e-5):
-    (l0, g0), (l1, g1) = ref, got
-    assert abs(l0.item() - l1.item()) <= 1e-6 * max(1.0, abs(l0.item()))
-    assert g0.keys() == g1.keys() and g0
-    worst = max((g0[k] - g1[k]).abs().max().item() for k in g0)
-    assert worst <= tol, worst
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family,lora", CASES, ids=[f"{f}-{'lora' if lo else 'full'}" for f, lo in CASES])
 def test_tiled_loss_and_gradients_equal_the_untiled_ones(family, lora):
-    model = _model(family, lora)
-    batches = [_batch("padding"), _batch("packing")]
-    ref = [_loss_and_grads(model, b) for b in batches]
+    model = tiny_model(family, lora)
+    batches = [tiny_batch("padding"), tiny_batch("packing")]
+    ref = [loss_and_grads(model, b) for b in batches]
     assert tiled_mlp.install(model) > 0
     for b, r in zip(batches, ref):
-        _assert_equal(r, _loss_and_grads(model, b))
+        assert_equal(r, loss_and_grads(model, b))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora:
         model.enable_input_require_grads()
     for b, r in zip(batches, ref):
-        _assert_equal(r, _loss_and_grads(model, b))
+        assert_equal(r, loss_and_grads(model, b))
 
 
 @pytest.mark.slow
@@ -96,11 +43,11 @@ def test_the_tiles_really_run_and_the_block_saves_only_its_input():
     activation, product: 4 × intermediate values per token) and its norms' fp32 copies are gone."""
     from trainer.worker.probes.memory_probe import saved_storages
 
-    model = _model("llama")
+    model = tiny_model("llama")
     layer = model.model.layers[0]
     calls = []
     layer.mlp.gate_proj.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
-    batch = _batch("packing")
+    batch = tiny_batch("packing")
     with saved_storages(model) as before:
         model(**batch).loss.backward()
     tiled_mlp.install(model)
@@ -130,11 +77,11 @@ def test_lora_dropout_is_replayed_in_the_tiles_recompute():
     """With dropout the tiles draw other masks than one untiled call (so the losses differ), but backward must
     recompute each tile with the masks its forward drew: the gradients equal autograd's through the same tiles
     run with grad (the reference: each tile's graph kept, same seed)."""
-    model = _model("llama", lora=True, lora_dropout=0.3)
-    batch = _batch("padding")
+    model = tiny_model("llama", lora=True, lora_dropout=0.3)
+    batch = tiny_batch("padding")
     tiled_mlp.install(model)
     torch.manual_seed(5)
-    got = _loss_and_grads(model, batch)
+    got = loss_and_grads(model, batch)
     plain = tiled_mlp._TiledCall.apply
 
     def with_grad(tiling, x, *params):  # the same tiles, autograd through each (no recompute)
@@ -143,20 +90,20 @@ def test_lora_dropout_is_replayed_in_the_tiles_recompute():
     tiled_mlp._TiledCall.apply = with_grad
     try:
         torch.manual_seed(5)
-        ref = _loss_and_grads(model, batch)
+        ref = loss_and_grads(model, batch)
     finally:
         tiled_mlp._TiledCall.apply = plain
-    _assert_equal(ref, got)
+    assert_equal(ref, got)
     torch.manual_seed(5)
-    again = _loss_and_grads(model, batch)  # and the caller's RNG is left as forward left it
-    _assert_equal(got, again, tol=0.0)
+    again = loss_and_grads(model, batch)  # and the caller's RNG is left as forward left it
+    assert_equal(got, again, tol=0.0)
 
 
 @pytest.mark.slow
 def test_the_forward_the_block_has_at_call_time_is_tiled():
     """Liger binds its SwiGLU/RMSNorm forward on the module instance after the model is built (HF's Trainer applies
     it at train()): the tiled call runs whatever forward the instance has then."""
-    model = _model("llama")
+    model = tiny_model("llama")
     tiled_mlp.install(model)
     mlp = model.model.layers[1].mlp
     seen = []
@@ -165,16 +112,16 @@ def test_the_forward_the_block_has_at_call_time_is_tiled():
         seen.append(x.shape[1])
         return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
-    ref = _loss_and_grads(model, _batch("padding"))
+    ref = loss_and_grads(model, tiny_batch("padding"))
     mlp.__dict__["forward"] = forward.__get__(mlp, type(mlp))
-    _assert_equal(ref, _loss_and_grads(model, _batch("padding")))
+    assert_equal(ref, loss_and_grads(model, tiny_batch("padding")))
     assert seen == [60] * 10
 
 
 @pytest.mark.slow
 def test_evaluation_without_grad_tiles_and_matches():
-    model = _model("qwen3")
-    batch = _batch("padding")
+    model = tiny_model("qwen3")
+    batch = tiny_batch("padding")
     with torch.no_grad():
         ref = model(**batch).logits
         tiled_mlp.install(model)
@@ -195,9 +142,9 @@ def test_an_encoder_decoder_tiles_both_stacks():
     g = torch.Generator().manual_seed(2)
     batch = {"input_ids": torch.randint(3, 100, (2, 150), generator=g),
              "labels": torch.randint(3, 100, (2, 90), generator=g)}
-    ref = _loss_and_grads(model, batch)
+    ref = loss_and_grads(model, batch)
     assert tiled_mlp.install(model) == 2 * 3 + 2 * 4  # per block: its MLP and layer norms
-    _assert_equal(ref, _loss_and_grads(model, batch))
+    assert_equal(ref, loss_and_grads(model, batch))
 
 
 @pytest.mark.parametrize("family,needle", [("qwen3_moe", "output_router_logits"), ("gpt_oss", "router's scores")])
@@ -213,7 +160,7 @@ def test_what_cannot_be_tiled_exactly_is_refused_naming_the_field(family, needle
 
 
 def test_a_layer_without_a_known_mlp_is_refused():
-    model = _model("llama")
+    model = tiny_model("llama")
     for layer in model.model.layers:
         layer.ffn_custom = layer.mlp
         del layer.mlp

@@ -281,7 +281,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
                                     keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
                                     shuffle=cfg.data.shuffle)
     if cfg.speed.activation_offload is True:
-        trainer._tp_offload_activations()
+        trainer._tp_offload_activations(cfg.speed.gradient_checkpointing is True)
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
