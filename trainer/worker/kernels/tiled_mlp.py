@@ -90,7 +90,7 @@ def install(model) -> int:
         for block in mlps + norms:
             block.__class__ = _tiled_class(type(block))
             count += 1
-    base.tp_tiled_mlp = True
+    base.tp_tiled_blocks = count
     return count
 
 
