@@ -156,7 +156,7 @@ def _tiled_call(self, *args, **kwargs):
     trainable = [p for p in self.parameters() if p.requires_grad]
     if not torch.is_grad_enabled() or not (x.requires_grad or trainable):
         with torch.no_grad():
-            return _Tiling(self, call, step, zero3=False).forward(x, for_backward=False)
+            return _Tiling(self, call, step, zero3=zero3).forward(x, for_backward=False)
     if zero3:
         anchor = [] if x.requires_grad else [torch.empty(0, device=x.device, requires_grad=True)]
         return _TiledCall.apply(_Tiling(self, call, step, zero3=True, params=trainable), x, *anchor)
