@@ -166,3 +166,55 @@ def test_a_layer_without_a_known_mlp_is_refused():
         del layer.mlp
     with pytest.raises(UserError, match="no MLP named mlp"):
         tiled_mlp.install(model)
+
+
+@pytest.mark.slow
+def test_torch_compile_runs_the_tiled_blocks_eagerly_and_stays_exact():
+    """speed.torch_compile compiles the model; dynamo breaks the graph at each tiled block (it cannot trace autograd
+    inside a backward) and compiles the rest. aot_eager: dynamo and AOTAutograd without a C++ toolchain."""
+    model = tiny_model("llama", lora=True)
+    batch = tiny_batch("padding")
+    ref = loss_and_grads(model, batch)
+    tiled_mlp.install(model)
+    compiled = torch.compile(model, backend="aot_eager")
+    for _ in range(2):  # the compiling call, then the compiled one
+        model.zero_grad(set_to_none=True)
+        out = compiled(**batch)
+        out.loss.backward()
+        assert_equal(ref, (out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                               if p.grad is not None}))
+
+
+@pytest.mark.slow
+def test_a_4bit_base_with_lora_tiles_within_bf16_rounding():
+    """QLoRA's base: bitsandbytes' 4-bit Linears (its CPU backend) under bf16 autocast, the adapters fp32; the tiled
+    path's adapter gradients equal the untiled ones within bf16 rounding (2^-8 relative per product)."""
+    from peft import LoraConfig, get_peft_model
+
+    from trainer.worker.loading import kbit
+
+    conf = transformers.AutoConfig.for_model(**tiny_config("llama"))
+    torch.manual_seed(0)
+    model = kbit.random_4bit_model(transformers.AutoModelForCausalLM, conf, torch.bfloat16, "cpu",
+                                   {"attn_implementation": "sdpa"}, "bf16")
+    model.config.use_cache = False
+    kbit.prepare_kbit_model(model, checkpointing=True)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
+                                             task_type="CAUSAL_LM")).train()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    batch = tiny_batch("padding")
+
+    def run():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_and_grads(model, batch)
+
+    (l0, g0) = run()
+    assert type(model.base_model.model.model.layers[0].mlp.gate_proj.base_layer).__name__ == "Linear4bit"
+    tiled_mlp.install(model)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    (l1, g1) = run()
+    assert l1.item() == pytest.approx(l0.item(), rel=1e-3) and g0.keys() == g1.keys()
+    worst = max(((g0[k] - g1[k]).abs().max() / g0[k].abs().max().clamp_min(1e-12)).item() for k in g0)
+    assert worst <= 2e-2, worst
