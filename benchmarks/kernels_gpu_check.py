@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from trainer.launch.argv import allocator_env  # noqa: E402
 
@@ -50,7 +51,7 @@ def build(name: str, variant: tuple, device: str = "cuda"):
     if name == "tiny":
         conf = transformers.AutoConfig.for_model(**TINY)
     else:
-        d = json.loads((Path(__file__).resolve().parent.parent / "trainer/resources/models/llama-3.2-1b.json").read_text())
+        d = json.loads((REPO / "trainer/resources/models/llama-3.2-1b.json").read_text())
         conf = transformers.AutoConfig.for_model(**{k: v for k, v in d.items() if not k.startswith("_")})
     torch.manual_seed(0)
     model = _qlora(conf) if name == "1b" else transformers.AutoModelForCausalLM.from_config(
@@ -135,7 +136,8 @@ def check(name: str, seq: int, device: str = "cuda") -> list[str]:
     for label, row in rows.items():
         dl, dg = compare(ref, row)
         print(f"{label:<15}{row['loss']:>10.4f}{dl:>10.1e}{dg:>10.1e}{row['peak_allocated'] / GIB:>10.2f} G"
-              f"{row['peak_reserved'] / GIB:>9.2f} G{row['tokens_per_s']:>9.0f}{row['offloaded_per_pass'] / 2**20:>17.1f}")
+              f"{row['peak_reserved'] / GIB:>9.2f} G{row['tokens_per_s']:>9.0f}"
+              f"{row['offloaded_per_pass'] / 2**20:>17.1f}")
         exact = label == "offload"
         if (exact and (dl > 2 * noise[0] or dg > 2 * noise[1])) or (not exact and (dl > 1e-2 or dg > 5e-2)):
             failed.append(f"{name} {label}: loss {dl:.1e}, gradients {dg:.1e} from plain checkpointing (its own "
