@@ -206,8 +206,9 @@ RECORDS = [{"messages": [{"role": "user", "content": f"What is {i}+{i}?"},
                          {"role": "assistant", "content": f"It is {2 * i}."}]} for i in range(8)]
 
 
-def train(tmp_path, family: str, **method):
-    """``trainpilot-cli run`` on ``family`` (tests/real_models.py) with a LoRA/full ``method``: 2 steps."""
+def train(tmp_path, family: str, speed: dict | None = None, **method):
+    """``trainpilot-cli run`` on ``family`` (tests/real_models.py) with a LoRA/full ``method`` (and ``speed``
+    settings): 2 steps."""
     import real_models as rm
     from helpers_train import cli, tiny_config, write_config
 
@@ -217,7 +218,7 @@ def train(tmp_path, family: str, **method):
                       data={"path": str(data), "seq_len": 128, "packing": True},
                       training={"max_steps": 2, "effective_batch_size": 2, "micro_batch_size": 2,
                                 "gradient_accumulation_steps": 1, "learning_rate": 1e-2},
-                      checkpoints={"every_steps": 100, "keep_last": 1})
+                      checkpoints={"every_steps": 100, "keep_last": 1}, speed=speed or {})
     run_dir = tmp_path / "run"
     env = {"TRAINPILOT_CACHE": str(tmp_path / "cache"), "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")}
     return cli("run", write_config(tmp_path / "config.yaml", cfg), "--run-dir", run_dir, env=env), run_dir
@@ -366,3 +367,12 @@ def test_preflight_reads_a_multimodal_checkpoints_positions_from_its_text_config
     with pytest.raises(config_mod.ConfigError) as info:
         preflight.check(cfg)
     assert "longer than the model's maximum of 64 positions" in dict(info.value.problems)["data.seq_len"]
+
+
+@pytest.mark.slow
+def test_cli_tiled_mlp_on_gpt_oss_is_bad_input_naming_the_field(tmp_path):
+    """gpt-oss's MLP returns its router's scores beside its output: the tiled MLP refuses it before training
+    (exit 2, one message naming speed.tiled_mlp, no traceback), never a silent untiled run."""
+    proc, run_dir = train(tmp_path, "gpt-oss", speed={"tiled_mlp": True})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "speed.tiled_mlp" in proc.stderr and "router's scores" in proc.stderr and "Traceback" not in proc.stderr
