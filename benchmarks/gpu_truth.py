@@ -100,6 +100,8 @@ ROWS = [
     row("grpo", "qwen2.5-0.5b", method={"type": "lora"}, data={"path": "@prompts", "seq_len": 512},
         training={"objective": "grpo", "max_steps": 4}, grpo={"num_generations": 8, "max_completion_length": 256},
         rewards={"exact_answer": 1.0}),
+    row("qlora-8b-16k", "llama-3.1-8b", method={"type": "qlora", "lora_r": 32}, data={"seq_len": 16384},
+        training={"effective_batch_size": 2, "micro_batch_size": 1}),
 ]
 
 WORDS = ["red", "green", "blue", "black", "white", "gold", "grey", "brown", "house", "river", "tree", "road"]
@@ -197,7 +199,7 @@ class DeviceUse:
         return int(self.peak - self.baseline)
 
 
-def run_one(entry: dict, cfg, work: Path, site: Path, context: int) -> dict:
+def run_one(entry: dict, cfg, work: Path, site: Path, context: int, timeout: int = ROW_TIMEOUT_S) -> dict:
     """``trainpilot-cli run`` of one row under one card's cap; what it used, how fast, its out-of-memory events."""
     run_dir = work / f"{entry['name']}-{entry['card']}"
     path = work / f"{entry['name']}.yaml"
@@ -208,14 +210,29 @@ def run_one(entry: dict, cfg, work: Path, site: Path, context: int) -> dict:
     try:
         proc = subprocess.run(entrypoints.python_m(entrypoints.CLI, "run", path, "--run-dir", run_dir, "--hardware",
                                                    entry["hardware"], "--quiet", "--overwrite"),
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=ROW_TIMEOUT_S)
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
         code, tail = proc.returncode, proc.stderr[-1500:]
     except subprocess.TimeoutExpired:
         code, tail = None, "timed out"
+        _kill_run(run_dir)
     used = use.rise()
     return {**entry, **_events(run_dir), "used_bytes": used, "exit_code": code, "seconds": time.perf_counter() - t0,
             "error_pct": 100.0 * (entry["planned_bytes"] - used) / used if used else None,
             "over_free": used > entry["free_bytes"], "stderr_tail": tail if code else ""}
+
+
+def _kill_run(run_dir: Path) -> None:
+    """Kill what a timed-out run left (the worker runs in a session of its own, so it outlives its supervisor and
+    would hold the GPU through the next row)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(str(run_dir) in part for part in proc.info["cmdline"] or []):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    time.sleep(2)
 
 
 def _events(run_dir: Path) -> dict:
@@ -278,6 +295,13 @@ def summarize(rows: list[dict]) -> int:
     return 0 if ran and worst <= 10 and not fits_oom else 1
 
 
+def _with_steps(r: dict, steps: int) -> dict:
+    """The row with at most ``steps`` optimizer steps."""
+    out = json.loads(json.dumps(r))
+    out["config"]["training"]["max_steps"] = min(steps, out["config"]["training"]["max_steps"])
+    return out
+
+
 def parse_only(text):
     """'0-3,7' → {0, 1, 2, 3, 7}; None → None (all rows)."""
     if not text:
@@ -299,9 +323,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cards", nargs="*", help="recordings to emulate (file stems; default: every one with a GPU)")
     ap.add_argument("--work", help="folder for data, configs and run directories (default: a temporary one)")
     ap.add_argument("--out", help="JSON results file")
+    ap.add_argument("--row-timeout", type=int, default=ROW_TIMEOUT_S, help="seconds a run may take before it is "
+                    f"stopped (default {ROW_TIMEOUT_S})")
+    ap.add_argument("--steps", type=int, help=f"optimizer steps per run (default {STEPS}; at least 3 for a tokens/s "
+                    "median): fewer steps fit a short GPU slot, the peak is reached in the first ones")
     args = ap.parse_args(argv)
     only, card = parse_only(args.only), cards(args.cards)
     rows = [r for i, r in enumerate(ROWS) if only is None or i in only]
+    if args.steps:
+        rows = [_with_steps(r, args.steps) for r in rows]
     if args.list:
         print("\n".join(f"{i:>2} {r['name']}" for i, r in enumerate(ROWS)) + "\ncards: " + ", ".join(card))
         return 0
@@ -320,11 +350,11 @@ def main(argv=None) -> int:
     if not open_probe().snapshot().gpus:
         print("gpu_truth: no NVIDIA GPU on this machine; nothing to measure (use --dry for the planned column)")
         return 0
-    return _measure(planned, rows, files, work, args.out, args.markdown)
+    return _measure(planned, rows, files, work, args.out, args.markdown, args.row_timeout)
 
 
 def _measure(planned: list[dict], rows: list[dict], files: dict, work: Path, out: str | None,
-             markdown_too: bool = False) -> int:
+             markdown_too: bool = False, row_timeout: int = ROW_TIMEOUT_S) -> int:
     site = work / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
@@ -334,7 +364,7 @@ def _measure(planned: list[dict], rows: list[dict], files: dict, work: Path, out
     done = []
     for entry in planned:
         r = next(x for x in rows if x["name"] == entry["name"])
-        done.append(run_one(entry, config_of(r, files), work, site, context))
+        done.append(run_one(entry, config_of(r, files), work, site, context, row_timeout))
         print_row(done[-1])
         _write(out, "gpu", done, context)  # after every row: a call cut short still leaves its table
     if markdown_too:

@@ -186,3 +186,12 @@ def test_a_merged_system_text_opens_a_turn_of_parts():
     merged = conversations.with_system_message(msgs, "merged")
     assert merged == [{"role": "user", "content": [{"type": "text", "text": "Be brief.\n\n"},
                                                    {"type": "image", "image": "/a.png"}, {"type": "text", "text": "?"}]}]
+
+
+def test_preference_records_with_pictures_are_refused_not_trained_without_them(tmp_path):
+    picture(tmp_path / "a.png")
+    rec = {"images": ["a.png"], "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "?"}]}],
+           "chosen": [{"role": "assistant", "content": "A."}], "rejected": [{"role": "assistant", "content": "B."}]}
+    path = write(tmp_path / "d.jsonl", [rec])
+    with pytest.raises(UserError, match="line 1: a preference record with pictures"):
+        scan(str(path), data_cfg(path))

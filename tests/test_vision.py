@@ -271,3 +271,58 @@ def test_expansions_come_from_the_upright_size_as_the_processor_sees_the_picture
                              add_special_tokens=False)["input_ids"][0]
     theirs = pictures.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     assert pictures.expansion(str(turned)).text == theirs and "<row_2_col_1>" in theirs
+
+
+GEMMA3_TEMPLATE = (  # google/gemma-3-4b-it's chat template (the tiny gemma-3 family ships Gemma 2's, which has no parts)
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\\n' }}\n"
+    "{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\\n'}}\n{%- endif -%}\n")
+
+
+@pytest.mark.slow  # Gemma's 262k vocabulary: seconds to load
+def test_gemma_3_pictures_through_its_processor_with_token_type_ids(red):
+    """Gemma 3's processor replaces the template's <start_of_image> by the picture's image soft tokens; training
+    gives the model the token_type_ids it asks for (1 on image tokens), and the image tokens are never trained."""
+    import real_models as rm
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder
+    from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY, PictureCollator
+    from trainer.worker.loading import modeling
+
+    folder = rm.family_dir("gemma-3")
+    cfg = RunConfig.model_validate({"model": {"source": str(folder)}, "data": {"path": "/x/d.jsonl"}})
+    tok = modeling.load_tokenizer(cfg)
+    tok.chat_template = GEMMA3_TEMPLATE
+    pictures = vision.pictures_for(cfg, tok)
+    assert pictures.placeholder == "<start_of_image>" and pictures.image_token_id == 262144
+    out = Encoder(cfg, tok, "chat", "/x/d.jsonl", pictures, columns=True)({JSON_COLUMN: [json.dumps(record(red))]}, [0])
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    msgs = [{"role": "user", "content": [{"type": "image", "image": str(red)}, {"type": "text", "text": PROMPT}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "It is red."}]}]
+    theirs = pictures.processor.apply_chat_template(msgs, chat_template=GEMMA3_TEMPLATE, tokenize=True,
+                                                    return_dict=True)["input_ids"][0]
+    assert ids == list(theirs), "as the processor tokenizes at inference: one BOS (the template writes it)"
+    assert ids.count(262144) == 4 and all(lab == -100 for t, lab in zip(ids, labels) if t == 262144)
+    batch = PictureCollator(tok.pad_token_id, pictures)([{k: v[0] for k, v in out.items()}])
+    batch.pop(REAL_TOKENS_KEY)
+    assert batch["token_type_ids"].sum() == 4
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    model.train()
+    assert torch.isfinite(model(**batch).loss)

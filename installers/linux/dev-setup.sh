@@ -38,6 +38,7 @@ if [ "${1:-}" = "--dev" ]; then
   # Build the tiny real-family models once (about a minute), so the tests find them cached.
   if [ -d "$dev_cache/$sdist/vendor/llama.cpp/models" ]; then
     python tests/real_models.py --build >/dev/null || echo "real-family test models not prebuilt: tests build them" >&2
+    python tests/real_vlms.py --build >/dev/null || echo "tiny vision-language test models not prebuilt: tests build them" >&2
   fi
 fi
 echo "ready: . .venv/bin/activate  (trainpilot-cli demo | trainpilot | python -m pytest)"

@@ -75,6 +75,16 @@ def has_pictures(rec: dict, fmt: str) -> bool:
     return any(_is_image_part(p) for m in _turns(rec, fmt) for p in _parts(m))
 
 
+def pair_has_pictures(rec: dict) -> bool:
+    """Whether a preference/KTO record holds a picture (an images field, or image parts in its conversations):
+    preference training reads text only, so such data is refused rather than trained without its pictures."""
+    if any(_field_refs(rec)):
+        return True
+    turns = [t for key in ("prompt", "chosen", "rejected", "completion") if isinstance(rec.get(key), list)
+             for t in rec[key]]
+    return any(_is_image_part(p) for t in turns for p in _parts(t))
+
+
 def _turns(rec: dict, fmt: str) -> list:
     key = {"chat": "messages", "sharegpt": "conversations"}.get(fmt)
     turns = rec.get(key) if key else None

@@ -249,6 +249,10 @@ def _check(rec: dict, fmt: str, data_cfg, p: Path, where: str, role: str) -> boo
         fix = "fix or drop the record" if fmt != "text" else "set data.text_field to the field that holds the text"
         raise UserError(f"{role}: {p} {where}, field '{name}': {why} (records were detected as {fmt}: "
                         f"{formats.describe(fmt)}); {fix}, or set data.record_format", field=role, path=str(p))
+    if fmt in formats.PAIR_FORMATS and pictures.pair_has_pictures(rec):
+        raise UserError(f"{role}: {p} {where}: a {fmt} record with pictures; preference training (DPO, KTO, ORPO) reads "
+                        f"text only and would drop them: train on these pictures with supervised chat records "
+                        f"(messages with image parts), or remove the pictures", field=role, path=str(p))
     if fmt == "text":
         v = rec.get(data_cfg.text_field)
         return isinstance(v, str) and bool(v.strip()) or (v is not None and not isinstance(v, str))

@@ -139,6 +139,10 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
     model_parts.freeze_towers(model, cfg.method.train_vision)  # vision parts train only when asked
+    if cfg.speed.tiled_mlp is True:  # before the adapters: tiling wraps the MLP's call, whatever is inside it later
+        from trainer.worker.kernels import tiled_mlp
+
+        tiled_mlp.install(model)
     if not apply_method:
         return model
     return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")

@@ -41,6 +41,9 @@ INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
 INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
 INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
+# "1": on a CPU run, speed.activation_offload with checkpointing stashes the checkpoint inputs as host copies (a CPU has
+# no device memory to free: this exists so tests can drive the offloaded checkpoints through HF's Trainer)
+INJECT_CPU_OFFLOAD_ENV = "TRAINPILOT_INJECT_CPU_OFFLOAD"
 
 
 class TrainPilotMixin:
@@ -60,12 +63,13 @@ class TrainPilotMixin:
         self.tp_companion_files: list[Path] = []  # saved beside every model (tokenizer.model, processor files)
         self.tp_processor = None  # a vision-language model's processor (its image settings, the run's tokenizer)
 
-    def _tp_offload_activations(self) -> None:
-        """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
-        from torchtune: the output head's tensors stay on the GPU; copies overlap compute on a second stream)."""
-        from trl.models.activation_offloading import get_act_offloading_ctx_manager
+    def _tp_offload_activations(self, checkpointing: bool) -> None:
+        """``speed.activation_offload``: every training step runs in ``offloaded_checkpoint.offload_context`` (with
+        checkpointing, the checkpointed layer inputs kept in pinned host RAM; without, TRL's activation offloading)."""
+        from trainer.worker.kernels.offloaded_checkpoint import offload_context
 
-        self._tp_offload = get_act_offloading_ctx_manager(model=self.model)
+        host_copies = os.environ.get(INJECT_CPU_OFFLOAD_ENV) == "1" and checkpointing
+        self._tp_offload = offload_context(self.model, checkpointing, host_copies=host_copies)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""
