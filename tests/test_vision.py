@@ -326,3 +326,23 @@ def test_gemma_3_pictures_through_its_processor_with_token_type_ids(red):
     model = AutoModelForImageTextToText.from_pretrained(folder)
     model.train()
     assert torch.isfinite(model(**batch).loss)
+
+
+def test_the_data_report_leaves_its_picture_counts_for_the_planner(red, tmp_path, monkeypatch):
+    """``trainpilot-cli data`` (and the statistics child ``run`` starts) stores the pictures it counted beside the
+    longest sample, and picture data follows its data even with data.packing on (the worker never packs it): so
+    ``run`` measures it before planning and the plan counts the measured image tokens."""
+    from trainer.data import scan, token_stats
+    from trainer.worker.probes.data_report import report
+
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(record(red, f"It is red, {i}.")) + "\n" for i in range(3)), encoding="utf-8")
+    cfg = RunConfig.model_validate({"model": {"source": str(rv.family_dir("smolvlm"))},
+                                    "data": {"path": str(data), "packing": True, "seq_len": 4096}})
+    assert not token_stats.follows_data(cfg)  # not scanned yet: nothing is known of pictures
+    scan.scan(cfg.data.path, cfg.data)
+    assert token_stats.follows_data(cfg)
+    got = report(cfg, examples=0)["pictures"]
+    stored = token_stats.load(cfg)["pictures"]
+    assert stored == got and got["pictures"] == 3 and got["image_tokens_per_picture"] > 0

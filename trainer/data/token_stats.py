@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from trainer.data import scan
 from trainer.data.demo import cache_dir
 from trainer.data.readers import resolve_path
 
@@ -29,9 +30,20 @@ LENGTH_NEUTRAL = ("seq_len", "packing", "shuffle", "num_workers", "validation_sp
 
 def follows_data(cfg) -> bool:
     """Whether the run's sequences are as long as its data (not always ``data.seq_len``): DPO, KTO, ORPO, GRPO and
-    unpacked supervised training of a decoder (packed blocks are seq_len long by construction)."""
+    unpacked supervised training of a decoder (packed blocks are seq_len long by construction) — supervised data
+    with pictures included, which the worker never packs whatever ``data.packing`` says."""
     objective = cfg.training.objective
-    return objective in ("dpo", "kto", "orpo", "grpo") or (objective == "sft" and not cfg.data.packing)
+    return objective in ("dpo", "kto", "orpo", "grpo") or (
+        objective == "sft" and (not cfg.data.packing or has_pictures(cfg)))
+
+
+def has_pictures(cfg) -> bool:
+    """Whether the cached scan of the training file found pictures (False when it was not scanned yet, or for a hub
+    dataset: never reads the records)."""
+    if cfg.data.hub_dataset:
+        return False
+    found = scan.cached(cfg.data.path, cfg.data)
+    return bool(found is not None and (found.pictures or {}).get("pictures"))
 
 
 def key(cfg) -> Optional[str]:

@@ -51,8 +51,10 @@ def report(cfg, examples: int = 3) -> dict:
         (lengths, trained, seen), parts = _lengths(cfg, tokenizer, src, pictures), {}
         enc = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
         shown = [_example(enc, tokenizer, rec, i, cfg) for i, rec in enumerate(head)]
+    counted = {**PictureCount(**src.pictures).as_dict(), **_picture_tokens(seen)}
     if len(lengths):  # the planner's plan follows the data from now on (trainer.data.token_stats)
-        token_stats.store(cfg, {"longest": int(lengths.max()), "records": int(len(lengths)), **parts})
+        token_stats.store(cfg, {"longest": int(lengths.max()), "records": int(len(lengths)), **parts,
+                                **({"pictures": counted} if counted.get("pictures") else {})})
     return {
         "format": src.record_format, "format_description": formats.describe(src.record_format),
         "source": src.where, "records": src.records if src.records is not None else len(lengths),
@@ -64,7 +66,7 @@ def report(cfg, examples: int = 3) -> dict:
                                                         "tokenizer" if had_template else "default"),
         "system_message": _system_message(tokenizer, src, cfg.data),
         "empty_think_block": _empty_think_block(src, head, shown),
-        "pictures": {**PictureCount(**src.pictures).as_dict(), **_picture_tokens(seen)},
+        "pictures": counted,
         "picture_sizes": pictures.cap_words if pictures is not None and src.has_pictures else None,
         "examples": shown,
     }
