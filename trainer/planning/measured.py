@@ -28,8 +28,28 @@ def setup_name(s) -> str:
 
 
 def coefficients(spec: ModelSpec, s) -> dict:
-    """The record's coefficients for this setup."""
-    return spec.activations["setups"][setup_name(s)]
+    """The record's coefficients for this setup (its decoder layers with the MLP tiled when ``s.tiled_mlp`` and the
+    record measured them so: ``has_tiled``)."""
+    coeff = spec.activations["setups"][setup_name(s)]
+    if getattr(s, "tiled_mlp", False) and has_tiled(spec):
+        return {**coeff, **spec.activations["tiled"][setup_name(s)]}
+    return coeff
+
+
+def has_tiled(spec: ModelSpec) -> bool:
+    """The record measured the decoder layers with their MLP tiled (``speed.tiled_mlp``)."""
+    return bool((spec.activations or {}).get("tiled"))
+
+
+def mlp_per_token(spec: ModelSpec, s) -> float:
+    """Bytes per token the typical layer keeps beyond a tiled MLP's (what one tile of it holds per token, its
+    adapters' inputs included): the per-token coefficients measured without and with tiling, apart."""
+    name = setup_name(s)
+    g = max(reversed(spec.groups), key=lambda x: x.count)
+    plain = spec.activations["setups"][name]["layers"][str(g.kind)][2]
+    tiled = spec.activations["tiled"][name]["layers"][str(g.kind)][2]
+    lora = adapters.mlp_adapter_per_token(s, g.linears) if s.method in ("lora", "qlora") else 0
+    return max(0.0, plain - tiled) + lora
 
 
 def evaluate(c: list, batch: int, seq: int, shared: bool = True) -> float:
@@ -64,7 +84,7 @@ def _adapters(spec: ModelSpec, s, g: LayerGroup) -> int:
     """Per token: the adapters' own saved inputs in one layer of ``g`` (memory's analytic term)."""
     if s.method not in ("lora", "qlora"):
         return 0
-    return adapters.activation_per_token(s, g.linears)
+    return adapters.activation_per_token(s, g.linears, tiled=getattr(s, "tiled_mlp", False) and has_tiled(spec))
 
 
 def _eager_delta(spec: ModelSpec, s, g: LayerGroup) -> int:

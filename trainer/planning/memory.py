@@ -25,6 +25,11 @@ from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 FRAGMENTATION = 0.10
 FRAGMENTATION_CHECKPOINTING = 0.25
 FRAGMENTATION_ZERO3 = 0.35
+# CUDA workers run with PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a segment
+# grows by mapping pages instead of adding blocks beside the old, and at the cap the allocator unmaps the free pages
+# of cached blocks before it gives up, which should strand less than the figures above, measured without them. Not
+# measured with them on a GPU yet: those figures stay, as an upper bound (said in the plan:
+# ``saver_memory.margin_notes``), until benchmarks/gpu_truth.py measures the expandable allocator.
 DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
@@ -91,6 +96,9 @@ class TrainSetup:
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
     num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
+    tiled_mlp: bool = False  # each layer's MLP over tiles of the sequence (speed.tiled_mlp): its input kept, not its intermediates
+    autocast: bool = False  # the forward runs under torch.autocast (HF's Trainer, 16-bit precision): adapters' saved inputs
+    expandable_segments: bool = False  # PyTorch's allocator maps pages into growing segments (the worker sets it on CUDA)
 
     @property
     def world(self) -> int:
@@ -248,7 +256,83 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     if s.attn == "eager":
         width = 4 if s.precision == "fp32" else 2
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
+    if s.tiled_mlp and tiles_mlp(spec, s):
+        return tokens * tiled_layer_per_token(spec, s)
     return tokens * (per + _family_layer_delta(spec, s))
+
+
+# Hand-fitted families whose decoder layer is Llama's (RMSNorm before attention and before a gated MLP), for which
+# ``tiled_layer_per_token`` holds; other architectures are planned tiled from their measured records.
+LLAMA_LAYOUT_FAMILIES = frozenset({"llama", "mistral", "qwen2"})
+
+
+def tiles_mlp(spec: ModelSpec, s: "TrainSetup | None" = None) -> bool:
+    """Whether the planner can plan this model's layers with the MLP tiled (for setup ``s``): a hand-fitted family
+    with Llama's layout in 16 bits (bf16 weights, or a frozen base), or a record that measured its tiled layers
+    (``measured.has_tiled``)."""
+    if spec.encoder_decoder:
+        return False
+    if not spec.fitted:
+        return measured.has_tiled(spec)
+    sixteen = s is None or s.method in ("lora", "qlora") or (s.weights_16bit and s.precision != "fp32")
+    return spec.family in LLAMA_LAYOUT_FAMILIES and sixteen
+
+
+def tiled_layer_per_token(spec: ModelSpec, s: TrainSetup) -> int:
+    """Bytes per token one decoder layer saves with its position-wise blocks tiled (``trainer/worker/kernels``
+    tiles the MLP and both RMSNorms, each keeping only its 16-bit input): the layer's input, the residual after
+    attention and the MLP's input (2·h each); q, k, v and the attention's output (2 bytes each) with SDPA's fp32
+    log-sum-exp; with trained Linears also the normed input the q/k/v projections keep; over a frozen base the
+    adapters' inputs outside the MLP (``adapters.activation_per_token``). Measured with saved-tensor hooks around
+    the worker's own tiling (tests/test_long_context_memory.py)."""
+    h, hkv, a, q = spec.hidden, spec.kv_width, spec.heads, spec.heads * spec.head_dim
+    per = 6 * h + 4 * q + 4 * hkv + 4 * a
+    if s.method in ("lora", "qlora"):
+        per += adapters.activation_per_token(s, spec.typical_linears, tiled=True)
+    else:
+        per += 2 * h
+    if s.attn == "eager":
+        per += 6 * a * s.seq_len + 4 * (q - hkv) - 4 * a
+    return per
+
+
+def tiled_input_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """The layer input a tiled layer keeps (its first norm's input), bytes for the micro-batch: under checkpointing
+    that is the checkpoint itself (held, or brought back, as the checkpoints are), so the recompute leaves it out."""
+    if not (s.tiled_mlp and tiles_mlp(spec, s)):
+        return 0
+    return 2 * s.micro_batch * s.seq_len * spec.hidden
+
+
+def mlp_per_token(spec: ModelSpec, s: TrainSetup) -> int:
+    """Bytes per token a gated MLP's own operations keep for backward, beyond its input (which a tiled MLP keeps
+    instead): the gate's output (kept by the activation), the activation's and the up projection's outputs (kept by
+    their product) and, when the Linears train, the product (down's input): 6·I bytes over a frozen base, 8·I in
+    16 bits, 16·I in fp32 (autocast over fp32 weights keeps 16-bit copies: 8·I)."""
+    inter = spec.intermediate
+    if s.method in ("lora", "qlora"):
+        return 6 * inter
+    return (16 if s.precision == "fp32" else 8) * inter
+
+
+def mlp_tile_tokens(micro_batch: int, seq: int, hidden: int) -> int:
+    """Tokens in one tile of a tiled MLP: DeepSpeed's ``TiledMLP`` rule (ALST), ceil(seq / hidden) tiles along the
+    sequence of every sample of the micro-batch."""
+    tiles = max(1, -(-seq // hidden))
+    return micro_batch * -(-seq // tiles)
+
+
+def mlp_tile_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """What one tile of a tiled MLP holds while its backward recomputes it (bytes): the tile's input and the MLP's
+    intermediates and adapter inputs for the tile's tokens (``mlp_per_token``, ``adapters.mlp_adapter_per_token``)."""
+    if not s.tiled_mlp or not tiles_mlp(spec, s):
+        return 0
+    tile = mlp_tile_tokens(s.micro_batch * s.sequences_per_sample, s.seq_len, spec.hidden)
+    width = 4 if s.precision == "fp32" else 2
+    if not spec.fitted:
+        return int(tile * (measured.mlp_per_token(spec, s) + width * spec.hidden))
+    lora = adapters.mlp_adapter_per_token(s, spec.typical_linears) if s.method in ("lora", "qlora") else 0
+    return tile * (mlp_per_token(spec, s) + lora + width * spec.hidden)
 
 
 def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
@@ -267,7 +351,7 @@ def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
     """Bytes per token one (typical) layer's adapters keep (``adapters.activation_per_token``)."""
-    return adapters.activation_per_token(s, spec.typical_linears)
+    return adapters.activation_per_token(s, spec.typical_linears, tiled=s.tiled_mlp and tiles_mlp(spec, s))
 
 
 def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -323,9 +407,10 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     if s.objective == "grpo":
         head += grpo_memory.head_scored_bytes(spec, s)
     if s.checkpointing:
-        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head, "recompute": layer}
+        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head,
+                "recompute": layer - tiled_input_bytes(spec, s)}
     layers = spec.layers * layer
-    if s.method in ("lora", "qlora"):
+    if s.method in ("lora", "qlora") and not (s.tiled_mlp and tiles_mlp(spec, s)):
         # the frozen embedding's output needs no gradient, so the first layer keeps ≈17.5·h bytes
         # per token less (measured; checkpointing turns input gradients on, so not there)
         layers -= tokens * (35 * spec.hidden // 2)
@@ -344,7 +429,11 @@ def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> in
 def offload_device_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> dict:
     """What activation offload still holds on the GPU for the layers: ``activations`` one layer's worth in flight
     (the forward stash of five tensors, or the layers brought back for backward), ``offload_kept`` the storages
-    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``)."""
+    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``).
+    With checkpointing the offloaded tensors are the checkpointed layers' inputs: ``saver_memory.CHECKPOINTS_ON_GPU``
+    of them stay on the GPU at once (``offloaded_checkpoints``)."""
+    if s.checkpointing:
+        return {"activations": saver_memory.CHECKPOINTS_ON_GPU * acts["layers"] // spec.layers}
     kept = saver_memory.offload_kept_bytes(spec, s)
     return {"activations": acts["layers"] // spec.layers, "offload_kept": kept,
             "offload_margin": int(saver_memory.OFFLOAD_MARGIN * acts["layers"])}
@@ -427,11 +516,13 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     else:
         breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
+    breakdown["mlp_tile"] = mlp_tile_bytes(spec, s)
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
-    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["logits_loss"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
+    churn = breakdown["activations"] + breakdown["recompute"] + breakdown["mlp_tile"] + breakdown["logits_loss"] + \
+        breakdown["reference_forward"] + breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + \
+        breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown.update(saver_memory.runtime_bytes(s))
     breakdown = {k: int(v) for k, v in breakdown.items() if v}
