@@ -148,7 +148,15 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
         num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), tiled_mlp=tiled_of(ctx),
-        autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=ctx.device == "cuda")
+        autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=ctx.device == "cuda",
+        packed_mask=masked_attention(c, micro))
+
+
+def masked_attention(cfg, micro: int) -> bool:
+    """Supervised batches whose attention needs a full mask (``planning.packed_mask``): packed blocks (documents
+    kept apart), or unpacked micro-batches of several sequences (padded to the longest). One unpacked sequence per
+    micro-batch needs none (causal attention alone). Other objectives' padding is not planned as a mask."""
+    return cfg.training.objective == "sft" and (cfg.data.packing or micro > 1)
 
 
 def triton_kernels(ctx: Context) -> bool:

@@ -11,7 +11,7 @@ inputs: that term stays analytic (``adapters.activation_per_token``), as for the
 from __future__ import annotations
 
 from trainer.models.spec import LayerGroup, ModelSpec
-from trainer.planning import adapters
+from trainer.planning import adapters, packed_mask
 
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head: log Z and entropy (fp32) and the int64 target per token
 CHUNK_TARGETS_PER_TOKEN = 8  # the chunked loss keeps the int64 targets
@@ -77,7 +77,15 @@ def layer_bytes(spec: ModelSpec, s, g: LayerGroup, first: bool = False, shared: 
     out = evaluate(c, b, n, shared)
     if s.method in ("lora", "qlora") and s.precision == "fp32":
         out *= 2  # measured with a 16-bit base; an fp32 one keeps twice the bytes (approximation)
-    return out + b * n * (_adapters(spec, s, g) + _eager_delta(spec, s, g))
+    return out + b * n * (_adapters(spec, s, g) + _eager_delta(spec, s, g)) + _packed(spec, s, g, masked)
+
+
+def _packed(spec: ModelSpec, s, g: LayerGroup, masked: bool) -> int:
+    """What a packed block's mask adds to an attention layer not measured with a mask (``packed_mask``); linear
+    attention and convolution layers take no mask."""
+    if masked or "attention" not in g.type or g.type == "linear_attention":
+        return 0
+    return packed_mask.per_layer_bytes(s, spec.heads * spec.head_dim, spec.kv_width)
 
 
 def _adapters(spec: ModelSpec, s, g: LayerGroup) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured, saver_memory
+from trainer.planning import adapters, grpo_memory, measured, packed_mask, saver_memory
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
@@ -96,6 +96,7 @@ class TrainSetup:
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
     num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
+    packed_mask: bool = False  # packed blocks of several documents: attention keeps a block mask (planning/packed_mask.py)
     tiled_mlp: bool = False  # each layer's MLP over tiles of the sequence (speed.tiled_mlp): its input kept, not its intermediates
     autocast: bool = False  # the forward runs under torch.autocast (HF's Trainer, 16-bit precision): adapters' saved inputs
     expandable_segments: bool = False  # PyTorch's allocator maps pages into growing segments (the worker sets it on CUDA)
@@ -256,9 +257,10 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     if s.attn == "eager":
         width = 4 if s.precision == "fp32" else 2
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
+    mask = packed_mask.per_layer_bytes(s, spec.heads * spec.head_dim, hkv)
     if s.tiled_mlp and tiles_mlp(spec, s):
-        return tokens * tiled_layer_per_token(spec, s)
-    return tokens * (per + _family_layer_delta(spec, s))
+        return tokens * tiled_layer_per_token(spec, s) + mask
+    return tokens * (per + _family_layer_delta(spec, s)) + mask
 
 
 # Hand-fitted families whose decoder layer is Llama's (RMSNorm before attention and before a gated MLP), for which
@@ -517,10 +519,12 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["mlp_tile"] = mlp_tile_bytes(spec, s)
+    breakdown["attention_mask"] = 0 if spec.encoder_decoder else packed_mask.shared_bytes(s)
     breakdown["logits_loss"] = logits_bytes(spec, s)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = breakdown["activations"] + breakdown["recompute"] + breakdown["mlp_tile"] + breakdown["logits_loss"] + \
+        breakdown["attention_mask"] + \
         breakdown["reference_forward"] + breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + \
         breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)

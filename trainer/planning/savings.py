@@ -125,3 +125,22 @@ def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
                      "(bitsandbytes), so updates differ slightly from 32-bit AdamW")
         out.append(text)
     return out
+
+
+def mask_reason(ctx: Context, setup: TrainSetup, est: Estimate) -> list[str]:
+    """What the attention mask of packed (or padded) batches costs this plan (``planning.packed_mask``), when it is
+    printable, and what avoids it."""
+    if ctx.spec is None or not setup.packed_mask:
+        return []
+    cost = need(ctx, est) - need(ctx, estimate(ctx.spec, replace(setup, packed_mask=False)))
+    if cost < SAVES_AT_LEAST:
+        return []
+    n = setup.seq_len
+    why = ("packed blocks of several documents" if ctx.cfg.data.packing else
+           f"micro-batches of {setup.micro_batch} sequences padded to the longest")
+    fix = ("data.packing: false (one document per sequence, micro-batch 1) or model.attn_implementation: "
+           "flash_attention_2 (it keeps documents apart without a mask)" if ctx.cfg.data.packing else
+           "micro-batch 1 or model.attn_implementation: flash_attention_2")
+    return [f"attention mask: costs {gib(cost)} here: {why} need a {n:,} × {n:,} mask per sequence, which SDPA turns "
+            f"into a 16-bit bias in every layer that keeps it for backward (with K and V repeated per head); {fix} "
+            f"needs none"]

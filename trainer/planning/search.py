@@ -41,7 +41,7 @@ from trainer.planning.kernels import Variant
 from trainer.planning.memory import Estimate, estimate, tiles_mlp
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
-from trainer.planning.savings import savings, savings_reasons
+from trainer.planning.savings import mask_reason, savings, savings_reasons
 from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
 
 
@@ -299,7 +299,8 @@ def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, foun
         if off:  # checkpointing is off because offload is estimated faster, not because it is "not needed"
             why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
-    why[at:at] = savings_reasons(judged, saved) + margin_notes(est.breakdown, make_setup(ctx, mb, ckpt, ds, off, opt))
+    setup = make_setup(ctx, mb, ckpt, ds, off, opt)
+    why[at:at] = savings_reasons(judged, saved) + mask_reason(judged, setup, est) + margin_notes(est.breakdown, setup)
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
 
 
