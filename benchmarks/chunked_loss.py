@@ -57,7 +57,7 @@ def loss_speed(tokens: int, hidden: int, repeats: int) -> dict:
 
     import torch
 
-    from trainer.worker.loading.chunked_loss import chunked_causal_lm_loss
+    from trainer.worker.kernels.chunked_loss import chunked_causal_lm_loss
 
     torch.manual_seed(0)
     head = torch.nn.Linear(hidden, VOCAB, bias=False)
@@ -90,7 +90,7 @@ def one_step(chunked: bool, seq: int, micro: int) -> dict:
     import torch
     import transformers
 
-    from trainer.worker.loading import chunked_loss
+    from trainer.worker.kernels import chunked_loss
     from trainer.worker.probes.memory_probe import saved_storages
 
     torch.manual_seed(0)

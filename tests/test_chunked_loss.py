@@ -1,4 +1,4 @@
-"""The chunked loss (trainer/worker/loading/chunked_loss.py) equals HF's causal-LM loss: same loss, same
+"""The chunked loss (trainer/worker/kernels/chunked_loss.py) equals HF's causal-LM loss: same loss, same
 gradients (fp32 on the CPU, max abs diff ≤ 1e-5), for every family the loss-kernel rule calls exact
 (``loss_kernel.CHUNKED_FAMILIES``: Llama- and Qwen2-shaped ones with Qwen's 151,936-token vocabulary, Gemma 2's
 soft-capped logits), full and LoRA, with the Trainer's token normalisation and without; the worker installs
@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from trainer import config as C  # noqa: E402
 from trainer.core.errors import UserError  # noqa: E402
 from trainer.planning import loss_kernel  # noqa: E402
-from trainer.worker.loading import chunked_loss  # noqa: E402
+from trainer.worker.kernels import chunked_loss  # noqa: E402
 
 VOCAB = 151_936
 CHUNK = 64  # tokens per chunk in these tests: every batch spans several chunks

@@ -15,6 +15,7 @@ from trainer import config as config_mod
 from trainer.config.resolved import as_resolved, unresolved
 from trainer.core import secrets
 from trainer.core.errors import UserError
+from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env
 from trainer.launch.dsconfig import deepspeed_config
 from trainer.planning.ladder import record_kept_settings
 
@@ -28,12 +29,23 @@ def _cli_prelude() -> str:
             f'else CLI=({py} -m trainer); fi\n')
 
 
-def _sh(comment: str, args: str) -> str:
+def _allocator_line(cuda: bool) -> str:
+    """The CUDA allocator's setting (``argv.allocator_env``: expandable segments unless you set your own), written
+    out where a GPU run starts from a Linux shell; the CLI applies the same rule to the workers it starts."""
+    value = allocator_env({}, platform="linux").get(ALLOCATOR_VARIABLE)
+    if not cuda or value is None:
+        return ""
+    return (f"# PyTorch's CUDA allocator grows expandable segments (less fragmentation); a value you set is kept.\n"
+            f'export {ALLOCATOR_VARIABLE}="${{{ALLOCATOR_VARIABLE}:-{value}}}"\n')
+
+
+def _sh(comment: str, args: str, cuda: bool = True) -> str:
     return ("#!/usr/bin/env bash\n"
             f"# {comment}\n"
             "# Tokens are read from the environment (HF_TOKEN) or the OS keyring; none is stored here.\n"
             "set -euo pipefail\n"
             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            + _allocator_line(cuda)
             + _cli_prelude()
             + f'exec "${{CLI[@]}}" run "$HERE/config.yaml" {args}"$@"\n')
 
@@ -41,6 +53,7 @@ def _sh(comment: str, args: str) -> str:
 def _bat(comment: str, args: str) -> str:
     py = sys.executable
     lines = ["@echo off", f"rem {comment}", "rem Tokens are read from the environment (HF_TOKEN) or the keyring.",
+             f"rem {ALLOCATOR_VARIABLE} is left as it is: PyTorch's Windows builds have no expandable segments.",
              "setlocal", 'set "HERE=%~dp0"', "where trainpilot-cli >nul 2>nul",
              f'if errorlevel 1 (set CLI="{py}" -m trainer) else (set CLI=trainpilot-cli)',
              f'%CLI% run "%HERE%config.yaml" {args}%*', "exit /b %ERRORLEVEL%", ""]
@@ -50,18 +63,20 @@ def _bat(comment: str, args: str) -> str:
 def launch_texts(cfg) -> dict[str, str]:
     """Script name → text, for the variants that fit this config."""
     gpus = max(2, cfg.distributed.num_gpus)
+    cuda = cfg.device != "cpu"
     multi = f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set distributed.launcher=auto "
     nodes = ("--set distributed.num_nodes=${NUM_NODES:-2} --set distributed.hostfile=\"$HERE/hostfile\" "
              "--set distributed.launcher=deepspeed ")
     return {
-        "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", ""),
+        "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda),
         "launch.bat": _bat("Run this training on this machine (Windows).", ""),
         "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
-                                   f"effective batch stays {cfg.training.effective_batch_size}.", multi),
+                                   f"effective batch stays {cfg.training.effective_batch_size}.", multi, cuda),
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
                                      f"--set distributed.num_gpus={gpus} --set distributed.launcher=auto "),
         "launch_multi_node.sh": _sh("Several machines through the DeepSpeed launcher: edit hostfile "
-                                    "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes),
+                                    "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes,
+                                    cuda),
     }
 
 

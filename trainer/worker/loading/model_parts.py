@@ -184,15 +184,16 @@ def expert_summary(model) -> tuple[str, int]:
 
 
 def part_warnings(cfg, model) -> list[tuple[str, str]]:
-    """``(code, message)`` warnings about the parts this run leaves as they are: experts LoRA does not adapt, and
-    experts QLoRA keeps in 16 bits (transformers' bitsandbytes integration quantizes ``nn.Linear`` layers only)."""
+    """``(code, message)`` warnings about the parts this run leaves as they are: attention that fell back to eager,
+    experts LoRA does not adapt, and experts QLoRA keeps in 16 bits (transformers' bitsandbytes integration quantizes
+    ``nn.Linear`` layers only)."""
+    out = attention_warnings(cfg, model)
     method = cfg.method
     if method.type == "full":
-        return []
+        return out
     experts, params = expert_summary(model)
     if not experts:
-        return []
-    out = []
+        return out
     left = getattr(_base(model), "tp_not_adapted", [])
     if left:
         out.append(("layers_not_adapted", f"LoRA leaves {len(left)} dense layer(s) frozen whose names PEFT maps to the "
@@ -206,6 +207,21 @@ def part_warnings(cfg, model) -> list[tuple[str, str]]:
                     f"parameters) in 16 bits: transformers' bitsandbytes integration quantizes nn.Linear layers "
                     f"only (attention, dense layers); plan memory for them at 2 bytes per parameter"))
     return out
+
+
+def attention_warnings(cfg, model) -> list[tuple[str, str]]:
+    """An ``eager_attention`` warning when the model runs eager attention although the config asked for a fused
+    kernel: transformers has no SDPA path for some architectures (Gemma 2's soft-capped scores, gpt-oss's attention
+    sinks), and eager attention holds ``heads × s²`` scores per layer in backward — at long sequences the largest term
+    of the plan."""
+    conf = _base(model).config
+    used = getattr(conf.get_text_config() if hasattr(conf, "get_text_config") else conf, "_attn_implementation", None)
+    if used != "eager" or cfg.model.attn_implementation == "eager":
+        return []
+    return [("eager_attention", f"{type(_base(model)).__name__} runs eager attention: transformers has no "
+             f"{cfg.model.attn_implementation} path for this architecture, so each layer keeps heads × sequence² "
+             f"attention scores (at data.seq_len {cfg.data.seq_len}: the plan counts them); model.attn_implementation: "
+             f"flash_attention_2 keeps attention memory linear in the sequence where flash-attn is installed")]
 
 
 def processor_files(folder: Path) -> list[Path]:

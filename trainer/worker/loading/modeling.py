@@ -17,6 +17,7 @@ from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
+from trainer.worker.kernels import tiled_mlp
 from trainer.worker.loading import kbit, model_parts
 
 
@@ -138,6 +139,8 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False
     model_parts.freeze_towers(model)  # a multimodal checkpoint trains its text model only
+    if cfg.speed.tiled_mlp is True:  # before the adapters: tiling wraps the MLP's call, whatever is inside it later
+        tiled_mlp.install(model)
     if not apply_method:
         return model
     return _apply_method(cfg, model, "SEQ_2_SEQ_LM" if seq2seq else "CAUSAL_LM")

@@ -169,6 +169,11 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
     # With accumulation the gradients are held while the next micro-batch runs forward: measure so.
     eff = cfg.training.effective_batch_size
     accum = 1 if isinstance(eff, int) and micro_batch * cfg.world_size >= eff else 2
+    from trainer.worker.kernels import chunked_loss, tiled_mlp
+    from trainer.worker.kernels.offloaded_checkpoint import offload_context
+
+    if cfg.speed.tiled_mlp is True:  # the run's kernels, as the worker installs them
+        tiled_mlp.install(model)
     if cfg.speed.gradient_checkpointing is True:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method.type != "full":
@@ -179,14 +184,10 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
                                                  lora_dropout=cfg.method.lora_dropout,
                                                  target_modules=cfg.method.target_modules))
-    from trainer.worker.loading import chunked_loss
-
     chunked_loss.install_kernel(model, cfg, "cuda", apply_liger=True)  # the run's loss, as the worker installs it
     offload = contextlib.nullcontext()
     if cfg.speed.activation_offload is True:
-        from trl.models.activation_offloading import get_act_offloading_ctx_manager
-
-        offload = get_act_offloading_ctx_manager(model=model)
+        offload = offload_context(model, cfg.speed.gradient_checkpointing is True)
     torch.cuda.reset_peak_memory_stats()
     if ds.enabled is True:
         engine = deepspeed_engine(model, micro_batch, ds.zero_stage, ds.offload_optimizer, ds.offload_params, accum)

@@ -59,12 +59,12 @@ class TrainPilotMixin:
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
         self.tp_companion_files: list[Path] = []  # saved beside every model (a multimodal model's processor files)
 
-    def _tp_offload_activations(self) -> None:
-        """Offload saved activations to pinned host RAM in every training step (TRL's activation offloading,
-        from torchtune: the output head's tensors stay on the GPU; copies overlap compute on a second stream)."""
-        from trl.models.activation_offloading import get_act_offloading_ctx_manager
+    def _tp_offload_activations(self, checkpointing: bool) -> None:
+        """``speed.activation_offload``: every training step runs in ``offloaded_checkpoint.offload_context`` (with
+        checkpointing, the checkpointed layer inputs kept in pinned host RAM; without, TRL's activation offloading)."""
+        from trainer.worker.kernels.offloaded_checkpoint import offload_context
 
-        self._tp_offload = get_act_offloading_ctx_manager(model=self.model)
+        self._tp_offload = offload_context(self.model, checkpointing)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""

@@ -22,7 +22,8 @@ from trainer.data.preference import read_preference_records
 from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
 from trainer.planning import loss_kernel
-from trainer.worker.loading import chunked_loss, modeling
+from trainer.worker.kernels import chunked_loss
+from trainer.worker.loading import modeling
 from trainer.worker.train.hf_glue import TrainPilotMixin, TrainPilotTrainer
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
 

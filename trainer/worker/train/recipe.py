@@ -26,7 +26,7 @@ from trainer.core.errors import (
     TrainPilotError,
     UserError,
 )
-from trainer.launch.argv import rank_environment
+from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_environment
 from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_resolved(run_dir / "config.yaml")
         rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
+        os.environ.update(allocator_env(os.environ))  # ranks a multi-node launcher started without our environment
         rank = int(os.environ.get("RANK", "0"))
         return train(cfg, run_dir, writer, args.resume_from, rank)
     except config_mod.ConfigError as exc:
@@ -84,7 +85,8 @@ def standby() -> list[str] | None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments  # noqa: F401
 
     from trainer.worker.datapipe import sequences  # noqa: F401
-    from trainer.worker.loading import chunked_loss, modeling  # noqa: F401
+    from trainer.worker.kernels import chunked_loss  # noqa: F401
+    from trainer.worker.loading import modeling  # noqa: F401
     from trainer.worker.train import engine_switch, evaluation, hf_glue, objectives  # noqa: F401
 
     line = sys.stdin.readline()
@@ -237,7 +239,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     import torch
 
     from trainer.worker.train import evaluation
-    from trainer.worker.loading import chunked_loss, model_parts, modeling
+    from trainer.worker.kernels import chunked_loss
+    from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
@@ -279,7 +282,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
                                     keep_last=cfg.checkpoints.keep_last, run_meta=_checkpoint_meta(cfg),
                                     shuffle=cfg.data.shuffle)
     if cfg.speed.activation_offload is True:
-        trainer._tp_offload_activations()
+        trainer._tp_offload_activations(cfg.speed.gradient_checkpointing is True)
+    info.update(_kernel_info(cfg, trainer.model, use_cuda))
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
@@ -289,6 +293,17 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
+
+
+def _kernel_info(cfg, model, use_cuda: bool) -> dict:
+    """What run_started says about the memory kernels: the tiled blocks, what activation offload moves, and the CUDA
+    allocator's setting this worker runs with (None on the CPU)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    offload = None
+    if cfg.speed.activation_offload is True:
+        offload = "checkpoint_inputs" if cfg.speed.gradient_checkpointing is True else "saved_activations"
+    return {"tiled_blocks": getattr(base, "tp_tiled_blocks", 0), "activation_offload": offload,
+            "cuda_alloc_conf": os.environ.get(ALLOCATOR_VARIABLE) if use_cuda else None}
 
 
 def _no_deepspeed_import() -> None:
