@@ -31,14 +31,16 @@ def coefficients(spec: ModelSpec, s) -> dict:
     """The record's coefficients for this setup (its decoder layers with the MLP tiled when ``s.tiled_mlp`` and the
     record measured them so: ``has_tiled``)."""
     coeff = spec.activations["setups"][setup_name(s)]
-    if getattr(s, "tiled_mlp", False) and has_tiled(spec):
+    if getattr(s, "tiled_mlp", False) and has_tiled(spec, s):
         return {**coeff, **spec.activations["tiled"][setup_name(s)]}
     return coeff
 
 
-def has_tiled(spec: ModelSpec) -> bool:
-    """The record measured the decoder layers with their MLP tiled (``speed.tiled_mlp``)."""
-    return bool((spec.activations or {}).get("tiled"))
+def has_tiled(spec: ModelSpec, s=None) -> bool:
+    """The record measured the decoder layers with the worker's tiled MLP and norms (``speed.tiled_mlp``), for the
+    setup of ``s`` (any setup when None)."""
+    tiled = (spec.activations or {}).get("tiled") or {}
+    return bool(tiled) if s is None else setup_name(s) in tiled
 
 
 def mlp_per_token(spec: ModelSpec, s) -> float:
@@ -92,7 +94,7 @@ def _adapters(spec: ModelSpec, s, g: LayerGroup) -> int:
     """Per token: the adapters' own saved inputs in one layer of ``g`` (memory's analytic term)."""
     if s.method not in ("lora", "qlora"):
         return 0
-    return adapters.activation_per_token(s, g.linears, tiled=getattr(s, "tiled_mlp", False) and has_tiled(spec))
+    return adapters.activation_per_token(s, g.linears, tiled=getattr(s, "tiled_mlp", False) and has_tiled(spec, s))
 
 
 def _eager_delta(spec: ModelSpec, s, g: LayerGroup) -> int:

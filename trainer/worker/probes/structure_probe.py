@@ -22,7 +22,7 @@ from pathlib import Path
 from trainer.core.errors import EXIT_BAD_INPUT
 from trainer.worker.probes import saved_bytes
 
-FORMAT = 1
+FORMAT = 2  # 2: the tiled layers measured too (activations.tiled)
 UNMEASURED_MIXERS = ("Mamba", "SSM", "Rwkv", "RWKV", "Retention", "XLSTM", "xLSTM")  # state-space/recurrent mixers
 LINEAR_ATTENTION = ("gateddeltanet", "linearattention", "lightning", "deltanet")
 CONVOLUTION = ("shortconv",)
@@ -286,7 +286,7 @@ def activations(model, keys: list, layers, norm, rec: dict) -> dict:
              any(m is x for x in decoder.modules())}
     sliding = rec["sdpa"] and any(k["type"] == "sliding_attention" for k in rec["kinds"])
     out = saved_bytes.measure(model, kept, norm, names, sliding, reps)
-    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, "setups": out}
+    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, **out}
 
 
 def _is_linear(m) -> bool:
