@@ -148,8 +148,15 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
         num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), tiled_mlp=tiled_of(ctx),
-        autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=ctx.device == "cuda",
+        autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=expandable_segments(ctx),
         packed_mask=masked_attention(c, micro))
+
+
+def expandable_segments(ctx: Context) -> bool:
+    """The worker's CUDA allocator runs with expandable segments (``launch`` sets PYTORCH_CUDA_ALLOC_CONF for CUDA
+    workers on Linux, where PyTorch has them; a recording without a platform is taken as Linux)."""
+    platform = getattr(getattr(ctx.hardware, "host", None), "platform", None)
+    return ctx.device == "cuda" and platform in (None, "Linux")
 
 
 def masked_attention(cfg, micro: int) -> bool:

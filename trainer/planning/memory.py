@@ -275,7 +275,7 @@ def tiles_mlp(spec: ModelSpec, s: "TrainSetup | None" = None) -> bool:
     if spec.encoder_decoder:
         return False
     if not spec.fitted:
-        return measured.has_tiled(spec)
+        return measured.has_tiled(spec, s)
     sixteen = s is None or s.method in ("lora", "qlora") or (s.weights_16bit and s.precision != "fp32")
     return spec.family in LLAMA_LAYOUT_FAMILIES and sixteen
 
@@ -425,6 +425,8 @@ def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> in
     Linear's tensors there)."""
     if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
         return 0
+    if s.checkpointing:  # the checkpointed inputs, in the worker's pinned blocks
+        return saver_memory.offloaded_checkpoint_bytes(spec.layers, acts["layers"] // spec.layers)
     return acts["layers"]
 
 

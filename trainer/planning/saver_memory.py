@@ -56,6 +56,14 @@ OFFLOAD_MARGIN = 0.05
 # layer is recomputed: the input of the layer in use and the one in flight (copied out in forward, prefetched in
 # backward) are on the GPU at once. Not measured on a GPU yet.
 CHECKPOINTS_ON_GPU = 2
+# Host memory for them comes in pinned blocks of this size (trainer/worker/kernels/offloaded_checkpoint.py
+# BLOCK_BYTES): each layer input takes whole blocks.
+PINNED_BLOCK_BYTES = 16 * MIB
+
+
+def offloaded_checkpoint_bytes(layers: int, layer_input: int) -> int:
+    """Pinned host RAM for ``layers`` checkpointed inputs of ``layer_input`` bytes each (whole blocks)."""
+    return layers * _ceil(layer_input, PINNED_BLOCK_BYTES) * PINNED_BLOCK_BYTES
 
 # -- CUDA runtime beyond torch's reserve --------------------------------------------------------------------------
 # Measured on an H100 (CUDA 13, driver 580; DESIGN.md): NVML's device-used rise at the first allocation minus
