@@ -38,7 +38,7 @@ def test_llama_8b_qlora_reaches_48k_on_the_laptop_with_nothing_else_and_96k_on_t
     laptop = longest_context(cfg(), hw("rtx4090_laptop_16gb"))
     assert [a["name"] for a in laptop.apps] == ["firefox"]
     assert laptop.closed.tokens >= 49_152 > laptop.here.tokens  # firefox's 1.8 GiB is what stands between
-    assert laptop.words() == f"{laptop.here.tokens:,} tokens; {laptop.closed.tokens:,} with firefox closed"
+    assert laptop.words().startswith(f"{laptop.here.tokens:,} tokens; {laptop.closed.tokens:,} with firefox closed")
     desktop = longest(cfg(), hw("desktop_24gb"))
     assert desktop.tokens >= 98_304
     s = desktop.plan.resolved.speed
@@ -138,7 +138,7 @@ def test_plan_max_seq_through_the_cli(tmp_path):
     assert text.returncode == 0, text.stderr
     first = text.stdout.splitlines()[0]
     assert first.startswith("longest context (data.seq_len in multiples of 1,024 tokens): ") and \
-        first.endswith(" with firefox closed")
+        " with firefox closed" in first
     assert "speed.tiled_mlp = true" in text.stdout
     js = json.loads(subprocess.run(run + ["--json", "--seq-step", "4096"], capture_output=True, text=True,
                                    timeout=120, cwd=ROOT).stdout)

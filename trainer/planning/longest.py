@@ -35,11 +35,13 @@ class Longest:
     limit: Optional[int]
     at_limit: bool
     plan: Optional[Plan] = field(default=None, repr=False)
+    limited_by: str = ""  # what the next step up runs out of: "positions" (the model's), "VRAM" or "host RAM"
 
     def to_dict(self) -> dict:
         """JSON-ready: the length, the step and limit, and the plan's peak, budget and chosen settings there."""
         p = self.plan
         return {"longest_seq_len": self.tokens, "step": self.step, "limit": self.limit, "at_limit": self.at_limit,
+                "limited_by": self.limited_by,
                 "predicted_peak_bytes": p.predicted_peak_bytes if p else None,
                 "budget_bytes": p.budget_bytes if p else None,
                 "host_ram_needed_bytes": p.host_ram_needed_bytes if p else None,
@@ -56,11 +58,12 @@ class LongestContext:
     closed: Optional[Longest] = None
 
     def words(self) -> str:
-        """"49,152 tokens; 53,248 with firefox closed" (multiples of the step)."""
+        """"49,152 tokens; 53,248 with firefox closed" (multiples of the step), with what stops it where that is
+        not VRAM: "(the model's limit)", "(host RAM is the limit)"."""
         text = _tokens_words(self.here)
         if self.closed is not None and self.closed.tokens != self.here.tokens:
             names = ", ".join(dict.fromkeys(a["name"] for a in self.apps))
-            text += f"; {_tokens_words(self.closed, short=True)} with {names} closed"
+            text += f"; {self.closed.tokens:,} with {names} closed{_limit_words(self.closed, ' there')}"
         return text
 
     def to_dict(self) -> dict:
@@ -71,11 +74,17 @@ class LongestContext:
         return out
 
 
-def _tokens_words(found: Longest, short: bool = False) -> str:
+def _tokens_words(found: Longest) -> str:
     if not found.tokens:
         return f"not even {found.step:,} tokens fit"
-    limit = " (the model's limit)" if found.at_limit else ""
-    return f"{found.tokens:,}{limit}" if short else f"{found.tokens:,} tokens{limit}"
+    return f"{found.tokens:,} tokens{_limit_words(found)}"
+
+
+def _limit_words(found: Longest, where: str = "") -> str:
+    """What stops the search where it is not VRAM, in words ("" for VRAM)."""
+    if found.at_limit:
+        return f" (the model's limit{where})"
+    return f" (host RAM is the limit{where})" if found.limited_by == "host RAM" else ""
 
 
 def model_limit(cfg) -> Optional[int]:
@@ -98,7 +107,18 @@ def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str
             lo, best = mid, plan
         else:
             hi = mid - 1
-    return Longest(lo * step, step, limit, bool(limit) and lo == top and lo > 0, best)
+    at_limit = bool(limit) and lo == top and lo > 0
+    return Longest(lo * step, step, limit, at_limit, best,
+                   "positions" if at_limit else _short_of(cfg, hardware, (lo + 1) * step, goal))
+
+
+def _short_of(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> str:
+    """What ``tokens`` runs out of: "host RAM" where the plan would fit with as much host RAM as it asks for (the
+    offloaded checkpoints live there), else "VRAM" (on the CPU, host RAM)."""
+    if not hardware.gpus:
+        return "host RAM"
+    roomy = dataclasses.replace(hardware, host=dataclasses.replace(hardware.host, ram_available_bytes=1 << 50))
+    return "host RAM" if _plan_at(cfg, roomy, tokens, goal).verdict == "fits" else "VRAM"
 
 
 def _plan_at(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> Plan:
