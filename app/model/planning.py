@@ -7,6 +7,7 @@ from trainer import config as tc
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
 from trainer.planning.ladder import record_kept_settings
+from trainer.planning.longest import LongestContext, longest_context
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor import preflight
@@ -55,3 +56,19 @@ def seq_len_problem(cfg: tc.RunConfig) -> tuple[str, str] | None:
     """('data.seq_len', why and the fix) when the sequence is longer than the model reads; never changed."""
     why = preflight.seq_len_refusal(cfg.data.seq_len, seq_len_limit(cfg), name="the sequence length")
     return ("data.seq_len", why) if why else None
+
+
+def longest_for(cfg: tc.RunConfig, snapshot, plan) -> LongestContext | None:
+    """The longest sequence ``cfg`` fits on ``snapshot`` with the settings the planner would choose, and with the
+    programs holding VRAM closed (``trainer.planning.longest``; a dozen plans: call it off the GUI thread). None where
+    there is nothing to search: no GPU, or a model whose memory cannot be predicted (``plan``'s verdict)."""
+    if plan is None or plan.device != "cuda" or plan.verdict == "unknown" or not snapshot.gpus:
+        return None
+    return longest_context(cfg, snapshot)
+
+
+def longest_words(found: LongestContext | None) -> str:
+    """The Method page's line: "Longest context with these settings: 39,936 tokens; 53,248 with firefox closed"."""
+    if found is None:
+        return ""
+    return f"Longest context with these settings: {found.words()}"
