@@ -18,6 +18,10 @@ from trainer.core.errors import UserError
 BASE = {"model": {"source": "x"}, "data": {"path": "x.jsonl"}}
 
 
+# gpt-oss runs eager attention (transformers has no SDPA path for its attention sinks): the run says so
+EAGER = {"qwen3_moe": set(), "gpt_oss": {"eager_attention"}}
+
+
 def run_config(**method):
     """A RunConfig with a LoRA ``method`` (and any other method fields); the adapters' dropout resolved as the planner
     resolves ``auto`` for a short run (the worker reads resolved configs only)."""
@@ -86,7 +90,7 @@ def test_default_lora_adapts_attention_and_leaves_experts_and_router_frozen(kind
     assert trained and all(".self_attn." in n and ".lora_" in n for n in trained)
     assert not wrappers(model)
     warned = dict(model_parts.part_warnings(run_config(), model))
-    assert set(warned) == {"experts_not_adapted"}
+    assert set(warned) == {"experts_not_adapted"} | EAGER[kind]
     assert warned["experts_not_adapted"].startswith("LoRA adapts attention and dense layers; the experts' weights "
                                                     "(8 experts: 4 per layer in 2 layers, ")
     assert "set method.lora_experts: true with method.lora_dropout: 0" in warned["experts_not_adapted"]
@@ -103,7 +107,8 @@ def test_lora_experts_adapts_the_fused_expert_weights_and_they_learn(kind):
     assert set(model.peft_config["default"].target_parameters) == {
         f"model.layers.{i}.mlp.experts.{p}" for i in (0, 1) for p in ("gate_up_proj", "down_proj")}
     assert not any("router" in n or ".gate." in n for n, p in model.named_parameters() if p.requires_grad)
-    assert model_parts.part_warnings(run_config(lora_experts=True, lora_dropout=0.0), model) == []
+    assert {c for c, _ in model_parts.part_warnings(run_config(lora_experts=True, lora_dropout=0.0), model)} == \
+        EAGER[kind]
     experts_b = {n: p for n, p in model.named_parameters() if ".experts." in n and "lora_B" in n}
     assert len(experts_b) == 4 and all(not p.any() for p in experts_b.values())  # LoRA B starts at zero
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
@@ -205,8 +210,9 @@ RECORDS = [{"messages": [{"role": "user", "content": f"What is {i}+{i}?"},
                          {"role": "assistant", "content": f"It is {2 * i}."}]} for i in range(8)]
 
 
-def train(tmp_path, family: str, **method):
-    """``trainpilot-cli run`` on ``family`` (tests/real_models.py) with a LoRA/full ``method``: 2 steps."""
+def train(tmp_path, family: str, speed: dict | None = None, **method):
+    """``trainpilot-cli run`` on ``family`` (tests/real_models.py) with a LoRA/full ``method`` (and ``speed``
+    settings): 2 steps."""
     import real_models as rm
     from helpers_train import cli, tiny_config, write_config
 
@@ -216,7 +222,7 @@ def train(tmp_path, family: str, **method):
                       data={"path": str(data), "seq_len": 128, "packing": True},
                       training={"max_steps": 2, "effective_batch_size": 2, "micro_batch_size": 2,
                                 "gradient_accumulation_steps": 1, "learning_rate": 1e-2},
-                      checkpoints={"every_steps": 100, "keep_last": 1})
+                      checkpoints={"every_steps": 100, "keep_last": 1}, speed=speed or {})
     run_dir = tmp_path / "run"
     env = {"TRAINPILOT_CACHE": str(tmp_path / "cache"), "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")}
     return cli("run", write_config(tmp_path / "config.yaml", cfg), "--run-dir", run_dir, env=env), run_dir
@@ -365,3 +371,12 @@ def test_preflight_reads_a_multimodal_checkpoints_positions_from_its_text_config
     with pytest.raises(config_mod.ConfigError) as info:
         preflight.check(cfg)
     assert "longer than the model's maximum of 64 positions" in dict(info.value.problems)["data.seq_len"]
+
+
+@pytest.mark.slow
+def test_cli_tiled_mlp_on_gpt_oss_is_bad_input_naming_the_field(tmp_path):
+    """gpt-oss's MLP returns its router's scores beside its output: the tiled MLP refuses it before training
+    (exit 2, one message naming speed.tiled_mlp, no traceback), never a silent untiled run."""
+    proc, run_dir = train(tmp_path, "gpt-oss", speed={"tiled_mlp": True})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "speed.tiled_mlp" in proc.stderr and "router's scores" in proc.stderr and "Traceback" not in proc.stderr

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow  # each builds and runs a model: seconds on a load
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_an_outer_saved_tensor_context_sees_the_checkpoint_inputs(reentrant):
     """What the checkpointed function saves inside stays with the checkpoint; its input is saved through the hooks
-    around it (non-reentrant: torch 2.1-2.12 ``_NoopSaveInputs``, 2.13 ``SavedTensor``; reentrant: save_for_backward)."""
+    around it (non-reentrant: torch 2.1-2.12 ``_NoopSaveInputs``, 2.13 ``SavedTensor``; reentrant:
+    save_for_backward)."""
     from torch.utils.checkpoint import checkpoint
 
     lin = torch.nn.Linear(8, 8)

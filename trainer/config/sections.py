@@ -354,8 +354,10 @@ class SpeedConfig(_Section):
         "Replaces speed.chunked_loss (true reads as 'chunked', false as 'hf')."
     )
     activation_offload: Union[bool, Auto] = Field(
-        "auto", description="Move saved activations to pinned host RAM in forward and back in backward (TRL's "
-        "activation offloading; CUDA only). Costs host RAM and PCIe time; 'auto' lets the planner decide."
+        "auto", description="Keep activations in pinned host RAM between forward and backward (CUDA only): with "
+        "gradient checkpointing, each layer's checkpointed input (copied out as the layer runs, brought back for its "
+        "recompute); without, every saved activation (TRL's activation offloading). Costs host RAM and PCIe time; "
+        "'auto' lets the planner decide."
     )
     tiled_mlp: Union[bool, Auto] = Field(
         "auto", description="Compute each layer's MLP over tiles of the sequence, in forward and in the recompute, so "

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import weakref
 
 import torch
@@ -46,12 +47,13 @@ BLOCK_BYTES = 16 << 20  # 16 MiB: a 384 MiB layer input wastes at most one block
 MIN_BYTES = 1 << 20  # smaller checkpoint inputs (short sequences) are not worth a copy
 
 
-def offload_context(model, checkpointing: bool):
+def offload_context(model, checkpointing: bool, host_copies: bool = False):
     """The context a training step runs in for ``speed.activation_offload: true``: with checkpointing, the
     offloaded checkpoints installed on ``model`` (a null context: the checkpoint function does the work); without,
-    TRL's activation offloading (the output head's tensors stay on the GPU; copies on a second stream)."""
+    TRL's activation offloading (the output head's tensors stay on the GPU; copies on a second stream).
+    ``host_copies``: stash CPU tensors too, whatever their size (tests of the wiring on a CPU run)."""
     if checkpointing:
-        install(model, HostOffload())
+        install(model, HostOffload(min_bytes=1, offload_cpu=True) if host_copies else HostOffload())
         return contextlib.nullcontext()
     from trl.models.activation_offloading import get_act_offloading_ctx_manager
 
@@ -151,6 +153,9 @@ class HostOffload:
             src.record_stream(side)  # its memory is not reused until the side stream has read it
         else:
             self._copy(flat, stash.blocks, out=True)
+        if not self.stashed_bytes:
+            print(f"trainpilot: activation offload: each checkpointed layer input ({stash.nbytes / 2**20:.1f} MiB) is "
+                  f"kept in {'pinned ' if self.pin else ''}host RAM until its recompute", file=sys.stderr, flush=True)
         self.stashed_bytes += stash.nbytes
         self._last = weakref.ref(stash)
         return stash

@@ -56,10 +56,10 @@ TUPLE_MLPS = ("GptOssMLP",)
 _TILED: dict[type, type] = {}  # a module class -> its tiled subclass
 
 
-def tile_rows(tokens: int, hidden: int) -> int:
-    """Tokens per tile for ``tokens`` tokens of width ``hidden`` (the hidden size): the tokens split into
-    ``ceil(tokens / hidden)`` equal tiles (the last one shorter by less than one token per tile)."""
-    tiles = -(-tokens // hidden)
+def tile_rows(tokens: int, hidden: int, tiles: int | None = None) -> int:
+    """Tokens per tile for ``tokens`` tokens of width ``hidden`` (the hidden size): the tokens split into ``tiles``
+    equal tiles (default ``ceil(tokens / hidden)``; the last one shorter by less than one token per tile)."""
+    tiles = tiles or -(-tokens // hidden)
     return -(-tokens // tiles)
 
 
@@ -145,14 +145,12 @@ def _tiled_call(self, *args, **kwargs):
         raise UserError(f"{FIELD}: {type(self).__name__} is called with other arguments than one hidden-states "
                         f"tensor, so it cannot be tiled; set speed.tiled_mlp: false", field=FIELD)
     rows, width = x.numel() // x.shape[-1], x.shape[-1]
-    tiles = -(-rows // width)
+    step = tile_rows(rows, width)
     zero3 = any(hasattr(p, "ds_id") for p in self.parameters())  # DeepSpeed ZeRO-3 partitions them
-    agree = zero3 and _ranks() > 1
-    if agree:
-        tiles = _agreed_tiles(tiles, x.device)
-    elif tiles <= 1:
+    if zero3 and _ranks() > 1:
+        step = tile_rows(rows, width, _agreed_tiles(-(-rows // step), x.device))
+    elif step >= rows:
         return call(self, x)
-    step = -(-rows // tiles)
     trainable = [p for p in self.parameters() if p.requires_grad]
     if not torch.is_grad_enabled() or not (x.requires_grad or trainable):
         with torch.no_grad():

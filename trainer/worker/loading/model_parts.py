@@ -212,8 +212,8 @@ def part_warnings(cfg, model) -> list[tuple[str, str]]:
 def attention_warnings(cfg, model) -> list[tuple[str, str]]:
     """An ``eager_attention`` warning when the model runs eager attention although the config asked for a fused
     kernel: transformers has no SDPA path for some architectures (Gemma 2's soft-capped scores, gpt-oss's attention
-    sinks), and eager attention holds ``heads × s²`` scores per layer in backward — at long sequences the largest term
-    of the plan."""
+    sinks), and eager attention holds ``heads × s²`` scores per layer in backward — at long sequences the largest
+    term of the plan."""
     conf = _base(model).config
     used = getattr(conf.get_text_config() if hasattr(conf, "get_text_config") else conf, "_attn_implementation", None)
     if used != "eager" or cfg.model.attn_implementation == "eager":

@@ -17,7 +17,6 @@ from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
-from trainer.worker.kernels import tiled_mlp
 from trainer.worker.loading import kbit, model_parts
 
 
@@ -140,6 +139,8 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     model.config.use_cache = False
     model_parts.freeze_towers(model)  # a multimodal checkpoint trains its text model only
     if cfg.speed.tiled_mlp is True:  # before the adapters: tiling wraps the MLP's call, whatever is inside it later
+        from trainer.worker.kernels import tiled_mlp
+
         tiled_mlp.install(model)
     if not apply_method:
         return model

@@ -41,6 +41,9 @@ INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
 INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
 INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
+# "1": on a CPU run, speed.activation_offload with checkpointing stashes the checkpoint inputs as host copies (a CPU has
+# no device memory to free: this exists so tests can drive the offloaded checkpoints through HF's Trainer)
+INJECT_CPU_OFFLOAD_ENV = "TRAINPILOT_INJECT_CPU_OFFLOAD"
 
 
 class TrainPilotMixin:
@@ -64,7 +67,8 @@ class TrainPilotMixin:
         checkpointing, the checkpointed layer inputs kept in pinned host RAM; without, TRL's activation offloading)."""
         from trainer.worker.kernels.offloaded_checkpoint import offload_context
 
-        self._tp_offload = offload_context(self.model, checkpointing)
+        host_copies = os.environ.get(INJECT_CPU_OFFLOAD_ENV) == "1" and checkpointing
+        self._tp_offload = offload_context(self.model, checkpointing, host_copies=host_copies)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-batch forward/backward (count its real tokens first)."""

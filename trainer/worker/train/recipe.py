@@ -243,10 +243,10 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
-    from trainer.worker.train.hf_glue import StepEvents, TrainPilotTrainer
+    from trainer.worker.train.hf_glue import INJECT_CPU_OFFLOAD_ENV, StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"
-    if cfg.speed.activation_offload is True and not use_cuda:
+    if cfg.speed.activation_offload is True and not use_cuda and os.environ.get(INJECT_CPU_OFFLOAD_ENV) != "1":
         raise UserError("speed.activation_offload: offloading moves activations from the GPU to host RAM; on the CPU "
                         "there is nothing to offload: set speed.activation_offload: false (or auto)",
                         field="speed.activation_offload")
