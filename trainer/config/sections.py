@@ -360,10 +360,11 @@ class SpeedConfig(_Section):
         "'auto' lets the planner decide."
     )
     tiled_mlp: Union[bool, Auto] = Field(
-        "auto", description="Compute each layer's MLP over tiles of the sequence, in forward and in the recompute, so "
-        "its intermediates (several times the hidden size per token) never exist for the whole sequence at once; "
-        "the same loss and gradients, one more MLP forward per layer. 'auto': on only where the run does not fit "
-        "otherwise, or needs it for a larger micro-batch or to avoid a slower memory saver (the plan says why)."
+        "auto", description="Compute each layer's MLP and norms over tiles of the sequence, in forward and in the "
+        "recompute, so their intermediates (several times the hidden size per token) never exist for the whole "
+        "sequence at once; the same loss and gradients, one more MLP forward per layer. 'auto': on only where the run "
+        "does not fit otherwise, or needs it to avoid a slower memory saver (activation offload, DeepSpeed) or for a "
+        "larger micro-batch on a poorly used GPU (the plan says why)."
     )
 
 
