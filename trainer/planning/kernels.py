@@ -82,8 +82,9 @@ def better(o, than) -> bool:
 
 
 def best_possible(o, largest_micro: int) -> bool:
-    """Nothing a later variant can improve on: fits without savers or checkpointing at the largest micro-batch."""
-    return o.fits and o.level == 0 and not o.ckpt and o.micro == largest_micro
+    """Nothing a later variant can be ``better`` than: it fits without memory savers, at the largest micro-batch or
+    with enough tokens per micro-batch to keep the GPU busy."""
+    return o.fits and o.level == 0 and (o.micro == largest_micro or o.tokens >= SMALL_TOKENS)
 
 
 def choose(outcomes: list) -> int:
