@@ -183,15 +183,14 @@ def runtime_bytes(s) -> dict:
             "cuda_kernels": TRITON_KERNELS_BYTES if s.triton_kernels else KERNELS_MARGIN}
 
 
-def margin_notes(breakdown: dict, s=None) -> list[str]:
+def margin_notes(breakdown: dict, s=None, fragmentation_share: float = 0.0) -> list[str]:
     """The plan's words for each unmeasured margin it carries (empty when it carries none); ``s`` (the plan's
-    TrainSetup) names the fragmentation margin and the offloaded checkpoints."""
-    from trainer.planning import memory  # memory imports this module
-
+    TrainSetup) and its ``fragmentation_share`` (``memory.fragmentation_share``) name the fragmentation margin and
+    the offloaded checkpoints."""
     out = []
-    if s is not None and breakdown.get("fragmentation") and s.expandable_segments and \
-            memory.fragmentation_share(s) != memory.FRAGMENTATION_ZERO3:
-        out.append(f"fragmentation: {memory.fragmentation_share(s):.0%} of the tensors that churn, the share measured "
+    zero3 = s is not None and s.deepspeed and s.zero_stage == 3
+    if s is not None and breakdown.get("fragmentation") and s.expandable_segments and not zero3:
+        out.append(f"fragmentation: {fragmentation_share:.0%} of the tensors that churn, the share measured "
                    "without the allocator's expandable segments, which the worker turns on; kept as an upper bound "
                    "until they are measured on a GPU")
     if s is not None and s.activation_offload and s.checkpointing and s.device == "cuda":

@@ -38,7 +38,7 @@ from trainer.planning.context import (
 )
 from trainer.planning import kernels, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
-from trainer.planning.memory import Estimate, estimate, tiles_mlp
+from trainer.planning.memory import Estimate, estimate, fragmentation_share, tiles_mlp
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
 from trainer.planning.savings import mask_reason, savings, savings_reasons
@@ -300,7 +300,8 @@ def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, foun
             why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
     setup = make_setup(ctx, mb, ckpt, ds, off, opt)
-    why[at:at] = savings_reasons(judged, saved) + mask_reason(judged, setup, est) + margin_notes(est.breakdown, setup)
+    why[at:at] = savings_reasons(judged, saved) + mask_reason(judged, setup, est) + \
+        margin_notes(est.breakdown, setup, fragmentation_share(setup))
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 
+from trainer.core.errors import UserError
+
 SETUPS = ("bf16", "lora", "fp32", "amp")
 TOKENS = 256  # the measured sequence length; (1, 2·TOKENS) and (2, TOKENS) are the other points
 KIND_ATTRS = ("layer_type", "attention_type", "sliding_window", "is_sliding", "use_rope", "is_causal", "block_type",
@@ -268,7 +270,6 @@ def _measure_tiled(model, layers_name: str, norm_name, lora_names: set, sliding:
     """The decoder layers' coefficients ('first', 'layers', and the masked ones) of the 16-bit setups with the
     worker's own tiled MLP and norms installed (``trainer.worker.kernels.tiled_mlp``), measured around
     ``tiled_tokens``; {} where the worker cannot tile this architecture (its refusal is the worker's too)."""
-    from trainer.core.errors import UserError
     from trainer.worker.kernels import tiled_mlp
 
     try:
