@@ -30,8 +30,8 @@ CARDS = ROOT / "tests" / "fixtures" / "hardware"
 MODELS = (("llama-3.1-8b", "Llama-3.1-8B"), ("llama-3.2-3b", "Llama-3.2-3B"), ("qwen2.5-7b", "Qwen2.5-7B"))
 METHODS = ("qlora", "lora")
 BEGIN, END = "<!-- longest_context:begin -->", "<!-- longest_context:end -->"
-# Unsloth's published maxima for Llama-3.1-8B QLoRA (rank 32, batch 1, every sequence padded to the length),
-# https://unsloth.ai/blog/llama3-3 (the Llama 3.1 (8B) max. context length table): 16 GB and 24 GB cards.
+# Unsloth's published maxima for Llama-3.1-8B QLoRA (rank 32, batch 1, every sequence padded to the length) on 16 GB
+# and 24 GB cards, (Unsloth, Hugging Face + FA2), as issue 32 quotes them from https://unsloth.ai/blog/llama3-3.
 UNSLOTH = {"rtx4090_laptop_16gb": (40_724, 2_551), "desktop_24gb": (78_475, 5_789)}
 
 
