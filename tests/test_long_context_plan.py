@@ -96,7 +96,10 @@ def test_packed_blocks_are_planned_with_their_attention_mask():
     plan = plan_run(packed, hw("desktop_24gb"))
     assert plan.breakdown["attention_mask"] == 16_384 ** 2  # one boolean per query and key position
     assert any(x.startswith("attention mask: costs") and "data.packing: false" in x for x in plan.reasons)
-    assert longest(packed, hw("desktop_24gb")).tokens < longest(cfg(), hw("desktop_24gb")).tokens
+    both = longest_context(packed, hw("desktop_24gb"))
+    assert both.here.tokens < both.unpacked.tokens == longest(cfg(), hw("desktop_24gb")).tokens
+    assert f"; {both.unpacked.tokens:,} with one document per sequence (data.packing: false" in both.words()
+    assert longest_context(cfg(), hw("desktop_24gb")).unpacked is None  # one document per sequence already
     fa2 = plan_run(cfg(data={"packing": True, "seq_len": 16_384}, model={"attn_implementation": "flash_attention_2"}),
                    hw("desktop_24gb"))
     assert "attention_mask" not in fa2.breakdown

@@ -4,7 +4,9 @@ The planner is asked at ``data.seq_len`` = k × ``step`` tokens (the config's ot
 leaves ``auto`` chosen by the planner for that length, as a run would get it) and the largest k whose plan fits is
 found by bisection: a longer sequence never needs less memory. The search stops at the model's positions
 (``max_position_embeddings``). Where other programs hold VRAM in the snapshot (a browser), the search runs again as
-if the ones worth closing were closed (``budget.close_apps``): "49,152 tokens; 53,248 with firefox closed".
+if the ones worth closing were closed (``budget.close_apps``): "49,152 tokens; 53,248 with firefox closed"; and for
+packed supervised data, once more with one document per sequence (``data.packing: false``), whose attention needs
+no mask (``planning.packed_mask``).
 Tokens are counted per sequence; bytes are bytes.
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ class LongestContext:
     here: Longest
     apps: list = field(default_factory=list)
     closed: Optional[Longest] = None
+    unpacked: Optional[Longest] = None  # packed SFT: the same with one document per sequence (no attention mask)
 
     def words(self) -> str:
         """"49,152 tokens; 53,248 with firefox closed" (multiples of the step), with what stops it where that is
@@ -64,6 +67,9 @@ class LongestContext:
         if self.closed is not None and self.closed.tokens != self.here.tokens:
             names = ", ".join(dict.fromkeys(a["name"] for a in self.apps))
             text += f"; {self.closed.tokens:,} with {names} closed{_limit_words(self.closed, ' there')}"
+        if self.unpacked is not None and self.unpacked.tokens > self.here.tokens:
+            text += (f"; {self.unpacked.tokens:,} with one document per sequence (data.packing: false: no attention "
+                     f"mask){_limit_words(self.unpacked, ' there')}")
         return text
 
     def to_dict(self) -> dict:
@@ -71,6 +77,7 @@ class LongestContext:
         out["with_apps_closed"] = None
         if self.closed is not None:
             out["with_apps_closed"] = {**self.closed.to_dict(), "apps": self.apps}
+        out["unpacked"] = self.unpacked.to_dict() if self.unpacked is not None else None
         return out
 
 
@@ -143,6 +150,13 @@ def longest_context(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Opti
     here = longest(cfg, hardware, step, goal)
     gpu = hardware.gpus[0] if hardware.gpus else None
     apps = [a for a in close_apps(gpu) if a["used_memory_bytes"]] if gpu is not None and cfg.device != "cpu" else []
-    if not apps or here.at_limit:
-        return LongestContext(here, apps)
-    return LongestContext(here, apps, longest(cfg, without_apps(hardware, apps), step, goal))
+    closed = longest(cfg, without_apps(hardware, apps), step, goal) if apps and not here.at_limit else None
+    unpacked = None
+    if _masked_by_packing(cfg) and not here.at_limit:
+        unpacked = longest(config_mod.replace(cfg, **{"data.packing": False}), hardware, step, goal)
+    return LongestContext(here, apps, closed, unpacked)
+
+
+def _masked_by_packing(cfg) -> bool:
+    """Packed supervised blocks whose attention needs a mask (``planning.packed_mask``; FlashAttention-2 needs none)."""
+    return cfg.training.objective == "sft" and cfg.data.packing and cfg.model.attn_implementation != "flash_attention_2"
