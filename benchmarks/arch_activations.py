@@ -61,7 +61,8 @@ def measure(family: str) -> dict:
     from trainer.models import structure
     from trainer.models.spec import spec_from_record
     from trainer.planning import measured
-    from trainer.planning.memory import TrainSetup, activation_bytes, tiles_mlp
+    from trainer.planning.memory import TrainSetup, activation_bytes
+    from trainer.planning.tiled_memory import tiles_mlp
     from trainer.worker.probes.memory_probe import saved_activation_bytes
 
     cfg = tiny_config(family)

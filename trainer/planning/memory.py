@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
 from trainer.planning import adapters, grpo_memory, measured, packed_mask, saver_memory
+from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token, tiles_mlp
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
@@ -261,80 +262,6 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     if s.tiled_mlp and tiles_mlp(spec, s):
         return tokens * tiled_layer_per_token(spec, s) + mask
     return tokens * (per + _family_layer_delta(spec, s)) + mask
-
-
-# Hand-fitted families whose decoder layer is Llama's (RMSNorm before attention and before a gated MLP), for which
-# ``tiled_layer_per_token`` holds; other architectures are planned tiled from their measured records.
-LLAMA_LAYOUT_FAMILIES = frozenset({"llama", "mistral", "qwen2"})
-
-
-def tiles_mlp(spec: ModelSpec, s: "TrainSetup | None" = None) -> bool:
-    """Whether the planner can plan this model's layers with the MLP tiled (for setup ``s``): a hand-fitted family
-    with Llama's layout in 16 bits (bf16 weights, or a frozen base), or a record that measured its tiled layers
-    (``measured.has_tiled``)."""
-    if spec.encoder_decoder:
-        return False
-    if not spec.fitted:
-        return measured.has_tiled(spec, s)
-    sixteen = s is None or s.method in ("lora", "qlora") or (s.weights_16bit and s.precision != "fp32")
-    return spec.family in LLAMA_LAYOUT_FAMILIES and sixteen
-
-
-def tiled_layer_per_token(spec: ModelSpec, s: TrainSetup) -> int:
-    """Bytes per token one decoder layer saves with its position-wise blocks tiled (``trainer/worker/kernels``
-    tiles the MLP and both RMSNorms, each keeping only its 16-bit input): the layer's input, the residual after
-    attention and the MLP's input (2·h each); q, k, v and the attention's output (2 bytes each) with SDPA's fp32
-    log-sum-exp; with trained Linears also the normed input the q/k/v projections keep; over a frozen base the
-    adapters' inputs outside the MLP (``adapters.activation_per_token``). Measured with saved-tensor hooks around
-    the worker's own tiling (tests/test_long_context_memory.py)."""
-    h, hkv, a, q = spec.hidden, spec.kv_width, spec.heads, spec.heads * spec.head_dim
-    per = 6 * h + 4 * q + 4 * hkv + 4 * a
-    if s.method in ("lora", "qlora"):
-        per += adapters.activation_per_token(s, spec.typical_linears, tiled=True)
-    else:
-        per += 2 * h
-    if s.attn == "eager":
-        per += 6 * a * s.seq_len + 4 * (q - hkv) - 4 * a
-    return per
-
-
-def tiled_input_bytes(spec: ModelSpec, s: TrainSetup) -> int:
-    """The layer input a tiled layer keeps (its first norm's input), bytes for the micro-batch: under checkpointing
-    that is the checkpoint itself (held, or brought back, as the checkpoints are), so the recompute leaves it out."""
-    if not (s.tiled_mlp and tiles_mlp(spec, s)):
-        return 0
-    return 2 * s.micro_batch * s.seq_len * spec.hidden
-
-
-def mlp_per_token(spec: ModelSpec, s: TrainSetup) -> int:
-    """Bytes per token a gated MLP's own operations keep for backward, beyond its input (which a tiled MLP keeps
-    instead): the gate's output (kept by the activation), the activation's and the up projection's outputs (kept by
-    their product) and, when the Linears train, the product (down's input): 6·I bytes over a frozen base, 8·I in
-    16 bits, 16·I in fp32 (autocast over fp32 weights keeps 16-bit copies: 8·I)."""
-    inter = spec.intermediate
-    if s.method in ("lora", "qlora"):
-        return 6 * inter
-    return (16 if s.precision == "fp32" else 8) * inter
-
-
-def mlp_tile_tokens(micro_batch: int, seq: int, hidden: int) -> int:
-    """Tokens in one tile of a tiled MLP: DeepSpeed's ``TiledMLP`` rule (ALST), ceil(seq / hidden) tiles along the
-    sequence of every sample of the micro-batch."""
-    tiles = max(1, -(-seq // hidden))
-    return micro_batch * -(-seq // tiles)
-
-
-def mlp_tile_bytes(spec: ModelSpec, s: TrainSetup) -> int:
-    """What one tile of a tiled MLP holds while its backward recomputes it (bytes): the tile's input and the MLP's
-    intermediates and adapter inputs for the tile's tokens (``mlp_per_token``, ``adapters.mlp_adapter_per_token``)."""
-    if not s.tiled_mlp or not tiles_mlp(spec, s):
-        return 0
-    tile = mlp_tile_tokens(s.micro_batch * s.sequences_per_sample, s.seq_len, spec.hidden)
-    width = 4 if s.precision == "fp32" else 2
-    if not spec.fitted:
-        return int(tile * (measured.mlp_per_token(spec, s) + width * spec.hidden))
-    lora = adapters.mlp_adapter_per_token(s, spec.typical_linears) if s.method in ("lora", "qlora") else 0
-    return tile * (mlp_per_token(spec, s) + lora + width * spec.hidden)
 
 
 def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:

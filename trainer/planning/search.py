@@ -38,7 +38,8 @@ from trainer.planning.context import (
 )
 from trainer.planning import kernels, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
-from trainer.planning.memory import Estimate, estimate, fragmentation_share, tiles_mlp
+from trainer.planning.memory import Estimate, estimate, fragmentation_share
+from trainer.planning.tiled_memory import tiles_mlp
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
 from trainer.planning.savings import mask_reason, savings, savings_reasons
@@ -165,7 +166,7 @@ def search(ctx: Context) -> Choice:
 
 
 def can_tile(ctx: Context) -> bool:
-    """The planner can plan this run's MLP tiled (``memory.tiles_mlp``; supervised training)."""
+    """The planner can plan this run's MLP tiled (``tiled_memory.tiles_mlp``; supervised training)."""
     return ctx.spec is not None and ctx.cfg.training.objective == "sft" and tiles_mlp(ctx.spec)
 
 
