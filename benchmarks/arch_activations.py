@@ -6,7 +6,8 @@ For each architecture of tests/helpers_arch.py (the 2025–26 ones and today's t
 models built from the real configs): its structure record is made by the probe child (a fresh cache, so the probe
 runs), then the model is built for real in bf16 and one training forward is measured with saved-tensor hooks
 (distinct storages, parameters skipped) — full fine-tune, full with checkpointing, LoRA (PEFT, r 8, dropout
-0.05) — and compared with what the planner plans for that setup: the fitted formula where the family has one
+0.05), full with the worker's tiled MLP and norms (``trainer.worker.kernels.tiled_mlp``; two tiles at sequence
+128 of these tiny models) — and compared with what the planner plans for that setup: the fitted formula where the family has one
 (and the measured coefficients beside it), the record's measured coefficients otherwise. LoRA targets what the
 worker targets (every text Linear; MoE: not the fused experts; tests/helpers_arch.lora_config). Prints a Markdown
 table of planned/measured − 1. Measurements of this machine's CPU kernels (SDPA's flash path); GPT-2 runs without
@@ -26,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-CASES = (("full", 2, 128, False), ("checkpointing", 2, 128, True), ("lora", 2, 128, False))
+CASES = (("full", 2, 128, False), ("checkpointing", 2, 128, True), ("lora", 2, 128, False), ("tiled", 2, 128, False))
 
 
-def _real(cfg: dict, lora: bool):
+def _real(cfg: dict, lora: bool, tiled: bool = False):
     import torch
     import transformers
 
@@ -46,6 +47,10 @@ def _real(cfg: dict, lora: bool):
         from helpers_arch import lora_config
 
         model = peft.get_peft_model(model, lora_config(model))  # the worker's targets (model_parts.lora_targets)
+    if tiled:  # the worker's own tiling of the MLP and norms (UserError where it cannot tile this architecture)
+        from trainer.worker.kernels import tiled_mlp
+
+        tiled_mlp.install(model)
     return model
 
 
@@ -57,6 +62,7 @@ def measure(family: str) -> dict:
     from trainer.models.spec import spec_from_record
     from trainer.planning import measured
     from trainer.planning.memory import TrainSetup, activation_bytes
+    from trainer.planning.tiled_memory import tiles_mlp
     from trainer.worker.probes.memory_probe import saved_activation_bytes
 
     cfg = tiny_config(family)
@@ -72,11 +78,16 @@ def measure(family: str) -> dict:
         row["kinds"][label] = row["kinds"].get(label, 0) + g.count
     attn = "sdpa" if spec.supports_sdpa and spec.family != "gemma2" else "eager"
     for label, b, s, ckpt in CASES:
-        model = _real(cfg, lora=label == "lora")
-        got = saved_activation_bytes(model, b, s, ckpt)
         setup = TrainSetup(micro_batch=b, seq_len=s, checkpointing=ckpt, attn=attn, device="cpu",
-                           method="lora" if label == "lora" else "full", lora_r=8, lora_dropout=0.05)
-        plan, meas = activation_bytes(spec, setup), measured.activation_bytes(spec, setup)
+                           method="lora" if label == "lora" else "full", lora_r=8, lora_dropout=0.05,
+                           tiled_mlp=label == "tiled")
+        if label == "tiled" and not tiles_mlp(spec, setup):
+            row["cases"][label] = None  # the planner does not plan this architecture tiled (or the worker refuses)
+            continue
+        model = _real(cfg, lora=label == "lora", tiled=label == "tiled")
+        got = saved_activation_bytes(model, b, s, ckpt)
+        plan = activation_bytes(spec, setup)
+        meas = measured.activation_bytes(spec, setup) if measured.has_tiled(spec, setup) or label != "tiled" else plan
         row["cases"][label] = {"autograd_bytes": got, "planned": (plan["layers"] + plan["head"]) / got - 1,
                                "measured_coefficients": (meas["layers"] + meas["head"]) / got - 1}
     return row
@@ -91,6 +102,9 @@ def table(rows: list[dict]) -> str:
         cells = []
         for label, *_ in CASES:
             c = r["cases"][label]
+            if c is None:
+                cells.append("not planned tiled")
+                continue
             cell = f"{c['planned']:+.1%}"
             if r["fitted"]:
                 cell += f" ({c['measured_coefficients']:+.1%})"
@@ -113,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRAINPILOT_CACHE"] = cache  # a fresh record cache: every architecture pays its probe once
         rows = [measure(f) for f in families]
     print("planned / autograd-measured − 1 on the CPU (bf16, SDPA; micro-batch 2, sequence 128); in brackets: the "
-          "structure record's measured coefficients, for families a fitted formula plans")
+          "structure record's measured coefficients, for families a fitted formula plans (tiled: where it measured "
+          "them)")
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))

@@ -35,12 +35,12 @@ def run_config(c: dict):
     """The RunConfig the planner judges for this row (effective batch 8 × micro-batch)."""
     mb = "auto" if c["auto"] else c["mb"]
     data = {"model": {"architecture": c["arch"]}, "data": {"seq_len": c["seq"]},
-            "method": {"type": c["method"], "lora_r": 16},
+            "method": {"type": c["method"], "lora_r": 16, "lora_dropout": 0.05},  # as memory_accuracy.build
             "training": {"effective_batch_size": 8 * (c["mb"] or 1), "micro_batch_size": mb,
                          "gradient_accumulation_steps": "auto"},
             # the runner measures HF's own loss with every activation on the GPU: the planner must judge that
             "speed": {"precision": "bf16", "gradient_checkpointing": "auto" if c["auto"] else c["ckpt"],
-                      "loss_kernel": "hf", "activation_offload": False},
+                      "loss_kernel": "hf", "activation_offload": False, "tiled_mlp": False},
             "deepspeed": {"enabled": c["ds"] > 0, "zero_stage": c["ds"] or 2, "offload_optimizer": c["off_opt"],
                           "offload_params": c["off_par"]}}
     return config_mod.validate(data)

@@ -4,10 +4,13 @@
     python benchmarks/gpu_truth.py --dry --measure-data                            # any machine: the planned column
     python benchmarks/gpu_truth.py --list                                          # the rows and cards, numbered
     python benchmarks/gpu_truth.py --only 0-5 --cards rtx4090_laptop_16gb --out part.json   # a part of the matrix
+    python benchmarks/gpu_truth.py --only 10-11 --out long.json                    # the long-context rows only
 
 Rows: a full fine-tune, LoRA, QLoRA of an 8B model, 8-bit AdamW (``plan_allow_approximate``), activation offload,
-``torch.compile``, DPO, KTO and GRPO — shipped architectures with random weights, the bundled demo tokenizer and
-synthetic data written here (ten-word preference records, short prompts), so nothing is downloaded. Each row is
+``torch.compile``, DPO, KTO and GRPO, and Llama-3.1-8B QLoRA at the longest context the planner fits on the laptop
+(with nothing else on it) and the desktop (issue 32; each on its own card only) — shipped architectures with random weights, the bundled demo tokenizer and
+synthetic data written here (ten-word preference records, short prompts, documents longer than any planned
+sequence), so nothing is downloaded. Each row is
 planned for every recorded card in ``tests/fixtures/hardware/`` (``--hardware``, as a user would) and run through
 the CLI as a separate process. The card is emulated on a bigger one: the worker's caching allocator is capped, at
 its first CUDA initialisation, to the recording's free memory minus this machine's bare CUDA context
@@ -37,6 +40,8 @@ from trainer import config as config_mod  # noqa: E402
 from trainer.core import entrypoints  # noqa: E402
 from trainer.core.units import GIB  # noqa: E402
 from trainer.hardware.source import open_probe  # noqa: E402
+from trainer.planning.budget import close_apps  # noqa: E402
+from trainer.planning.longest import longest, without_apps  # noqa: E402
 from trainer.planning.plan import plan_run  # noqa: E402
 
 CARDS_DIR = ROOT / "tests" / "fixtures" / "hardware"
@@ -70,8 +75,10 @@ if os.environ.get("%s"):
 ''' % (CAP_ENV, CAP_ENV)
 
 
-def row(name: str, arch: str, **sections) -> dict:
-    """One row: a name and the config a user would write (everything the planner may choose left ``auto``)."""
+def row(name: str, arch: str, cards: tuple = (), longest: bool = False, **sections) -> dict:
+    """One row: a name and the config a user would write (everything the planner may choose left ``auto``);
+    ``cards`` limits it to those cards (file stems, a derived ``-apps-closed`` one included); ``longest`` plans it at
+    the longest ``data.seq_len`` that fits the card (``trainer.planning.longest``), found when it is planned."""
     cfg = {"schema_version": 1, "name": f"truth-{name}", "device": "cuda", "model": {"architecture": arch},
            "data": {"path": "demo", "seq_len": 2048}, "speed": {"precision": "bf16"},
            "training": {"max_steps": STEPS, "effective_batch_size": 16, "learning_rate": 1e-4, "warmup_steps": 0},
@@ -81,7 +88,15 @@ def row(name: str, arch: str, **sections) -> dict:
             cfg.setdefault(key, {}).update(value)
         else:
             cfg[key] = value
-    return {"name": name, "config": cfg}
+    return {"name": name, "config": cfg, "cards": tuple(cards), "longest": longest}
+
+
+# Issue 32's long-context rows: Llama-3.1-8B QLoRA rank 32, micro-batch 1, one synthetic document per sequence
+# (longer than any planned length: packing off, each cut to seq_len, so attention needs no mask), planned at the
+# longest context the card fits: the laptop with nothing else on it (its free memory plus what firefox held) and the
+# desktop. One micro-batch per optimizer step, a few steps (a 48k-token step of an 8B model: ~10-20 s on an H100).
+LONG = dict(method={"type": "qlora", "lora_r": 32}, data={"path": "@long", "packing": False},
+            training={"micro_batch_size": 1, "effective_batch_size": 1})
 
 
 ROWS = [
@@ -100,9 +115,14 @@ ROWS = [
     row("grpo", "qwen2.5-0.5b", method={"type": "lora"}, data={"path": "@prompts", "seq_len": 512},
         training={"objective": "grpo", "max_steps": 4}, grpo={"num_generations": 8, "max_completion_length": 256},
         rewards={"exact_answer": 1.0}),
+    row("long-8b-laptop", "llama-3.1-8b", cards=("rtx4090_laptop_16gb-apps-closed",), longest=True,
+        **{**LONG, "training": {**LONG["training"], "max_steps": 3}}),
+    row("long-8b-desktop", "llama-3.1-8b", cards=("desktop_24gb",), longest=True,
+        **{**LONG, "training": {**LONG["training"], "max_steps": 2}}),
     row("qlora-8b-16k", "llama-3.1-8b", method={"type": "qlora", "lora_r": 32}, data={"seq_len": 16384},
         training={"effective_batch_size": 2, "micro_batch_size": 1}),
 ]
+LONG_DOC_WORDS = 160_000  # words per synthetic document: more tokens than any planned length (131,072 at most)
 
 WORDS = ["red", "green", "blue", "black", "white", "gold", "grey", "brown", "house", "river", "tree", "road"]
 
@@ -118,10 +138,19 @@ def write_data(folder: Path) -> dict:
         kto.append({"prompt": prompt, "completion": pairs[-1]["chosen" if i % 2 else "rejected"], "label": bool(i % 2)})
         prompts.append({"prompt": f"Name the last word: {a} {b} {c}", "answer": c})
     files = {}
-    for name, rows in (("pairs", pairs), ("kto", kto), ("prompts", prompts)):
+    for name, rows in (("pairs", pairs), ("kto", kto), ("prompts", prompts), ("long", long_documents())):
         files[f"@{name}"] = folder / f"{name}.jsonl"
         files[f"@{name}"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return files
+
+
+def long_documents(count: int = 4) -> list[dict]:
+    """``count`` text records of ``LONG_DOC_WORDS`` words each (a varied word order, so the tokenizer sees real
+    text), each longer than any sequence a long-context row plans."""
+    import random
+
+    rng = random.Random(32)
+    return [{"text": " ".join(rng.choice(WORDS) for _ in range(LONG_DOC_WORDS)) + "."} for _ in range(count)]
 
 
 def config_of(r: dict, files: dict):
@@ -131,14 +160,25 @@ def config_of(r: dict, files: dict):
     return config_mod.validate(cfg)
 
 
-def cards(names: list[str] | None) -> dict:
-    """Recorded cards with a GPU, by file stem (``--cards`` keeps some)."""
+def cards(names: list[str] | None, work: Path) -> dict:
+    """Recorded cards with a GPU, by file stem (``--cards`` keeps some), and for a card where programs hold VRAM the
+    same card with them closed (``<stem>-apps-closed``: a recording written into ``work``)."""
     found = {}
     for f in sorted(CARDS_DIR.glob("*.jsonl")):
         snap = open_probe(str(f)).snapshot()
-        if snap.gpus and (not names or f.stem in names):
-            found[f.stem] = (f, snap)
-    return found
+        if not snap.gpus:
+            continue
+        found[f.stem] = (f, snap)
+        apps = [a for a in close_apps(snap.gpus[0]) if a["used_memory_bytes"]]
+        if apps:
+            closed = without_apps(snap, apps)
+            path = work / "cards" / f"{f.stem}-apps-closed.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            head = {"recording": {"kind": "derived", "description": f"{f.stem} with "
+                                  f"{', '.join(a['name'] for a in apps)} closed (benchmarks/gpu_truth.py)"}}
+            path.write_text(json.dumps(head) + "\n" + json.dumps(closed.to_dict()) + "\n", encoding="utf-8")
+            found[f"{f.stem}-apps-closed"] = (path, open_probe(str(path)).snapshot())
+    return {k: v for k, v in found.items() if not names or k in names}
 
 
 def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool) -> list[dict]:
@@ -154,9 +194,13 @@ def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool) -> list[
                 preflight.check_grpo(cfg)
             preflight.measure_data_lengths(cfg)
         for stem, (path, snap) in card.items():
-            plan = plan_run(cfg, snap)
+            if (stem not in r["cards"]) if r["cards"] else stem.endswith("-apps-closed"):
+                continue  # a row limited to its cards; the derived cards only for the rows that name them
+            seq = longest(cfg, snap).tokens if r["longest"] else cfg.data.seq_len
+            plan = plan_run(config_mod.replace(cfg, **{"data.seq_len": seq}), snap)
             t = plan.resolved.training
             out.append({"row": i, "name": r["name"], "card": stem, "hardware": str(path), "verdict": plan.verdict,
+                        "seq_len": seq, "tiled_mlp": plan.resolved.speed.tiled_mlp,
                         "planned_bytes": plan.predicted_peak_bytes, "budget_bytes": plan.budget_bytes,
                         "free_bytes": snap.gpus[0].memory_free_bytes,
                         "settings": {"micro": t.micro_batch_size, "accumulation": t.gradient_accumulation_steps,
@@ -200,7 +244,9 @@ class DeviceUse:
 
 
 def run_one(entry: dict, cfg, work: Path, site: Path, context: int, timeout: int = ROW_TIMEOUT_S) -> dict:
-    """``trainpilot-cli run`` of one row under one card's cap; what it used, how fast, its out-of-memory events."""
+    """``trainpilot-cli run`` of one row under one card's cap (at the sequence length it was planned at); what it
+    used, how fast, its out-of-memory events."""
+    cfg = config_mod.replace(cfg, **{"data.seq_len": entry["seq_len"]})
     run_dir = work / f"{entry['name']}-{entry['card']}"
     path = work / f"{entry['name']}.yaml"
     path.write_text(config_mod.dump_yaml(cfg), encoding="utf-8")
@@ -241,7 +287,7 @@ def _events(run_dir: Path) -> dict:
 
     evs = read_events(run_dir / "events.jsonl") if (run_dir / "events.jsonl").exists() else []
     steps = [e for e in evs if e.get("type") == "step"]
-    rates = [e["tokens_per_second"] for e in steps[2:] if e.get("tokens_per_second")]
+    rates = [e["tokens_per_second"] for e in (steps[2:] or steps[-1:]) if e.get("tokens_per_second")]
     reserved = [e.get("gpu_memory_reserved_bytes") or 0 for e in steps]
     return {"steps": len(steps), "tokens_per_second": statistics.median(rates) if rates else None,
             "peak_reserved_bytes": max(reserved, default=0), "ooms": sum(e.get("type") == "oom" for e in evs)}
@@ -250,6 +296,7 @@ def _events(run_dir: Path) -> dict:
 def _settings(r: dict) -> str:
     st = r["settings"]
     return (f"micro {st['micro']} × {st['accumulation']}" + (" ckpt" if st["checkpointing"] else "") +
+            (" tiled" if r.get("tiled_mlp") else "") + (f" seq {r['seq_len']:,}" if r.get("seq_len", 2048) != 2048 else "") +
             (" offload" if st["offload"] else "") + (" 8-bit" if st["optimizer"] != "adamw" else "") +
             (" DeepSpeed" if st["deepspeed"] else ""))
 
@@ -328,14 +375,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, help=f"optimizer steps per run (default {STEPS}; at least 3 for a tokens/s "
                     "median): fewer steps fit a short GPU slot, the peak is reached in the first ones")
     args = ap.parse_args(argv)
-    only, card = parse_only(args.only), cards(args.cards)
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpu-truth-"))
+    only, card = parse_only(args.only), cards(args.cards, work)
     rows = [r for i, r in enumerate(ROWS) if only is None or i in only]
     if args.steps:
         rows = [_with_steps(r, args.steps) for r in rows]
     if args.list:
-        print("\n".join(f"{i:>2} {r['name']}" for i, r in enumerate(ROWS)) + "\ncards: " + ", ".join(card))
+        print("\n".join(f"{i:>2} {r['name']}" + (f"  (cards: {', '.join(r['cards'])})" if r["cards"] else "")
+                        for i, r in enumerate(ROWS)) + "\ncards: " + ", ".join(card))
         return 0
-    work = Path(args.work or tempfile.mkdtemp(prefix="gpu-truth-"))
     files = write_data(work / "data")
     planned = plan_rows(rows, card, files, args.measure_data or not args.dry)
     for entry in planned:

@@ -55,7 +55,7 @@ def row(model: str, cap, method: str, card: str, hardware: Path, data: Path) -> 
     from trainer.hardware.source import open_probe
     from trainer.models import vision
     from trainer.models.spec import load_model_spec
-    from trainer.planning import pictures
+    from trainer.planning import picture_memory as pictures
     from trainer.planning.plan import plan_run
 
     cfg = C.validate({"model": {"source": model}, "data": {"path": str(data), "seq_len": SEQ_LEN,

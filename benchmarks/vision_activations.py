@@ -73,7 +73,7 @@ def big_row(arch: str) -> dict:
 
     from trainer.core.paths import MODELS_DIR
     from trainer.models.spec import load_model_spec
-    from trainer.planning import pictures
+    from trainer.planning import picture_memory as pictures
     from trainer.planning.memory import TrainSetup
     from trainer.worker.probes.structure_probe import build_meta, load_config
 
@@ -128,7 +128,7 @@ def whole_tower(model, found: dict, fake: bool, side: int) -> dict:
 
 def _lora_adapter_bytes(spec, positions: int) -> int:
     """What the planner adds for the tower's LoRA adapters' own inputs (not part of the measured stand-in)."""
-    from trainer.planning import pictures
+    from trainer.planning import picture_memory as pictures
     from trainer.planning.memory import TrainSetup
 
     s = TrainSetup(micro_batch=1, method="lora", lora_r=16, lora_dropout=0.05, train_vision="all", pictures=1,

@@ -111,3 +111,19 @@ def test_plan_cost_prints_both_paths_and_the_first_plan(tmp_path):
         ("the same, cached", "plan_run (own work)")]
     assert all(r["median_s"] > 0 for r in rows)
     assert "probe child" in rows[2]["note"] and not rows[3]["note"] and not rows[1]["note"]
+
+
+@pytest.mark.slow  # a few hundred plans
+def test_the_longest_context_table_in_the_planner_doc_is_current():
+    """docs/planner.md's long-context table is printed by benchmarks/longest_context.py, never typed."""
+    run("longest_context.py", "--check", str(ROOT / "docs" / "planner.md"))
+
+
+@pytest.mark.slow  # two CLI children
+def test_gpu_truth_dry_plans_the_long_context_rows_on_their_own_cards():
+    text = run("gpu_truth.py", "--dry", "--only", "10-11")
+    lines = text.splitlines()
+    assert len(lines) == 2 and "rtx4090_laptop_16gb-apps-closed" in lines[0] and "desktop_24gb" in lines[1]
+    assert all("fits" in x and " tiled seq " in x and " offload" in x for x in lines), text
+    listed = run("gpu_truth.py", "--list")
+    assert "long-8b-laptop  (cards: rtx4090_laptop_16gb-apps-closed)" in listed

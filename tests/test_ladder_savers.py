@@ -21,7 +21,7 @@ def _resolved(**over):
     data = {"device": "cuda", "plan_allow_approximate": True, "model": {"architecture": "llama-3.2-1b", "dtype": "bfloat16"},
             "training": {"effective_batch_size": 8, "micro_batch_size": 8, "gradient_accumulation_steps": 1},
             "speed": {"precision": "bf16", "gradient_checkpointing": False, "loss_kernel": "hf",
-                      "activation_offload": False},
+                      "activation_offload": False, "tiled_mlp": False}, "method": {"lora_dropout": 0.05},
             "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
             "grpo": {"generation_batch_size": 8},  # resolved: no "auto" left (GRPO's only matters to GRPO)
             "recovery": {"ladder_keeps": []}}  # as the planner resolves it when the user chose none of these

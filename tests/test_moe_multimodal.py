@@ -23,8 +23,12 @@ EAGER = {"qwen3_moe": set(), "gpt_oss": {"eager_attention"}}
 
 
 def run_config(**method):
-    """A RunConfig with a LoRA ``method`` (and any other method fields)."""
-    return config_mod.validate({**BASE, "method": {"type": "lora", **method}})
+    """A RunConfig with a LoRA ``method`` (and any other method fields); the adapters' dropout resolved as the planner
+    resolves ``auto`` for a short run (the worker reads resolved configs only)."""
+    from trainer.planning.kernels import dropout_default
+
+    cfg = config_mod.validate({**BASE, "method": {"type": "lora", **method}})
+    return config_mod.replace(cfg, **{"method.lora_dropout": dropout_default(cfg)})
 
 
 def tiny(kind: str, **extra):

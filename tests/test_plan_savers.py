@@ -76,7 +76,9 @@ def test_eight_bit_adamw_only_when_approximate_savings_are_allowed():
 
 
 def test_activation_offload_is_chosen_before_deepspeed_with_its_host_ram_and_pcie_cost():
-    plan = plan_run(cfg("llama-3.2-1b", data={"seq_len": 8192}, speed={"gradient_checkpointing": False},
+    # the tiled MLP off: with it this run fits without offload (test_long_context_plan.py)
+    plan = plan_run(cfg("llama-3.2-1b", data={"seq_len": 8192}, speed={"gradient_checkpointing": False,
+                                                                       "tiled_mlp": False},
                         deepspeed={"enabled": "auto"}), hw("desktop_24gb"))
     r = plan.resolved
     assert plan.verdict == "fits" and r.speed.activation_offload is True and r.deepspeed.enabled is False
@@ -92,7 +94,8 @@ def test_activation_offload_without_a_pcie_reading_gives_no_seconds():
     h100 = open_probe(str(FIX / "h100_training.jsonl")).snapshot()  # a real recording from before the PCIe fields
     assert h100.gpus[0].pcie_bytes_per_second is None
     # (llama-3.1-8b at 16384 tokens offloaded here before issue 31: what TRL's offload keeps on the GPU no longer fits)
-    plan = plan_run(cfg("llama-3.2-3b", data={"seq_len": 16384}, speed={"gradient_checkpointing": False}), h100)
+    plan = plan_run(cfg("llama-3.2-3b", data={"seq_len": 16384}, speed={"gradient_checkpointing": False,
+                                                                        "tiled_mlp": False}), h100)
     row = next((x for x in plan.savings if x["saver"] == "activation_offload"), None)
     assert row is not None and row["pcie_seconds_per_step"] is None and row["pcie_bytes_per_step"] > 0
 

@@ -20,7 +20,7 @@ PROMPT = "What colour is this?"
 @functools.lru_cache(maxsize=None)
 def _loaded(name: str):
     """``(cfg, tokenizer, Pictures)`` of a tiny family, as the worker loads them."""
-    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.loading import modeling
 
     cfg = RunConfig.model_validate({"model": {"source": str(rv.family_dir(name))}, "data": {"path": "/x/d.jsonl"}})
@@ -134,7 +134,7 @@ def test_image_max_pixels_is_mapped_onto_each_processors_own_knob():
 
 
 def test_the_cap_makes_fewer_image_tokens_in_the_worker(red, tmp_path):
-    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.loading import modeling
 
     big = rv.picture(tmp_path / "big.png", size=(200, 120))
@@ -154,7 +154,8 @@ def test_train_vision_decides_what_trains(train_vision):
     from trainer.worker.loading import model_parts, modeling
 
     cfg = RunConfig.model_validate({"model": {"source": "x"}, "data": {"path": "x.jsonl"},
-                                    "method": {"type": "lora", "train_vision": train_vision}})
+                                    "method": {"type": "lora", "train_vision": train_vision,
+                                               "lora_dropout": 0.05}})
     model = AutoModelForImageTextToText.from_pretrained(rv.family_dir("smolvlm"))
     model_parts.freeze_towers(model, train_vision)
     full = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -193,7 +194,7 @@ def test_qwen2_5_vl_where_torchvision_imports(red):
     import torch
     import transformers
 
-    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder
     from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY, PictureCollator
 
@@ -234,7 +235,8 @@ def test_qlora_on_a_vision_language_model_trains_its_adapters_and_a_16_bit_proje
     from trainer.worker.loading import kbit, model_parts, modeling
 
     cfg = RunConfig.model_validate({"model": {"source": "x"}, "data": {"path": "x.jsonl"},
-                                    "method": {"type": "qlora", "train_vision": train_vision}})
+                                    "method": {"type": "qlora", "train_vision": train_vision,
+                                               "lora_dropout": 0.05}})
     keep = (model_parts.PROJECTOR_NAMES if train_vision != "none" else ()) + ("vision_model",)
     model = AutoModelForImageTextToText.from_pretrained(rv.family_dir("smolvlm"), dtype=torch.bfloat16,
                                                         quantization_config=kbit.quantization_config("bf16", keep))
@@ -259,7 +261,7 @@ def test_expansions_come_from_the_upright_size_as_the_processor_sees_the_picture
     is expanded as the processor sees it after turning (SmolVLM: 2 tiles across become 2 tiles down)."""
     from PIL import Image
 
-    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe import vision_inputs as vision
 
     pictures = _loaded("smolvlm")[2]
     exif = Image.Exif()
@@ -301,7 +303,7 @@ def test_gemma_3_pictures_through_its_processor_with_token_type_ids(red):
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from trainer.worker.datapipe import vision
+    from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder
     from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY, PictureCollator
     from trainer.worker.loading import modeling

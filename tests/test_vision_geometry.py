@@ -1,4 +1,4 @@
-"""trainer/models/vision.py (and planning/pictures.capped): a picture's tokens and vision positions as the processors compute them (transformers'
+"""trainer/models/vision.py (and planning/picture_memory.capped): a picture's tokens and vision positions as the processors compute them (transformers'
 PIL image processors' own ``get_number_of_image_patches``, configured with data.image_max_pixels as the worker
 configures them: ``trainer.data.image_caps``), and the settings read from processor files."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from trainer.data import image_caps
 from trainer.models import vision
-from trainer.planning import pictures
+from trainer.planning import picture_memory as pictures
 
 QWEN = {"model_type": "qwen2_5_vl", "vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
 QWEN_PRE = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}

@@ -198,7 +198,7 @@ def test_picture_data_is_planned_unpacked_at_its_longest_sample(tmp_path):
 def test_qlora_quantises_the_vision_tower_and_a_frozen_projector():
     """bitsandbytes quantises the vision tower's Linears as well (the worker's QLoRA), and the projector's unless it
     trains (then it stays 16-bit, trained whole)."""
-    from trainer.planning import pictures
+    from trainer.planning import picture_memory as pictures
     from trainer.planning.memory import TrainSetup, estimate
     from trainer.planning.saver_memory import qlora_weight_bytes
 

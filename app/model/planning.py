@@ -8,8 +8,9 @@ from trainer.core.errors import UserError
 from trainer.core.units import count
 from trainer.models import vision
 from trainer.models.spec import spec_for_run
-from trainer.planning import pictures
+from trainer.planning import picture_memory as pictures
 from trainer.planning.ladder import record_kept_settings
+from trainer.planning.longest import LongestContext, longest_context
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor import preflight
@@ -95,3 +96,19 @@ def vision_words(spec) -> str:
         "; its pictures' tokens are not counted by the planner (a family it does not know)"
     return (f"Takes pictures: a {count(v['tower_params'])}-parameter vision tower and a {count(v['projector_params'])} "
             f"projector, frozen unless the Method page trains them{most}.")
+
+
+def longest_for(cfg: tc.RunConfig, snapshot, plan) -> LongestContext | None:
+    """The longest sequence ``cfg`` fits on ``snapshot`` with the settings the planner would choose, and with the
+    programs holding VRAM closed (``trainer.planning.longest``; a dozen plans: call it off the GUI thread). None where
+    there is nothing to search: no GPU, or a model whose memory cannot be predicted (``plan``'s verdict)."""
+    if plan is None or plan.device != "cuda" or plan.verdict == "unknown" or not snapshot.gpus:
+        return None
+    return longest_context(cfg, snapshot)
+
+
+def longest_words(found: LongestContext | None) -> str:
+    """The Method page's line: "Longest context with these settings: 39,936 tokens; 53,248 with firefox closed"."""
+    if found is None:
+        return ""
+    return f"Longest context with these settings: {found.words()}"

@@ -9,6 +9,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
 from trainer.hardware.recording import record
 from trainer.hardware.source import open_probe, planning_snapshot
+from trainer.planning.longest import STEP, longest_context
 from trainer.planning.measure import measure_plan
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
@@ -32,6 +33,11 @@ def register(sub) -> None:
     p.add_argument("--measure", action="store_true", help="run 2-3 real steps on the GPU and correct the micro-batch")
     p.add_argument("--goal", choices=["fastest", "most_headroom"], help="override plan_goal")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.add_argument("--max-seq", action="store_true",
+                   help="print the longest data.seq_len that fits with the settings the planner would choose (and "
+                        "with the programs holding VRAM closed)")
+    p.add_argument("--seq-step", type=int, default=STEP, metavar="TOKENS",
+                   help=f"--max-seq tries multiples of this many tokens (default {STEP})")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("doctor", help="check Python, torch/CUDA, DeepSpeed, disk and RAM, with fixes")
@@ -142,6 +148,8 @@ def cmd_plan(args) -> int:
 
     cfg = config_mod.load(args.config, args.set)
     snap = planning_snapshot(args.hardware)
+    if args.max_seq:
+        return _max_seq(args, cfg, snap)
     plan = plan_run(cfg, snap, goal=args.goal)
     verdict = method_verdict(plan, snap)  # what the wizard shows: 'needs bitsandbytes' as well as fits
     report = None
@@ -159,6 +167,30 @@ def cmd_plan(args) -> int:
         print(json.dumps(d, indent=2))
     else:
         print(format_plan(plan, verdict))
+    return 0
+
+
+def _max_seq(args, cfg, snap) -> int:
+    """``plan --max-seq``: the longest sequence that fits, in words (or ``--json``), with the settings there."""
+    if args.measure:
+        raise UserError("--max-seq and --measure go separately: find the length first, then measure its plan with "
+                        "--set data.seq_len=N --measure")
+    if args.seq_step < 1:
+        raise UserError(f"--seq-step {args.seq_step}: use a positive number of tokens (e.g. 1024)")
+    found = longest_context(cfg, snap, args.seq_step, args.goal)
+    if args.json:
+        print(json.dumps(found.to_dict(), indent=2))
+        return 0
+    print(f"longest context (data.seq_len in multiples of {args.seq_step:,} tokens): {found.words()}")
+    for label, one in (("here", found.here), ("closed", found.closed)):
+        if one is None or one.plan is None or (label == "closed" and one.tokens == found.here.tokens):
+            continue
+        p = one.plan
+        head = f"at {one.tokens:,} tokens" + (" with those programs closed" if label == "closed" else "")
+        lines = [f"{head}: predicted peak {_gb(p.predicted_peak_bytes)} of budget {_gb(p.budget_bytes)}; host RAM "
+                 f"needed {_gb(p.host_ram_needed_bytes)}"]
+        lines += [f"  {k} = {json.dumps(v)}" for k, v in p.settings.items()]
+        print("\n".join(lines))
     return 0
 
 

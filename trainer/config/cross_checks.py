@@ -37,7 +37,7 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     if ds.enabled is False and (ds.offload_optimizer or ds.offload_params):
         p.append(("deepspeed.enabled", "offload needs DeepSpeed; set deepspeed.enabled: true (or auto) or turn offload off"))
     m = cfg.method
-    if m.lora_experts and m.type != "full" and m.lora_dropout > 0:
+    if m.lora_experts and m.type != "full" and m.lora_dropout != "auto" and m.lora_dropout > 0:
         p.append(("method.lora_experts", f"adapting the experts (PEFT's target_parameters) works only without "
                   f"adapter dropout, and method.lora_dropout is {m.lora_dropout}; set method.lora_dropout: 0, or "
                   f"method.lora_experts: false to adapt attention and dense layers only"))

@@ -154,7 +154,11 @@ class MethodConfig(_Section):
     )
     lora_r: int = Field(16, gt=0, description="Adapter rank.")
     lora_alpha: int = Field(32, gt=0, description="Adapter scaling (alpha / r multiplies the update).")
-    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on adapter inputs.")
+    lora_dropout: Union[float, Auto] = Field(
+        "auto", description="Dropout on adapter inputs (0 to under 1). 'auto': 0.05, or 0 where the planner finds "
+        "that dropout's copy of every adapted input is what keeps a long sequence from fitting (or needs a slower "
+        "memory saver); method.lora_experts takes 0 (the plan says why)."
+    )
     target_modules: Union[list[str], Literal["all-linear"]] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or names like [q_proj, v_proj]."
     )
@@ -168,6 +172,14 @@ class MethodConfig(_Section):
         "keeps the vision tower and its projector frozen; 'projector' trains the projector (the connector from image "
         "features to the language model); 'all' also trains the vision tower."
     )
+
+    @field_validator("lora_dropout")
+    @classmethod
+    def _a_probability(cls, value):
+        if value != "auto" and not 0.0 <= value < 1.0:
+            raise ValueError(f"{value} is not a dropout probability; use a number from 0 up to (not including) 1, or "
+                             f"'auto'")
+        return value
 
 
 class TrainingConfig(_Section):
@@ -347,10 +359,12 @@ class SpeedConfig(_Section):
         "recompute); without, every saved activation (TRL's activation offloading). Costs host RAM and PCIe time; "
         "'auto' lets the planner decide."
     )
-    tiled_mlp: bool = Field(
-        False, description="Compute each layer's MLP over tiles of the sequence, in forward and in the recompute, so "
-        "its intermediates (several times the hidden size per token) never exist for the whole sequence at once; "
-        "the same loss and gradients. For long sequences."
+    tiled_mlp: Union[bool, Auto] = Field(
+        "auto", description="Compute each layer's MLP and norms over tiles of the sequence, in forward and in the "
+        "recompute, so their intermediates (several times the hidden size per token) never exist for the whole "
+        "sequence at once; the same loss and gradients, one more MLP forward per layer. 'auto': on only where the run "
+        "does not fit otherwise, or needs it to avoid a slower memory saver (activation offload, DeepSpeed) or for a "
+        "larger micro-batch on a poorly used GPU (the plan says why)."
     )
 
 

@@ -24,7 +24,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.paths import STRUCTURES_DIR, cache_dir
 from trainer.models import vision
 
-FORMAT = 1  # trainer/worker/probes/structure_probe.py FORMAT: a record of another format is probed again
+FORMAT = 2  # trainer/worker/probes/structure_probe.py FORMAT: a record of another format is probed again
 PROBE_TIMEOUT_S = 900
 
 

@@ -15,7 +15,7 @@ tests/test_vision_geometry.py):
   tokens around them.
 - ``fixed`` (Gemma 3 without pan-and-scan, LLaVA): every picture is resized to one size: a fixed number of tokens.
 
-``data.image_max_pixels`` is applied by the planner (``trainer.planning.pictures.capped``) through
+``data.image_max_pixels`` is applied by the planner (``trainer.planning.picture_memory.capped``) through
 ``trainer.data.image_caps``, the mapping the worker applies to the processor it loads, so the plan counts the pictures
 the run makes.
 """
@@ -53,7 +53,7 @@ class Processor:
     tile_tokens: int = 0  # tiles: image_seq_len per tile; fixed: tokens per picture
     positions: int = 0  # tiles / fixed: positions the vision tower runs over per tile / picture
     source: str = ""  # where the settings were read, in words
-    cap: Optional[int] = None  # data.image_max_pixels applied (``planning.pictures.capped``), or None
+    cap: Optional[int] = None  # data.image_max_pixels applied (``planning.picture_memory.capped``), or None
     cap_words: str = ""  # what the cap does to these pictures (``image_caps``' words), '' without one
 
     @property

@@ -54,9 +54,74 @@ def lora_params(spec: ModelSpec, s) -> int:
     return total
 
 
-def activation_per_token(s, linears) -> int:
-    """Bytes per token one layer's adapters keep: PEFT runs them in fp32 (autocast_adapter_dtype), each saving its
-    fp32 dropout output and mask (bool on CUDA, fp32 on the CPU) or, without dropout, its fp32 input; plus the
-    r-wide middle."""
-    mask = (1 if s.device == "cuda" else 4) if s.lora_dropout > 0 else 0
-    return sum((4 + mask) * i + 4 * s.lora_r for i, _ in targeted(linears, s.lora_targets))
+# The first path component of a decoder layer's position-wise block (its MLP; ``speed.tiled_mlp`` tiles it): its
+# Linears' adapters run inside the tiles, so what they keep for backward exists for one tile at a time.
+MLP_BLOCKS = ("mlp", "feed_forward", "block_sparse_moe", "ffn")
+# Linears of HF's layers that read one input tensor: bitsandbytes' LoRA layer hands that tensor itself to every
+# adapter under autocast, so one saved storage serves them all.
+SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("query", "key", "value"), ("w1", "w3"))
+# The attention's output projection reads SDPA's output, which the attention kernel keeps for its own backward.
+ATTENTION_OUTPUT = ("o_proj",)
+
+
+def in_mlp(name: str) -> bool:
+    """True for a Linear inside the layer's MLP (``MLP_BLOCKS``), by its module path within the layer."""
+    return name.split(".")[0] in MLP_BLOCKS
+
+
+def _adapted(s, linears, tiled: bool) -> list[tuple[str, int]]:
+    """(name, in) of the adapted Linears whose saved inputs live with the layer (an MLP's are the tile's when
+    ``tiled``)."""
+    return [(n, i) for n, i, _ in linears if matches(n, s.lora_targets) and not (tiled and in_mlp(n))]
+
+
+def activation_per_token(s, linears, tiled: bool | None = None) -> int:
+    """Bytes per token one layer's adapters keep for backward (the MLP's left out when the MLP is tiled:
+    ``mlp_adapter_per_token`` has them). PEFT keeps the adapters in fp32 (``autocast_adapter_dtype``):
+
+    - without autocast (an fp32 base, or a 16-bit one run without it, as the CPU measurements do) each adapter saves
+      the fp32 cast of its input and, with dropout, the mask (bool on CUDA, fp32 on the CPU), plus its fp32 r-wide
+      middle;
+    - under autocast (HF's Trainer runs a 16-bit run's forward in ``torch.autocast``, accelerate's wrapper) the
+      adapter's matmul runs in 16 bits and saves a 16-bit input: PEFT's ``lora.Linear`` casts the input to fp32 and
+      autocast back, a copy per adapter (2 bytes); with dropout each adapter's 16-bit dropout output and its mask
+      (bool on CUDA: 1 byte); bitsandbytes' LoRA layer (QLoRA) skips the cast under autocast, so without dropout the
+      adapters keep the input tensor itself, once per input (``SHARED_INPUT``), and nothing for an output projection
+      that reads SDPA's kept output (``ATTENTION_OUTPUT``). Plus each adapter's 16-bit r-wide middle.
+    Measured with saved-tensor hooks under CPU autocast (tests/test_long_context_memory.py)."""
+    tiled = s.tiled_mlp if tiled is None else tiled
+    return _per_token(s, _adapted(s, linears, tiled))
+
+
+def mlp_adapter_per_token(s, linears) -> int:
+    """Bytes per token the MLP's adapters keep (what one tile of a tiled MLP holds for them)."""
+    return _per_token(s, [(n, i) for n, i, _ in linears if matches(n, s.lora_targets) and in_mlp(n)])
+
+
+def _per_token(s, adapted: list[tuple[str, int]]) -> int:
+    autocast = getattr(s, "autocast", False)
+    middle = (2 if autocast else 4) * s.lora_r * len(adapted)
+    if not autocast:
+        mask = (1 if s.device == "cuda" else 4) if s.lora_dropout > 0 else 0
+        return sum((4 + mask) * i for _, i in adapted) + middle
+    if s.lora_dropout > 0:  # the mask: bool on CUDA; on the CPU the dropout input's dtype (fp32 cast, 16-bit x)
+        mask = 1 if s.device == "cuda" else (4 if s.method == "lora" else 2)
+        return sum((2 + mask) * i for _, i in adapted) + middle
+    if s.method != "qlora":
+        return sum(2 * i for _, i in adapted) + middle
+    return 2 * sum(_distinct_inputs(adapted, getattr(s, "attn", "sdpa"))) + middle
+
+
+def _distinct_inputs(adapted: list[tuple[str, int]], attn: str) -> list[int]:
+    """The widths of the distinct input tensors of the adapted Linears (QLoRA without dropout under autocast)."""
+    seen, out = set(), []
+    for name, width in adapted:
+        *parent, last = name.split(".")
+        if last in ATTENTION_OUTPUT and attn != "eager":
+            continue
+        group = next((g for g in SHARED_INPUT if last in g), (last,))
+        key = (tuple(parent), group)
+        if key not in seen:
+            seen.add(key)
+            out.append(width)
+    return out

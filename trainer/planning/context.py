@@ -10,8 +10,8 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import token_stats
 from trainer.models.spec import ModelSpec, spec_for_run
-from trainer.planning import loss_kernel
-from trainer.planning import pictures as picture_costs
+from trainer.planning import kernels, loss_kernel
+from trainer.planning import picture_memory as picture_costs
 from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import Estimate, TrainSetup
 from trainer.planning.throughput import SMALL_TOKENS  # noqa: F401  (the search's threshold, re-exported)
@@ -40,6 +40,8 @@ class Context:
     liger: Optional[bool] = None  # Liger's kernels run here (loss_kernel.liger_runs: a GPU, liger-kernel with Triton)
     loss_kernel: Optional[str] = None  # the loss this context plans (the search sets it; None: the config's)
     pictures: Optional[picture_costs.PictureLoad] = None  # what a sample's pictures bring (vision-language models)
+    tiled_mlp: Optional[bool] = None  # the MLP tiled or not (the search sets it; None: the config's, auto off)
+    lora_dropout: Optional[float] = None  # the adapters' dropout (the search sets it; None: the config's, auto 0.05)
 
     def __post_init__(self):
         if self.length is None:
@@ -111,6 +113,23 @@ def with_loss(ctx: Context, kernel: str) -> Context:
     return replace(ctx, loss_kernel=kernel)
 
 
+def with_variant(ctx: Context, variant) -> Context:
+    """``ctx`` planning for a ``kernels.Variant`` (tiled MLP, LoRA dropout)."""
+    return replace(ctx, tiled_mlp=variant.tiled_mlp, lora_dropout=variant.lora_dropout)
+
+
+def tiled_of(ctx: Context) -> bool:
+    """Whether ``ctx`` plans the MLP tiled: the search's choice, else the config's (``auto``: off)."""
+    return ctx.tiled_mlp if ctx.tiled_mlp is not None else ctx.cfg.speed.tiled_mlp is True
+
+
+def dropout_of(ctx: Context) -> float:
+    """The adapters' dropout ``ctx`` plans: the search's choice, else the config's (``kernels.dropout_default``)."""
+    if ctx.lora_dropout is not None:
+        return ctx.lora_dropout
+    return kernels.dropout_default(ctx.cfg)
+
+
 def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Optional[bool] = None,
                optimizer: Optional[str] = None, generation: Optional[int] = None) -> TrainSetup:
     """The memory model's setup for one candidate; ``offload`` (activation offload), ``optimizer`` and GRPO's
@@ -130,13 +149,15 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         loss_kernel=loss_of(ctx) if c.training.objective == "sft" else "hf", activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
-        num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=c.method.lora_dropout,
+        num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=dropout_of(ctx),
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets),
         lora_experts=bool(getattr(c.method, "lora_experts", False)), device=ctx.device,
         objective=c.training.objective, precompute_ref=c.training.precompute_ref_log_probs,
         gradient_accumulation=max(1, per // micro), num_generations=c.grpo.num_generations,
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
-        num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), **picture_fields(ctx))
+        num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), tiled_mlp=tiled_of(ctx),
+        autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=expandable_segments(ctx),
+        packed_mask=masked_attention(ctx, micro), **picture_fields(ctx))
 
 
 def picture_fields(ctx: Context) -> dict:
@@ -149,6 +170,23 @@ def picture_fields(ctx: Context) -> dict:
     fit = min(load.per_sample, ctx.seq // max(1, load.picture.tokens))
     return {"train_vision": ctx.cfg.method.train_vision, "pictures": fit,
             "picture_units": load.picture.units, "picture_positions": load.picture.positions}
+
+
+def expandable_segments(ctx: Context) -> bool:
+    """The worker's CUDA allocator runs with expandable segments (``launch`` sets PYTORCH_CUDA_ALLOC_CONF for CUDA
+    workers on Linux, where PyTorch has them; a recording without a platform is taken as Linux)."""
+    platform = getattr(getattr(ctx.hardware, "host", None), "platform", None)
+    return ctx.device == "cuda" and platform in (None, "Linux")
+
+
+def masked_attention(ctx: Context, micro: int) -> bool:
+    """Supervised batches whose attention needs a full mask (``planning.packed_mask``): packed blocks (documents
+    kept apart), or unpacked micro-batches of several sequences (padded to the longest). One unpacked sequence per
+    micro-batch needs none (causal attention alone). Data with pictures is never packed (the worker's rule), whatever
+    ``data.packing`` says. Other objectives' padding is not planned as a mask."""
+    cfg = ctx.cfg
+    packed = cfg.data.packing and ctx.pictures is None
+    return cfg.training.objective == "sft" and (packed or micro > 1)
 
 
 def triton_kernels(ctx: Context) -> bool:

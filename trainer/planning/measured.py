@@ -11,7 +11,8 @@ inputs: that term stays analytic (``adapters.activation_per_token``), as for the
 from __future__ import annotations
 
 from trainer.models.spec import LayerGroup, ModelSpec
-from trainer.planning import adapters, pictures
+from trainer.planning import adapters, packed_mask
+from trainer.planning import picture_memory as pictures
 
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head: log Z and entropy (fp32) and the int64 target per token
 CHUNK_TARGETS_PER_TOKEN = 8  # the chunked loss keeps the int64 targets
@@ -28,8 +29,30 @@ def setup_name(s) -> str:
 
 
 def coefficients(spec: ModelSpec, s) -> dict:
-    """The record's coefficients for this setup."""
-    return spec.activations["setups"][setup_name(s)]
+    """The record's coefficients for this setup (its decoder layers with the MLP tiled when ``s.tiled_mlp`` and the
+    record measured them so: ``has_tiled``)."""
+    coeff = spec.activations["setups"][setup_name(s)]
+    if getattr(s, "tiled_mlp", False) and has_tiled(spec, s):
+        return {**coeff, **spec.activations["tiled"][setup_name(s)]}
+    return coeff
+
+
+def has_tiled(spec: ModelSpec, s=None) -> bool:
+    """The record measured the decoder layers with the worker's tiled MLP and norms (``speed.tiled_mlp``), for the
+    setup of ``s`` (any setup when None)."""
+    tiled = (spec.activations or {}).get("tiled") or {}
+    return bool(tiled) if s is None else setup_name(s) in tiled
+
+
+def mlp_per_token(spec: ModelSpec, s) -> float:
+    """Bytes per token the typical layer keeps beyond a tiled MLP's (what one tile of it holds per token, its
+    adapters' inputs included): the per-token coefficients measured without and with tiling, apart."""
+    name = setup_name(s)
+    g = max(reversed(spec.groups), key=lambda x: x.count)
+    plain = spec.activations["setups"][name]["layers"][str(g.kind)][2]
+    tiled = spec.activations["tiled"][name]["layers"][str(g.kind)][2]
+    lora = adapters.mlp_adapter_per_token(s, g.linears) if s.method in ("lora", "qlora") else 0
+    return max(0.0, plain - tiled) + lora
 
 
 def evaluate(c: list, batch: int, seq: int, shared: bool = True) -> float:
@@ -52,23 +75,32 @@ def layer_bytes(spec: ModelSpec, s, g: LayerGroup, first: bool = False, shared: 
     coeff = coefficients(spec, s)
     b, n = s.micro_batch, s.seq_len
     first = first and not (s.method in ("lora", "qlora") and pictures.vision_grads(s))
+    masked = True  # measured with a mask in place: a packed block's adds nothing
     if pictures.pictures_masked(spec, s) and "pictures" in coeff:
         c = coeff["pictures_first"] if first else coeff["pictures"][str(g.kind)]
     elif _masked(g, n, coeff):
         c = coeff.get("masked_first") if first else coeff["masked"][str(g.kind)]
     else:
-        c = coeff["first"] if first else coeff["layers"][str(g.kind)]
+        c, masked = coeff["first"] if first else coeff["layers"][str(g.kind)], False
     out = evaluate(c, b, n, shared)
     if s.method in ("lora", "qlora") and s.precision == "fp32":
         out *= 2  # measured with a 16-bit base; an fp32 one keeps twice the bytes (approximation)
-    return out + b * n * (_adapters(spec, s, g) + _eager_delta(spec, s, g))
+    return out + b * n * (_adapters(spec, s, g) + _eager_delta(spec, s, g)) + _packed(spec, s, g, masked)
+
+
+def _packed(spec: ModelSpec, s, g: LayerGroup, masked: bool) -> int:
+    """What a packed block's mask adds to an attention layer not measured with a mask (``packed_mask``); linear
+    attention and convolution layers take no mask."""
+    if masked or "attention" not in g.type or g.type == "linear_attention":
+        return 0
+    return packed_mask.per_layer_bytes(s, spec.heads * spec.head_dim, spec.kv_width)
 
 
 def _adapters(spec: ModelSpec, s, g: LayerGroup) -> int:
     """Per token: the adapters' own saved inputs in one layer of ``g`` (memory's analytic term)."""
     if s.method not in ("lora", "qlora"):
         return 0
-    return adapters.activation_per_token(s, g.linears)
+    return adapters.activation_per_token(s, g.linears, tiled=getattr(s, "tiled_mlp", False) and has_tiled(spec, s))
 
 
 def _eager_delta(spec: ModelSpec, s, g: LayerGroup) -> int:

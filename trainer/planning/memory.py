@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured, pictures, saver_memory
+from trainer.planning import adapters, grpo_memory, measured, packed_mask, saver_memory
+from trainer.planning import picture_memory as pictures
+from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token, tiles_mlp
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 
@@ -25,6 +27,11 @@ from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
 FRAGMENTATION = 0.10
 FRAGMENTATION_CHECKPOINTING = 0.25
 FRAGMENTATION_ZERO3 = 0.35
+# CUDA workers run with PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a segment
+# grows by mapping pages instead of adding blocks beside the old, and at the cap the allocator unmaps the free pages
+# of cached blocks before it gives up, which should strand less than the figures above, measured without them. Not
+# measured with them on a GPU yet: those figures stay, as an upper bound (said in the plan:
+# ``saver_memory.margin_notes``), until benchmarks/gpu_truth.py measures the expandable allocator.
 DS_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
 RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 GB measured on CPU)
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
@@ -91,10 +98,14 @@ class TrainSetup:
     beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
     triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
     num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
-    train_vision: str = "none"  # none | projector | all: which vision parts train (planning/pictures.py)
+    train_vision: str = "none"  # none | projector | all: which vision parts train (planning/picture_memory.py)
     pictures: int = 0  # pictures in the sample with the most (0: text only)
     picture_units: int = 1  # vision units per picture (Idefics3's tiles; else 1)
     picture_positions: int = 0  # positions the vision tower runs over per unit
+    packed_mask: bool = False  # packed blocks of several documents: attention keeps a block mask (planning/packed_mask.py)
+    tiled_mlp: bool = False  # each layer's MLP over tiles of the sequence (speed.tiled_mlp): its input kept, not its intermediates
+    autocast: bool = False  # the forward runs under torch.autocast (HF's Trainer, 16-bit precision): adapters' saved inputs
+    expandable_segments: bool = False  # PyTorch's allocator maps pages into growing segments (the worker sets it on CUDA)
 
     @property
     def world(self) -> int:
@@ -258,7 +269,10 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     if s.attn == "eager":
         width = 4 if s.precision == "fp32" else 2
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
-    return tokens * (per + _family_layer_delta(spec, s))
+    mask = packed_mask.per_layer_bytes(s, spec.heads * spec.head_dim, hkv)
+    if s.tiled_mlp and tiles_mlp(spec, s):
+        return tokens * tiled_layer_per_token(spec, s) + mask
+    return tokens * (per + _family_layer_delta(spec, s)) + mask
 
 
 def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
@@ -277,7 +291,7 @@ def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
     """Bytes per token one (typical) layer's adapters keep (``adapters.activation_per_token``)."""
-    return adapters.activation_per_token(s, spec.typical_linears)
+    return adapters.activation_per_token(s, spec.typical_linears, tiled=s.tiled_mlp and tiles_mlp(spec, s))
 
 
 def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -342,9 +356,10 @@ def _text_activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     if s.objective == "grpo":
         head += grpo_memory.head_scored_bytes(spec, s)
     if s.checkpointing:
-        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head, "recompute": layer}
+        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head,
+                "recompute": layer - tiled_input_bytes(spec, s)}
     layers = spec.layers * layer
-    if s.method in ("lora", "qlora"):
+    if s.method in ("lora", "qlora") and not (s.tiled_mlp and tiles_mlp(spec, s)):
         # the frozen embedding's output needs no gradient, so the first layer keeps ≈17.5·h bytes
         # per token less (measured; checkpointing turns input gradients on, so not there)
         layers -= tokens * (35 * spec.hidden // 2)
@@ -357,13 +372,19 @@ def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> in
     Linear's tensors there)."""
     if not s.activation_offload or s.device != "cuda" or spec.encoder_decoder:
         return 0
+    if s.checkpointing:  # the checkpointed inputs, in the worker's pinned blocks
+        return saver_memory.offloaded_checkpoint_bytes(spec.layers, acts["layers"] // spec.layers)
     return acts["layers"]
 
 
 def offload_device_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> dict:
     """What activation offload still holds on the GPU for the layers: ``activations`` one layer's worth in flight
     (the forward stash of five tensors, or the layers brought back for backward), ``offload_kept`` the storages
-    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``)."""
+    saved twice (``saver_memory.offload_kept_bytes``) and ``offload_margin`` (unmeasured, ``OFFLOAD_MARGIN``).
+    With checkpointing the offloaded tensors are the checkpointed layers' inputs: ``saver_memory.CHECKPOINTS_ON_GPU``
+    of them stay on the GPU at once (``offloaded_checkpoints``)."""
+    if s.checkpointing:
+        return {"activations": saver_memory.CHECKPOINTS_ON_GPU * acts["layers"] // spec.layers}
     kept = saver_memory.offload_kept_bytes(spec, s)
     return {"activations": acts["layers"] // spec.layers, "offload_kept": kept,
             "offload_margin": int(saver_memory.OFFLOAD_MARGIN * acts["layers"])}
@@ -448,8 +469,11 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
     breakdown["vision_activations"] = acts.get("vision", 0)
+    breakdown["mlp_tile"] = mlp_tile_bytes(spec, s)
+    breakdown["attention_mask"] = 0 if spec.encoder_decoder else packed_mask.shared_bytes(s)
     breakdown["logits_loss"] = logits_bytes(spec, s)
-    later = breakdown["activations"] + breakdown["recompute"] + breakdown["vision_activations"] + breakdown["logits_loss"]
+    later = breakdown["activations"] + breakdown["recompute"] + breakdown["vision_activations"] + \
+        breakdown["mlp_tile"] + breakdown["attention_mask"] + breakdown["logits_loss"]
     breakdown["vision_forward"] = max(0, pictures.forward_bytes(spec, s) - later)  # only where it is the peak
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)

@@ -1,5 +1,5 @@
 """The plan's pictures: what one costs at the chosen settings (plan.json's ``pictures``) and the reasons' sentences.
-Bytes and tokens; no torch. The terms themselves are ``planning/pictures.py``'s."""
+Bytes and tokens; no torch. The terms themselves are ``planning/picture_memory.py``'s."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,7 +7,7 @@ from typing import Optional
 
 from trainer.core.units import count, gib
 from trainer.models import vision
-from trainer.planning import pictures
+from trainer.planning import picture_memory as pictures
 from trainer.planning.context import Context, make_setup, need, with_loss
 from trainer.planning.memory import Estimate, TrainSetup, estimate
 

@@ -51,6 +51,19 @@ QMAP_BYTES = 2 * 256 * 4  # the signed and unsigned dynamic maps, shared by ever
 # autograd node's tensors until the next node starts, and record_stream()s views), and the allocator's churn of
 # the copies. An explicit margin on the bytes offloaded, until benchmarks/gpu_truth.py measures it.
 OFFLOAD_MARGIN = 0.05
+# -- Offloaded checkpoints (activation offload with checkpointing: trainer/worker/kernels) -------------------------
+# Each checkpointed layer's input goes to pinned host RAM as the forward leaves the layer and comes back before the
+# layer is recomputed: the input of the layer in use and the one in flight (copied out in forward, prefetched in
+# backward) are on the GPU at once. Not measured on a GPU yet.
+CHECKPOINTS_ON_GPU = 2
+# Host memory for them comes in pinned blocks of this size (trainer/worker/kernels/offloaded_checkpoint.py
+# BLOCK_BYTES): each layer input takes whole blocks.
+PINNED_BLOCK_BYTES = 16 * MIB
+
+
+def offloaded_checkpoint_bytes(layers: int, layer_input: int) -> int:
+    """Pinned host RAM for ``layers`` checkpointed inputs of ``layer_input`` bytes each (whole blocks)."""
+    return layers * _ceil(layer_input, PINNED_BLOCK_BYTES) * PINNED_BLOCK_BYTES
 
 # -- CUDA runtime beyond torch's reserve --------------------------------------------------------------------------
 # Measured on an H100 (CUDA 13, driver 580; DESIGN.md): NVML's device-used rise at the first allocation minus
@@ -170,9 +183,19 @@ def runtime_bytes(s) -> dict:
             "cuda_kernels": TRITON_KERNELS_BYTES if s.triton_kernels else KERNELS_MARGIN}
 
 
-def margin_notes(breakdown: dict) -> list[str]:
-    """The plan's words for each unmeasured margin it carries (empty when it carries none)."""
+def margin_notes(breakdown: dict, s=None, fragmentation_share: float = 0.0) -> list[str]:
+    """The plan's words for each unmeasured margin it carries (empty when it carries none); ``s`` (the plan's
+    TrainSetup) and its ``fragmentation_share`` (``memory.fragmentation_share``) name the fragmentation margin and
+    the offloaded checkpoints."""
     out = []
+    zero3 = s is not None and s.deepspeed and s.zero_stage == 3
+    if s is not None and breakdown.get("fragmentation") and s.expandable_segments and not zero3:
+        out.append(f"fragmentation: {fragmentation_share:.0%} of the tensors that churn, the share measured "
+                   "without the allocator's expandable segments, which the worker turns on; kept as an upper bound "
+                   "until they are measured on a GPU")
+    if s is not None and s.activation_offload and s.checkpointing and s.device == "cuda":
+        out.append(f"offloaded checkpoints: {CHECKPOINTS_ON_GPU} checkpointed layer inputs on the GPU at once (the "
+                   "one in use and the one being copied), not measured on a GPU yet")
     if breakdown.get("offload_margin"):
         out.append(f"activation offload: a {OFFLOAD_MARGIN:.0%} margin on the offloaded activations stays on the GPU "
                    "in this plan (TRL's stream-ordered frees are not measured on a GPU yet)")

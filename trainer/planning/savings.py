@@ -11,18 +11,26 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainer.core.units import gib
+from trainer.planning import throughput
+from trainer.planning.kernels import DROPOUT
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
 from trainer.planning.memory import EIGHT_BIT_OPTIMIZERS, Estimate, TrainSetup, estimate
 
 WORDS = {"chunked_loss": "chunked loss (exact)", "liger_loss": "Liger's fused loss (exact)",
-         "gradient_checkpointing": "gradient checkpointing",
+         "gradient_checkpointing": "gradient checkpointing", "tiled_mlp": "tiled MLP (exact)",
+         "lora_dropout": "no LoRA dropout",
          "activation_offload": "activation offload", "optimizer_8bit": "8-bit AdamW (approximate)",
          "deepspeed_offload": "DeepSpeed offload"}
 
 
-def _without(s: TrainSetup) -> list[tuple[str, TrainSetup]]:
-    """(saver, the same setup without it) for every saver ``s`` uses."""
+def _without(s: TrainSetup, dropout_chosen: bool = False) -> list[tuple[str, TrainSetup]]:
+    """(saver, the same setup without it) for every saver ``s`` uses; ``dropout_chosen``: the planner set the
+    adapters' dropout to 0 (against the default's copies)."""
     out = []
+    if s.tiled_mlp:
+        out.append(("tiled_mlp", replace(s, tiled_mlp=False)))
+    if dropout_chosen and s.lora_dropout == 0 and s.method in ("lora", "qlora"):
+        out.append(("lora_dropout", replace(s, lora_dropout=DROPOUT)))
     if not s.full_logits:  # against HF's loss at the same settings
         out.append((f"{s.loss_kernel}_loss", replace(s, loss_kernel="hf")))
     if s.checkpointing:
@@ -46,13 +54,15 @@ def savings(ctx: Context, mb: int, ckpt: bool, level, est: Estimate) -> list[dic
     setup = make_setup(ctx, mb, ckpt, ds, off, opt)
     have = need(ctx, est)
     out = []
-    for saver, other in _without(setup):
+    for saver, other in _without(setup, ctx.cfg.method.lora_dropout == "auto"):
         alt = estimate(ctx.spec, other)
         without = need(ctx, alt)
         row = {"saver": saver, "label": WORDS[saver], "saves_bytes": without - have, "without_bytes": without,
                "without_host_ram_bytes": alt.host_ram_bytes}
         if saver == "activation_offload":
             row.update(_offload_cost(ctx, mb, est))
+        if saver == "tiled_mlp":
+            row["compute_share"] = round(throughput.tiled_mlp_cost(ctx.spec, setup), 4)
         out.append(row)
     return out
 
@@ -105,8 +115,32 @@ def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
             if r.get("pcie_seconds_per_step") is not None:
                 text += (f", about {r['pcie_seconds_per_step']:.2f} s at the link's {r['pcie_bytes_per_second'] / 1e9:.0f} GB/s "
                          "(an estimate and an upper bound: the copies overlap compute)")
+        if r["saver"] == "tiled_mlp":
+            text += (f"; it costs about {r['compute_share']:.0%} more compute (each tile's forward runs again in "
+                     "backward)")
+        if r["saver"] == "lora_dropout":
+            text += "; training differs: the adapters' inputs are not dropped out (no dropout regularisation)"
         if r["saver"] == "optimizer_8bit":
             text += ("; numerics change: AdamW's two moment states are kept in 8 bits with block-wise scales "
                      "(bitsandbytes), so updates differ slightly from 32-bit AdamW")
         out.append(text)
     return out
+
+
+def mask_reason(ctx: Context, setup: TrainSetup, est: Estimate) -> list[str]:
+    """What the attention mask of packed (or padded) batches costs this plan (``planning.packed_mask``), when it is
+    printable, and what avoids it."""
+    if ctx.spec is None or not setup.packed_mask:
+        return []
+    cost = need(ctx, est) - need(ctx, estimate(ctx.spec, replace(setup, packed_mask=False)))
+    if cost < SAVES_AT_LEAST:
+        return []
+    n = setup.seq_len
+    why = ("packed blocks of several documents" if ctx.cfg.data.packing else
+           f"micro-batches of {setup.micro_batch} sequences padded to the longest")
+    fix = ("data.packing: false (one document per sequence, micro-batch 1) or model.attn_implementation: "
+           "flash_attention_2 (it keeps documents apart without a mask)" if ctx.cfg.data.packing else
+           "micro-batch 1 or model.attn_implementation: flash_attention_2")
+    return [f"attention mask: costs {gib(cost)} here: {why} need a {n:,} × {n:,} mask per sequence, which SDPA turns "
+            f"into a 16-bit bias in every layer that keeps it for backward (with K and V repeated per head); {fix} "
+            f"needs none"]

@@ -30,14 +30,19 @@ from trainer.planning.context import (
     make_setup,
     micro_options,
     need,
+    dropout_of,
     per_rank_batch,
+    tiled_of,
     with_loss,
+    with_variant,
 )
-from trainer.planning import loss_kernel, requirements, throughput
-from trainer.planning.memory import Estimate, estimate
+from trainer.planning import kernels, loss_kernel, requirements, throughput
+from trainer.planning.kernels import Variant
+from trainer.planning.memory import Estimate, estimate, fragmentation_share
+from trainer.planning.tiled_memory import tiles_mlp
 from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
-from trainer.planning.savings import savings, savings_reasons
+from trainer.planning.savings import mask_reason, savings, savings_reasons
 from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
 
 
@@ -142,20 +147,44 @@ class _Best:
 
 
 def search(ctx: Context) -> Choice:
-    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit; the loss kernel
-    decided among the candidates' results (``loss_kernel``)."""
-    kernels = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
-    best = {k: _best(with_loss(ctx, k)) for k in kernels}
-    outcomes = {k: _outcome(with_loss(ctx, k), b) for k, b in best.items()}
+    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit; for each candidate loss
+    kernel the layers' variant (tiled MLP, LoRA dropout: ``kernels``), then the loss kernel decided among the
+    candidates' results (``loss_kernel``)."""
+    candidates = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
+    best = {k: _best_variant(with_loss(ctx, k)) for k in candidates}
+    outcomes = {k: o for k, (_, _, o, _) in best.items()}
     decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger)
-    b = best[decision.kernel]
-    choice = _choice(with_loss(ctx, decision.kernel), b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
-    if decision.why:
-        choice.reasons.insert(min(2, len(choice.reasons)), decision.why)
+    vctx, b, _, words = best[decision.kernel]
+    choice = _choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
+    at = min(2, len(choice.reasons))
+    choice.reasons[at:at] = ([decision.why] if decision.why else []) + words
     if ctx.cfg.speed.loss_kernel == "auto":
         choice.settings["speed.loss_kernel"] = decision.kernel
+    choice.settings.update(kernels.auto_settings(ctx.cfg, Variant(tiled_of(vctx), dropout_of(vctx))))
     choice.loss_kernel = decision.kernel
     return choice
+
+
+def can_tile(ctx: Context) -> bool:
+    """The planner can plan this run's MLP tiled (``tiled_memory.tiles_mlp``; supervised training)."""
+    return ctx.spec is not None and ctx.cfg.training.objective == "sft" and tiles_mlp(ctx.spec)
+
+
+def _best_variant(ctx: Context) -> tuple[Context, "_Best", loss_kernel.Outcome, list[str]]:
+    """The search under each layer variant (``kernels.variants``, cheapest first, stopping once nothing can do
+    better) and the one ``kernels.choose`` keeps: (its context, result, outcome, the reasons for it in words)."""
+    options = kernels.variants(ctx.cfg, can_tile(ctx))
+    tried = []
+    for v in options:
+        vctx = with_variant(ctx, v)
+        b = _best(vctx)
+        tried.append((vctx, b, _outcome(vctx, b)))
+        if kernels.best_possible(tried[-1][2], max(micro_options(ctx.cfg))):
+            break
+    i = kernels.choose([t[2] for t in tried])
+    vctx, b, o = tried[i]
+    words = kernels.why(ctx.cfg, options[i], {v: t[2] for v, t in zip(options, tried)}, gib, ctx.budget)
+    return vctx, b, o, words
 
 
 def _best(ctx: Context) -> _Best:
@@ -271,7 +300,9 @@ def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, foun
         if off:  # checkpointing is off because offload is estimated faster, not because it is "not needed"
             why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
     at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
-    why[at:at] = savings_reasons(judged, saved) + margin_notes(est.breakdown)
+    setup = make_setup(ctx, mb, ckpt, ds, off, opt)
+    why[at:at] = savings_reasons(judged, saved) + mask_reason(judged, setup, est) + \
+        margin_notes(est.breakdown, setup, fragmentation_share(setup))
     return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
 
 
@@ -325,7 +356,7 @@ def fallback_settings(cfg, ctx: Context) -> dict:
                          generation=min(generation_options(cfg, mb)))
     if cfg.speed.loss_kernel == "auto":
         out["speed.loss_kernel"] = loss_kernel.resolve_unplanned(cfg)
-    return out
+    return {**out, **kernels.resolve_unplanned(cfg)}
 
 
 def model_summary(spec: ModelSpec) -> dict:

@@ -8,7 +8,7 @@ import typing
 from PySide6 import QtCore, QtWidgets
 
 from app.model.fmt import gib
-from app.model.planning import TRAIN_VISION_WORDS, picture_cost_words
+from app.model.planning import TRAIN_VISION_WORDS, longest_words, picture_cost_words
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
@@ -69,6 +69,12 @@ class PlanPage(QtWidgets.QWizardPage):
         self.verdict = QtWidgets.QLabel("Planning…")
         self.verdict.setStyleSheet("font-size: 15px; font-weight: bold")
         self.verdict.setWordWrap(True)
+        self.longest = QtWidgets.QLabel()
+        self.longest.setWordWrap(True)
+        self.longest.setToolTip("The longest data.seq_len (multiples of 1,024 tokens) this config fits on this GPU, "
+                                "with the settings the planner would choose at that length (trainpilot-cli plan "
+                                "--max-seq)")
+        self.longest.hide()  # shown with the first answer
         self.bar = MemoryBar()
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
@@ -79,7 +85,8 @@ class PlanPage(QtWidgets.QWizardPage):
         self.advanced_toggle.toggled.connect(self._toggle_advanced)
         body = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(body)
-        for w in (self.verdict, self.picture_cost, self.bar, self.details, self.advanced_toggle, self.advanced):
+        for w in (self.verdict, self.longest, self.picture_cost, self.bar, self.details, self.advanced_toggle,
+                  self.advanced):
             lay.addWidget(w)
         lay.addStretch(1)
         self.scroll = QtWidgets.QScrollArea(widgetResizable=True)
@@ -123,6 +130,7 @@ class PlanPage(QtWidgets.QWizardPage):
         self.length_kind.currentIndexChanged.connect(self._length_kind_changed)
         self.state.values_changed.connect(self._sync)
         self.state.plan_ready.connect(self.show_plan)
+        self.state.longest_ready.connect(self.show_longest)
         self.state.problems.connect(self._show_problems)
 
     def _length_committed(self, value) -> None:
@@ -186,12 +194,19 @@ class PlanPage(QtWidgets.QWizardPage):
                              f"<span style='font-weight:normal'>({starting_point(d)})</span>{needs}")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
         self.bar.show()
+        if not self.longest.isHidden():  # the answer for these values follows (state.longest_ready)
+            self.longest.setText("Longest context with these settings: working it out…")
         self.details.setText(plan_details_html(d))
         pictures = d.get("pictures") or {}
         self._show_pictures(bool(pictures))
         self.picture_cost.setText(picture_cost_words(pictures, (d.get("settings") or {}).get(
             "training.micro_batch_size", self.state.values.get("training.micro_batch_size"))))
         self._show_beside([])
+
+    def show_longest(self, found) -> None:
+        """Bind the longest context for the current values (``app.model.planning.longest_for``; None: hidden)."""
+        self.longest.setText(longest_words(found))
+        self.longest.setVisible(found is not None)
 
     def _show_beside(self, problems: list) -> None:
         self.advanced.show_problems(problems)
@@ -209,6 +224,7 @@ class PlanPage(QtWidgets.QWizardPage):
             self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
             self.bar.hide()
             self.picture_cost.setText("")
+            self.longest.hide()
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))

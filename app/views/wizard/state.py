@@ -13,7 +13,7 @@ from app.ops.background import Latest
 from app.views.wizard.schema_form import nested
 from trainer import config as tc
 from trainer.core.dotted import flatten
-from app.model.planning import _plan, final_from_plan
+from app.model.planning import _plan, final_from_plan, longest_for
 
 PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
 
@@ -23,6 +23,7 @@ class WizardState(QtCore.QObject):
     values_changed = QtCore.Signal(str)       # dotted key ('' for many)
     plan_ready = QtCore.Signal(object)        # trainer.plan.Plan
     problems = QtCore.Signal(list)            # [(dotted key, message)] from the schema or planner
+    longest_ready = QtCore.Signal(object)     # trainer.planning.longest.LongestContext, or None (nothing to search)
 
     def __init__(self, hardware, parent=None):
         super().__init__(parent)
@@ -33,6 +34,7 @@ class WizardState(QtCore.QObject):
         self.plan = None
         self.error: str | None = None
         self._planner = Latest(self._plan_done, self._plan_failed, self)
+        self._longest = Latest(self.longest_ready.emit, lambda exc: self.longest_ready.emit(None), self)
         self._timer = QtCore.QTimer(self, singleShot=True, interval=PLAN_DELAY_MS, timeout=self.replan)
 
     # -- editing --------------------------------------------------------------------------------
@@ -110,10 +112,14 @@ class WizardState(QtCore.QObject):
             return
 
         self._planner.submit(lambda: _plan(cfg, snap))
+        self._longest.cancel()  # its answer would be for the values before this edit
 
     def _plan_done(self, plan) -> None:
         self.plan, self.error = plan, None
         self.plan_ready.emit(plan)
+        cfg, snap = plan.config_in, self.snapshot()
+        if snap is not None:  # the longest context for these values: a dozen plans, after this one is shown
+            self._longest.submit(lambda: longest_for(cfg, snap, plan))
 
     def _plan_failed(self, exc: Exception) -> None:
         self.plan = None

@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig.model_validate(spec["config"])  # resolved (a run) or not (the data report)
         pictures = None
         if spec.get("image_token") is not None:  # the processor was saved beside the tokenizer (data with pictures)
-            from trainer.worker.datapipe import vision
+            from trainer.worker.datapipe import vision_inputs as vision
 
             pictures = vision.from_folder(Path(spec["tokenizer"]), spec["image_token"])
             tokenizer = pictures.tok

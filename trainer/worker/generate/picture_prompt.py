@@ -2,7 +2,7 @@
 
 The processor comes from the folder being chatted with (``final/`` and every checkpoint carry the run's processor,
 ``data.image_max_pixels`` applied), else from the base model with the run's cap; the prompt goes through the same
-chat rules and picture expansion as the training data (``datapipe.vision``), so the image tokens and the pixels the
+chat rules and picture expansion as the training data (``datapipe.vision_inputs``), so the image tokens and the pixels the
 model sees are the ones it was trained on.
 """
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.worker.datapipe import rendering, vision
+from trainer.worker.datapipe import rendering
+from trainer.worker.datapipe import vision_inputs as vision
 
 
 def load(cfg, tok, source: Path | None, model):

@@ -19,7 +19,8 @@ from trainer.worker.datapipe import blocks
 from trainer.worker.loading import modeling
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import producer
-from trainer.worker.datapipe import rendering, sequences, vision
+from trainer.worker.datapipe import rendering, sequences
+from trainer.worker.datapipe import vision_inputs as vision
 from trainer.worker.datapipe.rendering import (
     Encoder,
     clean_messages,

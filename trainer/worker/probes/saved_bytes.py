@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 
+from trainer.core.errors import UserError
+
 SETUPS = ("bf16", "lora", "fp32", "amp")
 TOKENS = 256  # the measured sequence length; (1, 2·TOKENS) and (2, TOKENS) are the other points
 KIND_ATTRS = ("layer_type", "attention_type", "sliding_window", "is_sliding", "use_rope", "is_causal", "block_type",
@@ -203,17 +205,22 @@ def saved_by_part(model, layers, final_norm, batch: int, seq: int, autocast: boo
     return out
 
 
-POINTS = ((1, TOKENS), (1, 2 * TOKENS), (2, TOKENS), (2, 2 * TOKENS))
+def points_at(tokens: int) -> tuple:
+    """The four (micro-batch, sequence) points measured around ``tokens``."""
+    return (1, tokens), (1, 2 * tokens), (2, tokens), (2, 2 * tokens)
 
 
-def fit(points: dict, parts) -> dict:
-    """Per part: [c, cs, l, q] with bytes = c + cs·s + b·(l·s + q·s²), from the four measured (b, s) points: c in
-    bytes (parameter-derived copies), cs in bytes per position shared by the batch (RoPE tables), l in bytes per
-    token and q in bytes per sample and position²."""
-    s = TOKENS
+POINTS = points_at(TOKENS)
+
+
+def fit(points: dict, parts, tokens: int = TOKENS) -> dict:
+    """Per part: [c, cs, l, q] with bytes = c + cs·s + b·(l·s + q·s²), from the four measured (b, s) points around
+    ``tokens`` (``points_at``): c in bytes (parameter-derived copies), cs in bytes per position shared by the batch
+    (RoPE tables), l in bytes per token and q in bytes per sample and position²."""
+    s = tokens
     out = {}
     for part in parts:
-        m11, m12, m21, m22 = (points[p].get(part, 0) for p in POINTS)
+        m11, m12, m21, m22 = (points[p].get(part, 0) for p in points_at(tokens))
         p1, p2 = m21 - m11, m22 - m12  # one sample's bytes at s and 2s
         q = (p2 - 2 * p1) / (2 * s * s)
         lin = (p1 - q * s * s) / s
@@ -223,8 +230,14 @@ def fit(points: dict, parts) -> dict:
     return out
 
 
-def _points(model, layers, final_norm, autocast: bool, frozen_ids=()) -> dict:
-    return {(b, n): saved_by_part(model, layers, final_norm, b, n, autocast, frozen_ids) for b, n in POINTS}
+def _points(model, layers, final_norm, autocast: bool, frozen_ids=(), tokens: int = TOKENS) -> dict:
+    return {(b, n): saved_by_part(model, layers, final_norm, b, n, autocast, frozen_ids) for b, n in points_at(tokens)}
+
+
+def tiled_tokens(hidden: int) -> int:
+    """The sequence the tiled layers are measured around: two tiles at the smallest point (the worker's tiled MLP
+    runs a block untiled up to ``hidden`` tokens: ``trainer/worker/kernels/tiled_mlp.py``), a multiple of 64."""
+    return -(-2 * hidden // 64) * 64
 
 
 @contextlib.contextmanager
@@ -247,12 +260,13 @@ def adapter_outputs(model, names: set):
 
 
 def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: list, pictures_masked: bool = False) -> dict:
-    """Coefficients per setup and part (``fit``): 'first' (the first decoder layer), 'layers' (one typical layer per
-    kind, by kind position in ``reps``), 'embed', 'norm', 'loss'; 'masked' holds the kinds' coefficients with
-    sliding-window masks in place (only when ``sliding``), 'pictures' with masks in every layer (only when
-    ``pictures_masked``: Gemma 3 with pictures). ``model`` is a 16-bit meta model; it and an fp32 copy are
-    materialised as fake CPU tensors (fake parameters cannot be cast in place, so the copy is cast on the meta
-    device)."""
+    """``{"setups": coefficients per setup and part (``fit``): 'first' (the first decoder layer), 'layers' (one typical
+    layer per kind, by kind position in ``reps``), 'embed', 'norm', 'loss'; 'masked' holds the kinds' coefficients
+    with sliding-window masks in place (only when ``sliding``), 'pictures' with masks in every layer (only when
+    ``pictures_masked``: Gemma 3 with pictures); "tiled": the layers' coefficients of the 16-bit setups with the MLP
+    and norms tiled (``_measure_tiled``; absent where the worker cannot tile them)}``. ``model`` is a 16-bit meta
+    model; it and an fp32 copy are materialised as fake CPU tensors (fake parameters cannot be cast in place, so the
+    copy is cast on the meta device)."""
     import copy
 
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -273,25 +287,51 @@ def measure(model, layers, final_norm, lora_names: set, sliding: bool, reps: lis
                 for p in m.parameters():
                     p.requires_grad_(setup != "lora")
                 out[setup] = _measure_setup(m, kept, norm, setup, lora_names, regimes, parts, reps)
-    return out
+        tiled = _measure_tiled(model, layers_name, norm_name, lora_names, regimes, reps)
+    return {"setups": out, **({"tiled": tiled} if tiled else {})}
 
 
 REGIME_KEYS = {True: ("masked", "masked_first"), "everywhere": ("pictures", "pictures_first")}
+TILED_SETUPS = ("bf16", "lora")  # the 16-bit setups a long sequence is planned with tiled layers
+TILED_KEYS = ("first", "layers", "masked", "masked_first", "pictures", "pictures_first")
 
 
-def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, regimes, parts, reps) -> dict:
+def _measure_tiled(model, layers_name: str, norm_name, lora_names: set, regimes, reps: list) -> dict:
+    """The decoder layers' coefficients ('first', 'layers', and the masked ones) of the 16-bit setups with the
+    worker's own tiled MLP and norms installed (``trainer.worker.kernels.tiled_mlp``), measured around
+    ``tiled_tokens``; {} where the worker cannot tile this architecture (its refusal is the worker's too)."""
+    from trainer.worker.kernels import tiled_mlp
+
+    try:
+        tiled_mlp.install(model)
+    except UserError:
+        return {}
+    kept = model.get_submodule(layers_name)
+    norm = model.get_submodule(norm_name) if norm_name is not None else None
+    tokens = tiled_tokens(model.config.get_text_config(decoder=True).hidden_size)
+    out = {}
+    for setup in TILED_SETUPS:
+        for p in model.parameters():
+            p.requires_grad_(setup != "lora")
+        full = _measure_setup(model, kept, norm, setup, lora_names, regimes, list(range(len(kept))), reps, tokens)
+        out[setup] = {k: v for k, v in full.items() if k in TILED_KEYS}
+    return out
+
+
+def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, regimes, parts, reps,
+                   tokens: int = TOKENS) -> dict:
     autocast = setup == "amp"
     names = lora_names if setup == "lora" else set()
     result = {}
     for masked in regimes:
         with mask_regime(masked), adapter_outputs(model, names) as ids:
-            coeffs = fit(_points(model, layers, final_norm, autocast, ids), parts)
+            coeffs = fit(_points(model, layers, final_norm, autocast, ids, tokens), parts, tokens)
         kinds = {str(k): coeffs[pos] for k, pos in enumerate(reps)}
         if masked:
             key, first = REGIME_KEYS[masked]
             result[key] = kinds
             result[first] = coeffs[0]
         else:
-            result.update({k: coeffs[k] for k in ("embed", "norm", "loss", "after")})
+            result.update({k: coeffs[k] for k in ("embed", "norm", "loss", "after") if k in coeffs})
             result["first"], result["layers"] = coeffs[0], kinds
     return result

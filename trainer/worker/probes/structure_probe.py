@@ -23,7 +23,7 @@ from trainer.core.errors import EXIT_BAD_INPUT
 from trainer.models import vision as vision_geometry
 from trainer.worker.probes import saved_bytes, vision_bytes
 
-FORMAT = 1
+FORMAT = 2  # 2: the tiled layers measured too (activations.tiled)
 UNMEASURED_MIXERS = ("Mamba", "SSM", "Rwkv", "RWKV", "Retention", "XLSTM", "xLSTM")  # state-space/recurrent mixers
 LINEAR_ATTENTION = ("gateddeltanet", "linearattention", "lightning", "deltanet")
 CONVOLUTION = ("shortconv",)
@@ -291,7 +291,7 @@ def activations(model, keys: list, layers, norm, rec: dict) -> dict:
     sliding = rec["sdpa"] and any(k["type"] == "sliding_attention" for k in rec["kinds"])
     pictures = bool(rec.get("vision")) and rec["sdpa"] and rec["model_type"] in MASKED_WITH_PICTURES
     out = saved_bytes.measure(model, kept, norm, names, sliding, reps, pictures_masked=pictures)
-    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, "setups": out}
+    return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, **out}
 
 
 def _is_linear(m) -> bool:

@@ -242,7 +242,8 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     from trainer.worker.kernels import chunked_loss
     from trainer.worker.loading import model_parts, modeling
     from trainer.worker.train import objectives
-    from trainer.worker.datapipe import sequences, vision
+    from trainer.worker.datapipe import sequences
+    from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.train.hf_glue import INJECT_CPU_OFFLOAD_ENV, StepEvents, TrainPilotTrainer
 
     use_cuda = cfg.device == "cuda"

@@ -1,0 +1,162 @@
+"""The longest sequence a run fits: ``trainpilot-cli plan CONFIG --max-seq`` and the wizard's Method page. No torch.
+
+The planner is asked at ``data.seq_len`` = k × ``step`` tokens (the config's other values as given; everything it
+leaves ``auto`` chosen by the planner for that length, as a run would get it) and the largest k whose plan fits is
+found by bisection: a longer sequence never needs less memory. The search stops at the model's positions
+(``max_position_embeddings``). Where other programs hold VRAM in the snapshot (a browser), the search runs again as
+if the ones worth closing were closed (``budget.close_apps``): "49,152 tokens; 53,248 with firefox closed"; and for
+packed supervised data, once more with one document per sequence (``data.packing: false``), whose attention needs
+no mask (``planning.packed_mask``).
+Tokens are counted per sequence; bytes are bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+from trainer import config as config_mod
+from trainer.core.errors import UserError
+from trainer.hardware.probe import MachineSnapshot
+from trainer.models.spec import spec_for_run
+from trainer.planning.budget import close_apps
+from trainer.planning.plan import Plan, plan_run
+
+STEP = 1024  # tokens: the lengths tried are multiples of this
+UNKNOWN_LIMIT = 1 << 20  # tokens: where the search stops for a model whose positions are not known
+
+
+@dataclass
+class Longest:
+    """The longest fitting sequence on one snapshot: ``tokens`` (0 when even ``step`` tokens do not fit), the
+    ``step`` it is a multiple of, the model's ``limit`` (positions; None when unknown) and whether the search
+    stopped there (``at_limit``), and the plan at that length (None when nothing fits)."""
+
+    tokens: int
+    step: int
+    limit: Optional[int]
+    at_limit: bool
+    plan: Optional[Plan] = field(default=None, repr=False)
+    limited_by: str = ""  # what the next step up runs out of: "positions" (the model's), "VRAM" or "host RAM"
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the length, the step and limit, and the plan's peak, budget and chosen settings there."""
+        p = self.plan
+        return {"longest_seq_len": self.tokens, "step": self.step, "limit": self.limit, "at_limit": self.at_limit,
+                "limited_by": self.limited_by,
+                "predicted_peak_bytes": p.predicted_peak_bytes if p else None,
+                "budget_bytes": p.budget_bytes if p else None,
+                "host_ram_needed_bytes": p.host_ram_needed_bytes if p else None,
+                "settings": dict(p.settings) if p else {}}
+
+
+@dataclass
+class LongestContext:
+    """The longest sequence as the snapshot is (``here``) and, where programs worth closing hold VRAM, with them
+    closed (``closed``; ``apps`` lists them as ``budget.close_apps`` does)."""
+
+    here: Longest
+    apps: list = field(default_factory=list)
+    closed: Optional[Longest] = None
+    unpacked: Optional[Longest] = None  # packed SFT: the same with one document per sequence (no attention mask)
+
+    def words(self) -> str:
+        """"49,152 tokens; 53,248 with firefox closed" (multiples of the step), with what stops it where that is
+        not VRAM: "(the model's limit)", "(host RAM is the limit)"."""
+        text = _tokens_words(self.here)
+        if self.closed is not None and self.closed.tokens != self.here.tokens:
+            names = ", ".join(dict.fromkeys(a["name"] for a in self.apps))
+            text += f"; {self.closed.tokens:,} with {names} closed{_limit_words(self.closed, ' there')}"
+        if self.unpacked is not None and self.unpacked.tokens > self.here.tokens:
+            text += (f"; {self.unpacked.tokens:,} with one document per sequence (data.packing: false: no attention "
+                     f"mask){_limit_words(self.unpacked, ' there')}")
+        return text
+
+    def to_dict(self) -> dict:
+        out = self.here.to_dict()
+        out["with_apps_closed"] = None
+        if self.closed is not None:
+            out["with_apps_closed"] = {**self.closed.to_dict(), "apps": self.apps}
+        out["unpacked"] = self.unpacked.to_dict() if self.unpacked is not None else None
+        return out
+
+
+def _tokens_words(found: Longest) -> str:
+    if not found.tokens:
+        return f"not even {found.step:,} tokens fit"
+    return f"{found.tokens:,} tokens{_limit_words(found)}"
+
+
+def _limit_words(found: Longest, where: str = "") -> str:
+    """What stops the search where it is not VRAM, in words ("" for VRAM)."""
+    if found.at_limit:
+        return f" (the model's limit{where})"
+    return f" (host RAM is the limit{where})" if found.limited_by == "host RAM" else ""
+
+
+def model_limit(cfg) -> Optional[int]:
+    """The most positions the config's model reads (tokens), None when unknown."""
+    try:
+        return spec_for_run(cfg).max_positions or None
+    except UserError:
+        return None
+
+
+def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str] = None) -> Longest:
+    """The longest multiple of ``step`` tokens whose plan fits ``hardware`` (bisection; see the module docstring)."""
+    limit = model_limit(cfg)
+    top = (limit or UNKNOWN_LIMIT) // step
+    lo, hi, best = 0, top, None  # fits at lo·step (0: nothing checked yet); does not fit above hi·step
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        plan = _plan_at(cfg, hardware, mid * step, goal)
+        if plan.verdict == "fits":
+            lo, best = mid, plan
+        else:
+            hi = mid - 1
+    at_limit = bool(limit) and lo == top and lo > 0
+    return Longest(lo * step, step, limit, at_limit, best,
+                   "positions" if at_limit else _short_of(cfg, hardware, (lo + 1) * step, goal))
+
+
+def _short_of(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> str:
+    """What ``tokens`` runs out of: "host RAM" where the plan would fit with as much host RAM as it asks for (the
+    offloaded checkpoints live there), else "VRAM" (on the CPU, host RAM)."""
+    if not hardware.gpus:
+        return "host RAM"
+    roomy = dataclasses.replace(hardware, host=dataclasses.replace(hardware.host, ram_available_bytes=1 << 50))
+    return "host RAM" if _plan_at(cfg, roomy, tokens, goal).verdict == "fits" else "VRAM"
+
+
+def _plan_at(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> Plan:
+    return plan_run(config_mod.replace(cfg, **{"data.seq_len": tokens}), hardware, goal=goal, alternatives=False)
+
+
+def without_apps(hardware: MachineSnapshot, apps: list[dict]) -> MachineSnapshot:
+    """``hardware`` as if the programs in ``apps`` (``budget.close_apps`` rows of GPU 0) were closed: their processes
+    gone, their memory free."""
+    gpu = hardware.gpus[0]
+    pids = {a["pid"] for a in apps}
+    freed = sum(a["used_memory_bytes"] or 0 for a in apps)
+    used = None if gpu.memory_used_bytes is None else max(0, gpu.memory_used_bytes - freed)
+    free = None if gpu.memory_free_bytes is None else gpu.memory_free_bytes + freed
+    first = dataclasses.replace(gpu, processes=tuple(p for p in gpu.processes if p.pid not in pids),
+                                memory_used_bytes=used, memory_free_bytes=free)
+    return dataclasses.replace(hardware, gpus=(first, *hardware.gpus[1:]))
+
+
+def longest_context(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str] = None) -> LongestContext:
+    """The longest fitting sequence here and, where programs worth closing hold VRAM, with them closed."""
+    here = longest(cfg, hardware, step, goal)
+    gpu = hardware.gpus[0] if hardware.gpus else None
+    apps = [a for a in close_apps(gpu) if a["used_memory_bytes"]] if gpu is not None and cfg.device != "cpu" else []
+    closed = longest(cfg, without_apps(hardware, apps), step, goal) if apps and not here.at_limit else None
+    unpacked = None
+    if _masked_by_packing(cfg) and not here.at_limit:
+        unpacked = longest(config_mod.replace(cfg, **{"data.packing": False}), hardware, step, goal)
+    return LongestContext(here, apps, closed, unpacked)
+
+
+def _masked_by_packing(cfg) -> bool:
+    """Packed supervised blocks whose attention needs a mask (``planning.packed_mask``; FlashAttention-2 needs none)."""
+    return cfg.training.objective == "sft" and cfg.data.packing and cfg.model.attn_implementation != "flash_attention_2"
