@@ -181,7 +181,7 @@ def cards(names: list[str] | None, work: Path) -> dict:
     return {k: v for k, v in found.items() if not names or k in names}
 
 
-def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool) -> list[dict]:
+def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool, seq_len: int | None = None) -> list[dict]:
     """The planner's answer for every row on every card (no GPU, no torch unless ``measure``: then the data's token
     lengths are measured first, as ``trainpilot-cli run`` does, so the data-following rows plan on their data)."""
     from trainer.supervisor import preflight
@@ -196,7 +196,7 @@ def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool) -> list[
         for stem, (path, snap) in card.items():
             if (stem not in r["cards"]) if r["cards"] else stem.endswith("-apps-closed"):
                 continue  # a row limited to its cards; the derived cards only for the rows that name them
-            seq = longest(cfg, snap).tokens if r["longest"] else cfg.data.seq_len
+            seq = seq_len or (longest(cfg, snap).tokens if r["longest"] else cfg.data.seq_len)
             plan = plan_run(config_mod.replace(cfg, **{"data.seq_len": seq}), snap)
             t = plan.resolved.training
             out.append({"row": i, "name": r["name"], "card": stem, "hardware": str(path), "verdict": plan.verdict,
@@ -370,6 +370,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cards", nargs="*", help="recordings to emulate (file stems; default: every one with a GPU)")
     ap.add_argument("--work", help="folder for data, configs and run directories (default: a temporary one)")
     ap.add_argument("--out", help="JSON results file")
+    ap.add_argument("--seq-len", type=int, help="plan and run the chosen rows at this data.seq_len instead of their "
+                    "own (or the longest they fit): a shorter run of a long-context row in a short GPU slot")
     ap.add_argument("--row-timeout", type=int, default=ROW_TIMEOUT_S, help="seconds a run may take before it is "
                     f"stopped (default {ROW_TIMEOUT_S})")
     ap.add_argument("--steps", type=int, help=f"optimizer steps per run (default {STEPS}; at least 3 for a tokens/s "
@@ -385,7 +387,7 @@ def main(argv=None) -> int:
                         for i, r in enumerate(ROWS)) + "\ncards: " + ", ".join(card))
         return 0
     files = write_data(work / "data")
-    planned = plan_rows(rows, card, files, args.measure_data or not args.dry)
+    planned = plan_rows(rows, card, files, args.measure_data or not args.dry, args.seq_len)
     for entry in planned:
         entry["row"] = next(i for i, r in enumerate(ROWS) if r["name"] == entry["name"])
     if args.dry:
