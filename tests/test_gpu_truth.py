@@ -30,12 +30,16 @@ def test_dry_mode_plans_every_row_for_every_recorded_card(tmp_path):
     proc = _run("--dry", "--markdown", "--work", str(tmp_path), "--out", str(tmp_path / "dry.json"),
                 env={"TRAINPILOT_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
-    cards = gpu_truth.cards(None)
-    assert {"rtx4090_laptop_16gb", "desktop_24gb", "rtx5090_32gb"} <= set(cards)
+    cards = gpu_truth.cards(None, tmp_path)
+    assert {"rtx4090_laptop_16gb", "desktop_24gb", "rtx5090_32gb", "rtx4090_laptop_16gb-apps-closed"} <= set(cards)
     lines = [line for line in proc.stdout.splitlines() if " planned " in line and not line.startswith("|")]
-    assert len(lines) == len(gpu_truth.ROWS) * len(cards)
+    recorded = [c for c in cards if not c.endswith("-apps-closed")]  # the derived cards only for rows naming them
+    assert len(lines) == sum(len(set(r["cards"]) & set(cards)) if r["cards"] else len(recorded) for r in gpu_truth.ROWS)
     names = {r["name"] for r in gpu_truth.ROWS}
-    assert {"full", "lora", "qlora-8b", "adamw-8bit", "offload", "compile", "dpo", "kto", "grpo"} <= names
+    assert {"full", "lora", "qlora-8b", "adamw-8bit", "offload", "compile", "dpo", "kto", "grpo", "long-8b-laptop",
+            "long-8b-desktop"} <= names
+    assert any("long-8b-laptop" in line and "rtx4090_laptop_16gb-apps-closed" in line and "tiled" in line
+               for line in lines)
     assert proc.stdout.count("not measured: no GPU lent") == len(lines)
 
 
