@@ -90,7 +90,14 @@ def measure(name: str, variant: tuple, seq: int, device: str = "cuda") -> dict:
     """One warm-up and two timed passes of a fresh model; the last pass's loss and gradients (fp32, host)."""
     import torch
 
+    import gc
+
     cuda = device == "cuda"
+    if cuda:  # what an earlier variant left allocated is not this one's: peaks are taken above it
+        gc.collect()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated()
+        reserved_before = torch.cuda.memory_reserved()
     model, stash = build(name, variant, device)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, seq), device=device, generator=torch.Generator(device).manual_seed(1))
@@ -108,10 +115,12 @@ def measure(name: str, variant: tuple, seq: int, device: str = "cuda") -> dict:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     grads = {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    out = {"loss": loss.item(), "grads": grads, "peak_allocated": torch.cuda.max_memory_allocated() if cuda else 0,
-           "peak_reserved": torch.cuda.max_memory_reserved() if cuda else 0,
+    out = {"loss": loss.item(), "grads": grads,
+           "peak_allocated": torch.cuda.max_memory_allocated() - before if cuda else 0,
+           "peak_reserved": torch.cuda.max_memory_reserved() - reserved_before if cuda else 0,
            "tokens_per_s": seq * 2 / sum(times[1:]), "offloaded_per_pass": (stash.stashed_bytes // 3) if stash else 0}
-    del model, loss
+    del model, loss, stash
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return out
