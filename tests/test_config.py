@@ -90,3 +90,29 @@ def test_readme_config_reference_is_generated_from_the_schema():
 
     readme = Path(__file__).parent.parent / "README.md"
     assert main([str(readme), "--check"]) == 0, "run: python -m trainer.config.docgen --write README.md"
+
+
+def test_a_run_folder_older_than_a_planner_field_reads_as_it_ran(tmp_path):
+    """A run folder written before ``speed.tiled_mlp`` existed resumes untiled (as it ran), not stopped at a field
+    still 'auto'; a config that says 'auto' itself is still refused."""
+    import yaml
+
+    from trainer.config.loading import dump_yaml
+    from trainer.config.resolved import load_resolved
+    from trainer.core.errors import UserError
+
+    cfg = c.validate({"device": "cpu", "speed": {"precision": "fp32", "gradient_checkpointing": False,
+                                                  "activation_offload": False, "loss_kernel": "hf", "tiled_mlp": False},
+                      "model": {"dtype": "float32"}, "method": {"lora_dropout": 0.05},
+                      "training": {"micro_batch_size": 2, "gradient_accumulation_steps": 8},
+                      "deepspeed": {"enabled": False}, "distributed": {"launcher": "single"},
+                      "recovery": {"ladder_keeps": []}})
+    data = yaml.safe_load(dump_yaml(cfg))
+    del data["speed"]["tiled_mlp"]
+    old = tmp_path / "config.yaml"
+    old.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert load_resolved(old).speed.tiled_mlp is False
+    data["speed"]["tiled_mlp"] = "auto"
+    old.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(UserError, match="speed.tiled_mlp"):
+        load_resolved(old)

@@ -17,8 +17,9 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, create_model
 
-from trainer.config.loading import load, validate
+from trainer.config.loading import read_yaml, validate
 from trainer.config.sections import DETECTED, PLANNED_FOR_GRPO, YOUR_SETTINGS, RunConfig
+from trainer.core.dotted import get_in, set_in
 from trainer.core.errors import UserError
 
 AUTO = "auto"
@@ -132,9 +133,25 @@ def as_resolved(cfg: RunConfig) -> ResolvedRunConfig:
     return out
 
 
+# Planner fields added after earlier releases wrote their run folders, and the value those runs had before the field
+# existed: an older run folder resumes, chats and exports as it ran instead of stopping at a field still "auto".
+BEFORE_THE_FIELD = {"speed.tiled_mlp": False}
+
+
 def load_resolved(path) -> ResolvedRunConfig:
-    """A run directory's ``config.yaml`` (written resolved by the supervisor)."""
-    return as_resolved(load(path))
+    """A run directory's ``config.yaml`` (written resolved by the supervisor; fields it predates read as they were:
+    ``BEFORE_THE_FIELD``)."""
+    data = read_yaml(path)
+    for key, value in BEFORE_THE_FIELD.items():
+        if isinstance(data, dict) and _absent(data, key):
+            set_in(data, key, value)
+    return as_resolved(validate(data, source=str(path)))
+
+
+def _absent(data: dict, key: str) -> bool:
+    *head, last = key.split(".")
+    node = get_in(data, ".".join(head), {}) if head else data
+    return not isinstance(node, dict) or last not in node
 
 
 # -- the rules, once ----------------------------------------------------------------------------
