@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from trainer.core.errors import UserError
+from trainer.planning.tiled_memory import mlp_tile_tokens
 
 FIELD = "speed.tiled_mlp"
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "DenseReluDense")  # transformers' names of the layer's MLP
@@ -58,8 +59,10 @@ _TILED: dict[type, type] = {}  # a module class -> its tiled subclass
 
 def tile_rows(tokens: int, hidden: int, tiles: int | None = None) -> int:
     """Tokens per tile for ``tokens`` tokens of width ``hidden`` (the hidden size): the tokens split into ``tiles``
-    equal tiles (default ``ceil(tokens / hidden)``; the last one shorter by less than one token per tile)."""
-    tiles = tiles or -(-tokens // hidden)
+    equal tiles (default ``ceil(tokens / hidden)``, the planner's rule: ``planning.tiled_memory.mlp_tile_tokens``; the
+    last one shorter by less than one token per tile)."""
+    if not tiles:
+        return mlp_tile_tokens(tokens, hidden)
     return -(-tokens // tiles)
 
 
