@@ -18,7 +18,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
-from trainer.worker.loading import model_parts, modeling
+from trainer.worker.loading import lean, model_parts, modeling
 
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
@@ -205,10 +205,11 @@ def quiet_libraries() -> None:
 def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mode: str, max_new_tokens: int,
              temperature: float, top_p: float, seed: int | None) -> int:
     """``trainpilot-cli chat``'s work after its light checks. ``mode``: text, json or stream-json."""
+    cfg = config_mod.load(run_dir / "config.yaml")
+    lean.for_run(cfg)  # before torch and transformers
     import torch
 
     quiet_libraries()
-    cfg = config_mod.load(run_dir / "config.yaml")
     use_cuda = cfg.device != "cpu" and torch.cuda.is_available()
     started = time.perf_counter()
     tok = load_tokenizer(cfg, source)
