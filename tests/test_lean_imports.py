@@ -69,3 +69,12 @@ def test_a_full_run_leaves_peft_out_and_a_lora_run_imports_it():
     logs = {name: (runs[name] / "train.log").read_text(encoding="utf-8") for name in ("full", "lora")}
     assert "left unimported (this run never uses them): deepspeed, bitsandbytes, peft\n" in logs["full"]
     assert "left unimported (this run never uses them): deepspeed, bitsandbytes\n" in logs["lora"]
+
+
+def test_a_caller_that_imports_the_commands_keeps_its_own_imports():
+    """Only a process started as a TrainPilot command leaves libraries out: a test (or any library caller) that calls
+    ``main([...])`` in-process must not find PEFT gone in its later tests."""
+    from trainer.worker.loading import lean
+
+    assert lean.leave_unimported(["a_library_this_test_names"]) == []
+    assert "a_library_this_test_names" not in sys.modules

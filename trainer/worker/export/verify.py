@@ -189,4 +189,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    lean.own_process()  # a child of export-model or verify-export: it may leave unused libraries unimported
     sys.exit(main(sys.argv[1:]))

@@ -42,7 +42,10 @@ from trainer.worker.train import trackers
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code. ``argv`` None: this process's own command line (``python -m
+    trainer.worker``), which may leave unused libraries unimported (``lean``)."""
+    if argv is None:
+        lean.own_process()
     ap = argparse.ArgumentParser(prog="trainer.worker")
     ap.add_argument("--run-dir")
     ap.add_argument("--resume-from", default=None)
