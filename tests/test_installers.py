@@ -72,7 +72,11 @@ def test_no_gpu_gets_the_cpu_build_and_says_why():
 def test_every_chosen_build_runs_on_that_driver_and_has_kernels_for_that_gpu(cc, driver):
     """The invariant behind the table: whatever is chosen must run there, fallbacks included."""
     decision = tb.decide([tb.Gpu("GPU", driver, cc)])
-    if not decision.ok or decision.build == "cpu":
+    if not decision.ok or decision.build == "cpu":  # only where no GPU build runs on this driver and GPU
+        gpu_runs = cc < 10.0 or tb.driver_major(driver) >= tb.BLACKWELL_MIN_DRIVER  # Blackwell itself needs 570+
+        runs_here = [b for b, info in tb.BUILDS.items() if b != "cpu" and tb.driver_major(driver) >= info["min_driver"]
+                     and info["cc_min"] <= cc <= info["cc_max"] and gpu_runs]
+        assert not runs_here, (decision.build, decision.reason, runs_here)
         return
     for build in [decision.build, *decision.fallbacks]:
         info = tb.BUILDS[build]
