@@ -1,9 +1,13 @@
 """GUI figures: cold start to first shown window, dashboard redraw with 24 h of 1 Hz data on six
 series, and GUI memory (RSS). Prints measurements; it does not pass or fail.
 
-    QT_QPA_PLATFORM=offscreen python benchmarks/gui_bench.py [--starts 5] [--frames 300]
+    QT_QPA_PLATFORM=offscreen python benchmarks/gui_bench.py [--starts 5] [--frames 300] [--try-it RUN_DIR]
 
-Targets (issue 5): cold start ≤ 1.0 s, redraw p95 ≤ 16 ms, RSS ≤ 250 MB.
+Targets (issue 5): cold start ≤ 1.0 s, redraw p95 ≤ 16 ms, RSS ≤ 250 MB. ``--try-it RUN_DIR`` also streams an answer
+of a trained run (and of its base model: two ``trainpilot-cli chat`` children) into the Try it tab and measures the
+GUI thread meanwhile: the longest gap between two ticks of a 10 ms timer (wall) and the GUI thread's own CPU time in
+one gap (the part TrainPilot's code causes; target ≤ 100 ms). tests/app/test_try_it.py asserts the behaviour (tokens
+arrive one by one, read as they come); this prints the figures.
 """
 from __future__ import annotations
 
@@ -124,10 +128,50 @@ def redraw_frames(frames: int) -> tuple[list[float], list[float], float]:
     return times, cpu, psutil.Process().memory_info().rss
 
 
+def try_it_stall(run_dir: str, tokens: int) -> dict:
+    """Stream ``tokens`` greedy tokens of ``run_dir``'s model and its base into the Try it tab; the longest wall gap
+    between two 10 ms ticks and the most GUI-thread CPU time within one gap (ms), and the tokens streamed."""
+    from PySide6 import QtCore, QtWidgets
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
+    from app.views.try_it import TryItTab
+    from trainer.rundir.runstate import read_run_state
+
+    tab = TryItTab()
+    tab.show()
+    tab.bind(run_dir)
+    tab.follow(read_run_state(run_dir))
+    tab.prompt.setPlainText("Once upon a time")
+    tab.max_tokens.setValue(tokens)
+    tab.temperature.setValue(0.0)
+    gaps = {"wall": 0.0, "cpu": 0.0, "last": time.perf_counter(), "last_cpu": time.thread_time()}
+
+    def tick():
+        now, cpu = time.perf_counter(), time.thread_time()
+        gaps["wall"] = max(gaps["wall"], now - gaps["last"])
+        gaps["cpu"] = max(gaps["cpu"], cpu - gaps["last_cpu"])
+        gaps["last"], gaps["last_cpu"] = now, cpu
+
+    timer = QtCore.QTimer(interval=10, timeout=tick)
+    timer.setTimerType(QtCore.Qt.PreciseTimer)
+    timer.start()
+    if not tab.send():
+        raise SystemExit(f"Try it refused: {tab.status.text()}")
+    end = time.monotonic() + 600
+    while tab.busy() and time.monotonic() < end:
+        app.processEvents(QtCore.QEventLoop.AllEvents, 50)
+        time.sleep(0.005)
+    timer.stop()
+    return {"wall_ms": gaps["wall"] * 1000 - 10, "cpu_ms": gaps["cpu"] * 1000,
+            "text": len(tab.tuned.text()), "status": tab.status.text()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--starts", type=int, default=5)
     p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--try-it", default=None, metavar="RUN_DIR", help="also measure Try it streaming from this run")
+    p.add_argument("--tokens", type=int, default=40, help="tokens Try it streams (with --try-it)")
     args = p.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     starts = cold_starts(args.starts)
@@ -149,6 +193,11 @@ def main() -> None:
     print(f"  same frames, CPU time of this process: p50 {statistics.median(cpu):.1f} ms, "
           f"p95 {cpu[int(0.95 * (len(cpu) - 1))]:.1f} ms (wall minus CPU is waiting for a core)")
     print(f"GUI RSS with the 24 h dashboard loaded: {rss / 1e6:.0f} MB (target ≤ 250 MB)")
+    if args.try_it:
+        r = try_it_stall(args.try_it, args.tokens)
+        print(f"Try it streaming {args.tokens} tokens from {args.try_it} and its base: longest event-loop gap "
+              f"{r['wall_ms']:.0f} ms wall, {r['cpu_ms']:.0f} ms of GUI-thread work (target ≤ 100 ms); "
+              f"{r['text']} characters shown, status: {r['status']!r}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
     print(f"platform: QT_QPA_PLATFORM={os.environ['QT_QPA_PLATFORM']}, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} during the run")

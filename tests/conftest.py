@@ -11,10 +11,22 @@ from pathlib import Path
 
 SESSION_ENV = "TRAINPILOT_TEST_SESSION"
 
+# One thread per process for PyTorch (and everything else OpenMP) in this session and its children. The suite runs two
+# xdist workers on a 2-core machine, each with its training children: with PyTorch's default (a thread per core) the
+# thread teams wait for each other at every operation, spinning, while the other worker's processes hold the cores —
+# the 60-step demo run took 43 s of CPU (76 s wall) at load 8 with the default and 9.5 s (19 s) with one thread.
+# Results do not depend on it (every comparison in the suite runs both sides in this same environment); a developer's
+# own OMP_NUM_THREADS wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_CONTROLLER = [True]  # False in an xdist worker (set by pytest_configure)
+
 
 def pytest_configure(config):
     """The controller (or a run without xdist) names the session before the workers start; workers inherit it."""
-    if not hasattr(config, "workerinput"):
+    _CONTROLLER[0] = not hasattr(config, "workerinput")
+    if _CONTROLLER[0]:
         os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex[:12])
 
 
@@ -40,8 +52,11 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     """With ``TRAINPILOT_TEST_TIMES=FILE``, each test's phase durations are appended to FILE as they finish (one line
-    per phase: seconds, phase, outcome, test id): where the suite's time goes, readable while it runs."""
+    per phase: seconds, phase, outcome, test id, xdist worker): where the suite's time goes, readable while it runs.
+    Written by the controller only (xdist hands it every worker's reports), so each phase is one line."""
     out = os.environ.get("TRAINPILOT_TEST_TIMES")
-    if out:
+    if out and _CONTROLLER[0]:
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", "main")
         with open(out, "a", encoding="utf-8") as f:
-            f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+            f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\t{worker}\n")

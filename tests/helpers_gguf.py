@@ -84,8 +84,10 @@ def llama_model(gguf: Path):
     """The GGUF loaded in llama.cpp (llama-cpp-python); skips when it is not installed."""
     llama_cpp = require_llama_cpp()
     # 2048: Command R7B's template opens with a ~900-token preamble; no logits_all (n_ctx × vocab floats: 2 GB for
-    # R7B's 256k vocabulary): the last position's logits are read as the export's verification reads them
-    return llama_cpp.Llama(str(gguf), n_ctx=2048, verbose=False, seed=0, n_threads=2)
+    # R7B's 256k vocabulary): the last position's logits are read as the export's verification reads them. Threads: the
+    # session's one per process (tests/conftest.py: two xdist workers share two cores; llama.cpp's threads spin too)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 2)
+    return llama_cpp.Llama(str(gguf), n_ctx=2048, verbose=False, seed=0, n_threads=threads)
 
 
 def require_llama_cpp():

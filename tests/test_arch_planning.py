@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers_arch import NEW, TEN, lora_config, tiny_config
+from shared_once import shared_once
 
 from trainer.models.spec import spec_from_config
 from trainer.planning.memory import TrainSetup, activation_bytes
@@ -29,9 +30,10 @@ CASES = ((2, 64, False), (1, 128, False), (1, 128, True))  # (micro-batch, seque
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One record cache for the module (each architecture is probed once), not the user's."""
-    folder = tmp_path_factory.mktemp("trainpilot-cache")
+def cache():
+    """One record cache for these tests in the whole session, not the user's: each architecture is probed once,
+    by whichever xdist worker asks first (a module-scoped folder had each worker probe it again)."""
+    folder = shared_once("arch-structure-records", lambda folder: None)
     old = os.environ.get("TRAINPILOT_CACHE")
     os.environ["TRAINPILOT_CACHE"] = str(folder)
     yield folder

@@ -19,6 +19,7 @@ import shutil
 import pytest
 from helpers_after import trained_runs
 from helpers_train import cli
+from shared_once import shared_once
 
 IDS = [[1, 50, 60, 70, 300, 5, 9, 41]]
 
@@ -29,16 +30,18 @@ def runs():
 
 
 @pytest.fixture(scope="module")
-def exported(runs, tmp_path_factory):
-    """The LoRA run exported twice: f16 GGUF with a Modelfile, and q8_0."""
-    root = tmp_path_factory.mktemp("export")
-    out = {}
-    for kind, extra in (("f16", ["--ollama"]), ("q8_0", [])):
-        dest = root / kind
-        proc = cli("export-model", runs["lora"], "--to", dest, "--gguf", kind, *extra)
-        assert proc.returncode == 0, proc.stderr
-        out[kind] = dest
-    return out
+def exported(runs):
+    """The LoRA run exported twice, once per session (both xdist workers read the same files; tests only read
+    them): f16 GGUF with a Modelfile, and q8_0."""
+    kinds = (("f16", ["--ollama"]), ("q8_0", []))
+
+    def build(root):
+        for kind, extra in kinds:
+            proc = cli("export-model", runs["lora"], "--to", root / kind, "--gguf", kind, *extra)
+            assert proc.returncode == 0, proc.stderr
+
+    root = shared_once("lora-exports", build)
+    return {kind: root / kind for kind, _ in kinds}
 
 
 def _logits(model):

@@ -1,10 +1,12 @@
 """End to end on the real families (tests/real_models.py), one training each: ``trainpilot-cli run`` trains a tiny
 model of each family, with its real tokenizer and chat template, on chat data whose records share a system prompt
-(Phi-3.5 as a LoRA run); then ``trainpilot-cli export-model --gguf f16 --ollama`` writes the GGUF (converted once
-here) and the Modelfile, and the export verifies itself in llama.cpp on the run's own validation prompts. On that
-same export llama.cpp itself is compared with transformers (``helpers_gguf.llama_cpp_report``: tokenizer test
-texts, logits, the chat formatter's render and ids), the Modelfile's TEMPLATE is rendered by Go's own text/template,
-and for Qwen2.5 ``verify-export`` catches a swapped GGUF, an edited TEMPLATE and a missing stop token.
+(Phi-3.5, Gemma 3 and the mixture-of-experts families as LoRA runs, the experts adapted); then ``trainpilot-cli
+export-model --gguf f16 --ollama`` writes the GGUF and the Modelfile, and the export verifies itself in llama.cpp on
+the run's own validation prompts. On that same export llama.cpp itself is compared with transformers
+(``helpers_gguf.llama_cpp_report``: tokenizer test texts, logits, the chat formatter's render and ids), the
+Modelfile's TEMPLATE is rendered by Go's own text/template, and for Qwen2.5 ``verify-export`` catches a swapped GGUF,
+an edited TEMPLATE and a missing stop token. The runs and exports are trained and written once per session
+(``helpers_family``) and shared with test_moe_multimodal.
 
 Each family's figures go to ``$TRAINPILOT_FAMILIES_OUT`` (JSON lines) when set: ``benchmarks/families_table.py``
 runs this file and prints docs/after-training.md's table. ``TRAINPILOT_FAMILIES_Q8=1`` also converts q8_0."""
@@ -18,16 +20,9 @@ import shutil
 import pytest
 
 import real_models as rm
+from helpers_family import SYSTEM, family_env, family_export, family_run
 from helpers_gguf import CHAT, TEXTS, go_render, llama_cpp_report, llama_model, stops_at_end_of_turn
-from helpers_train import cli, events, tiny_config, write_config
-
-SYSTEM = "You are terse."
-RECORDS = [{"messages": [{"role": "system", "content": SYSTEM},
-                         {"role": "user", "content": f"What is {i}+{i}?"},
-                         {"role": "assistant", "content": f"{2 * i}."},
-                         {"role": "user", "content": "Thanks!"},
-                         {"role": "assistant", "content": "You are welcome."}]} for i in range(12)]
-LORA = {"phi-3.5"}  # a SentencePiece family as a LoRA run: tokenizer.model must survive the merged export too
+from helpers_train import cli, events
 
 
 def _record(family: str, result: dict) -> None:
@@ -35,22 +30,6 @@ def _record(family: str, result: dict) -> None:
     if out:
         with open(out, "a", encoding="utf-8") as f:
             f.write(json.dumps({"family": family, **result}) + "\n")
-
-
-def _train(tmp_path, name: str, env: dict):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    data = tmp_path / "chat.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS), encoding="utf-8")
-    cfg = tiny_config(model={"source": str(rm.family_dir(name))},
-                      data={"path": str(data), "seq_len": 256, "packing": True, "validation_split": 0.25},
-                      method={"type": "lora" if name in LORA else "full"},
-                      training={"max_steps": 2, "effective_batch_size": 2, "micro_batch_size": 2,
-                                "gradient_accumulation_steps": 1},
-                      checkpoints={"every_steps": 1, "keep_last": 1})
-    run_dir = tmp_path / "run"
-    proc = cli("run", write_config(tmp_path / "config.yaml", cfg), "--run-dir", run_dir, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
 
 
 def _ollama_equal_in_go(tok, out) -> int:
@@ -69,8 +48,8 @@ def _ollama_equal_in_go(tok, out) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(rm.FAMILIES))
 def test_every_family_trains_through_the_cli_and_its_export_verifies_itself(tmp_path, name):
-    env = {"TRAINPILOT_CACHE": str(tmp_path / "cache"), "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")}
-    run_dir = _train(tmp_path, name, env)
+    run_dir = family_run(name)
+    env = family_env(run_dir.parent)
     steps = events(run_dir, "step")
     assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps)
     final = run_dir / "final"
@@ -81,9 +60,7 @@ def test_every_family_trains_through_the_cli_and_its_export_verifies_itself(tmp_
         checkpoints = list((run_dir / "checkpoints").glob("checkpoint-*"))
         assert checkpoints and all((p / "tokenizer.model").is_file() for p in checkpoints + [final])
 
-    out = tmp_path / "export"
-    proc = cli("export-model", run_dir, "--to", out, "--gguf", "f16", "--ollama", env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = family_export(name)
     verification = json.loads((out / "verification.json").read_text(encoding="utf-8"))
     modelfile = (out / "Modelfile").read_text(encoding="utf-8")
     assert f'SYSTEM """{SYSTEM}"""' in modelfile, "every record's system prompt is Ollama's default"
@@ -141,15 +118,12 @@ def _verify(folder, env):
 
 def _tampering_is_caught(tmp_path, out, env) -> None:
     """verify-export names what differs (exit 4): another model's GGUF, an edited TEMPLATE, a missing stop."""
-    assert _verify(out, env)[0] == 0
     cases = {"swapped": tmp_path / "swapped", "template": tmp_path / "template", "stop": tmp_path / "stop"}
-    for folder in cases.values():
+    for folder in (tmp_path / "as-written", *cases.values()):  # the shared export itself is left as written
         shutil.copytree(out, folder)
-    from trainer.models import gguf_support
-    from trainer.worker.export import gguf_convert
-
-    # another model of the same vocabulary: Qwen3's (untrained) in place of the trained Qwen2.5's
-    gguf_convert.convert(gguf_support.converter_dir(), rm.family_dir("qwen3"), cases["swapped"] / "model-f16.gguf", "f16")
+    assert _verify(tmp_path / "as-written", env)[0] == 0
+    # another model of the same vocabulary: Qwen3's trained GGUF (this session's qwen3 export) in place of Qwen2.5's
+    shutil.copyfile(family_export("qwen3") / "model-f16.gguf", cases["swapped"] / "model-f16.gguf")
     mf = cases["template"] / "Modelfile"
     mf.write_text(mf.read_text(encoding="utf-8").replace("<|im_start|>assistant\n", "<|im_start|>assistant "),
                   encoding="utf-8")

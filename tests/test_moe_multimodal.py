@@ -269,35 +269,27 @@ def test_cli_lora_on_qwen3_moe_trains_says_the_experts_stay_frozen_and_the_merge
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3-moe", "gpt-oss"])
-def test_cli_lora_experts_trains_the_experts_and_the_merged_export_loads_and_runs_in_llama_cpp(tmp_path, family):
-    """Both expert layouts (Qwen3-MoE's, saved back per expert as on the hub; gpt-oss's fused and transposed);
-    the GGUF of gpt-oss's merged experts runs in llama.cpp (tests/test_gguf_llama_cpp.py runs both families')."""
-    import importlib.util
-
+def test_cli_lora_experts_trains_the_experts_and_the_merged_export_loads(family):
+    """Both expert layouts (Qwen3-MoE's, saved back per expert as on the hub; gpt-oss's fused and transposed), on the
+    family's shared run and export (helpers_family: LoRA with method.lora_experts); test_family_training checks the
+    same export's GGUF in llama.cpp against transformers."""
     import real_models as rm
     import torch
+    from helpers_family import family_export, family_run
     from helpers_train import events
     from transformers import AutoModelForCausalLM
 
-    proc, run_dir = train(tmp_path, family, lora_experts=True, lora_dropout=0.0)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = family_run(family)
     assert not [e for e in events(run_dir, "warning") if e["code"] == "experts_not_adapted"]
     adapter = tensors(run_dir / "final" / "adapter_model.safetensors")
     experts_b = {k: v for k, v in adapter.items() if ".mlp.experts." in k and "lora_B" in k}
     assert len(experts_b) == 4 and all(v.abs().sum() > 0 for v in experts_b.values()), "the expert adapters learned"
-    out = export(run_dir, tmp_path / "out", *(["--gguf", "f16"] if family == "gpt-oss" else []))
-    merged, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+    merged, info = AutoModelForCausalLM.from_pretrained(family_export(family), output_loading_info=True,
+                                                        dtype=torch.float32)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     base = AutoModelForCausalLM.from_pretrained(rm.family_dir(family))
     for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
         assert not torch.equal(merged.get_parameter(name), base.get_parameter(name)), f"{name} not merged"
-    if family != "gpt-oss" or importlib.util.find_spec("llama_cpp") is None:
-        return  # the GGUF is written; llama.cpp itself runs it where llama-cpp-python is installed
-    from helpers_gguf import llama_cpp_report
-
-    r = llama_cpp_report(out, out / "model-f16.gguf", merged)
-    assert r["tokens"] == r["tokens_of"] and r["chat"] == r["chat_of"], r
-    assert r["max_logit_diff"] <= 1e-2 * r["max_abs_logit"] and r["near_tie_only"], r
 
 
 @pytest.mark.slow
@@ -311,20 +303,23 @@ def test_cli_refuses_lora_experts_with_adapter_dropout_before_writing_anything(t
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["lora", "full"])
 def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_loads_the_result(tmp_path, method):
-    """LoRA: only the text model adapted; the merged export (towers as they were, processor files) loads with
-    the original class and processor, chat answers, and its text GGUF runs in llama.cpp. Full: the optimizer holds
-    the text model only, final/ loads the same way."""
-    import importlib.util
-
+    """LoRA (the family's shared run and export, helpers_family): only the text model adapted; the merged export
+    (towers as they were, processor files) loads with the original class and processor, and chat answers
+    (test_family_training runs the same export's text GGUF in llama.cpp). Full: the optimizer holds the text model
+    only, final/ loads the same way."""
     import numpy as np
     import real_models as rm
     import torch
+    from helpers_family import family_export, family_run
     from helpers_train import cli
     from PIL import Image
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    proc, run_dir = train(tmp_path, "gemma-3", type=method)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    if method == "lora":
+        run_dir = family_run("gemma-3")
+    else:
+        proc, run_dir = train(tmp_path, "gemma-3", type=method)
+        assert proc.returncode == 0, proc.stderr[-3000:]
     final = run_dir / "final"
     assert (final / "processor_config.json").is_file(), "the run's processor (transformers 5 nests the image settings)"
     assert type(AutoProcessor.from_pretrained(final)).__name__ == "Gemma3Processor"
@@ -332,7 +327,7 @@ def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_l
         adapter = tensors(final / "adapter_model.safetensors")
         assert adapter and all(".language_model." in k for k in adapter), "only the text model is adapted"
         assert (final / "tokenizer.model").is_file(), "the SentencePiece model llama.cpp's converter reads"
-        out = export(run_dir, tmp_path / "out", "--gguf", "f16")  # the text model's GGUF
+        out = family_export("gemma-3")  # merged, with the text model's GGUF
         answer = cli("chat", run_dir, "--prompt", "What is 2+2?", "--json", "--max-new-tokens", "4")
         assert answer.returncode == 0 and "text" in json.loads(answer.stdout.splitlines()[-1]), answer.stderr[-2000:]
     else:
@@ -355,12 +350,6 @@ def test_cli_gemma_3_multimodal_trains_on_text_towers_frozen_and_its_processor_l
     inputs = processor(text=["<start_of_image> What is this?"], images=[[image]], return_tensors="pt")
     with torch.no_grad():
         assert merged(**inputs).logits.shape[-1] == 262208
-    if method == "lora" and importlib.util.find_spec("llama_cpp") is not None:
-        from helpers_gguf import llama_cpp_report
-
-        r = llama_cpp_report(out, out / "model-f16.gguf", merged)
-        assert r["tokens"] == r["tokens_of"] and r["chat"] == r["chat_of"], r
-        assert r["max_logit_diff"] <= 1e-2 * r["max_abs_logit"] and r["near_tie_only"], r
 
 
 def test_preflight_reads_a_multimodal_checkpoints_positions_from_its_text_config(tmp_path):

@@ -12,6 +12,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
+# How long a GUI test waits for what the window shows once background work is done (a hardware snapshot, a run folder
+# read, a plan, a child's answer): milliseconds when idle, seconds on a loaded 2-core CI machine. An upper bound, not
+# a duration: qtbot.waitUntil returns as soon as its condition holds, so a generous bound costs nothing and a tight
+# one fails at random (a 5 s wait for the first hardware snapshot did, under load).
+SHOWN_MS = 30_000
+
 
 @pytest.fixture(autouse=True)
 def trainpilot_home(tmp_path, monkeypatch):
@@ -73,5 +79,5 @@ def started_wizard(qtbot, hardware: str):
     wiz = SetupWizard(hw)
     qtbot.addWidget(wiz)
     wiz.show()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
     return wiz

@@ -7,6 +7,7 @@ import os
 
 import getpass
 
+from conftest import SHOWN_MS
 from PySide6 import QtWidgets
 
 from app.model import advice
@@ -114,6 +115,6 @@ def test_replaced_warnings_leave_no_ghost_rows(qtbot):
     view.show()
     view.show_advice([advice.Advice("a", "info", "first"), advice.Advice("b", "warning", "second")])
     old_rows = [view._lay.itemAt(i).widget() for i in range(view._lay.count() - 1)]
-    qtbot.waitUntil(lambda: all(row.isVisible() for row in old_rows), timeout=5000)
+    qtbot.waitUntil(lambda: all(row.isVisible() for row in old_rows), timeout=SHOWN_MS)
     view.show_advice([advice.Advice("c", "info", "third")])  # before the deferred deletes run
     assert old_rows and not any(row.isVisible() for row in old_rows)

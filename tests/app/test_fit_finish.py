@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import FIXTURES, started_wizard
+from conftest import FIXTURES, SHOWN_MS, started_wizard
 
 from app.views.wizard.wizard import SetupWizard
 from trainer.core.paths import MODELS_DIR
@@ -20,7 +20,7 @@ def _wizard(qtbot, hardware: str = NO_GPU) -> SetupWizard:
 
 def _facts(qtbot, wiz, text: str, wait_for: str) -> str:
     wiz.model.source.setText(text)
-    qtbot.waitUntil(lambda: wait_for in wiz.model.facts.text(), timeout=20000)
+    qtbot.waitUntil(lambda: wait_for in wiz.model.facts.text(), timeout=SHOWN_MS)
     return wiz.model.facts.text()
 
 
@@ -47,14 +47,14 @@ def test_the_model_page_rejudges_after_a_change_on_a_later_page(qtbot):
     wiz = _wizard(qtbot, LAPTOP)
     wiz.next()
     wiz.model.use_architecture("llama-3.2-1b")
-    qtbot.waitUntil(lambda: "full: fits" in wiz.model.facts.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "full: fits" in wiz.model.facts.text(), timeout=SHOWN_MS)
     wiz.next(), wiz.next()
     # Advanced settings on the Method page that the full fine-tune's verdict depends on
     wiz.state.update({"speed.gradient_checkpointing": False, "speed.activation_offload": False,
                       "speed.loss_kernel": "hf", "deepspeed.enabled": False})
     wiz.back(), wiz.back()
     assert wiz.currentPage() is wiz.model
-    qtbot.waitUntil(lambda: "full: does not fit" in wiz.model.facts.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "full: does not fit" in wiz.model.facts.text(), timeout=SHOWN_MS)
 
 
 def _data_page(qtbot, tmp_path, rows: list[dict]):
@@ -77,7 +77,7 @@ def _data_page(qtbot, tmp_path, rows: list[dict]):
 
 def test_a_long_data_error_is_shown_whole_not_cut_to_one_line(qtbot, tmp_path):
     page = _data_page(qtbot, tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
-    qtbot.waitUntil(lambda: "no assistant turn" in page.stats.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "no assistant turn" in page.stats.text(), timeout=SHOWN_MS)
     qtbot.wait(50)
     lines = page.stats.height() / page.stats.fontMetrics().lineSpacing()
     assert page.stats.wordWrap() and lines >= 2.5, lines  # the whole message, on as many lines as it needs
@@ -88,7 +88,7 @@ def test_records_show_json_not_python_reprs(qtbot, tmp_path):
     chat = {"messages": [{"role": "user", "content": "Where?"}, {"role": "assistant", "content": "Here."}],
             "tags": None, "ok": True}
     page = _data_page(qtbot, tmp_path, [chat])
-    qtbot.waitUntil(lambda: page.preview.rowCount() == 1, timeout=20000)
+    qtbot.waitUntil(lambda: page.preview.rowCount() == 1, timeout=SHOWN_MS)
     cells = {page.preview.horizontalHeaderItem(j).text(): page.preview.item(0, j).text()
              for j in range(page.preview.columnCount())}
     assert cells["messages"].startswith('[{"role": "user", "content": "Where?"}')
@@ -130,7 +130,7 @@ def test_a_gsm8k_file_can_be_trained_as_pairs_and_the_data_page_shows_the_questi
     qtbot.addWidget(page)
     page.show()
     page.initializePage()
-    qtbot.waitUntil(lambda: not page.objective_row.isHidden(), timeout=20000)
+    qtbot.waitUntil(lambda: not page.objective_row.isHidden(), timeout=SHOWN_MS)
     assert [page.objective.itemData(i) for i in range(page.objective.count())] == [None, "sft", "grpo"]
     assert not page.isComplete() and page.report is None
     page.objective.setCurrentIndex(1)
@@ -158,7 +158,7 @@ def _main_window(qtbot, tmp_path, names: dict[str, str], hardware: str = LAPTOP)
     qtbot.addWidget(w)
     w.resize(800, 600)
     w.show()
-    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == len(names), timeout=20000)
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == len(names), timeout=SHOWN_MS)
     return w, runs
 
 
@@ -174,18 +174,18 @@ def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path
     w, runs = _main_window(qtbot, tmp_path, names)
     failed_start.record(str(runs / "mine-20261125-170000"), None, 2, "trainpilot-cli: data.path: x.jsonl not found\n", None)
     w.monitor.rescan()
-    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 3, timeout=20000)
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 3, timeout=SHOWN_MS)
     rl = w.run_list
     for i in range(rl.topLevelItemCount()):  # every run's name whole (no "llama-3.2-…124-091500")
         name = rl.topLevelItem(i).text(0)
         assert rl.columnWidth(0) >= rl.fontMetrics().horizontalAdvance(name), name
-    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=SHOWN_MS)
     for label in (w.header.vram, w.header.driver):  # whole or hidden, never cut mid-word
         assert label.isHidden() or label.fontMetrics().horizontalAdvance(label.text()) <= label.width()
     w.open_run(str(runs / names["cpu_demo"]))
     dash = w.run_view.dashboard
     qtbot.waitUntil(lambda: "finished" in dash.headline.text() and dash.plots["tps"].listDataItems()[0].xData is not None,
-                    timeout=20000)
+                    timeout=SHOWN_MS)
     qtbot.wait(300)
     assert dash.headline.shown_text() == dash.headline.text()  # whole, on two lines
     tps = dash.data.tokens_per_s
@@ -194,7 +194,7 @@ def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path
     assert right - tps.x[-1] <= 0.05 * width and tps.x[0] - left <= 0.05 * width  # the axis is the data's span
     demo_axes = _axes(w)
     w.open_run(str(runs / "mine-20261125-170000"))  # failed before its first step: no data at all
-    qtbot.waitUntil(lambda: dash.data is not None and "mine-2026" in str(dash.data.run_dir), timeout=20000)
+    qtbot.waitUntil(lambda: dash.data is not None and "mine-2026" in str(dash.data.run_dir), timeout=SHOWN_MS)
     qtbot.wait(500)
     axes = _axes(w)
     assert all(axes[k] != demo_axes[k] for k in axes), (axes, demo_axes)  # nothing of the last run's windows
@@ -280,13 +280,13 @@ def test_review_forgets_a_failed_start_once_the_settings_change(qtbot, tmp_path)
     wiz.state.set("data.seq_len", 128)
     while wiz.currentPage() is not wiz.review:
         wiz.next()
-    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=SHOWN_MS)
     wiz.review.started = wiz.state.config()  # what the failed start was of
     wiz.review.show_start_failure(2, "trainpilot-cli: data.path: mine.jsonl not found; check the path")
-    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=SHOWN_MS)
     assert "The last start failed" in wiz.review.message.text()
     wiz.back()
     wiz.state.set("training.learning_rate", 0.001)  # the user changed something: that failure is not news
     wiz.next()
-    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
+    qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=SHOWN_MS)
     assert "The last start failed" not in wiz.review.message.text() and "Ready" in wiz.review.message.text()

@@ -12,6 +12,7 @@ import pytest
 from app.model import advice
 from app.model.grpo_metrics import GrpoSeries, grpo_columns
 from app.model.run_data import RunData
+from conftest import SHOWN_MS
 from grpo_fixture import FUNCTIONS, NO_SIGNAL_MESSAGE, WEIGHTS, step_metrics, write_grpo_run
 
 
@@ -207,7 +208,7 @@ def test_data_page_offers_grpo_for_a_gsm8k_file_and_then_the_reward_page(qtbot, 
     assert page.nextId() == plan_id  # a supervised objective skips the Reward page
     page.path.setText(str(_gsm8k(tmp_path)))
     page.path.editingFinished.emit()
-    qtbot.waitUntil(lambda: "3 records" in page.stats.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "3 records" in page.stats.text(), timeout=SHOWN_MS)
     assert "gsm8k" in page.stats.text() and "GRPO" in page.stats.text()
     assert not page.objective_row.isHidden()
     choices = [page.objective.itemData(i) for i in range(page.objective.count())]
@@ -229,7 +230,7 @@ def test_a_supervised_file_is_not_offered_grpo(qtbot, tmp_path, wizard):
     page = wizard.data
     page.path.setText(str(path))
     page.path.editingFinished.emit()
-    qtbot.waitUntil(lambda: "4 records" in page.stats.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "4 records" in page.stats.text(), timeout=SHOWN_MS)
     assert page.record_format == "text" and page.objective_row.isHidden()
     page._cancel_report()
 
@@ -367,13 +368,13 @@ def test_a_grpo_run_through_review_saves_the_rewards_as_typed(qtbot, tmp_path):
     qtbot.addWidget(wiz)
     wiz.show()
     try:
-        qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
+        qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
         wiz.state.set("data.seq_len", 512)
         wiz.next()
         wiz.next()
         wiz.data.path.setText(str(_gsm8k(tmp_path)))
         wiz.data.path.editingFinished.emit()
-        qtbot.waitUntil(lambda: not wiz.data.objective_row.isHidden(), timeout=20000)
+        qtbot.waitUntil(lambda: not wiz.data.objective_row.isHidden(), timeout=SHOWN_MS)
         wiz.data.objective.setCurrentIndex(wiz.data.objective.findData("grpo"))
         wiz.data.objective.activated.emit(wiz.data.objective.currentIndex())
         wiz.next()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SHOWN_MS
 
 from app.views.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
 from trainer.rundir.runstate import pid_alive
@@ -43,7 +43,7 @@ def test_start_stop_resume_demo(qtbot):
 def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     qtbot.waitUntil(lambda: w1.monitor.current is not None and len(w1.monitor.current.loss) >= 2, timeout=150_000)
     curve = w1.run_view.dashboard.curves["loss"]  # read on the reader thread, drawn at the next tick
-    qtbot.waitUntil(lambda: curve.xData is not None and len(curve.xData) >= 2, timeout=5000)
+    qtbot.waitUntil(lambda: curve.xData is not None and len(curve.xData) >= 2, timeout=SHOWN_MS)
     assert w1.act_stop.isEnabled()
     # Closing during training asks; "keep training in the background" leaves the run alive.
     w1.close()
@@ -51,20 +51,20 @@ def _flow(qtbot, w1: MainWindow, run_dir: str) -> None:
     # Reopening re-attaches to the live run (status.json pid alive) and can stop it.
     w2 = _window(qtbot)
     assert str(w2.monitor.current.run_dir) == str(Path(run_dir).resolve())
-    qtbot.waitUntil(lambda: w2.act_stop.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: w2.act_stop.isEnabled(), timeout=SHOWN_MS)
     w2.stop_selected()
-    qtbot.waitUntil(lambda: w2.act_stop.text() == "Saving checkpoint…", timeout=5000)
+    qtbot.waitUntil(lambda: w2.act_stop.text() == "Saving checkpoint…", timeout=SHOWN_MS)
     qtbot.waitUntil(lambda: _state(run_dir) == "stopped", timeout=90_000)
     assert list((Path(run_dir) / "checkpoints").glob("checkpoint-*")), "Stop saved no checkpoint"
     stopped_at = ev.read_status(run_dir)["step"]
     assert stopped_at < STEPS
-    qtbot.waitUntil(lambda: w2.act_resume.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: w2.act_resume.isEnabled(), timeout=SHOWN_MS)
     w2.resume_selected()
     qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
-    qtbot.waitUntil(lambda: (w2.monitor.current.last_step or {}).get("step") == STEPS, timeout=5000)
+    qtbot.waitUntil(lambda: (w2.monitor.current.last_step or {}).get("step") == STEPS, timeout=SHOWN_MS)
     curve = w2.run_view.dashboard.curves["loss"]
-    qtbot.waitUntil(lambda: curve.xData is not None and curve.xData[-1] == STEPS, timeout=5000)
-    qtbot.waitUntil(lambda: "finished" in w2.run_view.dashboard.headline.text(), timeout=5000)
+    qtbot.waitUntil(lambda: curve.xData is not None and curve.xData[-1] == STEPS, timeout=SHOWN_MS)
+    qtbot.waitUntil(lambda: "finished" in w2.run_view.dashboard.headline.text(), timeout=SHOWN_MS)
     assert not w2.act_stop.isEnabled()
     w2.hardware.stop()
 
@@ -76,9 +76,9 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
     w = _window(qtbot)
     w.open_wizard()
     wiz = w.wizard
-    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=SHOWN_MS)  # first snapshot: ms when idle, seconds on a loaded CI machine
     wiz.next()
-    qtbot.waitUntil(lambda: wiz.state.values["data.seq_len"] == 512, timeout=15000)  # the demo model reads 512
+    qtbot.waitUntil(lambda: wiz.state.values["data.seq_len"] == 512, timeout=SHOWN_MS)  # the demo model reads 512
     wiz.next()
     wiz.next()
     form = wiz.plan.advanced
@@ -86,14 +86,14 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
         form.editors[key].edit.setText(text)
         form.editors[key].edit.editingFinished.emit()
     wiz.next()
-    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=20000)
+    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=SHOWN_MS)
     run_dir = wiz.review.run_dir.text()
     wiz.review.start_button.click()
     try:
         qtbot.waitUntil(lambda: w.monitor.current is not None
                         and str(w.monitor.current.run_dir) == str(Path(run_dir).resolve()), timeout=60_000)
         qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=150_000)
-        qtbot.waitUntil(lambda: "finished" in w.run_view.dashboard.headline.text(), timeout=5000)
+        qtbot.waitUntil(lambda: "finished" in w.run_view.dashboard.headline.text(), timeout=SHOWN_MS)
         assert "step 2 of 2" in w.run_view.dashboard.headline.text()
     finally:
         w.runs.kill_tree(run_dir)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FIXTURES
+from conftest import FIXTURES, SHOWN_MS
 
 from app.ops import settings
 from app.views.main_window import MainWindow
@@ -21,7 +21,7 @@ def _window(qtbot, hardware):
 
 def test_header_shows_laptop_gpu(qtbot):
     w = _window(qtbot, LAPTOP)
-    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "4090" in w.header.name.text(), timeout=SHOWN_MS)
     assert w.header.badge.text() == "Laptop"
     assert "GiB VRAM" in w.header.vram.text() and "driver" in w.header.driver.toolTip()  # shown where it fits
     w.hardware.stop()
@@ -29,7 +29,7 @@ def test_header_shows_laptop_gpu(qtbot):
 
 def test_header_cpu_mode(qtbot):
     w = _window(qtbot, NO_GPU)
-    qtbot.waitUntil(lambda: "CPU mode" in w.header.name.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "CPU mode" in w.header.name.text(), timeout=SHOWN_MS)
     assert w.header.name.text() == "no NVIDIA GPU — CPU mode"
     w.hardware.stop()
 
@@ -38,7 +38,7 @@ def test_crashed_worker_shows_error_and_last_log_lines(qtbot, fixture_run):
     run = fixture_run("crashed_run")  # outside runs_dir: like a folder made from a terminal
     w = _window(qtbot, NO_GPU)
     w.open_run(str(run))
-    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=3000)
+    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=SHOWN_MS)
     text = w.run_view.failure.text()
     assert "illegal memory access" in text and "step 7/40 loss 2.30" in text and "Traceback" in text
     assert any("illegal memory access" in t for t in w.run_view.warnings.texts())
@@ -46,7 +46,7 @@ def test_crashed_worker_shows_error_and_last_log_lines(qtbot, fixture_run):
     assert not w.act_resume.isEnabled() and not w.act_stop.isEnabled()  # no checkpoint to resume from
     assert settings.settings().value("last_run") == str(Path(run).resolve())
     assert str(Path(run).resolve()) in settings.extra_runs()
-    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 1, timeout=3000)
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 1, timeout=SHOWN_MS)
     item = w.run_list.topLevelItem(0)
     assert item.text(1) == "failed" and item.text(3) == "7 / 40 (18%)"
     w.hardware.stop()
@@ -61,7 +61,7 @@ def test_reopening_remembers_last_run_and_geometry(qtbot, fixture_run):
     w2 = _window(qtbot, NO_GPU)
     assert w2.monitor.current is not None and w2.monitor.current.run_dir == Path(run).resolve()
     assert w2.size().width() == 760
-    qtbot.waitUntil(lambda: "step 120 of 120" in w2.run_view.dashboard.headline.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "step 120 of 120" in w2.run_view.dashboard.headline.text(), timeout=SHOWN_MS)
     w2.hardware.stop()
 
 
@@ -73,7 +73,7 @@ def test_the_window_works_at_800x600_and_the_runs_list_stays_usable(qtbot, fixtu
     for run in runs:
         w.open_run(str(run))
     w.resize(800, 600)
-    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 2, timeout=5000)
+    qtbot.waitUntil(lambda: w.run_list.topLevelItemCount() == 2, timeout=SHOWN_MS)
     qtbot.wait(200)
     assert (w.width(), w.height()) == (800, 600)
     rl = w.run_list
@@ -105,15 +105,15 @@ def test_export_model_waits_for_a_trained_model_and_demo_rests_after_a_click(qtb
     w.act_demo.trigger()
     w.act_demo.trigger()  # the double click
     assert len(started) == 1 and not w.act_demo.isEnabled()
-    qtbot.waitUntil(w.act_demo.isEnabled, timeout=mw.DEMO_CLICK_REST_MS + 2000)
+    qtbot.waitUntil(w.act_demo.isEnabled, timeout=mw.DEMO_CLICK_REST_MS + SHOWN_MS)
 
 
 def test_export_model_is_offered_once_the_run_has_a_model(qtbot, fixture_run):
     run = fixture_run("cpu_demo")
     w = _window(qtbot, NO_GPU)
     w.open_run(str(run))
-    qtbot.waitUntil(lambda: w.act_export.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: w.act_export.isEnabled(), timeout=SHOWN_MS)
     assert not w.act_export_model.isEnabled() and "No trained model" in w.act_export_model.toolTip()
     (run / "final").mkdir()
     (run / "final" / "config.json").write_text("{}")
-    qtbot.waitUntil(w.act_export_model.isEnabled, timeout=5000)
+    qtbot.waitUntil(w.act_export_model.isEnabled, timeout=SHOWN_MS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, SHOWN_MS
 from PySide6 import QtCore, QtWidgets
 
 from app.model import hub
@@ -39,7 +39,7 @@ def local_hub(tmp_path, monkeypatch):
 def _picker(qtbot):
     hw = HardwareMonitor(LAPTOP)
     hw.start()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
     state = WizardState(hw)
     picker = ModelPicker(state)
     qtbot.addWidget(picker)
@@ -140,7 +140,7 @@ def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, loca
 
     hw = HardwareMonitor(LAPTOP)
     hw.start()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=30000)  # first snapshot: ms when idle, seconds on a loaded CI machine
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
     state = WizardState(hw)
     page = ModelPage(state)
     qtbot.addWidget(page)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, started_wizard
+from conftest import FIXTURES, SHOWN_MS, started_wizard
 from PySide6 import QtCore
 
 from app.views.main_window import KEEP, MainWindow
@@ -48,7 +48,7 @@ def test_typing_0003_keystroke_by_keystroke_stores_0003(qtbot):
     assert wiz.currentPage() is wiz.plan  # Enter takes the value; it does not press Next
     assert wiz.state.values["training.learning_rate"] == 0.003
     assert wiz.state.config().training.learning_rate == 0.003
-    qtbot.waitUntil(lambda: wiz.plan.advanced.editors["training.learning_rate"].text() == "0.003", timeout=3000)
+    qtbot.waitUntil(lambda: wiz.plan.advanced.editors["training.learning_rate"].text() == "0.003", timeout=SHOWN_MS)
     # A bad value: the error shows beside the field, and the text stays as typed.
     adv = wiz.plan.advanced.editors["training.learning_rate"]
     wiz.plan.advanced_toggle.setChecked(True)
@@ -56,7 +56,7 @@ def test_typing_0003_keystroke_by_keystroke_stores_0003(qtbot):
     adv.edit.selectAll()
     qtbot.keyClicks(adv.edit, "-1")
     qtbot.keyClick(adv.edit, QtCore.Qt.Key_Return)
-    qtbot.waitUntil(lambda: adv.error.isVisible(), timeout=3000)
+    qtbot.waitUntil(lambda: adv.error.isVisible(), timeout=SHOWN_MS)
     assert adv.text() == "-1" and "greater than 0" in adv.error.text()
     assert field.error.isVisible()  # the method page's field names the same problem
     assert wiz.currentPage() is wiz.plan
@@ -161,10 +161,10 @@ def test_failed_start_returns_to_the_wizard_with_values_kept(qtbot, tmp_path):
     assert wiz.review.run_dir.text() != run_dir and "already exists" not in text, text
     # The failed run is listed, with its log.
     qtbot.waitUntil(lambda: any(w.run_list.topLevelItem(i).text(0) == Path(run_dir).name
-                                for i in range(w.run_list.topLevelItemCount())), timeout=5000)
+                                for i in range(w.run_list.topLevelItemCount())), timeout=SHOWN_MS)
     assert w.monitor.current is not None and str(w.monitor.current.run_dir) == str(Path(run_dir).resolve())
-    qtbot.waitUntil(lambda: "not found" in w.run_view.log.toPlainText(), timeout=5000)
-    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: "not found" in w.run_view.log.toPlainText(), timeout=SHOWN_MS)
+    qtbot.waitUntil(lambda: w.run_view.failure.isVisible(), timeout=SHOWN_MS)
     w.hardware.stop()
 
 
@@ -206,7 +206,7 @@ def test_throughput_chart_follows_the_selected_run_and_draws_resume_gaps(qtbot, 
     assert y[-1] == 999.0  # the resumed attempt's own steps are drawn
     # A resume while the run is shown arrives live.
     _append_resume(demo, gap_s=300, steps=3)
-    qtbot.waitUntil(lambda: len(np.flatnonzero(np.isnan(tps.yData))) == 2, timeout=5000)
+    qtbot.waitUntil(lambda: len(np.flatnonzero(np.isnan(tps.yData))) == 2, timeout=SHOWN_MS)
     w.hardware.stop()
 
 
@@ -217,7 +217,7 @@ def test_finished_run_says_where_the_model_is(qtbot, fixture_run):
     w = _window(qtbot)
     w.open_run(str(run))
     bar = w.run_view.model_bar
-    qtbot.waitUntil(lambda: bar.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: bar.isVisible(), timeout=SHOWN_MS)
     assert "Your model:" in bar.label.text() and str(run / "final") in bar.label.text()
     assert bar.open_button.isVisible()
     # Try it / Export model appear only when the after-training features connect to them.
@@ -240,7 +240,7 @@ def test_log_view_shows_line_starts(qtbot, fixture_run):
     w = _window(qtbot)
     w.open_run(str(run))
     w.run_view.tabs.setCurrentIndex(2)
-    qtbot.waitUntil(lambda: "x" * 100 in w.run_view.log.toPlainText(), timeout=5000)
+    qtbot.waitUntil(lambda: "x" * 100 in w.run_view.log.toPlainText(), timeout=SHOWN_MS)
     qtbot.wait(100)
     assert w.run_view.log.horizontalScrollBar().value() == 0
     assert w.run_view.log.verticalScrollBar().value() == w.run_view.log.verticalScrollBar().maximum()

@@ -25,19 +25,16 @@ from trainer.rundir.events import EventWriter  # noqa: E402
 from trainer.rundir.runstate import read_run_state  # noqa: E402
 from trainer.supervisor import runlock  # noqa: E402
 
-# The GUI thread only reads pipes: its own work between two 10 ms ticks stays short (GUI-thread CPU time, in
-# seconds). The wall-clock gap is printed, not asserted: on a busy 2-core machine the OS parks the thread while the
-# children's torch threads run, which no code of ours causes (test_responsive.py measures the same way).
-MAX_GUI_WORK_S = 0.1
-
-
 class StallMeter:
-    """A 10 ms timer on the GUI thread: the longest wall-clock gap between its ticks and the GUI thread's own CPU
-    time within a gap (seconds)."""
+    """A 10 ms timer on the GUI thread: how many times it ticked, the longest wall-clock gap between its ticks and the
+    GUI thread's own CPU time within a gap (seconds). The figures are printed, not asserted (tests assert behaviour;
+    ``benchmarks/gui_bench.py --try-it RUN`` measures them): on a busy 2-core machine the OS parks the thread while the
+    children's torch threads run."""
 
     def __init__(self):
         self.last, self.last_cpu = time.perf_counter(), time.thread_time()
         self.longest = self.longest_cpu = 0.0
+        self.ticks = 0
         self.timer = QtCore.QTimer(interval=10, timeout=self._tick)
         self.timer.start()
 
@@ -46,6 +43,7 @@ class StallMeter:
         self.longest = max(self.longest, now - self.last)
         self.longest_cpu = max(self.longest_cpu, cpu - self.last_cpu)
         self.last, self.last_cpu = now, cpu
+        self.ticks += 1
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +71,20 @@ def test_tokens_stream_into_both_panes_while_the_gui_stays_responsive(qtbot, run
     chunks = {"tuned": [], "base": []}
     meter = StallMeter()
     assert tab.send()
-    tab.streams[0].text.connect(lambda t: chunks["tuned"].append((t, tab.streams[0].result is None)))
-    tab.streams[1].text.connect(lambda t: chunks["base"].append((t, tab.streams[1].result is None)))
+    tab.streams[0].text.connect(lambda t: chunks["tuned"].append((t, tab.streams[0].result is None, meter.ticks)))
+    tab.streams[1].text.connect(lambda t: chunks["base"].append((t, tab.streams[1].result is None, meter.ticks)))
     qtbot.waitUntil(lambda: not tab.busy(), timeout=240000)
     meter.timer.stop()
     for pane, name in ((tab.tuned, "tuned"), (tab.base, "base")):
         assert len(chunks[name]) >= 2, f"{name}: tokens must arrive one by one, not at the end"
-        assert all(before_done for _, before_done in chunks[name])
-        assert pane.text() == "".join(t for t, _ in chunks[name]) and pane.text().strip()
+        assert all(before_done for _, before_done, _ in chunks[name])
+        # the event loop ran between the tokens: they were read as they came, not in one blocking read to the end
+        assert len({tick for _, _, tick in chunks[name]}) >= 2, f"{name}: every token arrived in one event-loop turn"
+        assert pane.text() == "".join(t for t, _, _ in chunks[name]) and pane.text().strip()
         assert "tokens in" in pane.info.text()
     assert tab.streams[0].result["base"] is False and tab.streams[1].result["base"] is True
     print(f"longest event-loop gap while streaming: {meter.longest * 1000:.0f} ms wall, "
           f"{meter.longest_cpu * 1000:.0f} ms of GUI-thread work")
-    assert meter.longest_cpu <= MAX_GUI_WORK_S, f"the GUI thread worked {meter.longest_cpu:.2f} s without a break"
     assert not tab.stop_button.isEnabled()
 
 

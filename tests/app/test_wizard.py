@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import yaml
-from conftest import FIXTURES
+from conftest import FIXTURES, SHOWN_MS
 from PySide6 import QtWidgets
 
 from app.ops.hardware_feed import HardwareMonitor
@@ -194,7 +194,7 @@ def test_one_verdict_on_the_picker_row_the_model_page_and_the_plan_page(qtbot):
         wiz.state.set("method.type", method)
         qtbot.waitUntil(lambda: wiz.state.plan is not None and not wiz.state.planning
                         and wiz.state.plan.config_in.method.type == method, timeout=20000)
-        qtbot.waitUntil(lambda: words[method][:1].upper() + words[method][1:] in wiz.plan.verdict.text(), timeout=5000)
+        qtbot.waitUntil(lambda: words[method][:1].upper() + words[method][1:] in wiz.plan.verdict.text(), timeout=SHOWN_MS)
     assert "QLoRA needs an NVIDIA GPU" in wiz.plan.verdict.text()
     hw.stop()
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import SHOWN_MS  # this folder's: how long the window may take to show what background work found
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtTest import QTest
 
@@ -28,6 +29,7 @@ from trainer.rundir import events as ev
 HARDWARE = str(Path(__file__).resolve().parents[1] / "fixtures" / "hardware" / "no_gpu.jsonl")
 XDOTOOL = shutil.which("xdotool")
 seen: dict = {"clicks": "xdotool" if XDOTOOL else "qt"}
+SHOWN_S = SHOWN_MS / 1000
 
 
 def wait_until(app, cond, timeout_s: float, what: str) -> None:
@@ -41,7 +43,7 @@ def wait_until(app, cond, timeout_s: float, what: str) -> None:
 
 def click(app, widget: QtWidgets.QWidget) -> None:
     """Press ``widget`` as a user would: the pointer moves there and clicks (through X)."""
-    wait_until(app, lambda: widget.isVisible() and widget.isEnabled(), 30, f"{widget} to be clickable")
+    wait_until(app, lambda: widget.isVisible() and widget.isEnabled(), SHOWN_S, f"{widget} to be clickable")
     if XDOTOOL:
         centre = widget.mapToGlobal(widget.rect().center())
         subprocess.run([XDOTOOL, "mousemove", "--sync", str(centre.x()), str(centre.y()), "click", "1"], check=True)
@@ -79,12 +81,12 @@ def kill_and_compare(app, w, run_dir: str) -> None:
         if pid:
             os.kill(pid, signal.SIGKILL)
     wait_until(app, lambda: row_state(w, run_dir) == "failed" and w.run_view.dashboard.headline.text().startswith("failed")
-               and w.state_label.text().endswith(": failed"), 30, "the list, dashboard and status bar to say failed")
+               and w.state_label.text().endswith(": failed"), SHOWN_S, "the list, dashboard and status bar to say failed")
     seen["after_kill"] = {"list": row_state(w, run_dir), "status_bar": w.state_label.text().rsplit(": ", 1)[-1],
                           "dashboard": w.run_view.dashboard.headline.text().split(" ", 1)[0], "cli": cli_status(run_dir),
                           "recorded": (ev.read_status(run_dir) or {}).get("state"),
                           "resume_enabled": w.act_resume.isEnabled(), "stop_enabled": w.act_stop.isEnabled()}
-    wait_until(app, lambda: w.findChildren(QtWidgets.QMessageBox), 20, "the popup saying the run ended")
+    wait_until(app, lambda: w.findChildren(QtWidgets.QMessageBox), SHOWN_S, "the popup saying the run ended")
     for box in w.findChildren(QtWidgets.QMessageBox):  # "… was killed (signal 9, SIGKILL): …": read, then closed
         seen["kill_popup"] = box.text()
         box.close()
@@ -97,14 +99,14 @@ def main() -> int:
     w = MainWindow(HARDWARE, lazy=True)
     w.ask_close_choice = lambda runs: KEEP
     w.show()
-    wait_until(app, lambda: w.started, 20, "the window to finish starting")
+    wait_until(app, lambda: w.started, SHOWN_S, "the window to finish starting")
     # The wizard to Review, pressing Next like a user.
     w.open_wizard()
     wiz = w.wizard
-    wait_until(app, lambda: w.hardware.latest is not None, 10, "the hardware probe")
+    wait_until(app, lambda: w.hardware.latest is not None, SHOWN_S, "the hardware probe")
     click(app, wiz.button(QtWidgets.QWizard.NextButton))  # to the Model page (the demo model)
     # The demo model reads 512 positions: the wizard proposes 512 (the schema's 2048 is longer) and says so.
-    wait_until(app, lambda: "the most this model reads" in wiz.model.facts.text(), 30, "the Model page's facts")
+    wait_until(app, lambda: "the most this model reads" in wiz.model.facts.text(), SHOWN_S, "the Model page's facts")
     seen["model_facts"] = wiz.model.facts.text()
     while wiz.currentPage() is not wiz.review:
         click(app, wiz.button(QtWidgets.QWizard.NextButton))
@@ -114,7 +116,7 @@ def main() -> int:
     wiz.close()
     # A demo run: start, stop (checkpoint), resume.
     click(app, toolbar_button(w, w.act_demo))
-    wait_until(app, lambda: bool(w.runs.children), 10, "the demo to launch")
+    wait_until(app, lambda: bool(w.runs.children), SHOWN_S, "the demo to launch")
     run_dir = next(iter(w.runs.children))
     seen["run_dir"] = run_dir
     wait_until(app, lambda: w.monitor.current is not None and str(w.monitor.current.run_dir) == str(Path(run_dir).resolve())
@@ -132,7 +134,7 @@ def main() -> int:
     click(app, toolbar_button(w, w.act_resume))  # Resume is enabled: there is a checkpoint
     wait_until(app, lambda: (ev.read_status(run_dir) or {}).get("state") == "finished", 400, "the run to finish")
     wait_until(app, lambda: row_state(w, run_dir) == "finished" and w.state_label.text().endswith(": finished"),
-               20, "the list and the status bar to say finished")
+               SHOWN_S, "the list and the status bar to say finished")
     seen["finished_headline"] = w.run_view.dashboard.headline.text()
     seen["finished_status"] = cli_status(run_dir)
     w.hardware.stop()

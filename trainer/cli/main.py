@@ -18,6 +18,7 @@ from trainer.cli import run as cli_run
 from trainer.config import ConfigError
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, TrainPilotError
 from trainer.core.secrets import redact
+from trainer.worker.loading import lean
 
 # Modules exposing ``register(subparsers)``; each subcommand sets ``func(args) -> int``.
 COMMAND_MODULES = (cli_run, cli_hw, cli_export, cli_data, cli_chat, cli_export_model)
@@ -42,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code."""
+    """Run one command; returns its exit code. ``argv`` None: this process's own command line (``trainpilot-cli``,
+    ``python -m trainer``), whose export and chat may leave unused libraries unimported (``lean``)."""
+    if argv is None:
+        lean.own_process()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

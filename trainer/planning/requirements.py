@@ -1,16 +1,19 @@
 """What a config needs of this machine beyond memory: an NVIDIA GPU, bitsandbytes, flash-attn,
 DeepSpeed, the trackers it reports to, a hostfile. One rule set, asked by preflight (Start refuses what is unmet), the wizard's
 Review (through preflight) and the fit verdict ("needs bitsandbytes"). Packages are answered by
-``trainer.core.capabilities``. Light: no torch.
+``trainer.core.capabilities``. Also the other side: which optional libraries a run never uses
+(``unused_packages``), so that its processes do not spend seconds importing them. Light: no torch.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.config.resolved import ResolvedRunConfig
 from trainer.core import capabilities
 from trainer.core.errors import UserError
-from trainer.models.spec import spec_for_run
+from trainer.models.spec import find_config, spec_for_run
 from trainer.planning import loss_kernel
 
 
@@ -98,3 +101,41 @@ def _torch_cannot_use_gpu(torch, hardware) -> str:
             f"environment's PyTorch cannot use a GPU ({torch.words()}); set device: cpu to train on this computer's "
             "CPU, or install the CUDA build of PyTorch for this GPU (python installers/torch_build.py prints the pip "
             "command)")
+
+
+# Optional libraries that transformers, accelerate, PEFT and TRL import whenever they are installed, though most runs
+# never call them: DeepSpeed (2-3 s of a process's start), PEFT (which imports bitsandbytes, and bitsandbytes compiles
+# its ops with torch.compile at import: together 1-1.5 s of CPU on the 2-core development machine).
+LEAN_PACKAGES = ("deepspeed", "bitsandbytes", "peft")
+
+
+def unused_packages(cfg) -> tuple[str, ...]:
+    """Which of ``LEAN_PACKAGES`` a run of ``cfg`` never uses: its worker, export and chat processes leave them
+    unimported (``trainer.worker.lean``). ``cfg`` read or resolved: what the planner may still choose (DeepSpeed
+    'auto'; 8-bit AdamW when ``plan_allow_approximate``) counts as used until a resolved config says otherwise. A
+    model whose own files name a quantization or hold an adapter keeps them all (loading it may need any)."""
+    if _model_asks_for_packages(cfg.model.source):
+        return ()
+    planned = isinstance(cfg, ResolvedRunConfig)
+    eight_bit = str(cfg.training.optimizer).endswith("8bit") or (cfg.plan_allow_approximate and not planned)
+    out = []
+    if cfg.deepspeed.enabled is False:
+        out.append("deepspeed")
+    if cfg.method.type != "qlora" and not eight_bit:
+        out.append("bitsandbytes")
+    if cfg.method.type == "full":
+        out.append("peft")
+    return tuple(out)
+
+
+def _model_asks_for_packages(source: str) -> bool:
+    """True when the model's folder holds an adapter or its config.json names a quantization (or cannot be read)."""
+    path = find_config(source)
+    if path is None:
+        return False  # a name TrainPilot plans from its own records, or nothing local yet: a plain model
+    if (path.parent / "adapter_config.json").is_file():
+        return True
+    try:
+        return "quantization_config" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True

@@ -18,6 +18,7 @@ import subprocess
 from trainer.core import entrypoints
 from trainer.core.processes import kill_tree
 from trainer.launch.argv import worker_env
+from trainer.planning import requirements
 
 NO_STANDBY_ENV = "TRAINPILOT_NO_STANDBY"
 
@@ -34,26 +35,30 @@ def spawn_worker(cmd: list[str], stdin=None) -> subprocess.Popen:
 class Standby:
     """A single-process worker importing ahead of its run (see the module's docstring)."""
 
-    def __init__(self, proc: subprocess.Popen, cmd: list[str]):
-        self.proc, self.cmd = proc, cmd
+    def __init__(self, proc: subprocess.Popen, cmd: list[str], without: tuple[str, ...] = ()):
+        self.proc, self.cmd, self.without = proc, cmd, without
 
     @classmethod
     def start(cls, cfg) -> "Standby | None":
         """A standby for a run of ``cfg`` (read, not yet resolved), or None when its worker will not be one
-        process (several GPUs or machines) or standbys are turned off."""
+        process (several GPUs or machines) or standbys are turned off. It leaves unimported what the read config
+        never uses (``requirements.unused_packages``)."""
         if cfg.world_size != 1 or os.environ.get(NO_STANDBY_ENV, "") not in ("", "0"):
             return None
-        cmd = entrypoints.python_m(entrypoints.WORKER, "--standby")
+        without = requirements.unused_packages(cfg)
+        cmd = entrypoints.python_m(entrypoints.WORKER, "--standby", *(["--without", ",".join(without)] if without
+                                                                      else []))
         try:
-            return cls(spawn_worker(cmd, stdin=subprocess.PIPE), cmd)
+            return cls(spawn_worker(cmd, stdin=subprocess.PIPE), cmd, without)
         except OSError:
             return None  # the run starts its worker the usual way
 
-    def take(self, cmd: list[str]) -> subprocess.Popen | None:
+    def take(self, cmd: list[str], unused: tuple[str, ...] = ()) -> subprocess.Popen | None:
         """Give the standby the worker arguments of ``cmd`` (a single-process worker command) and return it; None
-        when it cannot serve (it died, or ``cmd`` is another kind of command): then start ``cmd`` afresh."""
-        prefix = self.cmd[:-1]  # python -m trainer.worker
-        if self.proc.poll() is not None or cmd[:len(prefix)] != prefix:
+        when it cannot serve (it died, ``cmd`` is another kind of command, or it left out a library the resolved
+        run uses: ``unused`` is what the run never uses): then start ``cmd`` afresh."""
+        prefix = entrypoints.python_m(entrypoints.WORKER)
+        if self.proc.poll() is not None or cmd[:len(prefix)] != prefix or not set(self.without) <= set(unused):
             self.cancel()
             return None
         try:

@@ -20,7 +20,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.core.processes import kill_tree
 from trainer.core.units import duration
 from trainer.launch.argv import worker_command
-from trainer.planning import ladder
+from trainer.planning import ladder, requirements
 from trainer.rundir.checkpoints import checkpoint_step, clean_staging, engine_change, latest_checkpoint, read_marker
 from trainer.rundir.events import (
     EVENTS_FILE,
@@ -172,7 +172,8 @@ class Supervisor:
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
         standby, self.standby = self.standby, None
-        self.proc = (standby.take(cmd) if standby is not None else None) or spawn_worker(cmd)
+        self.proc = (standby.take(cmd, requirements.unused_packages(cfg)) if standby is not None else None) or \
+            spawn_worker(cmd)
         log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
         started = " (started early, importing while the inputs were checked)" if self.proc is getattr(
             standby, "proc", None) else ""

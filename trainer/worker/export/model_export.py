@@ -30,7 +30,7 @@ from trainer.models import gguf_support
 from trainer.worker.export import gguf_convert, projector, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
-from trainer.worker.loading import model_parts
+from trainer.worker.loading import lean, model_parts
 
 
 merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
@@ -78,8 +78,9 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
            json_progress: bool = False, verify_export: bool = True) -> tuple[list[Path], dict | None]:
     """Export ``source`` (final/ or a checkpoint of ``run_dir``) into ``to``. Returns the files written and the
     verification result (None when nothing was verified: no GGUF, or ``verify_export`` off)."""
-    chat.quiet_libraries()
     cfg = config_mod.load(run_dir / "config.yaml")
+    lean.for_run(cfg)  # before quiet_libraries imports transformers
+    chat.quiet_libraries()
     checking = bool(gguf_type) and verify_export
     progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama + checking)
     progress.step(f"loading {source}")

@@ -22,6 +22,7 @@ from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_EXPORT_DIFFERS, TrainPilotError, UserError
 from trainer.hardware.probe import free_cores
 from trainer.models.gguf_support import LLAMA_CPP_PYTHON
+from trainer.worker.loading import lean
 
 RECORD = "trainpilot-export.json"
 RESULT = "verification.json"
@@ -89,13 +90,14 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
     before transformers computes, so the two never compete for the cores; transformers then reads llama.cpp's answers
     teacher-forced, one forward a prompt (instead of ``GREEDY_STEPS`` incremental steps). The reference model is
     loaded first: the chat rules take its generation config's end-of-turn ids, and the cases are built from them."""
+    cfg = config_mod.load(run / "config.yaml")
+    lean.for_run(cfg)  # before torch and transformers
     import torch
 
     from trainer.worker.export import llama_checks, run_records
     from trainer.worker.generate import generation
 
     generation.quiet_libraries()
-    cfg = config_mod.load(run / "config.yaml")
     tok = generation.load_tokenizer(cfg, source)
     generation.ensure_chat_template(cfg, tok)
     model = _reference_model(cfg, folder, source, reference)
@@ -187,4 +189,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    lean.own_process()  # a child of export-model or verify-export: it may leave unused libraries unimported
     sys.exit(main(sys.argv[1:]))

@@ -19,7 +19,7 @@ from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
 from trainer.models.sources import DEMO_MODEL, architecture_file
 from trainer.worker.generate import picture_prompt
-from trainer.worker.loading import model_parts, modeling
+from trainer.worker.loading import lean, model_parts, modeling
 
 DEFAULTS = {"max_new_tokens": 256, "temperature": 0.7, "top_p": 0.9}
 
@@ -210,10 +210,11 @@ def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mod
              temperature: float, top_p: float, seed: int | None, image: Path | None = None) -> int:
     """``trainpilot-cli chat``'s work after its light checks. ``mode``: text, json or stream-json. ``image``: a
     picture every message is about (a vision-language model)."""
+    cfg = config_mod.load(run_dir / "config.yaml")
+    lean.for_run(cfg)  # before torch and transformers
     import torch
 
     quiet_libraries()
-    cfg = config_mod.load(run_dir / "config.yaml")
     use_cuda = cfg.device != "cpu" and torch.cuda.is_available()
     started = time.perf_counter()
     tok = load_tokenizer(cfg, source)

@@ -37,18 +37,26 @@ from trainer.rundir.records import (
     Stopped,
     WarningEvent,
 )
+from trainer.worker.loading import lean
 from trainer.worker.train import trackers
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code. ``argv`` None: this process's own command line (``python -m
+    trainer.worker``), which may leave unused libraries unimported (``lean``)."""
+    if argv is None:
+        lean.own_process()
     ap = argparse.ArgumentParser(prog="trainer.worker")
     ap.add_argument("--run-dir")
     ap.add_argument("--resume-from", default=None)
     ap.add_argument("--standby", action="store_true", help="import the training libraries, then read this "
                     "command's other arguments as one JSON list on stdin (end of input: exit 0 at once)")
+    ap.add_argument("--without", default="", help="with --standby: optional libraries to leave unimported "
+                    "(comma-separated; the run's read config never uses them)")
     args = ap.parse_args(argv)
-    if args.standby:
+    started_early = args.standby
+    if started_early:
+        lean.leave_unimported(args.without.split(","))
         rest = standby()
         if rest is None:
             return 0
@@ -61,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     writer = EventWriter(run_dir / EVENTS_FILE, redact=functools.partial(secrets.redact, values=known))
     try:
         cfg = load_resolved(run_dir / "config.yaml")
+        if not started_early:  # a standby has imported: what it left out is all it can (spawn.Standby.take)
+            lean.for_run(cfg)
+        if lean.left_out() and rank == 0:
+            print(f"trainpilot worker: left unimported (this run never uses them): {', '.join(lean.left_out())}",
+                  file=sys.stderr, flush=True)
         rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
         os.environ.update(allocator_env(os.environ))  # ranks a multi-node launcher started without our environment
         rank = int(os.environ.get("RANK", "0"))
