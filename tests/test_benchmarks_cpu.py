@@ -96,7 +96,7 @@ def test_arch_activations_prints_planned_vs_measured(tmp_path):
     pytest.importorskip("torch")
     text = run("arch_activations.py", "--families", "lfm2", "--json", str(tmp_path / "a.json"), timeout=900)
     row = json.loads((tmp_path / "a.json").read_text())["rows"][0]
-    assert "| lfm2 |" in text and set(row["cases"]) == {"full", "checkpointing", "lora"}
+    assert "| lfm2 |" in text and set(row["cases"]) == {"full", "checkpointing", "lora", "tiled"}
 
 
 @pytest.mark.slow  # CLI children and one structure probe

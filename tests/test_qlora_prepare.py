@@ -54,7 +54,8 @@ def _load_4bit(folder):
 
 
 def _qlora_cfg(folder, checkpointing=False):
-    return config_mod.validate({"model": {"source": str(folder)}, "method": {"type": "qlora", "lora_r": 8},
+    method = {"type": "qlora", "lora_r": 8, "lora_dropout": 0.05}  # the dropout as a resolved config has it
+    return config_mod.validate({"model": {"source": str(folder)}, "method": method,
                                 "speed": {"gradient_checkpointing": checkpointing}})
 
 
