@@ -28,6 +28,8 @@ from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.data import image_caps
 from trainer.data.pictures import pictures_of
+from trainer.models import vision
+from trainer.models.sources import DEMO_MODEL
 
 TEXT_KEYS = ("input_ids", "attention_mask")
 PROCESSOR_CONFIGS = ("preprocessor_config.json", "processor_config.json")
@@ -218,7 +220,7 @@ def load_processor(cfg, tokenizer):
     """The model's own processor with the run's tokenizer (its chat template, pad token) and ``data.image_max_pixels``
     applied, or None for a model that takes no pictures. A tokenizer without a chat template takes the processor's."""
     source = cfg.model.source
-    if not source or source == "demo" or cfg.model.architecture or not _has_processor_files(cfg):
+    if not _takes_pictures(cfg):
         return None
     from transformers import AutoProcessor
 
@@ -239,18 +241,31 @@ def load_processor(cfg, tokenizer):
     return processor
 
 
-def _has_processor_files(cfg) -> bool:
-    """Whether ``model.source`` ships a processor (``preprocessor_config.json``, or transformers 5's
-    ``processor_config.json``): a local folder, or the hub cache (nothing is downloaded for a model without one)."""
+def _takes_pictures(cfg) -> bool:
+    """Whether ``model.source`` is a vision-language model: its config.json has a vision tower (and a local folder
+    ships its processor: ``preprocessor_config.json`` or transformers 5's ``processor_config.json``). A hub id's
+    config.json comes from the cache, else from the hub once (the run loads it anyway). The shipped demo model and
+    ``model.architecture`` runs (random weights, the demo tokenizer) take none, asked of nothing: no network wait."""
     m = cfg.model
+    if not m.source or m.source in ("demo", DEMO_MODEL) or m.architecture:
+        return False
     folder = Path(str(m.source)).expanduser()
     if folder.is_dir():
-        return any((folder / name).is_file() for name in PROCESSOR_CONFIGS)
+        return vision.is_vision_language(_json(folder / "config.json")) \
+            and any((folder / name).is_file() for name in PROCESSOR_CONFIGS)
     from transformers.utils import cached_file
 
-    return any(cached_file(m.source, name, revision=m.revision, token=secrets.hub_token(cfg),
-                           _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
-               for name in PROCESSOR_CONFIGS)
+    path = cached_file(m.source, "config.json", revision=m.revision, token=secrets.hub_token(cfg),
+                       _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    return bool(path) and vision.is_vision_language(_json(Path(path)))
+
+
+def _json(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
 
 
 def cap(processor, max_pixels: int | None) -> str:
