@@ -188,8 +188,12 @@ def lora_config(cfg, model, task_type: str = "CAUSAL_LM"):
 def _apply_method(cfg, model, task_type: str = "CAUSAL_LM"):
     if cfg.method.type == "full":
         return model
+    import torch
     from peft import get_peft_model
 
+    # The adapters' random initialisation follows training.seed: torch 2.13 seeds its default generator from the OS
+    # at start, so without this two runs of one config (and the ranks of one run) began from different adapters.
+    torch.manual_seed(cfg.training.seed)
     model = get_peft_model(model, lora_config(cfg, model, task_type))
     if cfg.speed.gradient_checkpointing is True:
         model.enable_input_require_grads()  # checkpointed frozen embeddings need grads flowing in
