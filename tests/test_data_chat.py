@@ -269,3 +269,18 @@ def test_system_message_actions():
     assert system_action(msgs[1:], "error", False) == "none"
     assert with_system_message(msgs, "merged") == [{"role": "user", "content": "S\n\nU"}, msgs[2]]
     assert with_system_message(msgs, "dropped") == msgs[1:]
+
+
+def test_a_record_is_found_by_its_line_only_when_a_message_names_it(base_tokenizer_dir, monkeypatch, tmp_path):
+    """Finding a record's line reads the file up to it; done for every record it made tokenizing quadratic in the
+    file's length (5,000 chat records: 37.6 s to the error at line 4,322, 13.0 s once only the error asks)."""
+    from trainer.worker.datapipe import rendering
+
+    asked = []
+    monkeypatch.setattr(rendering, "record_line", lambda path, index: asked.append(index) or f"line {index + 1}")
+    tok = tokenizer(base_tokenizer_dir, "gemma")
+    out = encode(tok, [{"messages": CONVERSATION[1:]}] * 50)
+    assert len(out["input_ids"]) == 50 and asked == []
+    with pytest.raises(UserError, match="line 2, field 'messages'"):
+        encode(tok, [{"messages": CONVERSATION[1:]}, {"messages": [{"role": "tool", "content": "x"}, *CONVERSATION[1:]]}])
+    assert asked == [1]

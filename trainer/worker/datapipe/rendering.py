@@ -65,6 +65,19 @@ def renderer(tokenizer):
     return lambda m, gen: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
 
 
+class _Line:
+    """'line N' of a record, found only when a message says it (``record_line`` reads the file up to the record:
+    computed for every record it made tokenizing quadratic in the file's length)."""
+
+    __slots__ = ("path", "index")
+
+    def __init__(self, path: str, index: int):
+        self.path, self.index = path, index
+
+    def __str__(self) -> str:
+        return record_line(self.path, self.index)
+
+
 def system_message(chat, msgs: list[dict], path: str, where: str) -> list[dict]:
     """``msgs`` after ``data.system_message`` (the chat rules' system rule); UserError naming the file and line
     (``where``) when the mode is 'error' and the template has no system role."""
@@ -157,7 +170,7 @@ class Encoder:
         """The record's conversation as the chat rules take it (content parts with absolute picture paths for a
         record with pictures). UserError naming the record."""
         problem = formats.check_record(rec, self.fmt, self.d.text_field)
-        where = record_line(self.where, index)
+        where = _Line(self.where, index)
         if problem:
             name, why = problem
             raise UserError(f"data.path: {self.where} {where}, field '{name}': {why}; fix or drop the record, or set "
@@ -177,7 +190,7 @@ class Encoder:
     def render(self, rec: dict, index: int) -> list[Example]:
         """The training examples of one conversation record (one, or one per assistant turn; ``Chat.examples``).
         UserError naming the record."""
-        where = record_line(self.where, index)
+        where = _Line(self.where, index)
         msgs = system_message(self.chat, self.messages(rec, index), self.where, where)
         try:
             pictured = any(conversations.has_picture(m.get("content")) for m in msgs)
