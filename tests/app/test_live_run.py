@@ -125,3 +125,51 @@ def test_closing_during_training_cancel_then_stop_and_save(qtbot):
     finally:
         w.runs.kill_tree(run_dir)
         w.hardware.stop()
+
+
+@pytest.mark.slow
+def test_the_wizard_trains_a_vision_language_model_on_picture_records(qtbot, tmp_path, monkeypatch):
+    """Issue 28: a tiny SmolVLM-shaped model (its real processor, tests/real_vlms.py) and image chat records, typed
+    into the wizard as a user would: the Data page counts the pictures, LoRA is chosen, Start runs it to the end and the
+    run's final model keeps its processor."""
+    import real_vlms as rv
+
+    from test_vision_train import write_data
+
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    model, data = rv.family_dir("smolvlm"), write_data(tmp_path)
+    w = _window(qtbot)
+    w.open_wizard()
+    wiz = w.wizard
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=SHOWN_MS)
+    wiz.next()
+    wiz.model.source.setText(str(model))
+    qtbot.waitUntil(lambda: "parameters" in wiz.model.facts.text(), timeout=SHOWN_MS)
+    wiz.next()
+    wiz.data.path.setText(str(data))
+    wiz.data.path.editingFinished.emit()
+    qtbot.waitUntil(lambda: wiz.data.report is not None, timeout=120_000)
+    pictures = wiz.data.report["pictures"]
+    assert pictures["pictures"] == 8 and pictures["image_tokens_max_per_sample"] > 0, pictures
+    assert "8 pictures" in wiz.data.stats.text() and "image tokens" in wiz.data.tokens.text()
+    wiz.next()
+    lora = next(b for b in wiz.plan.methods.buttons() if b.property("method") == "lora")
+    lora.click()
+    form = wiz.plan.advanced
+    for key, text in (("training.max_steps", "2"), ("data.seq_len", "128"), ("checkpoints.every_steps", "1")):
+        form.editors[key].edit.setText(text)
+        form.editors[key].edit.editingFinished.emit()
+    qtbot.waitUntil(lambda: wiz.state.values["method.type"] == "lora" and not wiz.state.planning, timeout=SHOWN_MS)
+    wiz.next()
+    qtbot.waitUntil(lambda: wiz.review.start_button.isEnabled(), timeout=SHOWN_MS)
+    run_dir = wiz.review.run_dir.text()
+    wiz.review.start_button.click()
+    try:
+        qtbot.waitUntil(lambda: _state(run_dir) == "finished", timeout=240_000)
+        qtbot.waitUntil(lambda: "finished" in w.run_view.dashboard.headline.text(), timeout=SHOWN_MS)
+        final = Path(run_dir) / "final"
+        assert (final / "adapter_model.safetensors").is_file()
+        assert (final / "preprocessor_config.json").is_file() or (final / "processor_config.json").is_file()
+    finally:
+        w.runs.kill_tree(run_dir)
+        w.hardware.stop()
