@@ -50,6 +50,7 @@ def test_the_gpu_ladder_walks_every_rung_in_order_of_cost():
         {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4},
         {"training.micro_batch_size": 1, "training.gradient_accumulation_steps": 8},
         {"speed.gradient_checkpointing": True},
+        {"speed.tiled_mlp": True},
         {"speed.activation_offload": True},
         # 8-bit AdamW only where bitsandbytes is installed: the rung must be able to run on this machine
         *([{"training.optimizer": "adamw_8bit"}] if capabilities.installed("bitsandbytes") else []),
@@ -103,6 +104,19 @@ def _walk_all(cfg, phase=None) -> list[dict]:
     return steps
 
 
+def test_the_tiled_rung_comes_where_the_planner_can_plan_the_model_tiled():
+    """Issue 32: at long sequences one checkpointed layer's recompute is what runs out; the ladder tiles the MLP after
+    checkpointing (exact) — on CUDA, for supervised training of a model the planner plans tiled, DeepSpeed off."""
+    def rung(cfg):
+        return [s for s in _walk(cfg) if "speed.tiled_mlp" in s]
+
+    assert rung(_resolved()) == [{"speed.tiled_mlp": True}]
+    assert rung(_resolved(model={"architecture": "gpt-oss-20b"})) == []  # its MLP returns router scores: not tiled
+    assert rung(_resolved(device="cpu", speed={"precision": "fp32"}, model={"dtype": "float32"})) == []
+    assert rung(_resolved(training={"objective": "dpo"})) == []
+    assert rung(_resolved(speed={"tiled_mlp": True})) == []
+
+
 def test_every_rung_changes_only_the_ladders_settings():
     """LADDER_KEYS is the list recovery.ladder_keeps can hold: a rung changing anything else could not be kept."""
     configs = [_resolved(), _resolved(device="cpu", speed={"precision": "fp32"}, model={"dtype": "float32"}),
@@ -116,7 +130,7 @@ def test_every_rung_changes_only_the_ladders_settings():
 
 
 @pytest.mark.parametrize("kept", [["speed.loss_kernel", "deepspeed.enabled"], ["training.micro_batch_size"],
-                                  ["speed.gradient_checkpointing", "speed.activation_offload"],
+                                  ["speed.gradient_checkpointing", "speed.activation_offload"], ["speed.tiled_mlp"],
                                   ["deepspeed.zero_stage"], ["training.optimizer"]])
 def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
     if not capabilities.installed("deepspeed"):
@@ -133,8 +147,8 @@ def test_no_rung_changes_a_kept_setting_and_the_report_names_it(kept):
     assert steps, "the rungs that change none of them are still climbed"
     report = ladder.exhausted_report(last, [{"why": "x"}] * len(steps))
     held = {k for h in report["held_back"] for k in h["yours"]}
-    if kept == ["training.optimizer"]:  # 8-bit AdamW was passed over, then DeepSpeed's own optimizer came: at the
-        assert not held                 # end no rung needs the setting, so the report names none
+    if kept in (["training.optimizer"], ["speed.tiled_mlp"]):  # 8-bit AdamW (the tiled MLP) was passed over, then
+        assert not held  # DeepSpeed came (its own optimizer; no tiled rung under it): at the end no rung needs the setting
         return
     assert held and held <= set(kept), report
     assert "settings your config sets" in report["message"]

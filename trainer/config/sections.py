@@ -406,7 +406,7 @@ class RecoveryConfig(_Section):
     auto_resume: int = Field(0, ge=0, description="Restart a crashed worker from its last checkpoint up to N times.")
     oom_ladder: bool = Field(
         True, description="On out-of-memory: the chunked loss, halve micro-batch (doubling accumulation), "
-        "checkpointing, then offload, resuming each time (docs/planner.md, 'The OOM ladder')."
+        "checkpointing, the tiled MLP, then offload, resuming each time (docs/planner.md, 'The OOM ladder')."
     )
     ladder_keeps: Union[list[str], Auto] = Field(
         "auto", description="Settings the OOM ladder never changes (dotted keys, e.g. [deepspeed.enabled]); a step "

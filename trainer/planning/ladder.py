@@ -2,8 +2,9 @@
 
 Rungs in order of cost: a loss without full logits (``loss_kernel.ladder_kernel``: Liger's or the chunked
 loss, exact, usually no slower); halve the micro-batch and double
-accumulation (down to 1); gradient checkpointing (recompute); activation offload to pinned host RAM
-(PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
+accumulation (down to 1); gradient checkpointing (recompute); the MLP and norms over sequence tiles
+(``speed.tiled_mlp``: exact; where the planner can plan the model tiled; CUDA: at long sequences one
+checkpointed layer's recompute is what runs out); activation offload to pinned host RAM (PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
 ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
 
 GRPO adds a rung: halve ``grpo.generation_batch_size`` (completions sampled at once: a smaller KV cache,
@@ -32,11 +33,12 @@ from trainer.models.spec import spec_for_run
 from trainer.planning import loss_kernel
 from trainer.planning.context import Context, generation_candidates, make_setup
 from trainer.planning.memory import estimate
+from trainer.planning.search import can_tile
 
 
 # Every setting a rung may change (tests check each rung against it): the settings recovery.ladder_keeps can hold.
 LADDER_KEYS = ("speed.loss_kernel", "training.micro_batch_size", "training.gradient_accumulation_steps",
-               "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.activation_offload",
+               "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.tiled_mlp", "speed.activation_offload",
                "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage", "deepspeed.offload_optimizer",
                "deepspeed.offload_params")
 
@@ -149,6 +151,21 @@ def _exact_rungs(cfg, phase: str | None) -> tuple:
     return _micro_rung, _checkpointing_rung, _generation_rung
 
 
+def _tiled_mlp_rung(cfg) -> tuple[dict, str] | None:
+    """CUDA only, after checkpointing: the MLP and norms over sequence tiles (exact), where the planner can plan this
+    model tiled (``search.can_tile``: supervised training, a layout the worker tiles) and DeepSpeed is off."""
+    if cfg.device != "cuda" or cfg.speed.tiled_mlp is True or cfg.deepspeed.enabled is True:
+        return None
+    try:
+        if not can_tile(Context.for_resolved(cfg, spec_for_run(cfg))):
+            return None
+    except UserError:
+        return None
+    return ({"speed.tiled_mlp": True},
+            "run each layer's MLP and norms over tiles of the sequence (exact; their intermediates never exist for the "
+            "whole sequence, in the forward or the recompute)")
+
+
 def _activation_offload_rung(cfg) -> tuple[dict, str] | None:
     """CUDA only, before DeepSpeed: saved activations to pinned host RAM."""
     if cfg.device != "cuda" or cfg.deepspeed.enabled is True or cfg.speed.activation_offload is True:
@@ -185,7 +202,7 @@ def _param_offload_rung(cfg) -> tuple[dict, str] | None:
 
 def _rungs(cfg, phase: str | None) -> Iterator[tuple[dict, str]]:
     """Every rung that applies to ``cfg``, cheapest first, before asking which settings are the user's."""
-    order = (_loss_rung, *_exact_rungs(cfg, phase), _activation_offload_rung, _eight_bit_rung,
+    order = (_loss_rung, *_exact_rungs(cfg, phase), _tiled_mlp_rung, _activation_offload_rung, _eight_bit_rung,
              _optimizer_offload_rung, _param_offload_rung)
     return (r for r in (rung(cfg) for rung in order) if r)
 
