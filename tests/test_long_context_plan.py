@@ -151,3 +151,20 @@ def test_plan_max_seq_through_the_cli(tmp_path):
     assert closed["settings"]["speed.tiled_mlp"] is True and closed["predicted_peak_bytes"] <= closed["budget_bytes"]
     bad = subprocess.run(run + ["--seq-step", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and "--seq-step 0" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_moe_with_its_router_loss_is_never_planned_tiled():
+    """The worker refuses to tile a MoE whose router adds its auxiliary loss (output_router_logits: true: a tile's
+    router logits run without autograd); the planner, deciding the same, never plans it tiled."""
+    from trainer.models import structure
+    from trainer.models.spec import find_config, spec_from_record
+    from trainer.planning.tiled_memory import tiles_mlp
+
+    conf = json.loads(find_config("qwen3-30b-a3b").read_text())
+    record, _ = structure.record_for(conf, "qwen3-30b-a3b", measured=True)
+    plain = spec_from_record(record, conf)
+    assert not plain.router_aux_loss and tiles_mlp(plain)
+    for flagged in ({**conf, "output_router_logits": True},
+                    {**conf, "text_config": {**conf, "output_router_logits": True}}):
+        spec = spec_from_record(record, flagged)
+        assert spec.router_aux_loss and not tiles_mlp(spec)

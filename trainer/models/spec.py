@@ -89,6 +89,7 @@ class ModelSpec:
     kernels: tuple[str, ...] = ()  # optional CUDA kernels that replace a measured reference implementation
     origin: str = ""  # shipped | cache | probe: where the structure record came from
     probe_seconds: float = 0.0  # the probe child's wall time when origin is 'probe'
+    router_aux_loss: bool = False  # a MoE config with output_router_logits: true (its router's auxiliary loss)
 
     @property
     def encoder_decoder(self) -> bool:
@@ -181,7 +182,8 @@ def spec_from_record(rec: dict, cfg: dict, name: str = "", source: str = "", ori
         frozen_params=sum(int(t["params"]) for t in rec.get("towers", [])), experts=rec.get("experts"),
         activations=rec.get("activations"), vision=rec.get("vision"), supports_sdpa=bool(rec.get("sdpa", True)),
         kernels=_kernels(groups), origin=origin,
-        probe_seconds=float(rec.get("probe_seconds", 0.0)) if origin == "probe" else 0.0)
+        probe_seconds=float(rec.get("probe_seconds", 0.0)) if origin == "probe" else 0.0,
+        router_aux_loss=any(bool(c.get("output_router_logits")) for c in (cfg, cfg.get("text_config") or {})))
 
 
 # Optional CUDA kernels transformers uses instead of the reference implementation the probe measured, per layer kind.

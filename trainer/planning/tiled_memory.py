@@ -21,8 +21,9 @@ LLAMA_LAYOUT_FAMILIES = frozenset({"llama", "mistral", "qwen2"})
 def tiles_mlp(spec: ModelSpec, s=None) -> bool:
     """Whether the planner can plan this model's layers with the MLP tiled (for setup ``s``): a hand-fitted family
     with Llama's layout in 16 bits (bf16 weights, or a frozen base), or a record that measured its tiled layers
-    (``measured.has_tiled``)."""
-    if spec.encoder_decoder:
+    (``measured.has_tiled``). Never a MoE that adds its router's auxiliary loss (``output_router_logits: true``): a
+    tile's router logits run without autograd, so the worker refuses to tile it."""
+    if spec.encoder_decoder or spec.router_aux_loss:
         return False
     if not spec.fitted:
         return measured.has_tiled(spec, s)
