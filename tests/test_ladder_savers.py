@@ -117,6 +117,27 @@ def test_the_tiled_rung_comes_where_the_planner_can_plan_the_model_tiled():
     assert rung(_resolved(speed={"tiled_mlp": True})) == []
 
 
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_the_ladder_climbs_from_a_real_plan_to_its_end_without_a_refused_config(method):
+    """Issue 29 item 8 (the ladder never crashes): from the planner's own resolved config on the 16 GB laptop, every
+    rung is a config the config's rules accept — QLoRA's ladder stopped with a ConfigError at ZeRO-3 (4-bit weights
+    cannot be sharded), which the supervisor met as a crash."""
+    from trainer.hardware.source import open_probe
+    from trainer.planning.plan import plan_run
+
+    probe = open_probe(str(LAPTOP))
+    try:
+        hardware = probe.snapshot()
+    finally:
+        probe.close()
+    cfg = C.validate({"model": {"architecture": "llama-3.1-8b"}, "method": {"type": method},
+                      "training": {"micro_batch_size": 1}, "data": {"seq_len": 4096, "packing": False}})
+    walked = _walk(C.replace(plan_run(cfg, hardware).resolved, **{"training.effective_batch_size": 8,
+                                                                  "training.gradient_accumulation_steps": 8}))
+    assert walked, "the ladder has rungs above this plan"
+    assert all("deepspeed.offload_params" not in s for s in walked) or method != "qlora", walked
+
+
 def test_every_rung_changes_only_the_ladders_settings():
     """LADDER_KEYS is the list recovery.ladder_keeps can hold: a rung changing anything else could not be kept."""
     configs = [_resolved(), _resolved(device="cpu", speed={"precision": "fp32"}, model={"dtype": "float32"}),

@@ -193,8 +193,10 @@ def _optimizer_offload_rung(cfg) -> tuple[dict, str] | None:
 
 
 def _param_offload_rung(cfg) -> tuple[dict, str] | None:
+    """ZeRO-3 with parameter offload; never for QLoRA (ZeRO-3 cannot shard 4-bit weights: the config refuses it)."""
     ds = cfg.deepspeed
-    if not capabilities.installed("deepspeed") or ds.enabled is not True or not ds.offload_optimizer or ds.offload_params:
+    if not capabilities.installed("deepspeed") or ds.enabled is not True or not ds.offload_optimizer or ds.offload_params \
+            or cfg.method.type == "qlora":
         return None
     return ({"deepspeed.zero_stage": 3, "deepspeed.offload_params": True},
             "optimizer is offloaded: keep weights in CPU RAM too (ZeRO-3 parameter offload)")
@@ -220,7 +222,10 @@ def next_step(cfg, phase: str | None = None) -> LadderStep | None:
     kept = kept_settings(cfg)
     for changes, why in _rungs(cfg, phase):
         if not _kept_in(cfg, changes, kept):
-            return LadderStep(config_mod.replace(cfg, **changes), changes, why)
+            try:
+                return LadderStep(config_mod.replace(cfg, **changes), changes, why)
+            except config_mod.ConfigError:  # a rung the config's own rules refuse for this run: not a way out
+                continue
     return None
 
 
