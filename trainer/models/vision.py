@@ -84,7 +84,8 @@ def is_vision_language(model_cfg: dict) -> bool:
     return isinstance(model_cfg.get("vision_config"), dict)
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON object file as a dict; {} when it is missing, unreadable or not an object."""
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -96,7 +97,7 @@ def processor_files(folder: Optional[Path]) -> tuple[dict, dict, str]:
     """(preprocessor_config.json, processor_config.json, source words) of a model folder; empty when absent."""
     if folder is None:
         return {}, {}, ""
-    pre, proc = _json(folder / "preprocessor_config.json"), _json(folder / "processor_config.json")
+    pre, proc = read_json(folder / "preprocessor_config.json"), read_json(folder / "processor_config.json")
     return pre, proc, (f"{folder}'s preprocessor_config.json" if pre or proc else "")
 
 
@@ -104,7 +105,7 @@ def shipped_files(architecture: Optional[str]) -> tuple[dict, dict, str]:
     """The shipped record of a catalog model's published processor files (``{"preprocessor": …, "processor": …}``)."""
     if not architecture:
         return {}, {}, ""
-    d = _json(PROCESSORS_DIR / f"{architecture}.json")
+    d = read_json(PROCESSORS_DIR / f"{architecture}.json")
     if not d:
         return {}, {}, ""
     return d.get("preprocessor") or {}, d.get("processor") or {}, f"the published processor of {d.get('hub_id', architecture)}"

@@ -251,21 +251,13 @@ def _takes_pictures(cfg) -> bool:
         return False
     folder = Path(str(m.source)).expanduser()
     if folder.is_dir():
-        return vision.is_vision_language(_json(folder / "config.json")) \
+        return vision.is_vision_language(vision.read_json(folder / "config.json")) \
             and any((folder / name).is_file() for name in PROCESSOR_CONFIGS)
     from transformers.utils import cached_file
 
     path = cached_file(m.source, "config.json", revision=m.revision, token=secrets.hub_token(cfg),
                        _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
-    return bool(path) and vision.is_vision_language(_json(Path(path)))
-
-
-def _json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+    return bool(path) and vision.is_vision_language(vision.read_json(Path(path)))
 
 
 def cap(processor, max_pixels: int | None) -> str:
