@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fake_hub import FakeHub
 from helpers_cli import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_config
 
 from trainer.config.sections import RunConfig
@@ -225,47 +226,19 @@ def cli(ws: Path, *args, env: dict | None = None, timeout: float = PREFLIGHT_TIM
 
 
 @pytest.mark.slow  # a child process or a model load: seconds (pytest -m 'not slow' stays under 4 min)
-class _Hub:
-    """A hub stand-in (HF_ENDPOINT) that answers 404 and records what was asked of it."""
-
-    def __enter__(self):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        asked = self.asked = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                asked.append(self.path)
-                self.send_error(404)
-
-            do_HEAD = do_GET
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-
-
 def test_data_command_json_contract(tmp_path):
     """Also: the shipped demo model asks the hub nothing (a text model's processor lookup once waited ~47 s for
     huggingface_hub's retries on a machine without a network, on every data report and training run)."""
     write_jsonl(tmp_path / "train.jsonl", [CHAT, TOOL_CHAT], repeat=4)
     cfg = write_config(tmp_path, {"data.seq_len": 40})
-    with _Hub() as hub:
-        proc = cli(tmp_path, "data", cfg, "--json", "--examples", "3", timeout=300, env={"HF_ENDPOINT": hub.url})
+    hub = FakeHub({})
+    try:
+        proc = cli(tmp_path, "data", cfg, "--json", "--examples", "3", timeout=300, env={"HF_ENDPOINT": hub.start()})
+    finally:
+        hub.stop()
     assert proc.returncode == 0, proc.stderr
     # huggingface_hub's own user-agent telemetry fetches its agent registry (3 s timeout, cached a day): not ours
-    asked = [path for path in hub.asked if path != "/api/agent-harnesses"]
+    asked = [r for r in hub.requests if not r.endswith(" /api/agent-harnesses")]
     assert asked == [], "the demo model is shipped: nothing is asked of the hub"
     r = json.loads(proc.stdout)
     assert r["format"] == "chat" and r["records"] == 8 and isinstance(r["records"], int)

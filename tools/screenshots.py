@@ -24,7 +24,8 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "app"))  # the hub stand-in lives with the tests
+sys.path.insert(0, str(ROOT / "tests" / "app"))  # the fixture runs live with the GUI tests
+sys.path.insert(0, str(ROOT / "tests"))  # the hub stand-in lives with the tests
 
 from app.views.export_dialog import ExportDialog  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
