@@ -4,8 +4,9 @@ Rungs in order of cost: a loss without full logits (``loss_kernel.ladder_kernel`
 loss, exact, usually no slower); halve the micro-batch and double
 accumulation (down to 1); gradient checkpointing (recompute); the MLP and norms over sequence tiles
 (``speed.tiled_mlp``: exact; where the planner can plan the model tiled; CUDA: at long sequences one
-checkpointed layer's recompute is what runs out); activation offload to pinned host RAM (PCIe time; CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed
-ZeRO-2 with optimizer offload; ZeRO-3 with parameter offload.
+checkpointed layer's recompute is what runs out); activation offload to pinned host RAM (PCIe time;
+CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed ZeRO-2 with
+optimizer offload; ZeRO-3 with parameter offload (not for QLoRA: 4-bit weights cannot be sharded).
 
 GRPO adds a rung: halve ``grpo.generation_batch_size`` (completions sampled at once: a smaller KV cache,
 more sampling passes per step; kept a multiple of num_generations and of the micro-batch, dividing the
@@ -38,9 +39,9 @@ from trainer.planning.search import can_tile
 
 # Every setting a rung may change (tests check each rung against it): the settings recovery.ladder_keeps can hold.
 LADDER_KEYS = ("speed.loss_kernel", "training.micro_batch_size", "training.gradient_accumulation_steps",
-               "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.tiled_mlp", "speed.activation_offload",
-               "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage", "deepspeed.offload_optimizer",
-               "deepspeed.offload_params")
+               "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.tiled_mlp",
+               "speed.activation_offload", "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage",
+               "deepspeed.offload_optimizer", "deepspeed.offload_params")
 
 
 def kept_settings(cfg) -> frozenset[str]:
@@ -195,8 +196,8 @@ def _optimizer_offload_rung(cfg) -> tuple[dict, str] | None:
 def _param_offload_rung(cfg) -> tuple[dict, str] | None:
     """ZeRO-3 with parameter offload; never for QLoRA (ZeRO-3 cannot shard 4-bit weights: the config refuses it)."""
     ds = cfg.deepspeed
-    if not capabilities.installed("deepspeed") or ds.enabled is not True or not ds.offload_optimizer or ds.offload_params \
-            or cfg.method.type == "qlora":
+    if (not capabilities.installed("deepspeed") or ds.enabled is not True or not ds.offload_optimizer
+            or ds.offload_params or cfg.method.type == "qlora"):
         return None
     return ({"deepspeed.zero_stage": 3, "deepspeed.offload_params": True},
             "optimizer is offloaded: keep weights in CPU RAM too (ZeRO-3 parameter offload)")
