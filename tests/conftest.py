@@ -21,13 +21,49 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 _CONTROLLER = [True]  # False in an xdist worker (set by pytest_configure)
+_CONFIG: list = [None]
+
+# A test phase that takes longer than this is named in the output as it ends (the controller's terminal): when CI is
+# cut off at its time limit, the log's tail still says where the time went. Locally the slowest test takes ~90 s.
+SLOW_LINE_S = 60.0
 
 
 def pytest_configure(config):
     """The controller (or a run without xdist) names the session before the workers start; workers inherit it."""
     _CONTROLLER[0] = not hasattr(config, "workerinput")
+    _CONFIG[0] = config
     if _CONTROLLER[0]:
         os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex[:12])
+
+
+def _hang_limit_s(item) -> float | None:
+    """pytest-timeout's limit for ``item`` (its marker, else the ini's ``timeout``), or None when there is none."""
+    marker = item.get_closest_marker("timeout")
+    value = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+    try:
+        return float(value) if value else None
+    except (TypeError, ValueError):
+        return None
+
+
+def pytest_runtest_protocol(item, nextitem):
+    """A watchdog under pytest-timeout: when a test outlives its timeout by two minutes, faulthandler prints every
+    thread's stack and ends the process. pytest-timeout's own alarm is a Python signal handler, which never runs while
+    the main thread waits inside C/C++ holding the GIL (a Qt wait, a lock): such a test would hang its xdist worker,
+    and the whole suite, until CI's time limit. faulthandler's watchdog is a C thread; xdist replaces the worker."""
+    import faulthandler
+    import sys
+
+    limit = _hang_limit_s(item)
+    if limit:
+        faulthandler.dump_traceback_later(limit + 120, exit=True, file=sys.stderr)
+    # returns None: the default protocol runs the test; the watchdog is cancelled in pytest_runtest_logfinish
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    import faulthandler
+
+    faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_unconfigure(config):
@@ -54,6 +90,10 @@ def pytest_runtest_logreport(report):
     """With ``TRAINPILOT_TEST_TIMES=FILE``, each test's phase durations are appended to FILE as they finish (one line
     per phase: seconds, phase, outcome, test id, xdist worker): where the suite's time goes, readable while it runs.
     Written by the controller only (xdist hands it every worker's reports), so each phase is one line."""
+    if _CONTROLLER[0] and report.duration >= SLOW_LINE_S and _CONFIG[0] is not None:
+        reporter = _CONFIG[0].pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"[{report.duration:.0f} s {report.when}] {report.nodeid}")
     out = os.environ.get("TRAINPILOT_TEST_TIMES")
     if out and _CONTROLLER[0]:
         node = getattr(report, "node", None)
