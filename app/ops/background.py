@@ -83,14 +83,17 @@ class Latest(QtCore.QObject):
             self._on_result(result)
 
 
-_POOLS: "weakref.WeakSet[QtCore.QThreadPool]" = weakref.WeakSet()
+# Every private pool lives as long as the app: a pool is never destroyed (nor its threads, with a task's Python state)
+# while the widget that made it is torn down, and ``wait_for_background`` sees them all. An idle pool holds no thread
+# once its threads expire (30 s), so keeping one per picker or monitor ever made costs a small object each.
+_POOLS: list[QtCore.QThreadPool] = []
 
 
 def own_pool(threads: int = 1) -> QtCore.QThreadPool:
     """A private pool (work in it never waits behind planning in the global pool, nor the reverse)."""
     pool = QtCore.QThreadPool()
     pool.setMaxThreadCount(threads)
-    _POOLS.add(pool)
+    _POOLS.append(pool)
     return pool
 
 
@@ -98,5 +101,5 @@ def wait_for_background(timeout_ms: int = 10000) -> bool:
     """Wait until the global pool and every private pool are idle (True) or ``timeout_ms`` passed (False).
     Called when windows close for good (the app quitting, a test's teardown): a task still running could
     otherwise deliver into widgets that are being deleted."""
-    pools = [QtCore.QThreadPool.globalInstance(), *[p for p in list(_POOLS) if shiboken6.isValid(p)]]
+    pools = [QtCore.QThreadPool.globalInstance(), *[p for p in _POOLS if shiboken6.isValid(p)]]
     return all(pool.waitForDone(timeout_ms) for pool in pools)

@@ -43,7 +43,7 @@ def quiet_background():
     from app.ops import background, hardware_feed
 
     hardware_feed.stop_all()  # (windows are not closed here: a window with a live run would ask what to do)
-    background.wait_for_background(15000)
+    background.wait_for_background(120_000)  # returns when idle: judging every shipped model takes seconds
     app.processEvents()
 
 
