@@ -11,9 +11,19 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_completes_with_full_step_events_and_falling_loss(tmp_path):
+    """Also: a run of the shipped demo model asks the hub nothing, not even huggingface_hub's agent registry (its
+    telemetry, which a cache-only lookup of the generation config fetched once per process: ~3 s, or a DNS timeout,
+    for every worker on a machine whose network hangs)."""
+    from fake_hub import FakeHub
+
     run = tmp_path / "demo"
-    proc = cli("demo", "--run-dir", run)
+    hub = FakeHub({})
+    try:
+        proc = cli("demo", "--run-dir", run, env={"HF_ENDPOINT": hub.start()})
+    finally:
+        hub.stop()
     assert proc.returncode == 0, proc.stderr
+    assert hub.requests == [], "the demo model is shipped: nothing is asked of the hub"
     steps = events(run, "step")
     assert [e["step"] for e in steps] == list(range(1, steps[-1]["max_steps"] + 1)), "one event per optimizer step"
     for e in steps:

@@ -95,6 +95,7 @@ def test_search_download_with_progress_cancel_and_resume(qtbot, local_hub, monke
     assert weights.stat().st_size == WEIGHTS  # the standard cache layout, complete
     assert len([r for r in local_hub.requests if "resolve" in r and "model.safetensors" in r]) > before
     assert any(r.startswith("bytes=") and r != "bytes=0-" for r in local_hub.ranges)  # continued, not restarted
+    assert not [r for r in local_hub.requests if "/api/agent-harnesses" in r], "no telemetry: only what was asked"
     hw.stop()
 
 

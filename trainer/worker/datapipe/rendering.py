@@ -238,9 +238,11 @@ def generation_eos_ids(cfg) -> list[int]:
     """The model's ``generation_config.json`` ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``,
     ``<end_of_turn>``, ``<|end|>``), read from the local folder or cache only (the tokenizing process never
     downloads); [] without one."""
+    from trainer.models.sources import DEMO_MODEL, is_local
+
     source = getattr(cfg.model, "source", None)
-    if not source or source == "demo":
-        return []
+    if not source or source in ("demo", DEMO_MODEL) or (cfg.model.architecture and not is_local(source)):
+        return []  # shipped or random weights: no generation config, and nothing to look up in the hub's cache
     from transformers import GenerationConfig
     try:
         eos = GenerationConfig.from_pretrained(source, revision=cfg.model.revision, local_files_only=True).eos_token_id
