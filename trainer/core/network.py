@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 import urllib.request
 from urllib.parse import urlparse
 
@@ -27,12 +29,37 @@ def hub_offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     where = urlparse(proxy) if proxy and not urllib.request.proxy_bypass(url.hostname or "") else url
     host = where.hostname or ""
     port = where.port or (443 if where.scheme == "https" else 80)
+    what = "the proxy " if where is not url else ""
+    started = time.monotonic()
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        address = _resolve(host, port, timeout_s)
+        remaining = max(0.1, timeout_s - (time.monotonic() - started))
+        socket.create_connection(address, timeout=remaining).close()
     except OSError as exc:
-        what = "the proxy " if where is not url else ""
-        return f"{what}{host} cannot be reached ({exc.strerror or type(exc).__name__})"
+        return f"{what}{host} cannot be reached ({exc.strerror or str(exc) or type(exc).__name__})"
     return None
+
+
+def _resolve(host: str, port: int, timeout_s: float) -> tuple[str, int]:
+    """``host``'s first address, looked up within ``timeout_s`` (OSError when the lookup fails or takes longer).
+    The system's resolver has no timeout of its own: where no name server answers it waits ~10-20 s per name, which
+    ``create_connection``'s timeout does not cover. The lookup runs in a daemon thread left to finish alone."""
+    found: list = []
+
+    def look() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2])
+        except OSError as exc:
+            found.append(exc)
+
+    worker = threading.Thread(target=look, name="hub-name-lookup", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not found:
+        raise OSError(f"the name lookup of {host} took over {timeout_s:g} s")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
 
 
 def offline_unless_reachable(env: dict | None = None) -> str | None:
