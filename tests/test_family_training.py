@@ -82,15 +82,15 @@ def _compare_in_llama_cpp(name: str, out, verification: dict) -> None:
 
     assert GGUFReader(str(out / "model-f16.gguf")).fields["general.name"].contents() == "t", "the run's name"
     tok = AutoTokenizer.from_pretrained(str(out))
-    r = llama_cpp_report(out, out / "model-f16.gguf")
+    llm = llama_model(out / "model-f16.gguf")  # loaded once for every comparison below
+    r = llama_cpp_report(out, out / "model-f16.gguf", llm=llm)
     if (out / "tokenizer.model").is_file():
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
-        llm = llama_model(out / "model-f16.gguf")
         r["sentencepiece"] = sum(llm.tokenize(t.encode(), add_bos=False, special=False) == sp.encode(t) for t in TEXTS)
     eot = verification["checks"]["stops"]["id"]
-    r["stops"] = stops_at_end_of_turn(out / "model-f16.gguf", eot)
+    r["stops"] = stops_at_end_of_turn(out / "model-f16.gguf", eot, llm=llm)
     r["ollama"], r["ollama_of"] = _ollama_equal_in_go(tok, out), len(CHAT)
     r["verification"] = verification["summary"]
     r["q8_0"] = _q8_0(out) if os.environ.get("TRAINPILOT_FAMILIES_Q8") else None
