@@ -18,6 +18,7 @@ from trainer.data import conversations, formats
 from trainer.data import pictures as pictures_mod
 from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, Example, SystemRefused, template_error
 from trainer.data.scan import record_line
+from trainer.models.sources import DEMO_MODEL, is_local
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transformers looks for (same regex)
 JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
@@ -238,8 +239,6 @@ def generation_eos_ids(cfg) -> list[int]:
     """The model's ``generation_config.json`` ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``,
     ``<end_of_turn>``, ``<|end|>``), read from the local folder or cache only (the tokenizing process never
     downloads); [] without one."""
-    from trainer.models.sources import DEMO_MODEL, is_local
-
     source = getattr(cfg.model, "source", None)
     if not source or source in ("demo", DEMO_MODEL) or (cfg.model.architecture and not is_local(source)):
         return []  # shipped or random weights: no generation config, and nothing to look up in the hub's cache
