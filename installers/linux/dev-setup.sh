@@ -15,8 +15,25 @@ pip install -q torch==2.13.0
 extras="gui,train,secrets"
 if [ "${1:-}" = "--dev" ]; then extras="$extras,dev"; fi
 pip install -q -e ".[$extras]"
-# DeepSpeed builds against the installed torch, so it goes after it and without build isolation.
-if ! pip install -q --no-build-isolation deepspeed; then
+# DeepSpeed builds against the installed torch, so it goes after it and without build isolation. For the tests
+# (--dev), its CPU ops (cpu_adam; the shared-memory comm of two-rank runs) are compiled into a wheel once (~4 min)
+# and kept in the dev cache: otherwise every fresh .venv compiles them when first used (~65 s of a CI run's tests,
+# with both test workers waiting on the build). Without a compiler the plain install below compiles nothing.
+ds_installed=0
+if [ "${1:-}" = "--dev" ]; then
+  ds_wheels="${XDG_CACHE_HOME:-$HOME/.cache}/trainpilot-dev/wheels/deepspeed-0.19.8-torch-2.13.0-cpu"
+  if ! ls "$ds_wheels"/deepspeed-0.19.8-*.whl >/dev/null 2>&1; then
+    mkdir -p "$ds_wheels"
+    DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_SHM_COMM=1 \
+      pip wheel -q --no-cache-dir --no-build-isolation --no-deps deepspeed==0.19.8 -w "$ds_wheels" \
+      || echo "DeepSpeed's CPU ops did not build into a wheel: DeepSpeed compiles them when first used" >&2
+  fi
+  if ls "$ds_wheels"/deepspeed-0.19.8-*.whl >/dev/null 2>&1 \
+      && pip install -q "$ds_wheels"/deepspeed-0.19.8-*.whl; then
+    ds_installed=1
+  fi
+fi
+if [ "$ds_installed" = 0 ] && ! pip install -q --no-build-isolation deepspeed; then
   echo "DeepSpeed did not install: TrainPilot works without it (no ZeRO offload); see README troubleshooting." >&2
 fi
 if [ "${1:-}" = "--dev" ]; then
