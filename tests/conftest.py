@@ -3,8 +3,10 @@ session ends. The suite runs on two xdist workers (``pyproject.toml``'s addopts:
 tests that measure the event loop run in one group (``@pytest.mark.xdist_group("gui-timing")``), one after another."""
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -22,6 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _CONTROLLER = [True]  # False in an xdist worker (set by pytest_configure)
 _CONFIG: list = [None]
+_WATCHDOG_OUT: list = [None]  # where the hang watchdog writes (pytest_configure)
 
 # A test phase that takes longer than this is named in the output as it ends (the controller's terminal): when CI is
 # cut off at its time limit, the log's tail still says where the time went. Locally the slowest test takes ~90 s.
@@ -32,37 +35,24 @@ def pytest_configure(config):
     """The controller (or a run without xdist) names the session before the workers start; workers inherit it."""
     _CONTROLLER[0] = not hasattr(config, "workerinput")
     _CONFIG[0] = config
+    # the terminal's stderr, kept before any test captures fd 2: what the watchdog prints must outlive the process
+    _WATCHDOG_OUT[0] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
     if _CONTROLLER[0]:
         os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex[:12])
 
 
-def _hang_limit_s(item) -> float | None:
-    """pytest-timeout's limit for ``item`` (its marker, else the ini's ``timeout``), or None when there is none."""
-    marker = item.get_closest_marker("timeout")
-    value = marker.args[0] if marker and marker.args else item.config.getini("timeout")
-    try:
-        return float(value) if value else None
-    except (TypeError, ValueError):
-        return None
+def pytest_timeout_set_timer(item, settings):
+    """A watchdog under pytest-timeout's own timer (its hook: the timeout as it resolved it from the marker, the
+    command line, the environment and the ini): when a test outlives it by two minutes, faulthandler prints every
+    thread's stack and ends the process. pytest-timeout's alarm is a Python signal handler, which never runs while the
+    main thread waits inside C/C++ holding the GIL (a Qt wait, a lock): such a test would hang its xdist worker, and
+    the whole suite, until CI's time limit. faulthandler's watchdog is a C thread; xdist replaces the worker.
+    Returns None, so pytest-timeout sets its own timer too."""
+    faulthandler.dump_traceback_later(settings.timeout + 120, exit=True, file=_WATCHDOG_OUT[0] or sys.stderr)
 
 
-def pytest_runtest_protocol(item, nextitem):
-    """A watchdog under pytest-timeout: when a test outlives its timeout by two minutes, faulthandler prints every
-    thread's stack and ends the process. pytest-timeout's own alarm is a Python signal handler, which never runs while
-    the main thread waits inside C/C++ holding the GIL (a Qt wait, a lock): such a test would hang its xdist worker,
-    and the whole suite, until CI's time limit. faulthandler's watchdog is a C thread; xdist replaces the worker."""
-    import faulthandler
-    import sys
-
-    limit = _hang_limit_s(item)
-    if limit:
-        faulthandler.dump_traceback_later(limit + 120, exit=True, file=sys.stderr)
-    # returns None: the default protocol runs the test; the watchdog is cancelled in pytest_runtest_logfinish
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    import faulthandler
-
+def pytest_timeout_cancel_timer(item):
+    """With pytest-timeout's timer (the test ended, or pdb was entered): the watchdog stops too. Returns None."""
     faulthandler.cancel_dump_traceback_later()
 
 
