@@ -248,6 +248,9 @@ def _install(prefix: Path, home: Path, *extra: str) -> subprocess.CompletedProce
     return subprocess.run(cmd + list(extra), capture_output=True, text=True, env=env, timeout=600)
 
 
+INSTALL_GROUP = pytest.mark.xdist_group("installed")  # the tests on the one install: one worker, one install a session
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """One offline install into a temporary prefix, shared by the tests below."""
@@ -260,6 +263,7 @@ def installed(tmp_path_factory):
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_offline_install_records_torch_build_deepspeed_and_gpu_extras(installed):
     state = json.loads((installed["prefix"] / "install-state.json").read_text())
     import torch  # the installed environment reuses this interpreter's torch
@@ -283,6 +287,7 @@ def test_offline_install_records_torch_build_deepspeed_and_gpu_extras(installed)
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_installed_app_runs_from_the_copied_source(installed):
     venv_py = installed["prefix"] / "venv" / "bin" / "python"
     # cwd outside the repository: `python -c` would import the checkout's packages from the cwd
@@ -295,6 +300,7 @@ def test_installed_app_runs_from_the_copied_source(installed):
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_installed_doctor_answers_json(installed):
     cli = installed["prefix"] / "venv" / "bin" / "trainpilot-cli"
     out = subprocess.run([str(cli), "doctor", "--json"], cwd=installed["home"], capture_output=True, text=True, timeout=300,
@@ -323,6 +329,7 @@ def _smoke_env(home: Path) -> dict:
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_gui_starts_offscreen_from_the_installed_launcher_in_any_folder(installed, tmp_path):
     elsewhere = tmp_path / "somewhere else"
     elsewhere.mkdir()
@@ -333,6 +340,7 @@ def test_gui_starts_offscreen_from_the_installed_launcher_in_any_folder(installe
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_desktop_entry_and_icons_are_installed_for_the_user(installed):
     data = installed["home"] / "data"
     entry = data / "applications" / "trainpilot.desktop"
@@ -347,6 +355,7 @@ def test_desktop_entry_and_icons_are_installed_for_the_user(installed):
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
+@INSTALL_GROUP
 def test_rerun_repairs_a_broken_install(installed):
     gui = installed["prefix"] / "venv" / "bin" / "trainpilot"
     gui.unlink()

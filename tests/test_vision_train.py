@@ -13,6 +13,7 @@ import pytest
 
 import real_vlms as rv
 from helpers_train import cli, tiny_config, write_config
+from shared_once import shared_once
 
 pytestmark = pytest.mark.slow
 COLOURS = {"red": ((100, 60), (220, 20, 20)), "blue": ((40, 90), (20, 20, 220))}
@@ -58,14 +59,21 @@ def env(folder: Path) -> dict:
     return {"TRAINPILOT_CACHE": str(folder / "cache"), "HF_DATASETS_CACHE": str(folder / "hf-datasets")}
 
 
-@pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("smolvlm"), "smolvlm", 12)
+def trained(family: str, steps: int) -> tuple:
+    """``train`` once per session, whichever xdist worker asks first (a module-scoped fixture trained once per
+    worker: twice when the module's tests were spread over both)."""
+    folder = shared_once(f"vision-{family}", lambda root: train(root, family, steps))
+    return folder, folder / "config.yaml", folder / "run"
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("llava"), "llava", 6)
+def smol():
+    return trained("smolvlm", 12)
+
+
+@pytest.fixture(scope="module")
+def llava():
+    return trained("llava", 6)
 
 
 def ask(run_dir: Path, picture: Path, *extra) -> dict:

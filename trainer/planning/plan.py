@@ -80,7 +80,8 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alterna
     # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
     layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
-    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
+    with capabilities.one_look():  # every candidate and alternative is judged against one look at the packages
+        plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     return plan
 

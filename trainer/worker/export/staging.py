@@ -64,19 +64,24 @@ def set_aside(staged: Path, to: Path) -> Path:
 
 @contextlib.contextmanager
 def staged_folder(to: Path):
-    """Yield an empty hidden folder beside ``to``; on success its files move into ``to`` (created, or an
-    empty/overwritten folder); on any error it is removed, with any parent folders this created."""
+    """Yield an empty folder named as ``to`` inside a hidden one beside it; on success its files move into ``to``
+    (created, or an empty/overwritten folder); on any error it is removed, with any parent folders this created.
+    The staged folder bears the destination's name because llama.cpp's converter names the model from its folder
+    (``general.finetune`` and the like): a hidden ``.out.partial-x1y2`` would be written into the GGUF."""
     to = Path(to).absolute()
     created = _missing_parents(to.parent)
     to.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=f".{to.name}.partial-", dir=to.parent))
+    holder = Path(tempfile.mkdtemp(prefix=f".{to.name}.partial-", dir=to.parent))
+    staged = holder / to.name
+    staged.mkdir()
     try:
         yield staged
         make_readable(staged)
         _move_into(staged, to)
     except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
+        shutil.rmtree(holder, ignore_errors=True)
         for folder in created:  # innermost first
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
+    shutil.rmtree(holder, ignore_errors=True)  # empty: its folder was moved into place
