@@ -1,4 +1,4 @@
-"""benchmarks/gpu_truth.py cannot rot: its dry mode plans every row for every recorded card on this (GPU-less)
+"""benchmarks/gpu_truth.py (and ladder_gpu.py beside it) cannot rot: its dry mode plans every row for every recorded card on this (GPU-less)
 machine, its GPU mode says there is no GPU and exits cleanly, and the allocator cap it puts on the children's
 PYTHONPATH is queued for torch's first CUDA initialisation."""
 from __future__ import annotations
@@ -58,3 +58,18 @@ def test_the_cap_is_queued_for_torchs_first_cuda_initialisation(tmp_path):
     with_cap = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                               env=dict(env, **{gpu_truth.CAP_ENV: str(12 * 2**30)}))
     assert int(with_cap.stdout.split()[-1]) == int(without.stdout.split()[-1]) + 1, with_cap.stderr
+
+
+def test_the_ladder_check_plans_its_climb_through_the_cuda_rungs(tmp_path):
+    """benchmarks/ladder_gpu.py (the ladder's CUDA rungs on a real GPU) cannot rot either: its dry mode plans the
+    laptop run and lists the rungs it climbs, the tiled MLP among them; without a GPU it says so and exits 0."""
+    script = REPO / "benchmarks" / "ladder_gpu.py"
+    env = dict(os.environ, TRAINPILOT_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script), "--dry", "--work", str(tmp_path / "dry")], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "device cuda" in proc.stdout and '{"speed.tiled_mlp": true}; {"speed.activation_offload": true}' in proc.stdout
+    if not open_probe().snapshot().gpus:
+        proc = subprocess.run([sys.executable, str(script), "--work", str(tmp_path / "run")], capture_output=True,
+                              text=True, cwd=REPO, env=env, timeout=600)
+        assert proc.returncode == 0 and "no NVIDIA GPU on this machine" in proc.stdout, proc.stderr
