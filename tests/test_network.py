@@ -47,3 +47,24 @@ def test_a_name_lookup_that_never_answers_is_cut_at_the_timeout(monkeypatch):
         release.set()
     assert time.monotonic() - started < 2.0
     assert reason == "hub.example.invalid cannot be reached (the name lookup of hub.example.invalid took over 0.5 s)"
+
+
+def test_weights_built_here_ask_the_hub_nothing(tmp_path):
+    """One rule for which models no hub file describes (the demo model, random weights of model.architecture): the
+    picture check and the generation-config lookup both ask it, and neither reaches for the hub for them; a local
+    folder beside random weights is still read for its generation config."""
+    from trainer import config as tc
+    from trainer.models.sources import built_here
+    from trainer.worker.datapipe import rendering, vision_inputs
+
+    def model(**m):
+        return tc.validate({"model": {"tokenizer": "demo", **m}})
+
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [7, 9]}')
+    demo, arch = model(source="demo"), model(source="someone/some-model", architecture="tiny-llama")
+    local = model(source=str(tmp_path), architecture="tiny-llama")
+    hub = model(source="someone/some-model")
+    assert built_here(demo.model) and built_here(arch.model) and built_here(local.model) and not built_here(hub.model)
+    assert rendering.generation_eos_ids(demo) == [] and rendering.generation_eos_ids(arch) == []
+    assert rendering.generation_eos_ids(local) == [7, 9]
+    assert not vision_inputs._takes_pictures(demo) and not vision_inputs._takes_pictures(arch)

@@ -32,6 +32,13 @@ def architecture_file(name: str) -> Path:
                     f"use one of: {', '.join(names)}", field="model.architecture")
 
 
+def built_here(model) -> bool:
+    """True for weights no hub or cache file describes: the shipped demo model, or random weights built from
+    ``model.architecture`` (``model`` is a config's ``model`` section). Nothing is asked of the hub about them — no
+    processor, no generation config — so no run of them waits on a network. The one home of that rule."""
+    return not model.source or model.source in ("demo", DEMO_MODEL) or bool(model.architecture)
+
+
 def is_local(source: str) -> bool:
     """True when ``source`` looks like a path rather than a hub id."""
     return source.startswith((".", "/", "~", "\\")) or os.path.isabs(source) or Path(source).expanduser().exists() \

@@ -18,7 +18,7 @@ from trainer.data import conversations, formats
 from trainer.data import pictures as pictures_mod
 from trainer.data.conversations import DEFAULT_CHAT_TEMPLATE, Example, SystemRefused, template_error
 from trainer.data.scan import record_line
-from trainer.models.sources import DEMO_MODEL, is_local
+from trainer.models.sources import built_here, is_local
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transformers looks for (same regex)
 JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
@@ -239,9 +239,9 @@ def generation_eos_ids(cfg) -> list[int]:
     """The model's ``generation_config.json`` ``eos_token_id`` (e.g. ``<|eot_id|>``, ``<|im_end|>``,
     ``<end_of_turn>``, ``<|end|>``), read from the local folder or cache only (the tokenizing process never
     downloads); [] without one."""
-    source = getattr(cfg.model, "source", None)
-    if not source or source in ("demo", DEMO_MODEL) or (cfg.model.architecture and not is_local(source)):
-        return []  # shipped or random weights: no generation config, and nothing to look up in the hub's cache
+    source = cfg.model.source
+    if built_here(cfg.model) and not (source and is_local(source)):
+        return []  # shipped or random weights: no generation config (a local folder beside random weights is read)
     from transformers import GenerationConfig
     try:
         eos = GenerationConfig.from_pretrained(source, revision=cfg.model.revision, local_files_only=True).eos_token_id

@@ -29,7 +29,7 @@ from trainer.core.errors import UserError
 from trainer.data import image_caps
 from trainer.data.pictures import pictures_of
 from trainer.models import vision
-from trainer.models.sources import DEMO_MODEL
+from trainer.models.sources import built_here
 
 TEXT_KEYS = ("input_ids", "attention_mask")
 PROCESSOR_CONFIGS = ("preprocessor_config.json", "processor_config.json")
@@ -247,7 +247,7 @@ def _takes_pictures(cfg) -> bool:
     config.json comes from the cache, else from the hub once (the run loads it anyway). The shipped demo model and
     ``model.architecture`` runs (random weights, the demo tokenizer) take none, asked of nothing: no network wait."""
     m = cfg.model
-    if not m.source or m.source in ("demo", DEMO_MODEL) or m.architecture:
+    if built_here(m):
         return False
     folder = Path(str(m.source)).expanduser()
     if folder.is_dir():
