@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -69,11 +70,29 @@ def pytest_collection_modifyitems(config, items):
     quick loop, and the full run (CI) runs them all the same."""
     import pytest
 
-    listed = {line.strip() for line in MEASURED_SLOW.read_text(encoding="utf-8").splitlines()
-              if line.strip() and not line.startswith("#")}
+    listed = {re.sub(r"@[\w-]+$", "", line.strip()) for line in MEASURED_SLOW.read_text(encoding="utf-8").splitlines()
+              if line.strip() and not line.startswith("#")}  # an id as a run logs it may end in its xdist group
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _group_ids(items)
+
+
+def _group_ids(items) -> None:
+    """The ``xdist_group`` of a test as the "@group" suffix of its id, which ``--dist loadgroup`` schedules by (one
+    worker per group). pytest-xdist 3.8.0 adds it by setting ``item._nodeid``, which pytest 9 no longer reads (an
+    item's id is ``item._id``): every group was silently ignored — the GUI timing tests ran beside each other and the
+    installers' tests installed twice. Added here as pytest 9 keeps ids, where xdist's did not take."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest 8: xdist's own suffix works
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid.rsplit("::", 1)[-1]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_runtest_logreport(report):

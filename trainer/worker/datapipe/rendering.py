@@ -240,7 +240,7 @@ def generation_eos_ids(cfg) -> list[int]:
     ``<end_of_turn>``, ``<|end|>``), read from the local folder or cache only (the tokenizing process never
     downloads); [] without one."""
     source = cfg.model.source
-    if built_here(cfg.model) and not (source and is_local(source)):
+    if built_here(cfg.model) and not (cfg.model.architecture and source and is_local(source)):
         return []  # shipped or random weights: no generation config (a local folder beside random weights is read)
     from transformers import GenerationConfig
     try:
