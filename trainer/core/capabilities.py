@@ -7,7 +7,8 @@ Light: packages are found with ``importlib.util.find_spec`` and versioned with `
 nothing here imports torch or the packages themselves (importing DeepSpeed alone costs seconds). Nothing
 is cached across asks: a package installed while the GUI runs is seen on the next ask. Within one ask made of
 many (a plan judges requirements for each candidate and alternative: ~10 probes of 11 packages, a quarter of a
-plan's time), ``one_look()`` has each package and the torch build looked up once.
+plan's time, and the ladder's and loss kernel's ``installed`` asks), ``one_look()`` has each package and the torch
+build looked up once.
 A ``None`` entry in ``sys.modules`` (how tests stand in for an uninstalled package) reads as missing.
 
 Which PyTorch build is installed (CUDA/ROCm or CPU-only) is read from ``torch/version.py`` as text, or from
@@ -81,7 +82,7 @@ def installed(name: str) -> bool:
     """True when the optional package ``name`` (a key of OPTIONAL) can be imported here (with the modules it
     requires: liger-kernel without Triton cannot run)."""
     opt = OPTIONAL[name]
-    return all(_found(m) for m in (opt.module, *opt.requires))
+    return _looked(f"installed:{name}", lambda: all(_found(m) for m in (opt.module, *opt.requires)))
 
 
 def _found(module: str) -> bool:
