@@ -1,6 +1,6 @@
-"""benchmarks/gpu_truth.py (and ladder_gpu.py beside it) cannot rot: its dry mode plans every row for every recorded card on this (GPU-less)
-machine, its GPU mode says there is no GPU and exits cleanly, and the allocator cap it puts on the children's
-PYTHONPATH is queued for torch's first CUDA initialisation."""
+"""benchmarks/gpu_truth.py (and ladder_gpu.py beside it) cannot rot: its dry mode plans every row for every recorded
+card on this (GPU-less) machine, its GPU mode says there is no GPU and exits cleanly, and the allocator cap it puts on
+the children's PYTHONPATH is queued for torch's first CUDA initialisation."""
 from __future__ import annotations
 
 import os

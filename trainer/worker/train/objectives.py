@@ -14,7 +14,6 @@ full fine-tune, or none when ``training.precompute_ref_log_probs`` scores the da
 from __future__ import annotations
 
 import copy
-import os
 
 from trainer.core.errors import UserError
 from trainer.data import conversations, formats
@@ -41,9 +40,8 @@ def handles(cfg) -> bool:
 def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, meta: dict):
     """``(trainer, info)`` for the run. ``make_args(cls, **extra)`` builds the training arguments of class
     ``cls`` (a TrainingArguments subclass) from the run config; ``meta`` goes into every checkpoint."""
-    # TRL's trainers report usage to the hub on start unless told not to: TrainPilot sends nothing anywhere (set for
-    # every TrainPilot process by trainer/__init__.py, unless the user set it: theirs is kept here too).
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # TRL's trainers report usage to the hub on start unless told not to: trainer/__init__.py tells them (every
+    # TrainPilot process sets HF_HUB_DISABLE_TELEMETRY unless the user did): TrainPilot sends nothing anywhere.
     seq2seq = is_seq2seq(cfg)
     if seq2seq and cfg.training.objective != "sft":
         raise UserError(f"training.objective: {cfg.training.objective} trains decoder-only models (TRL's preference "
