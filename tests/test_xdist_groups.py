@@ -26,6 +26,7 @@ def test_one_groups_tests_carry_its_name_and_share_a_worker():
     # a session of its own (its end removes its session folder), not this run's
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PYTEST_") and k not in ("TRAINPILOT_TEST_SESSION", "TRAINPILOT_TEST_TIMES")}
+    env["TRAINPILOT_TEST_ZYGOTE"] = "0"  # its tests start no children: no pre-imported server for them
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
                            "no:cacheprovider", f"{HERE}::test_a_grouped_test"], capture_output=True, text=True,
                           cwd=HERE.parents[1], timeout=300, env=env)
