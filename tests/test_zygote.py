@@ -17,7 +17,8 @@ import pytest
 ZYGOTE = Path(__file__).with_name("zygote")
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs fork and pidfd (Linux)")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs fork and pidfd (Linux)"),
+              pytest.mark.slow]  # each starts a server of its own (torch imported: seconds)
 
 
 @pytest.fixture

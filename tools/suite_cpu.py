@@ -8,7 +8,9 @@ the CPU seconds per kind of process (training worker, structure probe, export, l
 workers themselves…) with their count and mean, then per test file. Processes killed by a signal, and programs that
 are not Python (Go, pip in the installers' own environments), are not in the log: compare the total with the run's
 wall time × cores. Measured 27 Nov 2026 (issue 29): 840 processes, 2,582 CPU-seconds of a 28-minute run on 2 cores;
-training workers 149 × 5.8 s, of which ~5.5 s is importing torch and transformers.
+training workers 149 × 5.8 s, of which ~5.5 s is importing torch and transformers. Since then the suite's heavy
+children start from a pre-imported interpreter (``tests/zygote``): their lines then count the CPU after the fork
+only; ``TRAINPILOT_TEST_ZYGOTE=0`` measures plain starts.
 """
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.restoreGeometry(geometry)
         if lazy:  # after the first paint (or 0.5 s, should the window never be exposed)
             self._painted_once = False
-            QtCore.QTimer.singleShot(500, self.finish_startup)
+            QtCore.QTimer.singleShot(500, self, self.finish_startup)
         else:
             self.finish_startup()
 
@@ -199,7 +199,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Start the tiny CPU demo in a new run folder (``--set`` overrides). Returns the folder. The button rests
         for two seconds, so a double click starts one run, not two (each click would get its own folder)."""
         self.act_demo.setEnabled(False)
-        QtCore.QTimer.singleShot(DEMO_CLICK_REST_MS, lambda: self.act_demo.setEnabled(True))
+        QtCore.QTimer.singleShot(DEMO_CLICK_REST_MS, self.act_demo, lambda: self.act_demo.setEnabled(True))
         run_dir = settings.runs_dir() / QtCore.QDateTime.currentDateTime().toString("'demo-'yyyyMMdd-HHmmss")
         self.runs.start_demo(str(run_dir), overrides)
         return str(run_dir)
@@ -319,7 +319,7 @@ class MainWindow(QtWidgets.QMainWindow):
         super().paintEvent(event)
         if not self.started and not getattr(self, "_painted_once", True):
             self._painted_once = True
-            QtCore.QTimer.singleShot(0, self.finish_startup)
+            QtCore.QTimer.singleShot(0, self, self.finish_startup)
 
     # -- closing --------------------------------------------------------------------------------
     def alive_runs(self) -> list[str]:
