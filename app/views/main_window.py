@@ -64,7 +64,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.restoreGeometry(geometry)
         if lazy:  # after the first paint (or 0.5 s, should the window never be exposed)
             self._painted_once = False
-            QtCore.QTimer.singleShot(500, self, self.finish_startup)
+            QtCore.QTimer.singleShot(500, self.finish_startup)
         else:
             self.finish_startup()
 
@@ -319,7 +319,7 @@ class MainWindow(QtWidgets.QMainWindow):
         super().paintEvent(event)
         if not self.started and not getattr(self, "_painted_once", True):
             self._painted_once = True
-            QtCore.QTimer.singleShot(0, self, self.finish_startup)
+            QtCore.QTimer.singleShot(0, self.finish_startup)
 
     # -- closing --------------------------------------------------------------------------------
     def alive_runs(self) -> list[str]:

@@ -109,9 +109,10 @@ def test_export_model_waits_for_a_trained_model_and_demo_rests_after_a_click(qtb
 
 
 def test_a_window_closed_while_the_demo_button_rests_gets_no_late_call(qtbot, monkeypatch):
-    """The rest's end is tied to the window: closed (deleted) before it, nothing calls into the deleted action
-    (it did: "Internal C++ object (QAction) already deleted" when a test closed the window within two seconds)."""
-    import shiboken6
+    """The rest's end is tied to the window: closed and deleted before it ends (as pytest-qt ends a test's window),
+    nothing calls into the deleted action (it did: "Internal C++ object (QAction) already deleted", in whichever
+    test ran two seconds later)."""
+    from PySide6 import QtCore
 
     from app.views import main_window as mw
 
@@ -120,7 +121,9 @@ def test_a_window_closed_while_the_demo_button_rests_gets_no_late_call(qtbot, mo
     monkeypatch.setattr(w.runs, "start_demo", lambda run_dir, overrides=(): None)
     w.act_demo.trigger()
     w.hardware.stop()
-    shiboken6.delete(w)
+    w.close()
+    w.deleteLater()
+    QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)
     qtbot.wait(mw.DEMO_CLICK_REST_MS + 300)  # pytest-qt fails the test on an exception in the event loop
 
 

@@ -55,6 +55,7 @@ class StallMeter(QtCore.QObject):
         self.longest_ms = 0.0        # wall clock, minus the 10 ms interval
         self.longest_cpu_ms = 0.0    # GUI-thread CPU time between two ticks
         self.ticks = 0
+        self.most_runnable = 0       # the most threads of other processes runnable at once, seen at a tick
         self._last = self._last_cpu = 0.0
         self._timer = QtCore.QTimer(self, interval=10, timeout=self._tick)
         self._timer.setTimerType(QtCore.Qt.PreciseTimer)
@@ -69,11 +70,33 @@ class StallMeter(QtCore.QObject):
         self.longest_cpu_ms = max(self.longest_cpu_ms, (cpu - self._last_cpu) * 1000)
         self._last, self._last_cpu = now, cpu
         self.ticks += 1
+        self.most_runnable = max(self.most_runnable, runnable())
 
 
-def oversubscribed() -> bool:
-    """True when more threads want to run than there are cores (CI neighbours, other helpers)."""
-    return os.getloadavg()[0] > (os.cpu_count() or 1)
+def runnable() -> int:
+    """Threads of other processes runnable on the machine now (Linux: /proc/stat's procs_running less this
+    process's running threads); 0 elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            everyone = next((int(line.split()[1]) for line in f if line.startswith("procs_running")), 0)
+        ours = 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat", encoding="ascii") as f:
+                    ours += f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except OSError:
+                pass
+        return max(0, everyone - ours)
+    except OSError:
+        return 0
+
+
+def oversubscribed(meter: StallMeter) -> bool:
+    """True when, beside the GUI thread, other processes' threads wanted every core (CI neighbours, other helpers,
+    the other xdist worker's children) during the measurement: the load average, which trails by a minute, or the
+    threads runnable at the meter's ticks (a burst that starts with the test, such as children importing torch)."""
+    cores = os.cpu_count() or 1
+    return os.getloadavg()[0] > cores or meter.most_runnable >= cores
 
 
 def test_opening_a_day_long_run_never_stalls_the_window(qtbot, tmp_path):
@@ -83,24 +106,28 @@ def test_opening_a_day_long_run_never_stalls_the_window(qtbot, tmp_path):
     qtbot.addWidget(w)
     w.show()
     qtbot.wait(300)  # the window's own start-up is not what is measured
-    meter = StallMeter()
-    meter.start()
-    started = time.perf_counter()
-    w.open_run(str(tmp_path / "runs" / "day-long"))
-    qtbot.waitUntil(lambda: w.monitor.current.loaded, timeout=240_000)
-    loss = w.run_view.dashboard.curves["loss"]  # the first full draw is staged over a few ticks
-    qtbot.waitUntil(lambda: loss.xData is not None and len(loss.xData) == STEPS, timeout=20_000)
-    qtbot.wait(600)  # a few redraws of the full day
-    load_s = time.perf_counter() - started
-    data = w.monitor.current
-    assert len(data.loss) == STEPS and data.loss.x[-1] == STEPS
-    assert len(data.host_ram_available) == DAY_S
-    assert len(w.run_view.dashboard.curves["loss"].xData) == STEPS
-    assert "step 100000 of 100000" in w.run_view.dashboard.headline.text()
-    print(f"\nread {tele_bytes / 2**20:.0f} MiB telemetry + {event_bytes / 2**20:.0f} MiB events in {load_s:.1f} s; "
-          f"longest GUI stall {meter.longest_ms:.0f} ms wall, {meter.longest_cpu_ms:.0f} ms of GUI-thread work, "
-          f"over {meter.ticks} ticks; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    assert meter.longest_cpu_ms <= MAX_STALL_MS, f"the GUI thread worked {meter.longest_cpu_ms:.0f} ms without a break"
-    if not oversubscribed():  # on a shared, overloaded machine the OS parks threads for longer than that
-        assert meter.longest_ms <= MAX_STALL_MS, f"the GUI thread stalled {meter.longest_ms:.0f} ms"
-    w.hardware.stop()
+    try:
+        meter = StallMeter()
+        meter.start()
+        started = time.perf_counter()
+        w.open_run(str(tmp_path / "runs" / "day-long"))
+        qtbot.waitUntil(lambda: w.monitor.current.loaded, timeout=240_000)
+        loss = w.run_view.dashboard.curves["loss"]  # the first full draw is staged over a few ticks
+        qtbot.waitUntil(lambda: loss.xData is not None and len(loss.xData) == STEPS, timeout=20_000)
+        qtbot.wait(600)  # a few redraws of the full day
+        load_s = time.perf_counter() - started
+        data = w.monitor.current
+        assert len(data.loss) == STEPS and data.loss.x[-1] == STEPS
+        assert len(data.host_ram_available) == DAY_S
+        assert len(w.run_view.dashboard.curves["loss"].xData) == STEPS
+        assert "step 100000 of 100000" in w.run_view.dashboard.headline.text()
+        print(f"\nread {tele_bytes / 2**20:.0f} MiB telemetry + {event_bytes / 2**20:.0f} MiB events in "
+              f"{load_s:.1f} s; longest GUI stall {meter.longest_ms:.0f} ms wall, {meter.longest_cpu_ms:.0f} ms of "
+              f"GUI-thread work, over {meter.ticks} ticks; load average {os.getloadavg()[0]:.1f}, at most "
+              f"{meter.most_runnable} other threads runnable, on {os.cpu_count()} cores")
+        assert meter.longest_cpu_ms <= MAX_STALL_MS, \
+            f"the GUI thread worked {meter.longest_cpu_ms:.0f} ms without a break"
+        if not oversubscribed(meter):  # on a shared, overloaded machine the OS parks threads for longer than that
+            assert meter.longest_ms <= MAX_STALL_MS, f"the GUI thread stalled {meter.longest_ms:.0f} ms"
+    finally:  # a failed assertion must not leave the hardware feed writing to a deleted window
+        w.hardware.stop()

@@ -104,7 +104,7 @@ class ModelPage(QtWidgets.QWizardPage):
     def initializePage(self) -> None:
         if self.state.snapshot() is None:  # the probe answers within a second of startup
             self.facts.setText("Waiting for the hardware probe…")
-            QtCore.QTimer.singleShot(300, self, self.initializePage)
+            QtCore.QTimer.singleShot(300, self.initializePage)
             return
         # One snapshot for every verdict on this page (the picker's rows, the facts, the shipped list):
         # a replayed or live machine that changes meanwhile must not make them disagree.
