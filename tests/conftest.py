@@ -67,7 +67,9 @@ def _start_zygote() -> None:
     there is no fork or pidfd (Windows, macOS)."""
     import subprocess
 
-    if os.environ.get("TRAINPILOT_TEST_ZYGOTE", "1") == "0" or not hasattr(os, "pidfd_open"):
+    from helpers_ci import zygote_possible
+
+    if os.environ.get("TRAINPILOT_TEST_ZYGOTE", "1") == "0" or not zygote_possible():
         return
     folder = tempfile.mkdtemp(prefix="tpz-")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ZYGOTE_DIR), *[p for p in os.environ.get("PYTHONPATH", "")

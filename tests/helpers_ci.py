@@ -38,3 +38,13 @@ def require_module(module: str, how: str):
         return importlib.import_module(module)
     except ImportError:
         require(False, f"{module} is not importable ({how})")
+
+
+def zygote_possible() -> bool:
+    """fork and pidfds (Linux 5.3 and later), which the test session's zygote (``tests/zygote``) needs: without them
+    every child starts as usual (the suite is slower, not wrong), and ``tests/test_zygote.py`` skips."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return hasattr(os, "fork")
+    except (AttributeError, OSError):
+        return False

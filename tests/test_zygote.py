@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_ci import zygote_possible
 
 ZYGOTE = Path(__file__).with_name("zygote")
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = [pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs fork and pidfd (Linux)"),
+pytestmark = [pytest.mark.skipif(not zygote_possible(), reason="the zygote needs fork and pidfds (Linux 5.3+)"),
               pytest.mark.slow]  # each starts a server of its own (torch imported: seconds)
 
 
