@@ -43,14 +43,16 @@ def server(tmp_path):
     proc.wait()
 
 
+def _rows(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
 def _decisions(log: Path) -> list[dict]:
-    return [r for r in map(json.loads, log.read_text(encoding="utf-8").splitlines()) if "decision" in r] \
-        if log.exists() else []
+    return [r for r in _rows(log) if "decision" in r]
 
 
 def _kills(log: Path) -> list[dict]:
-    return [r for r in map(json.loads, log.read_text(encoding="utf-8").splitlines()) if r.get("event", "")
-            .startswith("shim gone")] if log.exists() else []
+    return [r for r in _rows(log) if r.get("event", "").startswith("shim gone")]
 
 
 def test_a_forked_cli_command_answers_as_its_own_process_would(server, tmp_path):

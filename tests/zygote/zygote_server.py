@@ -201,7 +201,7 @@ class Server:
 
     def __init__(self, listener: socket.socket | None, control: socket.socket | None, parent_pid: int):
         self.sel = selectors.DefaultSelector()
-        self.listener, self.control = listener, control
+        self.listener = listener
         self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, shim connection)
         self.conns: dict[int, int] = {}  # shim connection fd -> pidfd
         self.subs: dict[str, socket.socket] = {}  # variant key -> control socket (base only)
@@ -269,14 +269,7 @@ class Server:
         if variant.startswith("trainer:"):
             sub = self._sub(variant)
             if sub is not None:
-                try:
-                    socket.send_fds(sub, [pack(req)], [conn.fileno(), *fds])
-                except OSError:
-                    self._refuse(conn, fds)
-                    return
-                conn.close()
-                for fd in fds:
-                    os.close(fd)
+                self._pass_on(sub, req, conn, fds)
                 return
         log(decision="base", module=req["module"])
         self._fork(req, conn, fds)
@@ -286,6 +279,18 @@ class Server:
         that count whose values are not the server's (none: it can)."""
         req["env"] = normalized(req["env"], self.env_delta)
         return env_differs(req["env"], self.env, self.recorder) if req.get("python") == sys.executable else ["python"]
+
+    def _pass_on(self, to: socket.socket, req: dict, conn: socket.socket, fds: list[int]) -> None:
+        """Hand a shim (its connection and descriptors) to the other server on ``to``: base to variant, or a variant
+        back to the base. This one keeps no copy; when the other is gone, the shim starts as usual."""
+        try:
+            socket.send_fds(to, [pack(req)], [conn.fileno(), *fds])
+        except OSError:
+            self._refuse(conn, fds)
+            return
+        conn.close()
+        for fd in fds:
+            os.close(fd)
 
     def _refuse(self, conn: socket.socket, fds: list[int]) -> None:
         for fd in fds:
@@ -352,14 +357,7 @@ class Server:
             self._fork(req, conn, fds[1:])
             return
         req["differs"] = differs
-        try:
-            socket.send_fds(control, [pack(req)], fds)  # back to the base, which forks it from torch
-        except OSError:
-            self._refuse(conn, fds[1:])
-            return
-        conn.close()
-        for fd in fds[1:]:
-            os.close(fd)
+        self._pass_on(control, req, conn, fds[1:])  # back to the base, which forks it from torch
 
     # both: fork, watch, report --------------------------------------------------------------------------------------
     def _fork(self, req: dict, conn: socket.socket, fds: list[int]) -> None:
