@@ -53,7 +53,7 @@ def kv_bytes_per_token(spec, s) -> int:
     """K and V of every attention layer for one token (linear-attention and convolution layers keep a fixed-size
     state): 2 × layers × kv width × the compute dtype (16-bit under autocast or 16-bit weights; fp32 only when
     training in fp32)."""
-    return 2 * spec.attention_layers * spec.kv_width * (4 if s.precision == "fp32" else 2)
+    return 2 * spec.attention_layers * spec.kv_width * s.activation_width
 
 
 def kv_cache_bytes(spec, s, tokens: int) -> int:
@@ -64,8 +64,7 @@ def kv_cache_bytes(spec, s, tokens: int) -> int:
 def _layer_transient_per_token(spec, s) -> int:
     """One layer's intermediates in a forward without gradients (hidden, q/k/v, the MLP's three I-wide tensors):
     the same per-token figure the planner uses for DPO's reference forward."""
-    wb = 4 if s.precision == "fp32" else 2
-    return wb * (3 * spec.hidden + 2 * spec.kv_width + 3 * spec.intermediate)
+    return s.activation_width * (3 * spec.hidden + 2 * spec.kv_width + 3 * spec.intermediate)
 
 
 def prefill_bytes(spec, s) -> int:
@@ -79,7 +78,7 @@ def decode_bytes(spec, s) -> int:
     """One decoding step at the full length: the cache's torch.cat holds one layer's old and new keys (or
     values) at once, plus the step's logits."""
     g = generation_batch(s)
-    one_layer = g * s.seq_len * spec.kv_width * (4 if s.precision == "fp32" else 2)
+    one_layer = g * s.seq_len * spec.kv_width * s.activation_width
     return one_layer + g * spec.vocab * SAMPLING_LOGIT_BYTES
 
 
@@ -119,9 +118,9 @@ def head_scored_bytes(spec, s) -> int:
     """Saved for the fused head's backward beyond the final norm: per scored token the target, log Z and
     entropy, plus the head's input when it is a copy (CUDA gathers the scored rows; on the CPU a micro-batch
     above 1 makes ``[:, :-1]`` non-contiguous), plus the loss's fp32 per-completion-token tensors."""
-    wb = 4 if s.precision == "fp32" else 2
+    width = s.activation_width
     copied = s.device == "cuda" or s.micro_batch > 1
-    per = SCORED_PER_TOKEN + (wb * spec.hidden if copied else 0)
+    per = SCORED_PER_TOKEN + (width * spec.hidden if copied else 0)
     return scored_tokens(s) * per + s.micro_batch * s.max_completion_length * LOSS_PER_COMPLETION_TOKEN
 
 

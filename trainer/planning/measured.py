@@ -29,10 +29,10 @@ def setup_name(s) -> str:
 
 
 def coefficients(spec: ModelSpec, s) -> dict:
-    """The record's coefficients for this setup (its decoder layers with the MLP tiled when ``s.tiled_mlp`` and the
-    record measured them so: ``has_tiled``)."""
+    """The record's coefficients for this setup (its decoder layers with the MLP tiled where it runs tiled:
+    ``TrainSetup.mlp_tiled``, which asks ``has_tiled``)."""
     coeff = spec.activations["setups"][setup_name(s)]
-    if getattr(s, "tiled_mlp", False) and has_tiled(spec, s):
+    if s.mlp_tiled(spec):
         return {**coeff, **spec.activations["tiled"][setup_name(s)]}
     return coeff
 
@@ -100,7 +100,7 @@ def _adapters(spec: ModelSpec, s, g: LayerGroup) -> int:
     """Per token: the adapters' own saved inputs in one layer of ``g`` (memory's analytic term)."""
     if s.method not in ("lora", "qlora"):
         return 0
-    return adapters.activation_per_token(s, g.linears, tiled=getattr(s, "tiled_mlp", False) and has_tiled(spec, s))
+    return adapters.activation_per_token(s, g.linears, tiled=s.mlp_tiled(spec))
 
 
 def _eager_delta(spec: ModelSpec, s, g: LayerGroup) -> int:
@@ -108,7 +108,7 @@ def _eager_delta(spec: ModelSpec, s, g: LayerGroup) -> int:
     K/V), when the run asks for eager on an architecture measured with SDPA (the fitted families' eager term)."""
     if s.attn != "eager" or not spec.supports_sdpa or "attention" not in g.type or g.type == "linear_attention":
         return 0
-    width = 4 if s.precision == "fp32" else 2
+    width = s.activation_width
     a = spec.heads
     return (4 + width) * a * s.seq_len + 2 * width * max(0, spec.heads * spec.head_dim - spec.kv_width) - 4 * a
 
@@ -133,13 +133,13 @@ def head_bytes(spec: ModelSpec, s) -> float:
     coeff = coefficients(spec, s)
     b, n = s.micro_batch, s.seq_len
     embed_norm = evaluate(coeff["embed"], b, n) + evaluate(coeff["norm"], b, n) + evaluate(coeff["after"], b, n)
-    head_input = (4 if s.precision == "fp32" else 2) * spec.hidden if s.method == "full" else 0
+    head_input = s.activation_width * spec.hidden if s.method == "full" else 0
     if s.objective == "grpo":
         return embed_norm
     if s.fused_head:
         return embed_norm + b * n * (head_input + FUSED_HEAD_PER_TOKEN)
     if not s.full_logits:  # the chunked or Liger loss: the head input's gradient, made in its forward, and targets
-        return embed_norm + b * n * ((4 if s.precision == "fp32" else 2) * spec.hidden + CHUNK_TARGETS_PER_TOKEN)
+        return embed_norm + b * n * (s.activation_width * spec.hidden + CHUNK_TARGETS_PER_TOKEN)
     return embed_norm + evaluate(coeff["loss"], b, n)
 
 
@@ -149,8 +149,7 @@ def activation_bytes(spec: ModelSpec, s) -> dict:
     wide residual stream) and rebuilds the largest layer during backward."""
     head = head_bytes(spec, s)
     if s.checkpointing:
-        wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")
-        kept = spec.layers * s.micro_batch * s.seq_len * (4 if wide else 2) * spec.hidden
+        kept = spec.layers * s.micro_batch * s.seq_len * s.stream_width * spec.hidden
         recompute = max(layer_bytes(spec, s, g, shared=False) for g in spec.groups)
         return {"layers": int(kept), "head": int(head), "recompute": int(recompute)}
     return {"layers": int(layers_total(spec, s)), "head": int(head), "recompute": 0}

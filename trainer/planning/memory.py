@@ -15,9 +15,10 @@ from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
 from trainer.planning import adapters, grpo_memory, measured, packed_mask, saver_memory
 from trainer.planning import picture_memory as pictures
-from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token, tiles_mlp
+from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
 from trainer.planning.seq2seq_memory import seq2seq_activation_bytes
+from trainer.planning.setup import TrainSetup  # its home; imported from here too
 
 # Caching-allocator slack (reserved minus allocated at the peak) as a share of the tensors that churn
 # every step. Measured on an H100 (docs/benchmarks.md): 5-12% of churn without checkpointing, 11-34%
@@ -46,6 +47,7 @@ LOSS_BYTES_PER_LOGIT = 12  # HF's loss: fp32 log-softmax + the NLL's and log-sof
 # gradient (8), plus tanh's fp32 output kept for its derivative under Gemma's soft-capping (4)
 CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 8, 4
 SOFTCAPPED_FAMILIES = frozenset({"gemma2"})  # final_logit_softcapping set in their configs (Gemma 3's is None)
+LAYERNORM_HEAD_FAMILIES = frozenset({"stablelm", "phi"})  # a LayerNorm, not an RMSNorm, before the LM head
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 
 
@@ -61,75 +63,6 @@ def liger_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
     hidden states."""
     rows = -(-tokens // -(-vocab // hidden))
     return 1 << max(0, rows - 1).bit_length()
-
-
-@dataclass(frozen=True)
-class TrainSetup:
-    """What memory depends on. Sizes are counts; dtypes are names."""
-
-    micro_batch: int = 1
-    seq_len: int = 2048
-    method: str = "full"  # full | lora | qlora
-    precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
-    weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
-    optimizer: str = "adamw"  # adamw | adamw_8bit | paged_adamw_8bit
-    checkpointing: bool = False
-    loss_kernel: str = "hf"  # hf | chunked | liger (planning/loss_kernel.py); the last two never hold full logits
-    activation_offload: bool = False  # saved activations in pinned host RAM (TRL's activation offloading)
-    attn: str = "sdpa"  # sdpa | eager | flash_attention_2
-    deepspeed: bool = False
-    zero_stage: int = 2
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    overlap_comm: bool = False
-    gpus_per_node: int = 1
-    num_nodes: int = 1
-    lora_r: int = 16
-    lora_dropout: float = 0.05
-    lora_targets: tuple[str, ...] = ("all-linear",)
-    lora_experts: bool = False  # LoRA on the fused expert parameters too (PEFT's target_parameters)
-    device: str = "cuda"  # cuda | cpu
-    objective: str = "sft"  # sft | dpo | kto | orpo | grpo
-    precompute_ref: bool = False  # DPO/KTO: reference log-probs scored once before training (no reference copy)
-    gradient_accumulation: int = 1  # micro-batches per optimizer step (GRPO: whether sampling runs mid-step)
-    num_generations: int = 8  # GRPO: completions per prompt
-    max_completion_length: int = 256  # GRPO: longest completion (tokens); prompts get seq_len minus this
-    generation_batch: int = 0  # GRPO: completions sampled at once per GPU (0: micro × accumulation)
-    beta: float = 0.0  # GRPO: KL coefficient; > 0 scores a reference (a frozen copy for a full fine-tune)
-    triton_kernels: bool = False  # Triton kernels load (Liger's, or torch.compile's): their modules hold device memory
-    num_iterations: int = 1  # GRPO: optimizer steps per sampling pass; > 1 scores the old policy's log-probs
-    train_vision: str = "none"  # none | projector | all: which vision parts train (planning/picture_memory.py)
-    pictures: int = 0  # pictures in the sample with the most (0: text only)
-    picture_units: int = 1  # vision units per picture (Idefics3's tiles; else 1)
-    picture_positions: int = 0  # positions the vision tower runs over per unit
-    packed_mask: bool = False  # packed blocks of several documents: attention keeps a block mask (planning/packed_mask.py)
-    tiled_mlp: bool = False  # each layer's MLP over tiles of the sequence (speed.tiled_mlp): its input kept, not its intermediates
-    autocast: bool = False  # the forward runs under torch.autocast (HF's Trainer, 16-bit precision): adapters' saved inputs
-    expandable_segments: bool = False  # PyTorch's allocator maps pages into growing segments (the worker sets it on CUDA)
-
-    @property
-    def world(self) -> int:
-        return self.gpus_per_node * self.num_nodes
-
-    @property
-    def sequences_per_sample(self) -> int:
-        """Sequences one sample puts through the model with gradients: a DPO/ORPO pair is chosen + rejected."""
-        return 2 if self.objective in ("dpo", "orpo") else 1
-
-    @property
-    def liger(self) -> bool:
-        """Liger's kernels replace the loss, RMSNorm, RoPE and SwiGLU (``loss_kernel`` liger: planning/loss_kernel.py)."""
-        return self.loss_kernel == "liger" and self.objective == "sft"
-
-    @property
-    def full_logits(self) -> bool:
-        """The loss holds the whole micro-batch's logits (HF's supervised loss)."""
-        return self.loss_kernel == "hf" or self.objective != "sft"
-
-    @property
-    def fused_head(self) -> bool:
-        """TRL's DPO/KTO/GRPO score log-probabilities in chunks (no full logits kept): see trl add_fused_lm_head."""
-        return self.objective in ("dpo", "kto", "grpo")
 
 
 @dataclass(frozen=True)
@@ -166,7 +99,7 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
         return _adapter_states(spec, s)
     if s.deepspeed and s.device == "cuda":
         return _with_frozen(spec, s, *_zero_states(spec, s))
-    wb = 2 if s.weights_16bit else 4
+    wb = s.weight_width
     opt = saver_memory.eight_bit_state_bytes(spec) if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb * P
     return _with_frozen(spec, s, {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {})
 
@@ -189,7 +122,7 @@ def reference_bytes(spec: ModelSpec, s: TrainSetup) -> tuple[int, int]:
     parameter offload)."""
     if s.method != "full" or not _has_reference(s):
         return 0, 0
-    wb = 2 if s.weights_16bit or (s.deepspeed and s.device == "cuda") else 4
+    wb = 2 if s.deepspeed and s.device == "cuda" else s.weight_width
     if s.deepspeed and s.device == "cuda" and s.zero_stage == 3:
         return (0, wb * spec.params) if s.offload_params else (wb * spec.params // s.world, 0)
     return wb * spec.params, 0
@@ -208,9 +141,8 @@ def objective_transient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     I-wide tensors) for their whole batch at a time, while the policy's activations are kept."""
     if s.objective not in ("dpo", "kto") or (s.precompute_ref and s.objective == "dpo"):
         return 0
-    wb = 2 if s.weights_16bit and s.precision != "fp32" else 4
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
-    per_layer = wb * (3 * spec.hidden + 2 * spec.kv_width + 3 * spec.intermediate)
+    per_layer = s.weight_width * (3 * spec.hidden + 2 * spec.kv_width + 3 * spec.intermediate)
     return tokens * per_layer * (2 if s.objective == "kto" else 1)
 
 
@@ -239,7 +171,7 @@ def _adapter_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     them (PEFT's modules_to_save: ``method.train_vision``) is a copy in the base's dtype with its gradient and two
     AdamW states in that dtype too (measured: PEFT keeps the copy bf16 in a bf16 run)."""
     P, T = spec.params, lora_params(spec, s)
-    wb = 2 if s.weights_16bit or s.method == "qlora" else 4
+    wb = 2 if s.method == "qlora" else s.weight_width  # QLoRA: the parts it does not quantise are 16-bit
     whole = {"vision_states": 4 * wb * pictures.trainable(spec, s)[0]}
     if s.method == "qlora":  # 4-bit Linears with their quantisation state; embeddings, head and norms 16-bit
         weights = saver_memory.qlora_weight_bytes(spec) - pictures.qlora_vision_bytes_saved(spec, s)
@@ -267,10 +199,10 @@ def layer_activation_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     else:
         per = 20 * h + 4 * hkv + 8 * inter + 4 * a
     if s.attn == "eager":
-        width = 4 if s.precision == "fp32" else 2
+        width = s.activation_width
         per += (4 + width) * a * s.seq_len + 2 * width * (h - hkv) - 4 * a
     mask = packed_mask.per_layer_bytes(s, spec.heads * spec.head_dim, hkv)
-    if s.tiled_mlp and tiles_mlp(spec, s):
+    if s.mlp_tiled(spec):
         return tokens * tiled_layer_per_token(spec, s) + mask
     return tokens * (per + _family_layer_delta(spec, s)) + mask
 
@@ -291,7 +223,7 @@ def _family_layer_delta(spec: ModelSpec, s: TrainSetup) -> int:
 
 def _lora_activation_per_token(spec: ModelSpec, s: TrainSetup) -> int:
     """Bytes per token one (typical) layer's adapters keep (``adapters.activation_per_token``)."""
-    return adapters.activation_per_token(s, spec.typical_linears, tiled=s.tiled_mlp and tiles_mlp(spec, s))
+    return adapters.activation_per_token(s, spec.typical_linears, tiled=s.mlp_tiled(spec))
 
 
 def autocast_weight_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -314,17 +246,19 @@ def _head_per_token(spec: ModelSpec, s: TrainSetup) -> int:
         norm = 14 * h  # fp32 norm copies + the lm_head's 16-bit input
     else:
         norm = 8 * h
+    if spec.family in LAYERNORM_HEAD_FAMILIES:
+        norm -= 4 * h  # their final LayerNorm keeps less than Llama's fp32 RMSNorm copies
     if s.objective == "grpo":  # what the fused head keeps for its scored tokens: grpo_memory.head_scored_bytes
-        return norm + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
+        return norm
     if s.fused_head:  # TRL's chunked log-probs keep the head's input, log Z, entropy (fp32) and the targets (int64)
-        return norm + FUSED_HEAD_PER_TOKEN + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
+        return norm + FUSED_HEAD_PER_TOKEN
     if not s.full_logits:  # the head's input gradient, computed in the loss's forward (16-bit, or fp32), and the
         # int64 row index of each labelled token (Liger: an fp32 loss per token); for a full fine-tune the lm_head's
         # input counted in ``norm`` is not kept (the gradient takes its place)
-        kept = 0 if s.method == "full" else (4 if s.precision == "fp32" else 2) * h
-        return norm + kept + 8 + {"stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)
-    family = {"gemma2": 2 * spec.vocab, "stablelm": -4 * h, "phi": -4 * h}.get(spec.family, 0)  # softcap; LayerNorm
-    return norm + 4 * spec.vocab + family
+        kept = 0 if s.method == "full" else s.activation_width * h
+        return norm + kept + 8
+    softcap = 2 * spec.vocab if spec.family in SOFTCAPPED_FAMILIES else 0  # tanh's output, kept for its derivative
+    return norm + 4 * spec.vocab + softcap
 
 
 def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
@@ -350,16 +284,15 @@ def _text_activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
             acts["head"] += grpo_memory.head_scored_bytes(spec, s)
         return acts
     tokens = s.micro_batch * s.seq_len
-    wide = s.precision == "fp32" or (not s.weights_16bit and s.method == "full")  # fp32 residual stream
     layer = layer_activation_bytes(spec, s)
     head = tokens * _head_per_token(spec, s) + autocast_weight_bytes(spec, s)
     if s.objective == "grpo":
         head += grpo_memory.head_scored_bytes(spec, s)
     if s.checkpointing:
-        return {"layers": spec.layers * tokens * (4 if wide else 2) * spec.hidden, "head": head,
+        return {"layers": spec.layers * tokens * s.stream_width * spec.hidden, "head": head,
                 "recompute": layer - tiled_input_bytes(spec, s)}
     layers = spec.layers * layer
-    if s.method in ("lora", "qlora") and not (s.tiled_mlp and tiles_mlp(spec, s)):
+    if s.method in ("lora", "qlora") and not s.mlp_tiled(spec):
         # the frozen embedding's output needs no gradient, so the first layer keeps ≈17.5·h bytes
         # per token less (measured; checkpointing turns input gradients on, so not there)
         layers -= tokens * (35 * spec.hidden // 2)
@@ -411,8 +344,7 @@ def _chunked_logits_bytes(spec: ModelSpec, s: TrainSetup, tokens: int) -> int:
     """The loss's working memory without full logits: one chunk's logits and the gradients computed from them
     (bytes per logit above; Liger works on its 16-bit chunk in place), plus the LM head's weight gradient, which
     both kernels compute in the loss's forward and hold (16-bit, or fp32) until backward hands it on."""
-    wb = 2 if s.weights_16bit and s.precision != "fp32" else 4
-    head_grad = wb * spec.vocab * spec.hidden if s.method == "full" else 0
+    head_grad = s.weight_width * spec.vocab * spec.hidden if s.method == "full" else 0
     if s.loss_kernel == "liger":
         return 2 * liger_chunk_tokens(tokens, spec.vocab, spec.hidden) * spec.vocab + head_grad
     per_logit = CHUNK_BYTES_PER_LOGIT + (SOFTCAP_BYTES_PER_LOGIT if spec.family in SOFTCAPPED_FAMILIES else 0)

@@ -25,7 +25,7 @@ def shared_bytes(s) -> int:
     if not applies(s):
         return 0
     cells = s.micro_batch * s.sequences_per_sample * s.seq_len * s.seq_len
-    return cells * ((4 if s.precision == "fp32" else 2) if s.attn == "eager" else 1)
+    return cells * (s.activation_width if s.attn == "eager" else 1)
 
 
 def per_layer_bytes(s, q_width: int, kv_width: int) -> int:
@@ -33,6 +33,6 @@ def per_layer_bytes(s, q_width: int, kv_width: int) -> int:
     last dimension padded to 16) and K and V repeated to every query head (q_width − kv_width more values each)."""
     if not applies(s) or s.attn == "eager":
         return 0
-    width = 4 if s.precision == "fp32" else 2
+    width = s.activation_width
     b, n = s.micro_batch * s.sequences_per_sample, s.seq_len
     return b * n * (-(-n // 16) * 16) * width + b * n * 2 * width * max(0, q_width - kv_width)

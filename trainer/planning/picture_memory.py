@@ -235,13 +235,13 @@ def activation_bytes(spec: ModelSpec, s) -> int:
     c, n, units = v["activations"]["setups"][setup], s.picture_positions, _units(s)
     rest = _part(c["rest"], n) + v.get("taps", 0) * _part(c["tap"], n)
     if _checkpointed(s):
-        blocks = v["depth"] * n * v["hidden"] * (4 if s.precision == "fp32" else 2)
+        blocks = v["depth"] * n * v["hidden"] * s.activation_width
     else:
         blocks = _part(c["first"], n) + (v["depth"] - 1) * _part(c["layer"], n)
     total = c["shared"] + units * (rest + blocks)
     if setup == "tower_lora" and not _checkpointed(s):  # the adapters' own fp32 inputs (or dropout outputs), middles
         total += units * n * v["depth"] * _adapter_per_position(v, s)
-    return int(total * (2 if s.precision == "fp32" else 1))  # measured with 16-bit weights
+    return int(total * (s.activation_width // 2))  # measured with 16-bit weights
 
 
 def _checkpointed(s) -> bool:
@@ -261,7 +261,7 @@ def recompute_bytes(spec: ModelSpec, s) -> int:
     v = spec.vision
     c, n = v["activations"]["setups"][vision_setup(s)]["layer"], s.picture_positions
     extra = n * _adapter_per_position(v, s) if vision_setup(s) == "tower_lora" else 0
-    return int(_units(s) * (_part(c, n) + extra) * (2 if s.precision == "fp32" else 1))
+    return int(_units(s) * (_part(c, n) + extra) * (s.activation_width // 2))
 
 
 def forward_bytes(spec: ModelSpec, s) -> int:
@@ -270,7 +270,7 @@ def forward_bytes(spec: ModelSpec, s) -> int:
     if not s.pictures or not measured_activations(spec) or vision_setup(s) != "frozen":
         return 0
     c = spec.vision["activations"]["setups"]["tower"]["layer"]
-    return int(_units(s) * _part(c, s.picture_positions) * (2 if s.precision == "fp32" else 1))
+    return int(_units(s) * _part(c, s.picture_positions) * (s.activation_width // 2))
 
 
 def pictures_masked(spec: ModelSpec, s) -> bool:

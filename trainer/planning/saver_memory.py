@@ -153,16 +153,15 @@ def offload_kept_per_token(spec, s) -> tuple[int, int]:
         return 0, 0
     if spec.family in ("phi", "stablelm"):  # measured in bf16: the normed input shared by the block's projections
         return ((2 if spec.family == "phi" else 4) * h if full else 0), 0
-    fp32 = s.precision == "fp32"
-    cast = full and not s.weights_16bit and not fp32  # autocast over fp32 weights: a cast copy per Linear
+    cast = full and not s.weights_16bit and s.precision != "fp32"  # autocast over fp32 weights: a cast copy per Linear
     norm = 0 if s.liger else 4 * h + 4
     per = {"gemma2": 4}.get(spec.family, 2) * norm
     if spec.family == "qwen3" and not s.liger:  # q_norm and k_norm over the heads
         per += 4 * (q + kv) + 4 * (spec.heads + spec.kv_heads)
     if full and not cast:
-        per += 2 * (4 if fp32 else 2) * h
+        per += 2 * s.activation_width * h
     if full and s.attn != "eager":
-        per += (4 if fp32 else 2) * q
+        per += s.activation_width * q
     return per, (0 if full else norm)
 
 

@@ -30,7 +30,7 @@ BUCKET_BYTES = 8  # int64 relative-position buckets: s² per stack (shared by th
 def seq2seq_activation_bytes(spec, s) -> dict:
     """``{"layers", "head", "recompute"}`` like ``memory.activation_bytes``, for an encoder-decoder with input
     and target each ``s.seq_len`` tokens (the worker cuts both to seq_len)."""
-    kind = "16bit" if s.weights_16bit and s.precision != "fp32" else "wide"
+    kind = "16bit" if s.weight_width == 2 else "wide"
     h, ff, a = spec.hidden, spec.intermediate, spec.heads
     inner = spec.heads * spec.head_dim
     n, seq = s.micro_batch * s.seq_len, s.seq_len

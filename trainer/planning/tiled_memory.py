@@ -27,7 +27,7 @@ def tiles_mlp(spec: ModelSpec, s=None) -> bool:
         return False
     if not spec.fitted:
         return measured.has_tiled(spec, s)
-    sixteen = s is None or s.method in ("lora", "qlora") or (s.weights_16bit and s.precision != "fp32")
+    sixteen = s is None or s.method in ("lora", "qlora") or s.weight_width == 2
     return spec.family in LLAMA_LAYOUT_FAMILIES and sixteen
 
 
@@ -52,7 +52,7 @@ def tiled_layer_per_token(spec: ModelSpec, s) -> int:
 def tiled_input_bytes(spec: ModelSpec, s) -> int:
     """The layer input a tiled layer keeps (its first norm's input), bytes for the micro-batch: under checkpointing
     that is the checkpoint itself (held, or brought back, as the checkpoints are), so the recompute leaves it out."""
-    if not (s.tiled_mlp and tiles_mlp(spec, s)):
+    if not s.mlp_tiled(spec):
         return 0
     return 2 * s.micro_batch * s.seq_len * spec.hidden
 
@@ -65,7 +65,7 @@ def mlp_per_token(spec: ModelSpec, s) -> int:
     inter = spec.intermediate
     if s.method in ("lora", "qlora"):
         return 6 * inter
-    return (16 if s.precision == "fp32" else 8) * inter
+    return 4 * s.activation_width * inter
 
 
 def mlp_tile_tokens(tokens: int, hidden: int) -> int:
@@ -78,10 +78,10 @@ def mlp_tile_tokens(tokens: int, hidden: int) -> int:
 def mlp_tile_bytes(spec: ModelSpec, s) -> int:
     """What one tile of a tiled MLP holds while its backward recomputes it (bytes): the tile's input and the MLP's
     intermediates and adapter inputs for the tile's tokens (``mlp_per_token``, ``adapters.mlp_adapter_per_token``)."""
-    if not s.tiled_mlp or not tiles_mlp(spec, s):
+    if not s.mlp_tiled(spec):
         return 0
     tile = mlp_tile_tokens(s.micro_batch * s.sequences_per_sample * s.seq_len, spec.hidden)
-    width = 4 if s.precision == "fp32" else 2
+    width = s.activation_width
     if not spec.fitted:
         return int(tile * (measured.mlp_per_token(spec, s) + width * spec.hidden))
     lora = adapters.mlp_adapter_per_token(s, spec.typical_linears) if s.method in ("lora", "qlora") else 0
