@@ -138,7 +138,7 @@ def speed_table(bench: Path = BENCH) -> str:
 
 
 def training_run(bench: Path = BENCH, context_bytes: int = 0) -> str:
-    from speed_stack import PEAK_BF16, flops_per_token
+    from speed_stack import PEAK_BF16, model_flops_per_token
 
     from trainer import config as config_mod
     from trainer.models.spec import load_model_spec
@@ -152,7 +152,7 @@ def training_run(bench: Path = BENCH, context_bytes: int = 0) -> str:
     tps = statistics.median(e["tokens_per_second"] for e in steady)
     spec = load_model_spec(cfg.model.architecture)
     peak_flops = dict(PEAK_BF16)["h100"]
-    mfu = tps * flops_per_token(spec, cfg.data.seq_len) / peak_flops
+    mfu = tps * model_flops_per_token(spec, cfg.data.seq_len) / peak_flops
     measured = max(e["gpu_memory_peak_bytes"] for e in steps)
     s = plan["settings"]
     now = plan_run(config_mod.replace(cfg, **{"speed.loss_kernel": "hf"}), h100_snapshot())  # the run used HF's loss

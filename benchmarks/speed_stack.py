@@ -19,7 +19,8 @@ exits 2; ``--cpu-smoke`` runs the rows that can run on the CPU with the tiny mod
 
 **MFU** (model FLOPs utilisation) = tokens/s × FLOPs per token / the card's dense bf16 peak (NVIDIA's data
 sheets: ``PEAK_BF16``), FLOPs per token = 6·N + 12·L·h·s (N the matmul weights: every parameter but the
-embedding lookup, a tied head counted once as the head's matmul; L layers, h hidden size, s sequence length);
+embedding lookup, a tied head counted once as the head's matmul; L layers, h heads × head_dim, s sequence length:
+the planner's ``flops.flops_per_token`` for a full fine-tune);
 checkpointing's recompute is not counted (it is model FLOPs, not hardware FLOPs). A card not in the table gets no
 MFU rather than a guess.
 
@@ -50,8 +51,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer.models.spec import load_model_spec  # noqa: E402
+from trainer.planning.flops import flops_per_token  # noqa: E402  (one formula: the planner's)
+from trainer.planning.setup import TrainSetup  # noqa: E402
 from trainer.planning.speed import PEAK_16BIT as PEAK_BF16  # noqa: E402,F401  (one table: the planner's)
-from trainer.planning.speed import flops_per_token  # noqa: E402,F401  (one formula: the planner's)
+
+
+def model_flops_per_token(spec, seq: int) -> float:
+    """MFU's FLOPs per token: a full fine-tune at sequence ``seq`` without recompute (model FLOPs, not hardware
+    FLOPs), as the planner counts it (``flops.flops_per_token``)."""
+    return flops_per_token(spec, TrainSetup(seq_len=seq))
+
 
 # What seed 001 claims for each step (its cumulative column where it gives one).
 SEED_CLAIMS = {"+ bf16": "+20-30% (1.25x cum.)", "+ TF32": "+10-20% (4.0-4.5x cum., last in seed)",
@@ -187,7 +196,7 @@ def stack_main(args) -> int:
         if not st.get("skip"):
             r.update(run_stage(arch, over, st, seq, eff, steps, device))
             if peak:
-                r["mfu"] = r["tokens_per_second"] * flops_per_token(spec, seq) / peak
+                r["mfu"] = r["tokens_per_second"] * model_flops_per_token(spec, seq) / peak
         rows.append(r)
         save(args.out, rows, dict(device=name, arch=arch, seq=seq, effective_batch=eff, steps=steps,
                                   torch=torch.__version__, time=time.time(), mode="gpu" if cuda else "cpu-smoke"))
@@ -276,7 +285,7 @@ def real_row(row: tuple, geo: dict, cuda: bool, tmp: Path, peak) -> dict:
                timed_steps=len(timed), peak_reserved_bytes=max(peaks) if peaks else None,
                loss=steps[-1]["loss"])
     if peak:
-        out["mfu"] = tps * flops_per_token(load_model_spec(geo["arch"]), geo["seq"]) / peak
+        out["mfu"] = tps * model_flops_per_token(load_model_spec(geo["arch"]), geo["seq"]) / peak
     return out
 
 

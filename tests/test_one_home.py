@@ -1,17 +1,24 @@
 """Rules answered in one place each: precision (chat included), which values are secrets, the Hugging
-Face cache folder, the STOP file, durations and parameter counts."""
+Face cache folder, the STOP file, durations and parameter counts; in the planner, the compute of a step (one
+``flops_per_token`` for every time estimate) and the byte widths of a setup (``TrainSetup``'s properties)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from trainer import config as config_mod
 from trainer.core import secrets, units
 from trainer.core.paths import hf_hub_cache
+from trainer.models.spec import load_model_spec
+from trainer.planning import flops, speed, throughput
+from trainer.planning.setup import TrainSetup
 from trainer.rundir import stopfile
 from trainer.rundir.events import STOP_FILE
 
@@ -85,3 +92,68 @@ def test_chat_asks_the_one_precision_rule(capability, requested, device, expecte
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == expected
+
+
+PLANNING = Path(__file__).resolve().parents[1] / "trainer" / "planning"
+# Byte widths and "tiled here" written out inline: each is a property (or method) of TrainSetup (planning/setup.py)
+INLINE_WIDTHS = [r"[1-9]\d* if [^\n]*precision [!=]= \"fp32\" else [1-9]",
+                 r"[24] if [^\n]*weights_16bit[^\n]* else [24]", r"tiled_mlp and tiles_mlp\(",
+                 r"\"stablelm\": -4 \* h", r"def flops_per_token"]
+
+
+def test_the_planner_reads_byte_widths_and_flops_from_one_home():
+    found = {}
+    for path in sorted(PLANNING.glob("*.py")):
+        text = path.read_text()
+        for pattern in INLINE_WIDTHS:
+            for m in re.finditer(pattern, text):
+                found.setdefault(pattern, []).append(f"{path.name}: {m.group(0)}")
+    assert found.pop(r"def flops_per_token") == ["flops.py: def flops_per_token"]
+    assert all(hit.startswith("setup.py:") for hits in found.values() for hit in hits), found
+
+
+def test_setup_widths():
+    widths = [TrainSetup(precision=p, weights_16bit=False).activation_width for p in ("fp32", "bf16", "fp16")]
+    assert widths == [4, 2, 2]
+    assert TrainSetup().weight_width == 2 and TrainSetup(weights_16bit=False).weight_width == 4
+    assert TrainSetup(precision="fp32").weight_width == 4  # fp32 training wins over the (unbuildable) 16-bit flag
+    assert TrainSetup().stream_width == 2
+    assert TrainSetup(weights_16bit=False).stream_width == 4  # autocast over fp32 weights: an fp32 residual stream
+    assert TrainSetup(weights_16bit=False, method="lora").stream_width == 2
+    llama, t5 = load_model_spec("llama-3.2-1b"), load_model_spec("flan-t5-small")
+    assert TrainSetup(tiled_mlp=True).mlp_tiled(llama) and not TrainSetup().mlp_tiled(llama)
+    assert not TrainSetup(tiled_mlp=True).mlp_tiled(t5)  # not plannable tiled: the memory formulas plan it untiled
+
+
+def test_one_flops_count_per_token():
+    """2 FLOPs per weight forward; backward 4 where weights train, 2 where frozen (LoRA); attention
+    4·s·heads·head_dim per attention layer forward and twice that backward, for LoRA too; checkpointing one more
+    forward of the layers; the tiled MLP one more forward of the MLP."""
+    spec, s = load_model_spec("llama-3.2-1b"), TrainSetup(seq_len=2048)
+    weights = flops.layer_weights(spec) + spec.vocab * spec.hidden
+    attention = 4 * 2048 * spec.heads * spec.head_dim * spec.layers
+    assert flops.flops_per_token(spec, s) == 6 * weights + 3 * attention == pytest.approx(8.22e9, rel=1e-3)
+    assert flops.flops_per_token(spec, replace(s, method="lora")) == 4 * weights + 3 * attention
+    assert flops.flops_per_token(spec, replace(s, checkpointing=True)) == (
+        6 * weights + 3 * attention + 2 * flops.layer_weights(spec) + attention)
+    tiled = 6 * weights + 3 * attention + 2 * flops.mlp_params(spec)
+    assert flops.flops_per_token(spec, replace(s, tiled_mlp=True)) == tiled
+    for name in ("gemma-3-1b", "lfm2-700m"):  # attention: heads × head_dim wide (not hidden), attention layers only
+        other = load_model_spec(name)
+        grows = flops.flops_per_token(other, replace(s, seq_len=4096)) - flops.flops_per_token(other, s)
+        assert grows == 12 * 2048 * other.heads * other.head_dim * other.attention_layers
+
+
+@pytest.mark.parametrize("setup", [TrainSetup(method="lora", seq_len=8192), TrainSetup(checkpointing=True),
+                                   TrainSetup(method="qlora", tiled_mlp=True, micro_batch=2)])
+def test_every_time_estimate_uses_the_one_count(setup):
+    """The offload-or-checkpointing time (``speed``) and the loss kernel's ranking (``throughput``) rank setups
+    on one count: before, ``speed`` took a LoRA step as two forwards (attention's backward a third short) and left
+    out the tiled MLP."""
+    spec = load_model_spec("qwen3-1.7b")
+    count = flops.flops_per_token(spec, setup)
+    tokens = setup.micro_batch * setup.seq_len
+    compute = speed.step_seconds(spec, setup, "NVIDIA H100 80GB HBM3", None, 0)["compute"]
+    assert compute == pytest.approx(tokens * count / (speed.peak_flops("h100") * speed.MFU), rel=1e-12)
+    busy = throughput.utilisation(tokens, throughput.half_busy_tokens(spec, setup))
+    assert throughput.relative_speed(spec, setup) == pytest.approx(busy / count, rel=1e-12)

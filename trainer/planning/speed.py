@@ -2,8 +2,9 @@
 (recompute every layer's forward in backward) and activation offload (move the saved activations over PCIe and
 back). No torch.
 
-Compute time is the step's matrix FLOPs over the card's published dense 16-bit tensor peak times ``MFU``; offload's
-copies run on a second CUDA stream beside the compute, so a micro-batch takes the longer of its compute and its PCIe
+Compute time is the step's matrix FLOPs (``flops.flops_per_token``, the plan's one count) over the card's published
+dense 16-bit tensor peak times ``MFU``; offload's copies run on a second CUDA stream beside the compute, so a
+micro-batch takes the longer of its compute and its PCIe
 time. Measured on an H100 (PCIe 5 x16; DESIGN.md, issue 31), Llama-3.2-1B full fine-tune, micro-batch 4, seq 2048:
 checkpointing 40.2k tokens/s, offload without checkpointing 15.4k — offload was bound by the link. These formulas
 give 43k and 15.4k there: ``PCIE_EFFICIENCY`` was fitted on that one run (in-sample), ``MFU`` is the 46% measured
@@ -12,6 +13,8 @@ for the default path at micro-batch 8 on the same card.
 from __future__ import annotations
 
 from typing import Optional
+
+from trainer.planning.flops import flops_per_token
 
 MFU = 0.45  # share of the dense tensor peak a step reaches (46% measured: H100, Llama-3.2-1B, micro-batch 8)
 PCIE_EFFICIENCY = 0.85  # pinned host <-> GPU copies reach this share of the link's signalling rate (fitted, see above)
@@ -38,19 +41,6 @@ def peak_flops(gpu_name: Optional[str]) -> Optional[float]:
     return next((flops for key, flops in PEAK_16BIT if key in name), None)
 
 
-def forward_flops_per_token(spec, seq: int) -> float:
-    """Forward FLOPs per token: 2 per matmul weight (the embedding lookup is free; a tied embedding still does the
-    lm_head matmul) plus attention's scores and weighted sum, 4·L·s·(heads × head_dim)."""
-    matmul = spec.params - (0 if spec.tied_embeddings else spec.embedding_params)
-    return 2.0 * matmul + 4.0 * spec.layers * seq * spec.heads * spec.head_dim
-
-
-def flops_per_token(spec, seq: int) -> float:
-    """Training FLOPs per token of a full fine-tune (forward + backward = 3 forwards): 6 per matmul weight plus
-    attention (benchmarks/speed_stack.py's MFU uses the same)."""
-    return 3.0 * forward_flops_per_token(spec, seq)
-
-
 def step_seconds(spec, s, gpu_name: Optional[str], pcie_bytes_per_second: Optional[float], offloaded: int) -> dict:
     """One micro-batch's estimated time (seconds): ``compute`` (with checkpointing's recompute), ``pcie`` (offload's
     copies out and back, 0 without offload) and ``total`` (the longer of the two: the copies overlap compute).
@@ -59,10 +49,7 @@ def step_seconds(spec, s, gpu_name: Optional[str], pcie_bytes_per_second: Option
     if peak is None or (offloaded and not pcie_bytes_per_second):
         return {}
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
-    fwd = forward_flops_per_token(spec, s.seq_len)
-    passes = 3.0 if s.method == "full" else 2.0  # adapters: no weight gradients for the frozen base
-    head = 2.0 * spec.vocab * spec.hidden  # the lm_head is not inside a checkpointed layer
-    flops = tokens * (passes * fwd + (fwd - head if s.checkpointing else 0.0))
+    flops = tokens * flops_per_token(spec, s)  # with checkpointing's recompute and the tiled MLP's
     compute = flops / (peak * MFU)
     pcie = 2.0 * offloaded / (pcie_bytes_per_second * PCIE_EFFICIENCY) if offloaded else 0.0
     return {"compute": compute, "pcie": pcie, "total": max(compute, pcie)}
