@@ -4,13 +4,12 @@ page, the picker's rows and the Plan page show are ``trainer.planning.verdict``'
 from __future__ import annotations
 
 from trainer import config as tc
-from trainer.core.errors import UserError
 from trainer.core.units import count
 from trainer.models import vision
-from trainer.models.spec import spec_for_run
 from trainer.planning import picture_memory as pictures
 from trainer.planning.ladder import record_kept_settings
 from trainer.planning.longest import LongestContext, longest_context
+from trainer.planning.longest import model_limit as seq_len_limit  # the model's positions: one home (the wizard's name)
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor import preflight
@@ -37,14 +36,6 @@ def _plan(cfg: tc.RunConfig, snapshot):
     plan.config_in = cfg
     plan.method_verdict = method_verdict(plan, snapshot)  # the verdict the Model page and the picker show
     return plan
-
-
-def seq_len_limit(cfg: tc.RunConfig) -> int | None:
-    """The most positions ``cfg``'s model reads (max_position_embeddings, tokens); None when unknown."""
-    try:
-        return spec_for_run(cfg).max_positions or None
-    except UserError:  # no config.json here yet: the planner says "unknown" and Review names the download
-        return None
 
 
 def proposed_seq_len(limit: int | None) -> int:

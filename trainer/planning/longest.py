@@ -95,7 +95,8 @@ def _limit_words(found: Longest, where: str = "") -> str:
 
 
 def model_limit(cfg) -> Optional[int]:
-    """The most positions the config's model reads (tokens), None when unknown."""
+    """The most positions the config's model reads (``max_position_embeddings``, tokens), None when unknown (no
+    config.json here yet): where this search stops and what the wizard refuses a longer ``data.seq_len`` by."""
     try:
         return spec_for_run(cfg).max_positions or None
     except UserError:
