@@ -15,7 +15,7 @@ from trainer import config as C
 from trainer.cli.main import main
 from trainer.core.errors import UserError
 from trainer.hardware.source import open_probe
-from trainer.planning.measure import measure_plan
+from trainer.planning.step_probe import measure_plan
 from trainer.planning.plan import plan_run
 from trainer.supervisor.doctor import light_checks, run_torch_checks_in_child
 
@@ -115,7 +115,7 @@ def _measured(scale):
     torch's reserve (the context and the kernel modules, as the plan has them: ``measure`` adds them back)."""
     from trainer.models.spec import load_model_spec
     from trainer.planning.context import Context
-    from trainer.planning.measure import _setup
+    from trainer.planning.step_probe import _setup
     from trainer.planning.memory import estimate
 
     def probe(cfg, mb):

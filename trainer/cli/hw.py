@@ -10,7 +10,7 @@ from trainer.core.units import GIB
 from trainer.hardware.recording import record
 from trainer.hardware.source import open_probe, planning_snapshot
 from trainer.planning.longest import STEP, longest_context
-from trainer.planning.measure import measure_plan
+from trainer.planning.step_probe import measure_plan
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
 from trainer.supervisor.doctor import run_doctor
