@@ -195,3 +195,13 @@ def test_no_estimate_without_the_cards_peak_or_link():
     assert speed.step_seconds(spec, s, "Some Future GPU", 32e9, 10) == {}
     assert speed.step_seconds(spec, s, "NVIDIA GeForce RTX 4090", None, 10) == {}
     assert speed.peak_flops("NVIDIA GeForce RTX 4090 Laptop GPU") == 79.4e12
+
+
+def test_an_unknown_link_is_no_crash_where_offload_moves_nothing():
+    """The H100 recording has no PCIe figure; T5's offloaded activations are not planned (0 bytes moved), so the
+    time estimate needs no link — the reason said its rate anyway and raised TypeError (plan of flan-t5-xl)."""
+    h100 = open_probe(str(HW / "h100_training.jsonl")).snapshot()
+    assert h100.gpus[0].pcie_bytes_per_second is None
+    plan = plan_run(C.validate({"model": {"architecture": "flan-t5-xl"}, "data": {"seq_len": 1024}}), h100)
+    why = next(r for r in plan.reasons if "activation offload without checkpointing" in r)
+    assert "over PCIe, compute" in why and "GB/s" not in why

@@ -253,9 +253,10 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
                                     f"the one that needs no host RAM"]
     step_c, step_o = t_c["total"] * (per // mb_c), t_o["total"] * (per // mb_o)
     moved = 2 * est_o.host_breakdown.get("offloaded_activations", 0) * (per // mb_o)
+    link = ctx.gpu.pcie_bytes_per_second  # unknown only where nothing is moved (step_seconds needs it otherwise)
     words = (f"checkpointing's recompute ≈ {step_c:.2f} s per optimizer step (micro-batch {mb_c}) against activation "
-             f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe at "
-             f"≈{ctx.gpu.pcie_bytes_per_second / 1e9:.0f} GB/s, compute {t_o['compute'] * (per // mb_o):.2f} s); "
+             f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe"
+             + (f" at ≈{link / 1e9:.0f} GB/s" if link else "") + f", compute {t_o['compute'] * (per // mb_o):.2f} s); "
              "estimates from the card's published peak and its PCIe link")
     if step_o < (1.0 - OFFLOAD_MIN_GAIN) * step_c:
         return (ds, True, opt), False, {False: other}, [f"gradient checkpointing off, activation offload instead: {words}"]
