@@ -11,7 +11,7 @@ from trainer.planning.tiled_memory import tiles_mlp
 
 @dataclass(frozen=True)
 class TrainSetup:
-    """What memory depends on. Sizes are counts; dtypes are names."""
+    """What memory and compute depend on. Sizes are counts; dtypes are names; widths are bytes per element."""
 
     micro_batch: int = 1
     seq_len: int = 2048
@@ -97,6 +97,8 @@ class TrainSetup:
         return 4 if self.precision == "fp32" or (not self.weights_16bit and self.method == "full") else 2
 
     def mlp_tiled(self, spec: ModelSpec) -> bool:
-        """Whether the MLP runs tiled here: asked for (``tiled_mlp``) and plannable tiled for this model and setup
-        (``tiled_memory.tiles_mlp``; the worker refuses the rest)."""
+        """Whether the memory formulas plan the MLP tiled here ("tiled here"): asked for (``tiled_mlp``) and
+        plannable tiled for this model and setup (``tiled_memory.tiles_mlp``: the layouts they were measured on).
+        Elsewhere a tiled run is planned untiled (more memory); its compute counts the tiles wherever the worker
+        tiles (``flops.flops_per_token`` reads ``tiled_mlp``)."""
         return self.tiled_mlp and tiles_mlp(spec, self)
