@@ -1,0 +1,21 @@
+"""Review on an existing, empty run folder that cannot be written (issue 41, walkthrough finding 1): blocked beside
+the Run folder field with the message ``trainpilot-cli run`` gives, where it passed as "Ready" and Start ended in a
+``PermissionError`` traceback. How the folder is made unwritable, for root too: ``tests/test_run_dir_unwritable.py``."""
+from __future__ import annotations
+
+from test_review import _checked, _wizard_at_review, laptop  # noqa: F401 (laptop: the fixture)
+from test_run_dir_unwritable import unwritable_empty_folder
+
+
+def test_an_existing_unwritable_run_folder_is_blocked_at_review(qtbot, laptop, tmp_path):  # noqa: F811
+    wiz = _wizard_at_review(qtbot, laptop, tmp_path, "lora")
+    assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
+    with unwritable_empty_folder(tmp_path / "locked") as folder:
+        wiz.review.run_dir.setText(str(folder))
+        wiz.review.run_dir.editingFinished.emit()  # as when the user leaves the field
+        _checked(qtbot, wiz)
+        text = wiz.review.message.text()
+        assert "Start is blocked" in text and "<b>Run folder</b> (this page)" in text, text
+        assert f"cannot write in {folder}" in text and "choose a folder you can write to" in text, text
+        assert "Ready" not in text and "Traceback" not in text, text
+        assert not wiz.review.start_button.isEnabled()
