@@ -3,6 +3,7 @@ the Run folder field with the message ``trainpilot-cli run`` gives, where it pas
 ``PermissionError`` traceback. How the folder is made unwritable, for root too: ``tests/test_run_dir_unwritable.py``."""
 from __future__ import annotations
 
+import pytest
 from test_review import _checked, _wizard_at_review, laptop  # noqa: F401 (laptop: the fixture)
 from test_run_dir_unwritable import unwritable_empty_folder
 
@@ -13,6 +14,7 @@ PermissionError: [Errno 13] Permission denied: '/home/me/runs/empty/.supervisor.
 """
 
 
+@pytest.mark.slow  # two Review checks: ~15 s
 def test_an_existing_unwritable_run_folder_is_blocked_at_review(qtbot, laptop, tmp_path):  # noqa: F811
     wiz = _wizard_at_review(qtbot, laptop, tmp_path, "lora")
     assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
