@@ -58,10 +58,25 @@ def ended_message(name: str, code: int, state, stderr_tail: str) -> str:
             how = f"was killed (signal {-code})"
     else:
         how = f"ended with exit code {code}" + (f" ({EXIT_WORDS[code]})" if code in EXIT_WORDS else "")
-    lines = [x.strip() for x in stderr_tail.strip().splitlines() if x.strip()]
-    said = next((x for x in reversed(lines) if x.startswith("trainpilot-cli:")), None)
+    said = cli_error(stderr_tail)
     why = getattr(state, "error", None) or getattr(state, "reason", None) or said
     text = f"{name} {how}" + (f": {why}" if why else ".")
     if getattr(state, "resumable", False):
         text += f"\n\nResume continues from checkpoint {state.checkpoint_step}."
     return text
+
+
+def cli_error(stderr_tail: str) -> str | None:
+    """The CLI's one-line error in its output (``trainpilot-cli: …``), the last one; None when it printed none."""
+    lines = [x.strip() for x in stderr_tail.strip().splitlines() if x.strip()]
+    return next((x for x in reversed(lines) if x.startswith("trainpilot-cli:")), None)
+
+
+def start_failure_words(stderr_tail: str) -> str:
+    """Why a start failed, for the window: the command's output as it is, unless it holds a traceback (a crash);
+    then only the CLI's one-line error, or the traceback's last line (the exception), never its frames."""
+    text = stderr_tail.strip()
+    if "Traceback (most recent call last)" not in text:
+        return text
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return cli_error(text) or lines[-1]

@@ -7,12 +7,15 @@ import sys
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
+from trainer.data import token_stats
+from trainer.data.scan import scan
 from trainer.hardware.recording import record
 from trainer.hardware.source import open_probe, planning_snapshot
 from trainer.planning.longest import STEP, longest_context
 from trainer.planning.step_probe import measure_plan
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict
+from trainer.supervisor import preflight
 from trainer.supervisor.doctor import run_doctor
 
 
@@ -148,6 +151,7 @@ def cmd_plan(args) -> int:
 
     cfg = config_mod.load(args.config, args.set)
     snap = planning_snapshot(args.hardware)
+    _measure_data(cfg)
     if args.max_seq:
         return _max_seq(args, cfg, snap)
     plan = plan_run(cfg, snap, goal=args.goal)
@@ -168,6 +172,21 @@ def cmd_plan(args) -> int:
     else:
         print(format_plan(plan, verdict))
     return 0
+
+
+def _measure_data(cfg) -> None:
+    """What ``run`` measures before it plans, measured here too (``preflight.measure_data_lengths``: a DPO, KTO, ORPO,
+    unpacked or picture run's token lengths, with the run's tokenizer), so the plan printed is the plan that runs.
+    Stored by the data's fingerprint (``token_stats``): the second of plan and run reuses it. Data that is not there
+    yet is planned at data.seq_len (run refuses it, naming the file). A supervised file is checked first, as run
+    checks it (``scan``, cached): whether it holds pictures decides whether its lengths count."""
+    if token_stats.key(cfg) is None:
+        return
+    if cfg.training.objective == "sft" and not cfg.data.hub_dataset:
+        scan(cfg.data.path, cfg.data)
+    preflight.measure_data_lengths(cfg, announce=lambda: print(
+        "measuring the data's token lengths with the run's tokenizer, as run does (once for this data: the result is "
+        "kept for the next plan or run)…", file=sys.stderr, flush=True))
 
 
 def _max_seq(args, cfg, snap) -> int:

@@ -3,9 +3,9 @@
 Preference, KTO and unpacked supervised runs pad each micro-batch to its longest sequence, and GRPO's update trains
 on prompt + completion: their memory follows the data, not ``data.seq_len``. The lengths need the run's tokenizer and
 chat template, so they are measured in the worker room — by ``trainpilot-cli data`` (its report), by GRPO's
-preflight child (``probes.grpocheck``) and, when ``trainpilot-cli run`` finds no entry, by one statistics child
-(``probes.data_stats``) — and stored here. The planner only reads (``planned_length``): it never tokenises, so the
-GUI's verdicts and ``trainpilot-cli plan`` stay instant, and without an entry they plan at ``data.seq_len`` and say so.
+preflight child (``probes.grpocheck``) and, when ``trainpilot-cli run`` or ``plan`` finds no entry, by one statistics
+child (``probes.data_stats``) — and stored here. The planner only reads (``planned_length``): it never tokenises, so
+the GUI's verdicts stay instant, and without an entry they plan at ``data.seq_len`` and say so.
 
 The key is the data file's path, size and modification time (or the hub dataset's name and revision), the tokenizer
 source and revision, every data setting that changes how records render, the objective, and GRPO's system prompt.

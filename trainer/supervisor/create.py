@@ -33,18 +33,27 @@ def default_run_dir(cfg) -> Path:
 
 
 def run_dir_problem(path: Path, overwrite: bool) -> UserError | None:
-    """Why ``path`` cannot become a new run's folder (it holds another run and ``overwrite`` is off; its
-    parent cannot be written), or None. Creates nothing: Review asks it before Start."""
+    """Why ``path`` cannot become a new run's folder (it holds another run and ``overwrite`` is off; it, or the
+    folder it would be made in, cannot be written), or None. Creates nothing: Review asks it before Start."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
         return UserError(f"run directory {path} already exists; continue it with 'trainpilot-cli resume {path}', "
                          f"choose another --run-dir, or pass --overwrite (the old one is kept as "
                          f"{path.name}.replaced-<time>)", field="output.run_name", path=str(path))
-    parent_existing = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
-    if parent_existing is not None and (not parent_existing.is_dir() or not os.access(parent_existing, os.W_OK)):
-        return UserError(f"output.runs_dir: cannot write in {parent_existing}; choose a folder you can write to "
-                         f"(--run-dir or output.runs_dir)", field="output.runs_dir", path=str(parent_existing))
+    if path.is_dir() and not any(path.iterdir()):  # an empty folder is used as it is: it must take the run's files
+        where = path
+    else:  # made (with --overwrite: the old one moved aside first) in the nearest existing folder above it
+        where = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if where is not None and not writable_folder(where):
+        return UserError(f"output.runs_dir: cannot write in {where}; choose a folder you can write to "
+                         f"(--run-dir or output.runs_dir)", field="output.runs_dir", path=str(where))
     return None
+
+
+def writable_folder(folder: Path) -> bool:
+    """Whether this process can create files in ``folder``: a folder, with write and search permission. ``os.access``
+    asks the kernel, so a read-only mount or an immutable folder (``chattr +i``) answers False for root too."""
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
 def claim_run_dir(path: Path, overwrite: bool) -> Path:

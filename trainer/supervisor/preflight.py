@@ -251,13 +251,14 @@ def check_hub_dataset(cfg, trainable: bool = False) -> None:
                         f"({_last_line(proc) or 'no message'}); check the id and your network", field="data.hub_dataset")
 
 
-def measure_data_lengths(cfg) -> None:
+def measure_data_lengths(cfg, announce=None) -> None:
     """Before a run is planned, measure its data's token lengths when its memory follows them (DPO, KTO, ORPO,
     unpacked supervised training; GRPO's prompts are measured by its own check) and ``token_stats`` has no entry:
     one ``python -m trainer.worker.probes.data_stats`` child, the measurement ``trainpilot-cli data`` makes. A bad
     record is reported as the data command reports it (UserError); a child that fails otherwise, or runs out of
     time, leaves the plan at data.seq_len, and its reasons say so. Skipped when the plan chooses nothing (micro-batch,
-    accumulation, checkpointing, activation offload and DeepSpeed all set): it would only judge."""
+    accumulation, checkpointing, activation offload and DeepSpeed all set): it would only judge. ``announce()`` is
+    called when the child starts (seconds to minutes: every record is tokenised once; the entry is reused after)."""
     if not token_stats.follows_data(cfg) or cfg.training.objective == "grpo" or token_stats.load(cfg) is not None:
         return
     t, sp = cfg.training, cfg.speed
@@ -266,6 +267,8 @@ def measure_data_lengths(cfg) -> None:
         return
     if is_encoder_decoder(cfg.model.architecture or cfg.model.source):
         return  # an encoder-decoder is planned at data.seq_len
+    if announce is not None:
+        announce()
     try:
         proc = _config_child(entrypoints.DATA_STATS, cfg, DATA_STATS_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -19,7 +19,12 @@ def hold(run_dir: Path, wait_s: float = 10.0) -> None:
     path = Path(key) / LOCK_FILE
     if key in _held and path.exists():
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a folder that became unwritable after the checks, or a resumed one that is
+        raise UserError(f"output.runs_dir: cannot write in {run_dir} ({exc.strerror or exc}); choose a folder you "
+                        f"can write to (--run-dir or output.runs_dir)", field="output.runs_dir",
+                        path=str(run_dir)) from None
     deadline = time.monotonic() + wait_s
     while True:
         try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.model.failed_start import start_failure_words
 from app.ops.background import Latest
 from app.model.review_checks import ReviewResult, review_check
 from app.views.wizard.schema_form import label_for, user_words
@@ -102,7 +103,7 @@ class ReviewPage(QtWidgets.QWizardPage):
     def show_start_failure(self, code: int, text: str) -> None:
         """A start of this config failed (exit ``code``): show why above the checks, mark the field
         the message names (``trainpilot-cli: data.path: …``), then re-check."""
-        self.start_error = f"exit code {code}: {text.strip() or 'no message'}"
+        self.start_error = f"exit code {code}: {start_failure_words(text) or 'no message'}"
         self.start_field = failed_field(text)
         folder = Path(self.run_dir.text().strip())
         if folder.is_dir() and any(folder.iterdir()):  # it now holds the failed start (listed with its log)

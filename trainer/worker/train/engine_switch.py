@@ -92,7 +92,7 @@ def _torch_states(checkpoint: Path, trainer) -> tuple[dict, int, dict]:
         raise RuntimeError(f"{checkpoint / 'optimizer.pt'} holds {len(ids)} parameters, the model trains "
                            f"{len(names)}: it was written for another model or method")
     by_id = dict(zip(ids, names))
-    shapes = {n: p.shape for n, p in trainer.model.named_parameters()}
+    shapes = {n: _full_shape(p) for n, p in trainer.model.named_parameters()}
     states, step = {}, 0
     for index, state in saved["state"].items():
         name = by_id[index]
@@ -102,6 +102,12 @@ def _torch_states(checkpoint: Path, trainer) -> tuple[dict, int, dict]:
         states[name] = {"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}
         step = int(state["step"])
     return states, step, {}
+
+
+def _full_shape(param: torch.Tensor) -> torch.Size:
+    """A parameter's whole shape: under ZeRO-3 the tensor itself is an empty placeholder (its shard lives in the
+    partitioned flat buffers) and DeepSpeed keeps the real shape as ``ds_shape``."""
+    return getattr(param, "ds_shape", param.shape)
 
 
 def _optimizer_order(trainer) -> list[str]:

@@ -109,13 +109,15 @@ def standby() -> list[str] | None:
 def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
     from trainer.worker.train.hf_glue import CheckpointWriteError
 
-    traceback.print_exc()  # full detail goes to train.log through the supervisor
-    if is_oom(exc):
+    if is_oom(exc):  # an expected end the ladder recovers: one line, where it ran out, no traceback
+        print(f"trainpilot worker: out of memory {_where(exc)}: {str(exc).splitlines()[0] if str(exc) else ''}",
+              file=sys.stderr, flush=True)
         if rank == 0:
             phase = oom_phase(exc)  # GRPO: "sampling" or "update", for the ladder's choice of rung
             writer.emit(OomEvent(message=secrets.redact(str(exc).splitlines()[0] if str(exc) else "out of memory"),
                                  extra={"phase": phase} if phase else {}))
         return EXIT_OOM
+    traceback.print_exc()  # full detail goes to train.log through the supervisor
     if isinstance(exc, CheckpointWriteError):
         return _fail(writer, rank, f"{exc}; the previous checkpoint is kept. Free disk space there, then "
                                    f"run 'trainpilot-cli resume'", EXIT_FAULT, kind="checkpoint_write")
@@ -123,6 +125,15 @@ def _classify(exc: BaseException, writer: EventWriter, rank: int) -> int:
         return _fail(writer, rank, "interrupted before training started", EXIT_FAULT, kind="interrupted")
     return _fail(writer, rank, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                  EXIT_FAULT, kind="fault")
+
+
+def _where(exc: BaseException) -> str:
+    """``in FUNCTION (FILE:LINE)``: the innermost frame the exception passed through."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"in {last.name} ({Path(last.filename).name}:{last.lineno})"
 
 
 def is_oom(exc: BaseException) -> bool:
