@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 import yaml
-from helpers_train import cli, events, final_weights, losses, tiny_config, write_config
+from helpers_train import cli, events, final_weights, losses, needs_deepspeed, tiny_config, write_config
 
 from trainer import config as C
 
@@ -217,3 +217,28 @@ def test_a_separate_steps_checkpoint_resumes_into_the_fused_step(tmp_path):
     assert losses(part) == losses(full)
     wa, wb = final_weights(full), final_weights(part)
     assert all(torch.equal(wa[n], wb[n]) for n in wa)
+
+
+@pytest.mark.slow
+@pytest.mark.deepspeed
+@needs_deepspeed
+def test_a_deepspeed_checkpoint_resumes_into_the_fused_step(tmp_path):
+    """A checkpoint of another engine (DeepSpeed ZeRO-2, its own format) resumes into the fused step: engine_switch
+    writes each parameter's AdamW moments into that parameter's own optimizer. The losses after the resume are the
+    uninterrupted separate run's (DeepSpeed's and PyTorch's AdamW agree to 1e-5 here, test_deepspeed)."""
+    full = _run(tmp_path, "full", False, steps=6)
+    part = _run(tmp_path, "part", False, steps=6, env={"TRAINPILOT_INJECT_STOP": "3"},
+                deepspeed={"enabled": True, "zero_stage": 2})
+    config = part / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["deepspeed"]["enabled"], data["training"]["optimizer_in_backward"] = False, True
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = cli("resume", part, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    change = events(part, "run_started")[-1]["engine_change"]
+    assert change["from"] == "DeepSpeed ZeRO-2 (AdamW)" and change["to"] == "plain PyTorch (AdamW)"
+    assert "AdamW moments and step count (per parameter)" in change["carried"] and not change["not_carried"]
+    a, b = losses(full), losses(part)
+    assert sorted(b) == list(range(1, 7))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], abs=1e-5), step
