@@ -8,7 +8,7 @@
    ``torch.optim.AdamW`` (foreach and fused kernels), the same gradients for ``--steps`` steps: the largest difference
    in units of the last place (ulp) of the weight, beside the bound tests/test_optimizer_in_backward.py holds the CPU
    kernel to (steps × (1 ulp + 8 ε·lr)).
-2. ``fused_equals_separate``: ``trainer.worker.train.fused_step.FusedStep`` against the separate step of the same class
+2. ``fused_equals_separate``: ``trainer.worker.loading.fused_step.FusedStep`` against the separate step of the same class
    (adamw, paged_adamw_32bit, adamw_8bit, paged_adamw_8bit) on a small Llama in bf16: bit-identical weights?
 3. ``memory``: peak allocated memory of a training step (forward, backward, update; states already made) of
    ``--arch`` (random weights, bf16, micro-batch 1, ``--seq`` tokens, gradient checkpointing), separate and fused,
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from trainer.worker.train.fused_step import FusedStep  # noqa: E402
+from trainer.worker.loading.fused_step import FusedStep  # noqa: E402
 
 KINDS = ("adamw", "paged_adamw_32bit", "adamw_8bit", "paged_adamw_8bit")
 

@@ -1,4 +1,4 @@
-"""The optimizer step fused into backward (``training.optimizer_in_backward``, trainer/worker/train/fused_step.py).
+"""The optimizer step fused into backward (``training.optimizer_in_backward``, trainer/worker/loading/fused_step.py).
 
 The same update as the separate step: per parameter, on a small model, for PyTorch's AdamW and bitsandbytes' 32-bit
 and 8-bit AdamW (bitsandbytes' CPU backend runs them here; paged ones fall back to plain buffers on the CPU), and
@@ -56,7 +56,7 @@ def _optimizers():
 
 @pytest.mark.parametrize("kind", ["torch", "bnb32", "bnb8", "paged8"])
 def test_the_fused_step_is_the_separate_steps_update_and_checkpoint(kind):
-    from trainer.worker.train.fused_step import FusedStep
+    from trainer.worker.loading.fused_step import FusedStep
 
     cls = _optimizers()[kind]
     warnings.filterwarnings("ignore", "Paged optimizers are not supported on CPU")
@@ -242,3 +242,22 @@ def test_a_deepspeed_checkpoint_resumes_into_the_fused_step(tmp_path):
     assert sorted(b) == list(range(1, 7))
     for step in a:
         assert b[step] == pytest.approx(a[step], abs=1e-5), step
+
+
+@pytest.mark.slow
+def test_fused_step_under_dpo_with_lora_is_the_separate_steps_update(tmp_path):
+    """TRL's DPO trainer (a TrainPilotMixin trainer too) training LoRA adapters: only the adapters have hooks, the
+    frozen base none; the trained weights' fingerprint (every trainable tensor) equals the separate step's."""
+    from helpers_pref import pref_config
+
+    runs = {}
+    for fused in (False, True):
+        cfg = pref_config(tmp_path, training={**ONE_MICRO_BATCH, "max_steps": 4, "optimizer_in_backward": fused})
+        run = tmp_path / f"dpo-{fused}"
+        proc = cli("run", write_config(tmp_path / f"dpo-{fused}.yaml", cfg), "--run-dir", run, "--quiet")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[fused] = run
+    plain, fused = runs[False], runs[True]
+    assert [e["loss"] for e in events(plain, "step")] == [e["loss"] for e in events(fused, "step")]
+    assert events(plain, "finished")[-1]["weights_sha256"] == events(fused, "finished")[-1]["weights_sha256"]
+    assert all(e["grad_norm"] is not None for e in events(fused, "step"))

@@ -123,6 +123,9 @@ def _deepspeed_states(checkpoint: Path) -> tuple[dict, int, dict]:
     ZeRO stage, any number of ranks), in a scratch folder beside the run's checkpoints."""
     import argparse
 
+    from trainer.worker.loading import lean
+
+    lean.bring_back("deepspeed")  # a run without DeepSpeed left it unimported (lean): reading its checkpoint needs it
     from deepspeed.checkpoint import ds_to_universal
 
     source = sorted(glob.glob(str(checkpoint / "global_step*")))[-1]

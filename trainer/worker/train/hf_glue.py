@@ -121,21 +121,21 @@ class TrainPilotMixin:
         created = self.optimizer is None
         optimizer = super().create_optimizer(model)
         if self.tp_optimizer_in_backward and created:
-            from trainer.worker.train.fused_step import FusedStep
+            from trainer.worker.loading.fused_step import FusedStep
 
             self.optimizer = optimizer = FusedStep(optimizer)
         return optimizer
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         """One schedule for every parameter: on the fused step's layout (HF's own groups), not per parameter."""
-        from trainer.worker.train import fused_step
+        from trainer.worker.loading import fused_step
 
         fused = fused_step.of(optimizer if optimizer is not None else self.optimizer)
         return super().create_scheduler(num_training_steps, fused.layout if fused else optimizer)
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The fused step measured the whole gradient as its hooks freed it (HF's would find no gradients: 0)."""
-        from trainer.worker.train import fused_step
+        from trainer.worker.loading import fused_step
 
         fused = fused_step.of(self.optimizer)
         return fused.take_grad_norm() if fused else super()._get_grad_norm(model, grad_norm)
