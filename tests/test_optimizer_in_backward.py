@@ -89,14 +89,25 @@ def _flat(state: dict) -> dict:
             **{k: v for inner in state.values() if isinstance(inner, dict) for k, v in inner.items()}}
 
 
+def rounding_bound(a: torch.Tensor, b: torch.Tensor, lr: float, steps: range, betas=(0.9, 0.999)) -> torch.Tensor:
+    """How far bitsandbytes' fp32 AdamW may drift from PyTorch's over ``steps`` (the step counts t), per element.
+    The arithmetic is the same, rounded differently: bitsandbytes folds the bias corrections into the step size
+    (lr·√(1-β2^t)/(1-β1^t), ε·√(1-β2^t)) and computes 1-β^t in fp32, where PyTorch divides the moments by corrections
+    computed in double. Per step: one unit in the last place of the weight (the final add), plus the update (at most
+    about lr) times the rounding of 1-β^t in fp32, which the cancellation amplifies early in a run (ε/(1-β2^t): 1.2e-4
+    at t=1, 2.4e-5 at t=5, 2e-7 by t=1000), plus a few ε of the update's own operations."""
+    eps = torch.finfo(torch.float32).eps
+    ulp = eps * torch.maximum(a.abs(), b.abs()).detach()
+    update = sum(lr * (eps / (1 - betas[1] ** t) + eps / (1 - betas[0] ** t) + 8 * eps) for t in steps)
+    return len(steps) * ulp + update
+
+
 def test_bitsandbytes_fp32_adamw_gives_torch_adamw_update_within_fp32_rounding():
-    """PagedAdamW32bit's arithmetic (bitsandbytes' 32-bit AdamW kernel) against torch.optim.AdamW. The bias
-    corrections are folded differently (bitsandbytes: step size lr·√(1-β2^t)/(1-β1^t) and ε·√(1-β2^t); PyTorch: the
-    moments divided by the corrections), so each step may round differently: at most one unit in the last place of the
-    weight (the final add) plus a few of the update (≤ lr), per step. Measured here: 2.4e-7 after 5 steps at lr 1e-2."""
+    """PagedAdamW32bit's arithmetic (bitsandbytes' 32-bit AdamW kernel; on the CPU without paging) against
+    torch.optim.AdamW: within ``rounding_bound``. Measured here: 2.4e-7 after 10 steps at lr 1e-2 on N(0,1) weights."""
     import bitsandbytes as bnb
 
-    steps, lr, eps = 10, 1e-2, torch.finfo(torch.float32).eps
+    steps, lr = 10, 1e-2
     torch.manual_seed(0)
     start = [torch.randn(300, 70), torch.randn(5000)]
     a = [p.clone().requires_grad_() for p in start]
@@ -110,8 +121,7 @@ def test_bitsandbytes_fp32_adamw_gives_torch_adamw_update_within_fp32_rounding()
         ours.step()
         theirs.step()
     for x, y in zip(a, b):
-        ulp = eps * torch.maximum(x.abs(), y.abs()).detach()
-        bound = steps * (ulp + 8 * eps * lr)
+        bound = rounding_bound(x, y, lr, range(1, steps + 1))
         assert ((x - y).abs() <= bound).all(), float(((x - y).abs() - bound).max())
         assert not torch.equal(x, start[0] if x.shape == start[0].shape else start[1]), "the weights moved"
 
@@ -261,3 +271,62 @@ def test_fused_step_under_dpo_with_lora_is_the_separate_steps_update(tmp_path):
     assert [e["loss"] for e in events(plain, "step")] == [e["loss"] for e in events(fused, "step")]
     assert events(plain, "finished")[-1]["weights_sha256"] == events(fused, "finished")[-1]["weights_sha256"]
     assert all(e["grad_norm"] is not None for e in events(fused, "step"))
+
+
+def _trainer(tmp_path, optim: str, fused: bool, weights: dict | None = None):
+    """HF's Trainer (ours) over a small Llama on the CPU, its optimizer built as a run builds it."""
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+    from trainer.worker.train.hf_glue import TrainPilotTrainer
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=96))
+    if weights is not None:
+        model.load_state_dict(weights)
+    args = TrainingArguments(output_dir=str(tmp_path / optim), optim=optim, use_cpu=True, report_to=[],
+                             learning_rate=1e-2, weight_decay=0.1)
+    trainer = TrainPilotTrainer(model=model, args=args)
+    trainer.tp_optimizer_in_backward = fused
+    trainer.create_optimizer()
+    return trainer
+
+
+def _steps(trainer, count: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        ids = torch.randint(0, 96, (2, 16), generator=g)
+        trainer.model(input_ids=ids, labels=ids).loss.backward()
+        trainer.optimizer.step()  # the fused step's does nothing: its hooks stepped during backward
+        trainer.model.zero_grad(set_to_none=True)
+
+
+def test_adamw_moments_carry_into_bitsandbytes_fp32_states_of_the_fused_step(tmp_path):
+    """engine_switch across state formats: a PyTorch AdamW checkpoint (exp_avg, exp_avg_sq) resumed on
+    paged_adamw_32bit with the fused step (bitsandbytes' names for the same fp32 moments: state1, state2, one
+    optimizer per parameter): the next steps are PyTorch's within fp32 rounding (moments restarted from zero would
+    move the weights by ~lr); and that run's checkpoint reads back as the same moments."""
+    from trainer.worker.train import engine_switch
+
+    lr = 1e-2
+    torch_run = _trainer(tmp_path, "adamw_torch", False)
+    _steps(torch_run, 3, seed=1)
+    checkpoint = tmp_path / "checkpoint-3"
+    checkpoint.mkdir()
+    torch.save(torch_run.optimizer.state_dict(), checkpoint / "optimizer.pt")
+    paged = _trainer(tmp_path, "paged_adamw_32bit", True, weights=torch_run.model.state_dict())
+    engine_switch._write_torch(paged, *engine_switch._torch_states(checkpoint, paged)[:2])
+    _steps(torch_run, 2, seed=2)
+    _steps(paged, 2, seed=2)
+    for (name, a), b in zip(torch_run.model.named_parameters(), paged.model.parameters()):
+        bound = rounding_bound(a, b, lr, range(4, 6))  # steps 4 and 5 from the same moments
+        assert ((a - b).abs() <= bound).all(), (name, float((a - b).abs().max()))
+    again = tmp_path / "checkpoint-5"
+    again.mkdir()
+    torch.save(paged.optimizer.state_dict(), again / "optimizer.pt")
+    read, step, _ = engine_switch._torch_states(again, torch_run)
+    assert step == 5 and set(read) == {n for n, p in paged.model.named_parameters() if p.requires_grad}
+    for name, moments in read.items():
+        own = paged.optimizer.optimizer_dict[dict(paged.model.named_parameters())[name]].state
+        state = next(iter(own.values()))
+        assert torch.equal(moments["exp_avg"], state["state1"]) and torch.equal(moments["exp_avg_sq"], state["state2"])
