@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from trainer.rundir.checkpoints import engine_change, read_marker
+from trainer.worker.loading import lean
 
 
 @dataclass
@@ -122,8 +123,6 @@ def _deepspeed_states(checkpoint: Path) -> tuple[dict, int, dict]:
     """A DeepSpeed checkpoint's per-parameter states, through DeepSpeed's own universal-checkpoint converter (any
     ZeRO stage, any number of ranks), in a scratch folder beside the run's checkpoints."""
     import argparse
-
-    from trainer.worker.loading import lean
 
     lean.bring_back("deepspeed")  # a run without DeepSpeed left it unimported (lean): reading its checkpoint needs it
     from deepspeed.checkpoint import ds_to_universal

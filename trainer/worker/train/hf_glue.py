@@ -30,6 +30,7 @@ from trainer.rundir.checkpoints import (
 from trainer.rundir import stopfile
 from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
+from trainer.worker.loading import fused_step
 from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 
 # "STEP:MIN_MICRO[:NEEDS]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO, or while the run lacks what
@@ -121,22 +122,16 @@ class TrainPilotMixin:
         created = self.optimizer is None
         optimizer = super().create_optimizer(model)
         if self.tp_optimizer_in_backward and created:
-            from trainer.worker.loading.fused_step import FusedStep
-
-            self.optimizer = optimizer = FusedStep(optimizer)
+            self.optimizer = optimizer = fused_step.FusedStep(optimizer)
         return optimizer
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         """One schedule for every parameter: on the fused step's layout (HF's own groups), not per parameter."""
-        from trainer.worker.loading import fused_step
-
         fused = fused_step.of(optimizer if optimizer is not None else self.optimizer)
         return super().create_scheduler(num_training_steps, fused.layout if fused else optimizer)
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The fused step measured the whole gradient as its hooks freed it (HF's would find no gradients: 0)."""
-        from trainer.worker.loading import fused_step
-
         fused = fused_step.of(self.optimizer)
         return fused.take_grad_norm() if fused else super()._get_grad_norm(model, grad_norm)
 
