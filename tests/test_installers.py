@@ -197,7 +197,7 @@ def test_gpu_extras_are_pinned_by_the_pyproject_extras():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for name, extra, _ in ge.EXTRAS:
         assert any(req.startswith(name) for req in extras[extra]), (name, extra)
-    assert "liger-kernel==0.8.5" in extras["liger"]  # the version measured on the H100 (DESIGN.md)
+    assert "liger-kernel==0.8.5" in extras["liger"]  # the version measured on the H100 (docs/design.md)
 
 
 def test_gpu_extras_cli_env_and_json():
