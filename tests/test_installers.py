@@ -292,11 +292,14 @@ def test_installed_app_runs_from_the_copied_source(installed):
     venv_py = installed["prefix"] / "venv" / "bin" / "python"
     # cwd outside the repository: `python -c` would import the checkout's packages from the cwd
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a developer's PYTHONPATH would win
-    out = subprocess.run([str(venv_py), "-c", "import app, trainer; print(trainer.__file__)"],
+    out = subprocess.run([str(venv_py), "-c", "import app, trainer; from trainer.core.paths import PRESETS_DIR; "
+                          "print(trainer.__file__); print(PRESETS_DIR)"],
                          cwd=installed["home"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    assert Path(out.stdout.strip()).is_relative_to(installed["prefix"] / "src")
+    package, presets = out.stdout.split()
+    assert Path(package).is_relative_to(installed["prefix"] / "src")
     assert (installed["prefix"] / "src" / "trainer" / "resources" / "models").is_dir()  # shipped as package data
+    assert Path(presets) == installed["prefix"] / "src" / "configs" / "presets" and Path(presets, "cpu.yaml").is_file()
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)
