@@ -215,6 +215,7 @@ def test_gpu_extras_cli_env_and_json():
     assert env.stdout.split("\n")[:2] == ["torchvision==0.26.*", "torch==2.11.0+cu130"], "the shell gets one word each"
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_install_state_records_the_gpu_extras_plan_pips_failure_and_what_imports(tmp_path):
     """What install_state.py writes from the installer's plan and errors, probing this Python's packages."""
     plan = tmp_path / "gpu-extras.json"
