@@ -14,6 +14,8 @@ from app.views.main_window import CANCEL, KEEP, STOP_AND_SAVE, MainWindow
 from trainer.rundir.runstate import pid_alive
 from trainer.rundir import events as ev
 
+pytestmark = pytest.mark.user_start  # children start exactly as a user's (plugins/zygote.py)
+
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 STEPS = 24
 
