@@ -297,7 +297,7 @@ def test_installed_app_runs_from_the_copied_source(installed):
                           "print(trainer.__file__); print(PRESETS_DIR)"],
                          cwd=installed["home"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    package, presets = out.stdout.split()
+    package, presets = out.stdout.splitlines()  # the prefix has a space in it
     assert Path(package).is_relative_to(installed["prefix"] / "src")
     assert (installed["prefix"] / "src" / "trainer" / "resources" / "models").is_dir()  # shipped as package data
     assert Path(presets) == installed["prefix"] / "src" / "configs" / "presets" and Path(presets, "cpu.yaml").is_file()
