@@ -39,6 +39,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from trainer.core.paths import DEMO_CONFIG  # noqa: E402
+
 VOCAB = 151_936
 SHAPE = dict(model_type="qwen2", hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=4096, tie_word_embeddings=True)
@@ -155,7 +158,7 @@ def demo_run(chunked: bool, steps: int, tmp: Path, tag: str) -> float:
     after the first 5)."""
     arch = tmp / "qwen2-tiny-151k.json"
     arch.write_text(json.dumps(dict(SHAPE, architectures=["Qwen2ForCausalLM"], bos_token_id=1, eos_token_id=2)))
-    cfg = yaml.safe_load((ROOT / "trainer" / "resources" / "demo.yaml").read_text())
+    cfg = yaml.safe_load(DEMO_CONFIG.read_text())
     cfg["model"] = {"source": "demo-tiny-llama", "architecture": str(arch), "tokenizer": "demo"}
     # 8 sequences of 128 tokens per step (1,024 tokens × 151,936 logits: the loss is most of the step's work)
     cfg["training"].update(max_steps=steps, effective_batch_size=8, micro_batch_size=4, gradient_accumulation_steps=2)

@@ -10,11 +10,11 @@ and worker as separate processes) of Llama-3.2-1B's architecture with random wei
 demo tokenizer; the model still scores all 128,256 logits per token), bf16, sequence 2048, effective batch 16:
 the default (everything the planner decides), then each loss kernel (``speed.loss_kernel`` hf, chunked, liger)
 and torch.compile with each compile-safe kernel, at micro-batch 8 without checkpointing (the geometry of the
-H100 measurements in DESIGN.md) unless ``--micro-batch`` says otherwise. Per row: the loss kernel the worker
+H100 measurements in docs/design.md) unless ``--micro-batch`` says otherwise. Per row: the loss kernel the worker
 installed (``run_started``), the micro-batch and checkpointing it ran, median tokens/s of the step events after
 the warm-up, MFU, and the peak memory torch reserved (``gpu_memory_peak_bytes``), or why it did not run (exit
 code and the last line). Liger's row needs liger-kernel and a GPU; compile with Liger is left out (it crashed on
-the H100 at step 1: DESIGN.md; ``--try-compile-liger`` runs it anyway). Without a GPU the script says so and
+the H100 at step 1: docs/design.md; ``--try-compile-liger`` runs it anyway). Without a GPU the script says so and
 exits 2; ``--cpu-smoke`` runs the rows that can run on the CPU with the tiny model (so a test runs it).
 
 **MFU** (model FLOPs utilisation) = tokens/s × FLOPs per token / the card's dense bf16 peak (NVIDIA's data
@@ -234,7 +234,7 @@ def real_skip(speed: dict, cuda: bool, liger: bool, try_compile_liger: bool) -> 
     if speed.get("loss_kernel") == "liger" and not liger:
         return "liger-kernel with Triton is not installed"
     if speed.get("loss_kernel") == "liger" and speed.get("torch_compile") and not try_compile_liger:
-        return "crashed on the H100 at step 1 (DESIGN.md); --try-compile-liger runs it"
+        return "crashed on the H100 at step 1 (docs/design.md); --try-compile-liger runs it"
     if speed.get("torch_compile") and not cuda:
         return "compile skipped in CPU mode (minutes to compile on a CPU)"
     return None

@@ -1,6 +1,6 @@
 """Expensive test inputs (trained runs, converted exports) built once per test session, whatever the number of
 pytest-xdist workers: the first worker to ask builds under a file lock, the others wait and reuse the result.
-The folder lives under the session's temporary root (``conftest.SESSION_ENV``), removed when the session ends."""
+The folder lives under the session's temporary root (``plugins/session.py``), removed when the session ends."""
 from __future__ import annotations
 
 import os

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from helpers_cli import (
+from helpers_train import (
     REPO,
     TINY_ARCH,
     TRAIN_TIMEOUT,
@@ -24,7 +24,7 @@ from helpers_cli import (
     permissions_enforced,
     run_cli,
     tree_digest,
-    write_config,
+    write_workspace_config,
     write_demo_data,
 )
 
@@ -52,7 +52,7 @@ class Case:
 def run_with(changes: dict, *extra: str) -> Callable[[Path], list[str]]:
     """``run config.yaml --run-dir ws/run`` with the base config changed by dotted ``changes``."""
     def setup(ws: Path) -> list[str]:
-        return ["run", str(write_config(ws, changes)), "--run-dir", str(ws / "run"), *extra]
+        return ["run", str(write_workspace_config(ws, changes)), "--run-dir", str(ws / "run"), *extra]
     return setup
 
 
@@ -278,31 +278,31 @@ CASES = [
 def _runs_dir_under_file(ws: Path) -> list[str]:
     (ws / "afile").write_text("user data\n")
     write_demo_data(ws / "train.jsonl", 20)
-    return ["run", str(write_config(ws, {"output.runs_dir": str(ws / "afile" / "runs")}))]
+    return ["run", str(write_workspace_config(ws, {"output.runs_dir": str(ws / "afile" / "runs")}))]
 
 
 def _runs_dir_read_only(ws: Path) -> list[str]:
     (ws / "readonly").mkdir()
     write_demo_data(ws / "train.jsonl", 20)
-    return ["run", str(write_config(ws, {"output.runs_dir": str(ws / "readonly")}))]
+    return ["run", str(write_workspace_config(ws, {"output.runs_dir": str(ws / "readonly")}))]
 
 
 def _run_dir_under_file(ws: Path) -> list[str]:
     (ws / "afile").write_text("user data\n")
     write_demo_data(ws / "train.jsonl", 20)
-    return ["run", str(write_config(ws)), "--run-dir", str(ws / "afile" / "run")]
+    return ["run", str(write_workspace_config(ws)), "--run-dir", str(ws / "afile" / "run")]
 
 
 def _run_dir_exists(ws: Path) -> list[str]:
     existing_run(ws)
     write_demo_data(ws / "train.jsonl", 20)
-    return ["run", str(write_config(ws)), "--run-dir", str(ws / "run")]
+    return ["run", str(write_workspace_config(ws)), "--run-dir", str(ws / "run")]
 
 
 def _export_clash(ws: Path) -> list[str]:
     (ws / "out").mkdir()
     (ws / "out" / "launch.sh").write_text("#!/bin/sh\necho mine\n")
-    return ["export", str(write_config(ws)), "--to", str(ws / "out")]
+    return ["export", str(write_workspace_config(ws)), "--to", str(ws / "out")]
 
 
 def _run_folder(config_text: str, status: str):
@@ -318,7 +318,7 @@ def _run_folder(config_text: str, status: str):
 
 def _resume_finished(ws: Path) -> list[str]:
     write_demo_data(ws / "train.jsonl", 20)
-    cfg = write_config(ws).read_text()
+    cfg = write_workspace_config(ws).read_text()
     _run_folder(cfg, '{"state": "finished", "step": 2}')(ws)
     return ["resume", str(ws / "run")]
 
@@ -342,14 +342,14 @@ CASES += [
     Case("resume_finished_run", _resume_finished, ("already finished", "trainpilot-cli run")),
     Case("plan_config_missing", argv("plan", "{ws}/nope.yaml"), ("nope.yaml", "not found")),
     Case("plan_hardware_not_a_recording", argv("plan", "{ws}/config.yaml", "--hardware", "{ws}/notes/todo.txt",
-                                               prepare=lambda ws: (user_folder(ws), write_config(ws))),
+                                               prepare=lambda ws: (user_folder(ws), write_workspace_config(ws))),
          ("todo.txt", "no hardware snapshots")),
     Case("probe_record_under_a_file", argv("probe", "--record", "{ws}/notes/todo.txt/rec.jsonl", "--seconds", "1",
                                            prepare=user_folder), ("todo.txt", "--record")),
     Case("export_folder_without_config", argv("export", "{ws}/notes", "--to", "{ws}/out", prepare=user_folder),
          ("notes", "config.yaml")),
     Case("export_to_under_a_file", argv("export", "{ws}/config.yaml", "--to", "{ws}/notes/todo.txt/out",
-                                        prepare=lambda ws: (user_folder(ws), write_config(ws))), ("--to", "todo.txt")),
+                                        prepare=lambda ws: (user_folder(ws), write_workspace_config(ws))), ("--to", "todo.txt")),
     Case("export_over_earlier_export", _export_clash, ("--to", "launch.sh", "--overwrite")),
 ]
 
@@ -396,7 +396,7 @@ def test_skip_bad_lines_trains_and_reports_the_count(tmp_path: Path):
     lines[10:10] = ["not json at all\n", "[1, 2]\n"]
     data.write_text("".join(lines))
     before = data.read_bytes()
-    cfg = write_config(tmp_path, {"data.skip_bad_lines": True})
+    cfg = write_workspace_config(tmp_path, {"data.skip_bad_lines": True})
     proc = run_cli(["run", str(cfg), "--run-dir", str(tmp_path / "run")], cwd=tmp_path, timeout=TRAIN_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -412,7 +412,7 @@ def test_skip_bad_lines_trains_and_reports_the_count(tmp_path: Path):
 @pytest.mark.slow
 def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path: Path):
     write_demo_data(tmp_path / "train.jsonl", 120)
-    cfg = write_config(tmp_path, {"training.max_steps": 4, "checkpoints.every_steps": 2})
+    cfg = write_workspace_config(tmp_path, {"training.max_steps": 4, "checkpoints.every_steps": 2})
     run = tmp_path / "run"
     proc = run_cli(["run", str(cfg), "--run-dir", str(run)], cwd=tmp_path, timeout=TRAIN_TIMEOUT,
                    env={"TRAINPILOT_INJECT_DISK_FULL": "4"})
@@ -444,7 +444,7 @@ def test_lora_target_module_not_in_the_model(tmp_path: Path):
     exit 2 naming the field and the real names; PEFT alone drops it silently when another name matches
     (and raises its own error, exit 1, when none does)."""
     write_demo_data(tmp_path / "train.jsonl", 40)
-    cfg = write_config(tmp_path, {"method.type": "lora", "method.target_modules": ["q_proj", "vproj"],
+    cfg = write_workspace_config(tmp_path, {"method.type": "lora", "method.target_modules": ["q_proj", "vproj"],
                                   "training.max_steps": 1})
     proc = run_cli(["run", str(cfg), "--run-dir", str(tmp_path / "run")], cwd=tmp_path, timeout=TRAIN_TIMEOUT)
     assert_refused(proc, 2, ("method.target_modules", "vproj", "q_proj"))

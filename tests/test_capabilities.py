@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers_cli import DELETE, REPO, run_cli, write_config, write_demo_data
+from helpers_train import DELETE, REPO, run_cli, write_workspace_config, write_demo_data
 from trainer import config as tc
 from trainer.core import capabilities
 from trainer.hardware.source import open_probe
@@ -56,7 +56,7 @@ def test_the_doctor_says_what_the_probe_says(monkeypatch):
 
 def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = tc.load(write_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.loss_kernel": "chunked",
+    cfg = tc.load(write_workspace_config(tmp_path, {"speed.gradient_checkpointing": True, "speed.loss_kernel": "chunked",
                                           "deepspeed.enabled": DELETE}))  # DeepSpeed left to the ladder
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     assert ladder.next_step(cfg) is None
@@ -67,7 +67,7 @@ def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_p
 
 def test_review_blocks_qlora_without_bitsandbytes_as_start_refuses_it(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    path = write_config(tmp_path, {"device": "auto", "method.type": "qlora", "speed.precision": "auto", "deepspeed.enabled": "auto",
+    path = write_workspace_config(tmp_path, {"device": "auto", "method.type": "qlora", "speed.precision": "auto", "deepspeed.enabled": "auto",
                                    "output.runs_dir": str(tmp_path / "runs")})
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     ready = preflight.start_problems(tc.load(path), _laptop(), run_dir=tmp_path / "runs" / "r")
@@ -83,7 +83,7 @@ def test_review_blocks_qlora_without_bitsandbytes_as_start_refuses_it(monkeypatc
 def test_review_blocks_a_run_folder_start_cannot_create(tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
     (tmp_path / "afile").write_text("mine\n")
-    path = write_config(tmp_path)
+    path = write_workspace_config(tmp_path)
     ready = preflight.start_problems(tc.load(path), _laptop(NO_GPU), run_dir=tmp_path / "afile" / "run")
     (field, message), = ready.problems
     assert field == "output.runs_dir" and "afile" in message and "choose a folder" in message
@@ -94,7 +94,7 @@ def test_review_blocks_a_run_folder_start_cannot_create(tmp_path):
 
 def test_review_of_a_good_config_is_ready_and_creates_nothing(tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    ready = preflight.start_problems(tc.load(write_config(tmp_path)), _laptop(NO_GPU))
+    ready = preflight.start_problems(tc.load(write_workspace_config(tmp_path)), _laptop(NO_GPU))
     assert ready.ready, ready.problems
     assert ready.run_dir.parent == tmp_path / "runs" and not (tmp_path / "runs").exists()
 
@@ -106,7 +106,7 @@ def test_review_of_a_good_config_is_ready_and_creates_nothing(tmp_path):
 def test_machine_problems_name_the_field_and_the_install(monkeypatch, tmp_path, changes, field, package):
     write_demo_data(tmp_path / "train.jsonl", 20)
     monkeypatch.setitem(sys.modules, capabilities.OPTIONAL[package].module, None)
-    cfg = tc.load(write_config(tmp_path, {**changes, "device": "auto"}))
+    cfg = tc.load(write_workspace_config(tmp_path, {**changes, "device": "auto"}))
     problems = dict(preflight.machine_problems(cfg, _laptop()))
     assert package in problems[field] and "pip install" in problems[field]
 
@@ -114,7 +114,7 @@ def test_machine_problems_name_the_field_and_the_install(monkeypatch, tmp_path, 
 def test_a_tracker_that_is_not_installed_is_refused_before_start(monkeypatch, tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
     monkeypatch.setitem(sys.modules, "wandb", None)
-    cfg = tc.load(write_config(tmp_path, {"output.report_to": ["wandb"]}))
+    cfg = tc.load(write_workspace_config(tmp_path, {"output.report_to": ["wandb"]}))
     problems = dict(preflight.machine_problems(cfg, _laptop(NO_GPU)))
     assert "wandb is not installed" in problems["output.report_to"]
     assert "pip install wandb" in problems["output.report_to"]
@@ -157,7 +157,7 @@ def test_review_and_start_refuse_a_gpu_plan_with_a_cpu_only_torch(monkeypatch, t
     from trainer.planning.verdict import model_verdict
 
     write_demo_data(tmp_path / "train.jsonl", 20)
-    path = write_config(tmp_path, {"device": "auto", "method.type": "lora", "speed.precision": "auto",
+    path = write_workspace_config(tmp_path, {"device": "auto", "method.type": "lora", "speed.precision": "auto",
                                    "output.runs_dir": str(tmp_path / "runs")})
     _stand_in_torch(monkeypatch, None)
     ready = preflight.start_problems(tc.load(path), _laptop(), run_dir=tmp_path / "runs" / "r")
@@ -174,5 +174,5 @@ def test_review_and_start_refuse_a_gpu_plan_with_a_cpu_only_torch(monkeypatch, t
     _stand_in_torch(monkeypatch, "12.8")  # the same machine with a CUDA build: nothing to say
     assert not [p for p in preflight.start_problems(tc.load(path), _laptop()).problems if p[0] == "device"]
     _stand_in_torch(monkeypatch, None)
-    cpu = preflight.start_problems(tc.load(write_config(tmp_path, {"device": "cpu"})), _laptop())
+    cpu = preflight.start_problems(tc.load(write_workspace_config(tmp_path, {"device": "cpu"})), _laptop())
     assert cpu.ready, cpu.problems  # the fix the message gives

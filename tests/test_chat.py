@@ -8,8 +8,7 @@ import os
 import pytest
 
 from trainer.supervisor import runlock
-from helpers_after import PROMPT_TEMPLATE, trained_runs
-from helpers_train import cli
+from helpers_train import PROMPT_TEMPLATE, cli, trained_runs
 
 
 @pytest.fixture(scope="module")

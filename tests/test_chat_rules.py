@@ -48,6 +48,7 @@ def test_grpo_on_qwen3_prompts_as_inference_does_and_compares_the_answer_after_t
     assert rewards.final_answer([{"role": "assistant", "content": "<think>\n\n</think>\n\n#### 12"}]) == "12"
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_preference_prompts_follow_the_system_rule():
     from trainer.worker.train.objectives import _system_rule
 

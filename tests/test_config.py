@@ -20,10 +20,23 @@ def test_defaults_validate_and_round_trip_exactly():
     assert c.dump_yaml(again) == c.dump_yaml(cfg)
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "trainer" / "resources").rglob("*.yaml")), ids=lambda p: p.name)
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate_and_round_trip(path):
     cfg = c.load(path)
     assert c.validate(yaml.safe_load(c.dump_yaml(cfg))) == cfg
+
+
+def test_the_configs_users_copy_live_in_configs_at_the_top_level():
+    """The presets and the demo config are read from configs/ (a wheel carries it as trainer/configs: setup.py and
+    tests/test_wheel_install.py); no config is left among the package data the code reads."""
+    from trainer.core.paths import CONFIGS_DIR, DEMO_CONFIG, PRESETS_DIR, RESOURCES_DIR
+
+    assert CONFIGS_DIR == REPO / "configs" and PRESETS_DIR.parent == CONFIGS_DIR and DEMO_CONFIG.parent == CONFIGS_DIR
+    assert (PRESETS_DIR / "laptop_16gb.yaml").is_file() and DEMO_CONFIG.is_file()
+    assert not list(RESOURCES_DIR.rglob("*.yaml"))
 
 
 def test_all_errors_reported_at_once_with_paths():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub
-from helpers_cli import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_config
+from helpers_train import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_workspace_config
 
 from trainer.config.sections import RunConfig
 from trainer.core.errors import UserError
@@ -230,7 +230,7 @@ def test_data_command_json_contract(tmp_path):
     """Also: the shipped demo model asks the hub nothing (a text model's processor lookup once waited ~47 s for
     huggingface_hub's retries on a machine without a network, on every data report and training run)."""
     write_jsonl(tmp_path / "train.jsonl", [CHAT, TOOL_CHAT], repeat=4)
-    cfg = write_config(tmp_path, {"data.seq_len": 40})
+    cfg = write_workspace_config(tmp_path, {"data.seq_len": 40})
     hub = FakeHub({})
     try:
         proc = cli(tmp_path, "data", cfg, "--json", "--examples", "3", timeout=300, env={"HF_ENDPOINT": hub.start()})
@@ -264,7 +264,7 @@ def test_bad_records_exit_2_naming_file_line_field_and_nothing_is_written(tmp_pa
     record, needles = BAD[case]
     good = CHAT if "messages" in record else ALPACA
     (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
-    cfg = write_config(tmp_path)
+    cfg = write_workspace_config(tmp_path)
     before = tree_digest(tmp_path)
     for args in (("run", cfg), ("data", cfg)):
         proc = cli(tmp_path, *args)
@@ -278,9 +278,9 @@ def test_bad_records_exit_2_naming_file_line_field_and_nothing_is_written(tmp_pa
 
 def test_unknown_record_format_and_untrainable_pairs_exit_2(tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [PREFERENCE])
-    proc = cli(tmp_path, "run", write_config(tmp_path, {"data.record_format": "openai"}))
+    proc = cli(tmp_path, "run", write_workspace_config(tmp_path, {"data.record_format": "openai"}))
     assert proc.returncode == 2 and "data.record_format" in proc.stderr and "sharegpt" in proc.stderr
-    proc = cli(tmp_path, "run", write_config(tmp_path))
+    proc = cli(tmp_path, "run", write_workspace_config(tmp_path))
     assert proc.returncode == 2 and "preference records" in proc.stderr and "training.objective: dpo" in proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -297,7 +297,7 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
                                "[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}{% endfor %}")
     (tok / "tokenizer_config.json").write_text(json.dumps(config))
     write_jsonl(tmp_path / "train.jsonl", [SAMPLES["chat"][0]])  # it has a system message
-    cfg = write_config(tmp_path, {"model.tokenizer": str(tok), "data.system_message": "error"})
+    cfg = write_workspace_config(tmp_path, {"model.tokenizer": str(tok), "data.system_message": "error"})
     proc = cli(tmp_path, "data", cfg, timeout=300)
     assert proc.returncode == 2, proc.stderr
     for needle in ("train.jsonl line 1", "field 'messages'", "no system role", "data.system_message", "'merge'"):
@@ -306,7 +306,7 @@ def test_role_the_template_rejects_exits_2_through_the_data_command(tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [{"messages": [{"role": "user", "content": "Where is the cat?"},
                                                          {"role": "tool", "content": "Near the river."},
                                                          {"role": "assistant", "content": "Near the river."}]}])
-    proc = cli(tmp_path, "data", write_config(tmp_path, {"model.tokenizer": str(tok)}), timeout=300)
+    proc = cli(tmp_path, "data", write_workspace_config(tmp_path, {"model.tokenizer": str(tok)}), timeout=300)
     assert proc.returncode == 2, proc.stderr
     for needle in ("train.jsonl line 1", "field 'messages'", "roles must be user or assistant", "data.chat_template"):
         assert needle in proc.stderr
@@ -328,17 +328,18 @@ def test_an_unreachable_hub_is_known_after_one_attempt_not_after_retries(tmp_pat
     error. Nothing sets offline mode here: the hub (HF_ENDPOINT) merely refuses connections."""
     env = {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / ".hf-home")}
     write_jsonl(tmp_path / "train.jsonl", [PAIR])
-    proc = cli(tmp_path, "data", write_config(tmp_path, {"model.source": "someone/not-downloaded-model"}), env=env)
+    proc = cli(tmp_path, "data", write_workspace_config(tmp_path, {"model.source": "someone/not-downloaded-model"}), env=env)
     assert proc.returncode == 2 and "Retrying" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "someone/not-downloaded-model is not downloaded and the hub cannot be reached" in proc.stderr
     assert "Download" in proc.stderr and "Traceback" not in proc.stderr
-    cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
+    cfg = write_workspace_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     proc = cli(tmp_path, "data", cfg, env=env, timeout=300)
     assert proc.returncode == 2 and "offline" in proc.stderr and "Retrying" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
-    cfg = write_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
+    cfg = write_workspace_config(tmp_path, {"data.hub_dataset": "someone/not-cached-anywhere", "data.path": "demo"})
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / ".hf-home")}
     before = tree_digest(tmp_path)
     for command in ("data", "run"):

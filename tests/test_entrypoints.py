@@ -1,7 +1,10 @@
 """Every ``python -m`` child is named in one module and exists; no two modules share a name."""
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.util
+import io
 import re
 import subprocess
 import sys
@@ -21,6 +24,33 @@ def test_entry_point_exists(module):
     assert spec is not None, f"{module} (trainer/core/entrypoints.py) does not exist"
     if spec.submodule_search_locations:  # a package: it must have a __main__
         assert importlib.util.find_spec(module + ".__main__") is not None, f"{module} has no __main__"
+
+
+def _shim_names() -> dict:
+    """The literal names of tests/zygote/sitecustomize.py, read without running it (it runs in every process)."""
+    tree = ast.parse((ROOT / "tests" / "zygote" / "sitecustomize.py").read_text(encoding="utf-8"))
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("CLI", "WORKER", "BASE_MODULES", "CLI_COMMANDS", "STARTED_AS_USUAL")}
+
+
+def test_the_test_zygote_decides_for_every_entry_point_and_only_those():
+    """The test zygote's shim names its modules itself (it must stay standard library only): each entry point is
+    either forked from the pre-imported server or started as usual, with why — a module added, renamed or moved in
+    trainer/core/entrypoints.py fails here until the shim decides for it."""
+    shim = _shim_names()
+    forked = {shim["CLI"], shim["WORKER"], *shim["BASE_MODULES"]}
+    assert (shim["CLI"], shim["WORKER"]) == (entrypoints.CLI, entrypoints.WORKER)
+    assert not forked & set(shim["STARTED_AS_USUAL"]), "a module is both forked and started as usual"
+    assert sorted(forked | set(shim["STARTED_AS_USUAL"])) == sorted(entrypoints.ALL)
+    assert all(shim["STARTED_AS_USUAL"].values()), "say why an entry point starts as usual"
+    from trainer.cli.main import build_parser
+
+    for command in shim["CLI_COMMANDS"]:  # a command's --help exits 0; an unknown command is a usage error (2)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with pytest.raises(SystemExit) as done:
+                build_parser().parse_args([command, "--help"])
+        assert done.value.code == 0, f"the shim forks 'trainpilot-cli {command}', which no longer exists"
 
 
 def test_light_entry_points_run_help():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers_cli import run_cli
+from helpers_train import run_cli
 from trainer import config as C
 from trainer.config.presets import layer_with_rulings, machine_values
 from trainer.hardware.source import open_probe

@@ -17,8 +17,7 @@ import json
 import shutil
 
 import pytest
-from helpers_after import trained_runs
-from helpers_train import cli
+from helpers_train import cli, trained_runs
 from shared_once import shared_once
 
 IDS = [[1, 50, 60, 70, 300, 5, 9, 41]]

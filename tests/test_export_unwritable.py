@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers_cli import assert_refused, permissions_enforced, run_cli, write_config, write_demo_data
+from helpers_train import assert_refused, permissions_enforced, run_cli, write_workspace_config, write_demo_data
 
 
 def _unwritable(ws: Path) -> Path:
@@ -22,7 +22,7 @@ def _unwritable(ws: Path) -> Path:
 
 def test_export_to_an_unwritable_folder_is_refused_cleanly(tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = write_config(tmp_path)
+    cfg = write_workspace_config(tmp_path)
     to = _unwritable(tmp_path)
     before = sorted(p.name for p in to.iterdir()) if to != Path("/proc/self") else None
     try:

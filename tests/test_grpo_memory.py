@@ -84,6 +84,7 @@ def _profiled_growth(torch, fn) -> int:
     return int(total.max() - total[0])
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 @pytest.mark.parametrize("g,prompt,completion", [(8, 256, 8), (4, 512, 4)])
 def test_generate_peak_within_10pct_of_kv_cache_plus_forward(g, prompt, completion):
     torch = pytest.importorskip("torch")
@@ -129,7 +130,9 @@ def _grpo_trainer(tmp_path, precision: str, method: str, micro: int):
     return torch, trainer
 
 
-@pytest.mark.parametrize("method,precision,micro", [("full", "bf16", 2), ("full", "fp32", 1), ("lora", "bf16", 2)])
+@pytest.mark.parametrize("method,precision,micro", [  # the 16-bit cases measured >= 3.5 s on the 2-core machine
+    pytest.param("full", "bf16", 2, marks=pytest.mark.slow), ("full", "fp32", 1),
+    pytest.param("lora", "bf16", 2, marks=pytest.mark.slow)])
 def test_update_activations_within_10pct_of_trl_grpo_loss(tmp_path, method, precision, micro):
     from trainer.worker.probes.memory_probe import saved_storages
 

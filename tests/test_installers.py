@@ -197,7 +197,7 @@ def test_gpu_extras_are_pinned_by_the_pyproject_extras():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for name, extra, _ in ge.EXTRAS:
         assert any(req.startswith(name) for req in extras[extra]), (name, extra)
-    assert "liger-kernel==0.8.5" in extras["liger"]  # the version measured on the H100 (DESIGN.md)
+    assert "liger-kernel==0.8.5" in extras["liger"]  # the version measured on the H100 (docs/design.md)
 
 
 def test_gpu_extras_cli_env_and_json():
@@ -215,6 +215,7 @@ def test_gpu_extras_cli_env_and_json():
     assert env.stdout.split("\n")[:2] == ["torchvision==0.26.*", "torch==2.11.0+cu130"], "the shell gets one word each"
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_install_state_records_the_gpu_extras_plan_pips_failure_and_what_imports(tmp_path):
     """What install_state.py writes from the installer's plan and errors, probing this Python's packages."""
     plan = tmp_path / "gpu-extras.json"
@@ -292,11 +293,14 @@ def test_installed_app_runs_from_the_copied_source(installed):
     venv_py = installed["prefix"] / "venv" / "bin" / "python"
     # cwd outside the repository: `python -c` would import the checkout's packages from the cwd
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a developer's PYTHONPATH would win
-    out = subprocess.run([str(venv_py), "-c", "import app, trainer; print(trainer.__file__)"],
+    out = subprocess.run([str(venv_py), "-c", "import app, trainer; from trainer.core.paths import PRESETS_DIR; "
+                          "print(trainer.__file__); print(PRESETS_DIR)"],
                          cwd=installed["home"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    assert Path(out.stdout.strip()).is_relative_to(installed["prefix"] / "src")
+    package, presets = out.stdout.splitlines()  # the prefix has a space in it
+    assert Path(package).is_relative_to(installed["prefix"] / "src")
     assert (installed["prefix"] / "src" / "trainer" / "resources" / "models").is_dir()  # shipped as package data
+    assert Path(presets) == installed["prefix"] / "src" / "configs" / "presets" and Path(presets, "cpu.yaml").is_file()
 
 
 @pytest.mark.slow  # an offline install into a fresh venv (minutes on 2 cores)

@@ -16,6 +16,8 @@ from trainer.core.dotted import get_in
 from trainer.planning import ladder
 
 LAPTOP = Path(__file__).parent / "fixtures" / "hardware" / "rtx4090_laptop_16gb.jsonl"
+pytestmark = pytest.mark.user_start  # children start exactly as a user's (plugins/zygote.py)
+
 
 def _resolved(**over):
     data = {"device": "cuda", "plan_allow_approximate": True, "model": {"architecture": "llama-3.2-1b", "dtype": "bfloat16"},

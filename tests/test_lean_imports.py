@@ -61,9 +61,9 @@ def test_a_standby_that_left_out_what_the_run_uses_is_not_taken():
     assert waiting.wait(timeout=10) is not None, "the unusable standby was ended"
 
 
-@pytest.mark.slow  # the shared trained runs (helpers_after: two CLI trainings, once per session)
+@pytest.mark.slow  # the shared trained runs (helpers_train.trained_runs: two CLI trainings, once per session)
 def test_a_full_run_leaves_peft_out_and_a_lora_run_imports_it():
-    from helpers_after import trained_runs
+    from helpers_train import trained_runs
 
     runs = trained_runs()
     logs = {name: (runs[name] / "train.log").read_text(encoding="utf-8") for name in ("full", "lora")}

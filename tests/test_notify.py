@@ -9,9 +9,7 @@ import os
 import threading
 
 import pytest
-from helpers_after import full_config, train
-from helpers_cli import files_containing
-from helpers_train import cli, events, write_config
+from helpers_train import cli, events, files_containing, full_config, train, write_config
 
 from trainer.rundir.events import EventWriter
 from trainer.supervisor import notify

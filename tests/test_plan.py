@@ -172,6 +172,7 @@ def test_plan_never_imports_torch():
     assert out.stdout.strip() != "unknown", "the shipped 8B architecture is planned"
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_an_alternative_that_fits_can_run_here(monkeypatch):
     """Issue 29 item 7: QLoRA's alternatives on the CPU (or without bitsandbytes) said 'fits' — a smaller model
     trained with QLoRA that this machine cannot run at all. Every alternative says what it needs; one that needs

@@ -22,7 +22,8 @@ from helpers_train import (
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
 from trainer.rundir.events import read_status
 
-pytestmark = pytest.mark.slow
+# children start exactly as a user's (plugins/zygote.py)
+pytestmark = [pytest.mark.slow, pytest.mark.user_start]
 
 
 def test_stop_then_resume_is_exact(tmp_path):

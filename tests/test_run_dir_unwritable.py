@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_cli import assert_refused, permissions_enforced, run_cli, write_config, write_demo_data
+from helpers_train import assert_refused, permissions_enforced, run_cli, write_demo_data, write_workspace_config
 
 
 @contextlib.contextmanager
@@ -40,7 +40,7 @@ def unwritable_empty_folder(path: Path):
 
 def test_run_into_an_existing_unwritable_folder_exits_2_naming_it(tmp_path):
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = write_config(tmp_path)
+    cfg = write_workspace_config(tmp_path)
     with unwritable_empty_folder(tmp_path / "locked") as folder:
         proc = run_cli(["run", str(cfg), "--run-dir", str(folder), "--quiet"], cwd=tmp_path)
         assert_refused(proc, 2, ("output.runs_dir", str(folder), "cannot write", "choose a folder you can write to"))
@@ -55,7 +55,7 @@ def test_start_problems_block_it_on_the_run_folder(tmp_path):
     from trainer.supervisor import preflight
 
     write_demo_data(tmp_path / "train.jsonl", 20)
-    cfg = config_mod.load(write_config(tmp_path))
+    cfg = config_mod.load(write_workspace_config(tmp_path))
     hardware = planning_snapshot(None)
     with unwritable_empty_folder(tmp_path / "locked") as folder:
         problems = preflight.start_problems(cfg, hardware, run_dir=folder).problems

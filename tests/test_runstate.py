@@ -19,6 +19,8 @@ from trainer.rundir.runstate import LOCK_FILE, read_run_state
 from trainer.rundir.runstate import pid_alive as runstate_pid_alive
 from trainer.rundir.trained import model_dir, training_pid
 
+pytestmark = pytest.mark.user_start  # children start exactly as a user's (plugins/zygote.py)
+
 # A stand-in supervisor: holds the run folder's lock (the real runlock), says it runs, waits to be killed.
 SUPERVISOR = """
 import os, sys, time

@@ -58,7 +58,7 @@ def test_eight_bit_states_equal_what_the_trainer_builds(name, tmp_path):
 
 
 def test_eight_bit_embedding_override_is_the_22_gib_of_llama_3b():
-    """DESIGN.md: HF's 32-bit embedding states add 2.2 GiB for Llama-3.2-3B over 8-bit states everywhere."""
+    """docs/design.md: HF's 32-bit embedding states add 2.2 GiB for Llama-3.2-3B over 8-bit states everywhere."""
     from trainer.models.spec import load_model_spec
 
     spec = load_model_spec("llama-3.2-3b")
@@ -174,7 +174,7 @@ def test_fastest_follows_the_time_estimate_between_recompute_and_offload():
 
 
 def test_offload_is_link_bound_on_the_measured_h100_run():
-    """DESIGN.md: Llama-3.2-1B, micro-batch 4, seq 2048 on an H100 (PCIe 5 x16): checkpointing 40.2k tokens/s,
+    """docs/design.md: Llama-3.2-1B, micro-batch 4, seq 2048 on an H100 (PCIe 5 x16): checkpointing 40.2k tokens/s,
     offload without it 15.4k. The estimate puts offload on the link and within 15% of both figures."""
     from trainer.models.spec import load_model_spec
 

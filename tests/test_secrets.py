@@ -14,12 +14,12 @@ import string
 from pathlib import Path
 
 import pytest
-from helpers_cli import (
+from helpers_train import (
     TRAIN_TIMEOUT,
     assert_refused,
     files_containing,
     run_cli,
-    write_config,
+    write_workspace_config,
     write_demo_data,
 )
 
@@ -49,7 +49,7 @@ def ws(tmp_path: Path) -> Path:
     ({"output.run_name": f"run-{WANDB_KEY}"}, [], "output.run_name"),  # would become a folder name
 ], ids=["tokenizer_path", "data_path_unshaped", "wrong_type_echo", "run_name"])
 def test_config_with_a_secret_is_refused_without_echoing_it(ws, changes, sets, field):
-    cfg = write_config(ws, changes)
+    cfg = write_workspace_config(ws, changes)
     args = ["run", str(cfg), "--run-dir", str(ws / "run")] + [a for s in sets for a in ("--set", s)]
     proc = run_cli(args, cwd=ws, env=SECRETS)
     assert_refused(proc, 2, (field, "secret token", "HF_TOKEN"))
@@ -68,7 +68,7 @@ def test_no_file_or_message_of_a_run_and_export_holds_a_secret(ws):
 
     # A worker that fails with the secret in its exception text ("invalid literal for int(): '<key>'"):
     # the message reaches the failed event, train.log (with the traceback) and the terminal, redacted.
-    cfg = write_config(ws, {"output.tensorboard": True})
+    cfg = write_workspace_config(ws, {"output.tensorboard": True})
     failed = cli("run", str(cfg), "--run-dir", str(ws / "failed-run"),
                  extra_env={"TRAINPILOT_INJECT_OOM": WANDB_KEY})
     assert failed.returncode == 1, failed.stderr
@@ -96,7 +96,7 @@ def test_token_in_the_variable_named_by_hub_token_env_is_kept_out(ws):
     """``model.hub_token_env`` names where the hub token lives: that variable's value is a secret too."""
     key = "".join(_rng.choice("0123456789abcdef") for _ in range(32)) + "cafebabe"
     env = {"MY_HUB_TOKEN": key}
-    cfg = write_config(ws, {"model.hub_token_env": "MY_HUB_TOKEN"})
+    cfg = write_workspace_config(ws, {"model.hub_token_env": "MY_HUB_TOKEN"})
     refused = run_cli(["run", str(cfg), "--set", f"output.run_name={key}"], cwd=ws, env=env)
     assert_refused(refused, 2, ("output.run_name", "secret token"))
     assert key not in refused.stdout + refused.stderr
@@ -125,7 +125,7 @@ def test_a_token_held_only_in_the_os_keyring_is_found_and_never_written(ws, tmp_
     assert set_it.returncode == 0 and "stored" in set_it.stdout, set_it.stderr
 
     env_no_token = {**env, "HF_TOKEN": ""}
-    cfg = write_config(ws, {})
+    cfg = write_workspace_config(ws, {})
     run = ws / "kr-run"
     proc = run_cli(["run", str(cfg), "--run-dir", str(run)], cwd=ws,
                    env={**env_no_token, "TRAINPILOT_INJECT_OOM": token}, timeout=TRAIN_TIMEOUT)

@@ -12,7 +12,8 @@ import yaml
 
 from helpers_train import REPO, cli, tiny_config
 
-pytestmark = pytest.mark.slow
+# children start exactly as a user's (plugins/zygote.py)
+pytestmark = [pytest.mark.slow, pytest.mark.user_start]
 
 
 def _marked(mark: str) -> list[psutil.Process]:

@@ -1,6 +1,7 @@
 """A non-editable install carries everything it needs: `pip install` of the built wheel into a fresh
 virtual environment, run from outside the checkout, plans with a shipped architecture by name and
-trains the demo (the architectures, presets and demo data are package data in trainer/resources).
+trains the demo (the architectures and demo data are package data in trainer/resources; the presets and the
+demo config come from the top-level configs/, which setup.py packages as trainer/configs).
 
 The fresh environment reuses the dev environment's already-installed dependencies through a path file
 (as installers/linux/install.sh --reuse-site-packages does), so nothing is downloaded; TrainPilot
@@ -54,6 +55,9 @@ def test_the_wheel_is_what_runs(installed):
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).is_relative_to(installed["site"])
     assert (installed["site"] / "trainer" / "resources" / "models" / "llama-3.2-1b.json").is_file()
+    configs = installed["site"] / "trainer" / "configs"
+    assert (configs / "demo.yaml").is_file() and (configs / "presets" / "laptop_16gb.yaml").is_file()
+    assert not (installed["site"] / "configs").exists(), "configs/ is trainer's package data, not a top-level package"
 
 
 def test_plan_with_a_shipped_architecture_by_name(installed):

@@ -67,6 +67,19 @@ def test_a_forked_cli_command_answers_as_its_own_process_would(server, tmp_path)
     assert forked.returncode == 2 and "no-run" in forked.stderr and "Traceback" not in forked.stderr
 
 
+@pytest.mark.user_start
+def test_a_user_start_tests_children_start_as_a_users_do(server, tmp_path):
+    """A test marked ``user_start`` (the process-lifecycle tests: plugins/zygote.py) runs with the zygote switched off
+    in its environment, so a child it starts never reaches the server, whatever else its environment says."""
+    env, log = server
+    assert os.environ.get("TRAINPILOT_TEST_ZYGOTE") == "0", "the marker switches the zygote off for the test"
+    env = {**env, "TRAINPILOT_TEST_ZYGOTE": os.environ["TRAINPILOT_TEST_ZYGOTE"]}  # the test's own, as a child gets it
+    cmd = [sys.executable, "-m", "trainer", "export-model", str(tmp_path / "no-run"), "--to", str(tmp_path / "o")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert out.returncode == 2 and "no-run" in out.stderr
+    assert not _decisions(log), "the shim asked the server"
+
+
 def test_a_standby_worker_reads_the_end_of_its_stdin_from_the_trainer_level_server(server):
     env, log = server
     proc = subprocess.run([sys.executable, "-m", "trainer.worker", "--standby", "--without", "peft,deepspeed"],

@@ -1,6 +1,6 @@
 """Growable numpy columns for plot data: amortised O(1) append, zero-copy views for setData.
 
-Buffers are preallocated and double when full (DESIGN.md pyqtgraph facts), so a day of 1 Hz
+Buffers are preallocated and double when full (docs/design.md, "The GPU and the GUI"), so a day of 1 Hz
 samples costs ~17 allocations, not 86,400.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from app.model import run_index
 from app.ops import settings
 from app.ops.background import Latest, own_pool
 
-TICK_MS = 250        # 4 Hz redraw (DESIGN.md: not per sample)
+TICK_MS = 250        # 4 Hz redraw, not per sample (docs/design.md, "The GPU and the GUI")
 SCAN_MS = 2000
 
 

@@ -1,7 +1,7 @@
 """The live dashboard: pyqtgraph plots bound to a ``RunData`` (a view: it owns no timers).
 
 The owner calls ``refresh()`` on a 4-5 Hz timer; curves whose series did not change are skipped.
-Speed settings from DESIGN.md: peak downsampling, clip-to-view, 1 px pens, no antialiasing.
+Speed settings from docs/design.md, "The GPU and the GUI": peak downsampling, clip-to-view, 1 px pens, no antialiasing.
 """
 from __future__ import annotations
 

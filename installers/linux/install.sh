@@ -120,9 +120,10 @@ install_source() {
   SRC="$PREFIX/src"
   if [[ "$(readlink -f "$REPO")" != "$(readlink -f "$SRC")" ]]; then
     rm -rf "$SRC.new"; mkdir -p "$SRC.new"
-    # The shipped configs are package data inside trainer/resources.
+    # configs/ (the presets and the demo config) is found beside trainer/ by the editable install, and
+    # setup.py says how the wheel packages it.
     local item
-    for item in app trainer installers pyproject.toml README.md LICENSE; do
+    for item in app trainer configs installers pyproject.toml setup.py README.md LICENSE; do
       if [[ -e "$REPO/$item" ]]; then cp -a "$REPO/$item" "$SRC.new/"; fi
     done
     find "$SRC.new" -name __pycache__ -type d -prune -exec rm -rf {} +

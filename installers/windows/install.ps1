@@ -172,7 +172,7 @@ function Copy-Source {
     $staging = Join-Path $Prefix 'src.new'
     if (Test-Path $staging) { Remove-Item -Recurse -Force $staging }
     New-Item -ItemType Directory -Path $staging | Out-Null
-    foreach ($item in @('app', 'trainer', 'installers', 'pyproject.toml', 'README.md', 'LICENSE')) {
+    foreach ($item in @('app', 'trainer', 'configs', 'installers', 'pyproject.toml', 'setup.py', 'README.md', 'LICENSE')) {
         $path = Join-Path $RepoRoot $item
         if (Test-Path $path) { Copy-Item -Recurse -Force -Path $path -Destination $staging }
     }

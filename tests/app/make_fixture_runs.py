@@ -1,6 +1,7 @@
 """Write the GUI's fixture run directories (tests/fixtures/run_dirs/). Run: python tests/app/make_fixture_runs.py
 
-These are DOCUMENTED SYNTHETIC traces in the DESIGN.md run-directory format, not recordings:
+These are DOCUMENTED SYNTHETIC traces in the run-folder format of docs/design.md ("The run-folder contract"),
+not recordings:
 - ``laptop_run``: 120 steps on a 16 GB laptop GPU. Telemetry at 1 Hz where VRAM climbs to ~14.6 GB,
   the temperature rises to 87 °C and the GPU reports thermal throttling between t=60 s and t=90 s,
   and a browser ("brave", pid 4242) holds 0.4 GB. Loss decays as 2.5·exp(-step/60) + 1.2.

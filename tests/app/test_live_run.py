@@ -31,6 +31,7 @@ def _window(qtbot) -> MainWindow:
 
 
 @pytest.mark.slow
+@pytest.mark.user_start  # stop and resume: children start exactly as a user's (plugins/zygote.py)
 def test_start_stop_resume_demo(qtbot):
     w1 = _window(qtbot)
     run_dir = w1.start_demo((f"training.max_steps={STEPS}", "checkpoints.every_steps=8", "training.warmup_steps=2"))
@@ -101,6 +102,7 @@ def test_wizard_start_runs_and_shows_the_run(qtbot):
 
 
 @pytest.mark.slow
+@pytest.mark.user_start  # stop and resume: children start exactly as a user's (plugins/zygote.py)
 def test_closing_during_training_cancel_then_stop_and_save(qtbot):
     """The close question's other two answers: Cancel keeps the window open and the run going;
     "Stop and save" closes the window, and the run saves a checkpoint at its current step and stops."""

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
 import sys
@@ -30,6 +32,7 @@ w.hardware.stop()
 """
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_main_window_and_wizard_never_import_torch(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TRAINPILOT_HOME=str(tmp_path))
     hw = str(ROOT / "tests" / "fixtures" / "hardware" / "rtx4090_laptop_16gb.jsonl")

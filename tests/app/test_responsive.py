@@ -99,6 +99,7 @@ def oversubscribed(meter: StallMeter) -> bool:
     return os.getloadavg()[0] > cores or meter.most_runnable >= cores
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_opening_a_day_long_run_never_stalls_the_window(qtbot, tmp_path):
     tele_bytes, event_bytes = _write_day_long_run(tmp_path / "runs" / "day-long")
     w = MainWindow(NO_GPU)

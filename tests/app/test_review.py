@@ -45,6 +45,7 @@ def _checked(qtbot, wiz) -> None:
     qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_qlora_without_bitsandbytes_is_blocked_on_the_method_page(qtbot, laptop, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # not installed (capabilities reads it so)
     wiz = _wizard_at_review(qtbot, laptop, tmp_path, "qlora")
@@ -60,6 +61,7 @@ def test_qlora_without_bitsandbytes_is_blocked_on_the_method_page(qtbot, laptop,
     assert "checks passed" in wiz.review.message.text()
 
 
+@pytest.mark.slow  # measured >= 3.5 s on the 2-core machine
 def test_a_run_folder_that_cannot_be_written_is_blocked_beside_it(qtbot, laptop, tmp_path):
     wiz = _wizard_at_review(qtbot, laptop, tmp_path, "lora")
     assert wiz.review.start_button.isEnabled(), wiz.review.message.text()

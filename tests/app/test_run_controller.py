@@ -7,8 +7,11 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from app.ops.run_controller import RunController
+
+pytestmark = pytest.mark.user_start  # children start exactly as a user's (plugins/zygote.py)
 
 # A stand-in supervisor that ignores STOP and has a child of its own (both sleep).
 IGNORES_STOP = ("import subprocess, sys, time; "

@@ -14,7 +14,7 @@ import pytest
 from PySide6 import QtCore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared trained runs
-from helpers_after import trained_runs  # noqa: E402
+from helpers_train import trained_runs  # noqa: E402
 
 from app.views.eval_curve import eval_points  # noqa: E402
 from app.views.export_model_dialog import ExportModelDialog  # noqa: E402

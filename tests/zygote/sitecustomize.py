@@ -7,21 +7,34 @@ the test session. A ``sitecustomize`` later on ``sys.path`` (``tools/suite_cpu``
 import os
 import sys
 
+# Written out, not imported from trainer/core/entrypoints.py: this shim runs in every Python process of the session
+# and stays standard library only. tests/test_entrypoints.py fails when the two drift apart: every entry point is
+# either forked (the three names below) or started as usual (STARTED_AS_USUAL, with why).
+CLI = "trainer"  # forked for CLI_COMMANDS only
+WORKER = "trainer.worker"  # a training worker with --run-dir, and a standby worker (from the Trainer-level variant)
 # Modules that import torch whatever they are given (their run then starts from the server's torch): the probes and
-# the export's check; the CLI's export and chat commands; the worker (its standby from the Trainer-level variant).
+# the export's check.
 BASE_MODULES = {"trainer.worker.probes.structure_probe", "trainer.worker.probes.grpocheck",
                 "trainer.worker.probes.data_stats", "trainer.worker.probes.doctor_checks",
                 "trainer.worker.export.verify"}
-CLI_COMMANDS = {"export-model", "chat"}
+CLI_COMMANDS = {"export-model", "chat"}  # the CLI commands that import torch
+STARTED_AS_USUAL = {
+    "trainer.worker.datapipe.producer": "the worker's tokenizing child: tokenizers and datasets, no torch",
+    "trainer.worker.probes.memory_probe": "plan --measure: it measures on a GPU only",
+    "trainer.worker.probes.hubcheck": "preflight of a hub dataset: datasets, no torch",
+    "trainer.worker.probes.reward_preview": "the wizard's reward preview: started by a few GUI tests only",
+    "app.model.hub_download": "the GUI's model download: huggingface_hub, no torch",
+    "trainer.worker.export.gguf_convert": "llama.cpp's converter: started by the GGUF export tests only",
+}
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 def variant(module: str, args: list, env) -> "str | None":
     """Which pre-imported server a command starts from: "base" (torch), "trainer:LEFT,OUT" (a standby worker:
     transformers' Trainer with those libraries absent), or None (start as usual)."""
-    if module in BASE_MODULES or (module == "trainer" and args[:1] and args[0] in CLI_COMMANDS):
+    if module in BASE_MODULES or (module == CLI and args[:1] and args[0] in CLI_COMMANDS):
         return "base"
-    if module != "trainer.worker" or any(k in env for k in RANK_VARIABLES):  # launched ranks start as launched
+    if module != WORKER or any(k in env for k in RANK_VARIABLES):  # launched ranks start as launched
         return None
     if args[:1] == ["--standby"]:
         without = ""

@@ -2,8 +2,8 @@
 
 Every training worker, structure probe, export check… of the suite is a new ``python -m trainer…`` that spends ~5 s
 of CPU importing torch and transformers before it does anything: on the 2-core development machine ~40% of the
-suite's CPU (issue 29, ``tools/suite_cpu.py``). With ``tests/zygote`` on ``PYTHONPATH`` (``tests/conftest.py`` sets it
-up per xdist worker), such a child's ``sitecustomize`` (the shim, ``sitecustomize.py`` here) hands its command line,
+suite's CPU (issue 29, ``tools/suite_cpu.py``). With ``tests/zygote`` on ``PYTHONPATH`` (``tests/plugins/zygote.py``
+sets it up per xdist worker), such a child's ``sitecustomize`` (the shim, ``sitecustomize.py`` here) hands its command line,
 working folder, environment and its stdin/stdout/stderr to this server, which forks a copy of itself that already
 imported torch (for a standby worker: also transformers' Trainer, with the libraries that worker leaves out marked
 absent first, exactly as the worker does) and runs the module there with ``runpy`` as ``python -m`` would. The shim

@@ -1,7 +1,8 @@
 """``trainpilot-cli``: thin entry point. Each command lives in its own module and registers here.
 
-Exit codes (DESIGN.md): 0 finished or stopped on request; 2 bad input; 3 out of memory after every
-recovery step; 1 anything else. Bad input never prints a traceback.
+Exit codes (docs/design.md, "Exit codes"): 0 finished or stopped on request; 2 bad input; 3 out of memory
+after every recovery step; 4 an export differs from the trained model; 1 anything else. Bad input never
+prints a traceback.
 """
 from __future__ import annotations
 

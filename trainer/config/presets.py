@@ -1,4 +1,4 @@
-"""Presets: the partial configs shipped per hardware tier (``trainer/resources/presets``)."""
+"""Presets: the partial configs shipped per hardware tier (``configs/presets``: ``trainer.core.paths.PRESETS_DIR``)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from trainer.core.paths import PRESETS_DIR
 
 
 def load_preset(name: str) -> dict:
-    """The partial config dict of ``trainer/resources/presets/<name>.yaml``; UserError when it is missing."""
+    """The partial config dict of ``configs/presets/<name>.yaml``; UserError when it is missing."""
     path = PRESETS_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))) or "none"

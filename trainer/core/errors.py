@@ -1,4 +1,4 @@
-"""Errors that end a command with DESIGN.md's exit codes and one readable message."""
+"""Errors that end a command with the exit codes of docs/design.md, "Exit codes", and one readable message."""
 from __future__ import annotations
 
 EXIT_OK = 0
@@ -9,7 +9,7 @@ EXIT_EXPORT_DIFFERS = 4  # an export (GGUF, Modelfile) does not prompt, answer o
 
 
 class TrainPilotError(Exception):
-    """Base: ``str(exc)`` is the one message shown to the user; ``exit_code`` per DESIGN.md."""
+    """Base: ``str(exc)`` is the one message shown to the user; ``exit_code`` per docs/design.md, "Exit codes"."""
 
     exit_code = EXIT_FAULT
 

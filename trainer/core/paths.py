@@ -1,16 +1,23 @@
-"""Where TrainPilot's shipped files live: ``trainer/resources`` (package data, so a wheel has them too)."""
+"""Where TrainPilot's shipped files live. ``trainer/resources``: package data the code reads (architectures,
+structure records, processor settings, the demo data). ``configs/`` at the top of the repository: the configs a
+user copies and edits (the tier presets, the demo config); a wheel carries them as ``trainer/configs``
+(``setup.py`` maps the folder into the package), so an installed TrainPilot finds them there and a checkout
+finds them beside ``trainer/``."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
+_PACKAGE = Path(__file__).resolve().parent.parent
+RESOURCES_DIR = _PACKAGE / "resources"
 MODELS_DIR = RESOURCES_DIR / "models"  # architectures (config.json files) by name
 STRUCTURES_DIR = MODELS_DIR / "structures"  # their structure records (trainer/models/structure.py), by config hash
 PROCESSORS_DIR = MODELS_DIR / "processors"  # vision-language models' published image-processor settings, by name
-PRESETS_DIR = RESOURCES_DIR / "presets"  # partial configs per hardware tier
-DEMO_CONFIG = RESOURCES_DIR / "demo.yaml"
 DEMO_DATA = RESOURCES_DIR / "demo.jsonl"
+# Installed from a wheel: trainer/configs; a checkout or an editable install: configs/ beside trainer/.
+CONFIGS_DIR = _PACKAGE / "configs" if (_PACKAGE / "configs").is_dir() else _PACKAGE.parent / "configs"
+PRESETS_DIR = CONFIGS_DIR / "presets"  # partial configs per hardware tier
+DEMO_CONFIG = CONFIGS_DIR / "demo.yaml"
 
 
 def hf_hub_cache() -> Path:

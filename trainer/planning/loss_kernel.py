@@ -12,7 +12,7 @@ The kernels (``speed.loss_kernel``):
 - ``hf``: transformers' own loss: the full tokens × vocabulary logits, upcast to fp32 (≈12 bytes per logit at
   its peak: docs/planner.md).
 
-Measured on an H100 through ``trainpilot-cli run`` (DESIGN.md, 2026-11-25; Llama-3.2-1B, micro-batch 8, seq
+Measured on an H100 through ``trainpilot-cli run`` (docs/design.md, 2026-11-25; Llama-3.2-1B, micro-batch 8, seq
 2048): Liger 54.5k tokens/s in 33 GiB, HF's loss 40.9k in 68 GiB, the chunked loss (before it computed the
 head's gradients in its forward) 28.6k in 43 GiB; with ``speed.torch_compile`` HF's loss ran at 55.7k and
 Liger crashed at step 1 (an illegal memory access in an inductor-generated kernel).

@@ -1,6 +1,6 @@
 """Peak GPU memory and host RAM of a training setup, per component (bytes). No torch.
 
-Formulas (DESIGN.md "Memory, per component"), checked against measurement in tests/test_memory.py:
+Formulas (docs/design.md "Memory, per component"), checked against measurement in tests/test_memory.py:
 model states follow DeepSpeed's own estimators exactly; activations are what autograd saves in HF
 Llama-family layers (saved-tensor hooks) — hand-fitted for the families in ``spec.FITTED_FAMILIES``, measured by
 the structure probe for every other architecture (``planning/measured.py``); logits/loss, CUDA context,
@@ -328,8 +328,8 @@ def logits_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     The peak is in the loss's backward: the gradient arriving from the NLL and the one log-softmax's
     backward produces (4 bytes each) beside the saved output — 12·b·s·V in all. (The forward's
     16-bit logits + fp32 upcast + log-softmax are 10·b·s·V, and the logits are freed once the loss
-    is taken.) DESIGN.md said ≈14; peak allocations measured on an H100 fit 12 within 4% across
-    Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
+    is taken.) The first estimate said ≈14 (docs/design.md, "Memory, per component"); peak allocations
+    measured on an H100 fit 12 within 4% across Llama, Qwen and SmolLM vocabularies (docs/benchmarks.md)."""
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
     if s.objective == "grpo":  # completion tokens only, in tiles; the LM head's fp32 gradient when it trains
         return grpo_memory.logprob_bytes(spec, s, lm_head_trains=s.method == "full")

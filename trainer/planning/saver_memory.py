@@ -16,7 +16,7 @@ margin, named ``*_MARGIN`` here and said in the plan's reasons (``margin_notes``
 - **8-bit AdamW** (``eight_bit_state_bytes``): bitsandbytes' ``Optimizer2State.init_state`` gives a tensor of at
   least ``min_8bit_size`` (4096) elements two uint8 states and two fp32 absmax per block of 256; smaller tensors
   get two fp32 states; transformers' Trainer registers every ``nn.Embedding`` for 32-bit states
-  (``GlobalOptimManager.register_module_override(..., {"optim_bits": 32})``: +2.2 GiB for Llama-3.2-3B, DESIGN.md).
+  (``GlobalOptimManager.register_module_override(..., {"optim_bits": 32})``: +2.2 GiB for Llama-3.2-3B, docs/design.md).
   The update kernels run in place: no temporaries.
 - **Activation offload** (``offload_kept_bytes``): TRL's ``OffloadActivations`` copies every saved tensor of at
   least 1 KiB to pinned host RAM and frees the GPU copy once five later tensors were saved, except a tensor whose
@@ -66,8 +66,8 @@ def offloaded_checkpoint_bytes(layers: int, layer_input: int) -> int:
     return layers * _ceil(layer_input, PINNED_BLOCK_BYTES) * PINNED_BLOCK_BYTES
 
 # -- CUDA runtime beyond torch's reserve --------------------------------------------------------------------------
-# Measured on an H100 (CUDA 13, driver 580; DESIGN.md): NVML's device-used rise at the first allocation minus
-# torch's reserve, 619 MiB. Consumer cards were quoted at ~0.5 GiB (DESIGN.md, not measured here): one figure, the
+# Measured on an H100 (CUDA 13, driver 580; docs/design.md): NVML's device-used rise at the first allocation minus
+# torch's reserve, 619 MiB. Consumer cards were quoted at ~0.5 GiB (docs/design.md, not measured here): one figure, the
 # measured one, for every card.
 CUDA_CONTEXT_BYTES = 619 * MIB
 # Measured on the H100 through trainpilot-cli run with Liger's Triton kernels loaded (issue 31): the device used

@@ -5,7 +5,7 @@ back). No torch.
 Compute time is the step's matrix FLOPs (``flops.flops_per_token``, the plan's one count) over the card's published
 dense 16-bit tensor peak times ``MFU``; offload's copies run on a second CUDA stream beside the compute, so a
 micro-batch takes the longer of its compute and its PCIe
-time. Measured on an H100 (PCIe 5 x16; DESIGN.md, issue 31), Llama-3.2-1B full fine-tune, micro-batch 4, seq 2048:
+time. Measured on an H100 (PCIe 5 x16; docs/design.md, issue 31), Llama-3.2-1B full fine-tune, micro-batch 4, seq 2048:
 checkpointing 40.2k tokens/s, offload without checkpointing 15.4k — offload was bound by the link. These formulas
 give 43k and 15.4k there: ``PCIE_EFFICIENCY`` was fitted on that one run (in-sample), ``MFU`` is the 46% measured
 for the default path at micro-batch 8 on the same card.

@@ -8,7 +8,7 @@ The estimate is time per trained token = compute per token / utilisation:
   chunk, so it adds no FLOPs to HF's loss.
 - **Utilisation** of the GPU grows with the tokens in one micro-batch: n / (n + n½), from a fixed cost per
   micro-batch (kernel launches, Python) beside the FLOPs. Fitted on an H100 with Llama-3.2-1B at sequence 2,048
-  without compile (docs/benchmarks.md, DESIGN.md): micro-batch 1 with checkpointing ran at 13.1k tokens/s,
+  without compile (docs/benchmarks.md, docs/design.md): micro-batch 1 with checkpointing ran at 13.1k tokens/s,
   micro-batch 8 without it at 40.9k (3.1×); n½ = 4,096 tokens makes the estimate 3.05×. The fixed cost grows with
   the layers (launches per layer) while the compute grows with the FLOPs per token, so n½ scales as
   layers / FLOPs per token from that fit: a 7B model is half-busy at ~1,300 tokens. A slower GPU spends relatively

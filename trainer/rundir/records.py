@@ -2,8 +2,8 @@
 supervisor, CLI) and the readers (supervisor, ``status``, GUI).
 
 A record is written with ``EventWriter.emit(record)`` and read back with ``parse_event(dict)``.
-Readers tolerate what DESIGN.md promises: unknown event types (``parse_event`` returns None),
-unknown fields (kept in ``extra``: objective metrics such as DPO rewards ride there), missing fields
+Readers tolerate what docs/design.md ("Events") promises: unknown event types (``parse_event`` returns
+None), unknown fields (kept in ``extra``: objective metrics such as DPO rewards ride there), missing fields
 (None). Units are in the field names (``_bytes``, ``_seconds``, ``_per_second``).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class RunStarted(EventRecord):
 
 @dataclass(frozen=True)
 class StepEvent(EventRecord):
-    """One optimizer step (DESIGN.md); objective-specific metrics ride in ``extra``."""
+    """One optimizer step (docs/design.md); objective-specific metrics ride in ``extra``."""
 
     TYPE: ClassVar[str] = "step"
     step: Optional[int] = None
@@ -74,7 +74,7 @@ class StepEvent(EventRecord):
 
 @dataclass(frozen=True)
 class ObjectiveMetrics:
-    """The objective's own metrics. They ride on ``step`` events as flat fields (DESIGN.md), and on GRPO's ``eval``
+    """The objective's own metrics. They ride on ``step`` events as flat fields (docs/design.md), and on GRPO's ``eval``
     events (the validation prompts' sampled completions, scored by the run's rewards); only the fields the objective
     logged are written (``fields()`` leaves out None). The worker maps TRL's log keys onto these names
     (``trainer.worker.train.step_metrics``); the GUI charts them."""

@@ -1,7 +1,7 @@
 """Worker side: QLoRA's 4-bit base model, built and prepared for training with what it really needs.
 
 **Preparation.** peft's ``prepare_model_for_kbit_training`` casts every parameter that is not 4-bit to fp32 —
-the embedding and an untied lm_head included (Llama-3.1-8B: +1.96 GiB, DESIGN.md) — and with its fp32 norm
+the embedding and an untied lm_head included (Llama-3.1-8B: +1.96 GiB, docs/design.md) — and with its fp32 norm
 weights the residual stream itself becomes fp32 (``weight * x.to(bf16)`` promotes), which doubles what the
 layers save for backward. Under the Trainer's 16-bit autocast none of it buys precision: every Linear runs in
 the compute dtype anyway (autocast makes a 16-bit copy of an fp32 lm_head at every forward), RMSNorm already

@@ -263,7 +263,7 @@ def _parse_inject(value: str | None) -> tuple[int, int, str, bool] | None:
 
 
 class StepEvents(TrainerCallback):
-    """Writes DESIGN.md ``step`` events (rank 0) and requests a graceful stop when asked."""
+    """Writes ``step`` events (docs/design.md, "Events"; rank 0) and requests a graceful stop when asked."""
 
     def __init__(self, writer, run_dir: Path, trainer: TrainPilotTrainer, effective_batch: int):
         self.writer, self.run_dir, self.trainer = writer, run_dir, trainer

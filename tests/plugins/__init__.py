@@ -1,0 +1,1 @@
+"""The suite's pytest plugins, one job each, registered by ``tests/conftest.py`` (``pytest_plugins``)."""
