@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 from helpers_train import cli, events, needs_deepspeed, tiny_config, write_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.deepspeed, needs_deepspeed, pytest.mark.xdist_group("ladder-climb")]
+pytestmark = [pytest.mark.slow, pytest.mark.deepspeed, needs_deepspeed, pytest.mark.xdist_group("ladder-climb"),
+              pytest.mark.user_start]  # the OOM ladder: children start exactly as a user's (plugins/zygote.py)
 
 STEPS = 6
 RUNGS = [{"speed.loss_kernel": "chunked"}, {"speed.gradient_checkpointing": True},

@@ -198,6 +198,7 @@ def test_fused_step_trains_the_same_weights_as_the_separate_step(tmp_path, famil
 
 
 @pytest.mark.slow
+@pytest.mark.user_start  # stop and resume: the worker starts exactly as a user's (plugins/zygote.py)
 def test_a_stopped_fused_run_resumes_exactly(tmp_path):
     full = _run(tmp_path, "full", True, steps=8)
     part = _run(tmp_path, "part", True, steps=8, env={"TRAINPILOT_INJECT_STOP": "3"})
