@@ -13,7 +13,6 @@ Nothing secret is written: no config, no environment, no token.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
-from trainer.core import entrypoints
+from trainer.core import capabilities, entrypoints
 from trainer.core.errors import ExportDiffers, UserError
 from trainer.data import conversations, run_template
 from trainer.models import gguf_support
@@ -193,7 +192,7 @@ def _record_and_verify(tmp: Path, to: Path, record: dict | None, gguf_name: str 
 def run_verification(folder: Path, run_dir: Path | None = None, reference: str = "run") -> dict:
     """``verify`` on ``folder`` in a child process on the CPU; without llama-cpp-python, at once here
     (``"verified": null`` with the command that installs it). ``reference``: see ``verify.verify``."""
-    if importlib.util.find_spec("llama_cpp") is None:
+    if not capabilities.installed("llama-cpp-python"):
         return verify.verify(folder, run_dir, reference)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     args = [folder] + ([run_dir] if run_dir else []) + (["--reference-export"] if reference == "export" else [])
