@@ -33,7 +33,6 @@ from trainer.worker.loading import lean, model_parts
 
 
 merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
-ensure_chat_template = chat.ensure_chat_template
 
 
 def end_of_turn_id(tok, model=None) -> int | None:
@@ -86,7 +85,7 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     tok = chat.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
-    ensure_chat_template(cfg, tok)
+    chat.template_or_run_rendering(cfg, tok)
     system = run_records.shared_system(cfg) if ollama else None
     record = {"run_dir": str(Path(run_dir).resolve()), "model": source.name, "model_path": str(source.resolve()),
               "name": cfg.name, "gguf_type": gguf_type, "system": system, "chat_date": cfg.data.chat_date,

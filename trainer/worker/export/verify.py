@@ -99,7 +99,7 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
 
     generation.quiet_libraries()
     tok = generation.load_tokenizer(cfg, source)
-    generation.ensure_chat_template(cfg, tok)
+    generation.template_or_run_rendering(cfg, tok)
     model = _reference_model(cfg, folder, source, reference)
     chat = generation.chat_rules(cfg, tok, model)
     cases = run_records.cases(cfg, tok, chat)

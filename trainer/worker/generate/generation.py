@@ -75,8 +75,10 @@ def merged_model(cfg, source: Path):
     return model.float()
 
 
-def ensure_chat_template(cfg, tok) -> str:
-    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
+def template_or_run_rendering(cfg, tok) -> str:
+    """The tokenizer's chat template; a run without one (a text or template run: its data had no chat) gets its own
+    rendering as a template (``run_template``), so a chat or an export renders prompts as training did. Not
+    ``datapipe.rendering.set_chat_template``, which chooses the template a chat run trains with."""
     if not getattr(tok, "chat_template", None):
         bos = tok.bos_token if training_bos(tok) else None
         tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)

@@ -209,7 +209,7 @@ def _seq2seq_datasets(cfg, tokenizer):
     datasets.disable_progress_bars()
     d = cfg.data
     train_rec, val_rec = _template_records(d)
-    fmt = formats.detect_format(train_rec.rows, d)
+    fmt = formats.record_format_of(train_rec.rows, d)
     train = datasets.Dataset.from_list(_pairs(train_rec.rows, fmt, d))
     val = datasets.Dataset.from_list(_pairs(val_rec.rows, fmt, d)) if val_rec else None
     if val is None and d.validation_split > 0:
