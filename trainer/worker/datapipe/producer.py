@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainer.config.sections import RunConfig
+from trainer.config.loading import validate
 from trainer.core.errors import TrainPilotError, UserError
 from trainer.rundir.events import write_json_atomic
 from trainer.worker.datapipe import pipeline
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        cfg = RunConfig.model_validate(spec["config"])  # resolved (a run) or not (the data report)
+        cfg = validate(spec["config"], str(spec_file))  # resolved (a run) or not (the data report)
         pictures = None
         if spec.get("image_token") is not None:  # the processor was saved beside the tokenizer (data with pictures)
             from trainer.worker.datapipe import vision_inputs as vision
