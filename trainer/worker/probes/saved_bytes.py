@@ -210,9 +210,6 @@ def points_at(tokens: int) -> tuple:
     return (1, tokens), (1, 2 * tokens), (2, tokens), (2, 2 * tokens)
 
 
-POINTS = points_at(TOKENS)
-
-
 def fit(points: dict, parts, tokens: int = TOKENS) -> dict:
     """Per part: [c, cs, l, q] with bytes = c + cs·s + b·(l·s + q·s²), from the four measured (b, s) points around
     ``tokens`` (``points_at``): c in bytes (parameter-derived copies), cs in bytes per position shared by the batch
