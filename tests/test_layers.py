@@ -55,6 +55,21 @@ def test_a_torch_import_outside_the_worker_room_breaks_the_contracts(tmp_path):
     assert "trainer.planning.memory -> torch" in proc.stdout
 
 
+def test_the_kernel_gguf_and_weight_file_libraries_are_the_worker_rooms_too(tmp_path):
+    """liger_kernel, triton, llama_cpp and safetensors are training-side libraries like torch: planted outside the
+    worker room (one each, in one lint), every one is named."""
+    _copy_tree(tmp_path)
+    planted = {"liger_kernel": "trainer/planning/loss_kernel.py", "triton": "trainer/models/spec.py",
+               "llama_cpp": "trainer/models/gguf_support.py", "safetensors": "trainer/cli/main.py"}
+    for module, rel in planted.items():
+        path = tmp_path / rel
+        path.write_text(f"import {module}  # planted by the test\n" + path.read_text())
+    proc = _lint(tmp_path)
+    assert proc.returncode != 0 and "only the worker room imports the training libraries BROKEN" in proc.stdout
+    for module, rel in planted.items():
+        assert f"{rel[:-3].replace('/', '.')} -> {module}" in proc.stdout, (module, proc.stdout[-3000:])
+
+
 def test_a_qt_import_in_the_app_model_breaks_the_contracts(tmp_path):
     """app.model is the Qt-free layer (as napari keeps Qt out of its models): a planted import fails."""
     _copy_tree(tmp_path)
