@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-from memory_accuracy import build, setup_of, spec_of, write
+from memory_cases import build, setup_of, spec_of, write
 
 from trainer import config as config_mod
 from trainer.core.units import GIB

@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trainer.models.spec import find_config, spec_from_config  # noqa: E402
-from trainer.planning.memory import TrainSetup, estimate  # noqa: E402
+from memory_cases import build, setup_of, spec_of, write  # noqa: E402
+
+from trainer.planning.memory import estimate  # noqa: E402
 
 
 def row(arch, seq, mb, method="full", ckpt=False, ds=0, off_opt=False, off_par=False, tier=24, auto=False, **over):
@@ -53,33 +54,6 @@ CPU_SMOKE = [
     row("tiny-llama", 128, 2), row("tiny-llama", 256, 1, ckpt=True), row("tiny-llama", 128, 2, method="lora"),
     row("smollm-135m", 128, 2, num_hidden_layers=2, vocab_size=8192),
 ]
-
-
-def spec_of(c):
-    d = {k: v for k, v in json.loads(find_config(c["arch"]).read_text()).items() if not k.startswith("_")}
-    return spec_from_config({**d, **c["over"]}, name=c["arch"])
-
-
-def setup_of(c, device: str) -> TrainSetup:
-    return TrainSetup(micro_batch=c["mb"], seq_len=c["seq"], method=c["method"], checkpointing=c["ckpt"],
-                      precision="bf16", deepspeed=c["ds"] > 0, zero_stage=c["ds"] or 2, offload_optimizer=c["off_opt"],
-                      offload_params=c["off_par"], device=device, lora_r=16)
-
-
-def build(c, torch):
-    from trainer.worker.probes.memory_probe import build_model
-
-    model = build_model(c["arch"], "bf16", "sdpa", c["over"])
-    if c["ckpt"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if c["method"] == "lora":
-        import peft
-
-        if c["ckpt"]:
-            model.enable_input_require_grads()
-        model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
-                                                           target_modules="all-linear"))
-    return model
 
 
 def unique_bytes(tensors) -> int:
@@ -139,24 +113,6 @@ def cpu_smoke(out: str) -> list[dict]:
               f"{r['predicted_activation_bytes']:>12} {r['measured_activation_bytes']:>12} {e2:>+6.1f}")
     write(out, "cpu-smoke", results)
     return results
-
-
-def write(out: str, mode: str, results: list[dict]) -> None:
-    import platform
-
-    meta = {"mode": mode, "machine": platform.node(), "time": time.time(), "python": platform.python_version()}
-    try:
-        import torch
-
-        meta["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            meta["device"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    if mode != "gpu":
-        print(f"wrote {out}")
 
 
 def main(argv=None) -> int:

@@ -117,7 +117,7 @@ def whole_tower(model, found: dict, fake: bool, side: int) -> dict:
         blocks = vision_bytes.block_list(model.get_submodule(found["tower"][0]))
         for setup in ("projector", "tower", "tower_lora"):
             vision_bytes._trainable(model, found, setup)
-            with saved_bytes.flash_everywhere(), vision_bytes._adapter_outputs(blocks, setup == "tower_lora") as ids:
+            with saved_bytes.flash_everywhere(), vision_bytes.tower_adapters(blocks, setup == "tower_lora") as ids:
                 kwargs, n = vision_bytes.inputs(model, 1, side)
                 out[setup] = (int(sum(vision_bytes.saved(model, blocks, [], kwargs, set(ids)).values())), n)
     finally:

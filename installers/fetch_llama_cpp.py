@@ -5,7 +5,7 @@ unpacks only what converting needs — ``convert_hf_to_gguf.py``, ``conversion/`
 license — into DEST (the installers use ``<prefix>/llama.cpp``, where TrainPilot looks for it).
 Never fatal for an install: on failure it says what happened and how to do it by hand, and exits 1.
 
-    python installers/fetch_llama_cpp.py --dest PREFIX/llama.cpp [--version 0.3.36] [--find-links DIR ...] [--offline]
+    python installers/fetch_llama_cpp.py --dest PREFIX/llama.cpp [--version V] [--find-links DIR ...] [--offline]
 
 An archive ``llama_cpp_python-<version>.tar.gz`` already in a ``--find-links`` folder is unpacked as it
 is (pip would first build the package's metadata, which needs its build tools from the network).
@@ -13,6 +13,7 @@ is (pip would first build the package's metadata, which needs its build tools fr
 from __future__ import annotations
 
 import argparse
+import ast
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,19 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-VERSION = "0.3.36"  # trainer/models/gguf_support.py LLAMA_CPP_PYTHON
+PIN_HOME = Path(__file__).resolve().parents[1] / "trainer" / "models" / "gguf_support.py"  # LLAMA_CPP_PYTHON
+
+
+def pinned_version(home: Path = PIN_HOME) -> str:
+    """The pinned llama-cpp-python version, read (as text: the app's environment may not exist yet) from its one
+    home, ``trainer/models/gguf_support.py``'s ``LLAMA_CPP_PYTHON``."""
+    for node in ast.parse(home.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LLAMA_CPP_PYTHON" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{home} names no LLAMA_CPP_PYTHON")
+
+
+VERSION = pinned_version()
 WANTED = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 
 

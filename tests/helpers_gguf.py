@@ -96,7 +96,7 @@ def require_llama_cpp():
         import llama_cpp
     except ImportError:
         missing("llama-cpp-python is not installed (CI builds it from source: .ci/run; pip install "
-                "llama-cpp-python==0.3.36)")
+                f"llama-cpp-python=={gguf_support.LLAMA_CPP_PYTHON})")
     return llama_cpp
 
 

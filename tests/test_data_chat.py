@@ -134,12 +134,12 @@ def test_system_role_the_template_rejects_is_merged_or_refused_as_configured(bas
 def test_default_template_for_a_tokenizer_without_one(base_tokenizer_dir, tmp_path):
     from transformers import PreTrainedTokenizerFast
 
-    from trainer.worker.datapipe.rendering import ensure_chat_template
+    from trainer.worker.datapipe.rendering import set_chat_template
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(base_tokenizer_dir))
     assert not tok.chat_template
     cfg = RunConfig.model_validate({"data": {"path": "x.jsonl"}})
-    assert ensure_chat_template(tok, cfg.data, "chat") == DEFAULT_CHAT_TEMPLATE
+    assert set_chat_template(tok, cfg.data, "chat") == DEFAULT_CHAT_TEMPLATE
     out = encode(tok, [{"messages": CONVERSATION}])
     assert out["input_ids"][0] == tok.apply_chat_template(CONVERSATION, tokenize=True)["input_ids"]
     assert out["labels"][0] == expected_labels(tok, CONVERSATION)

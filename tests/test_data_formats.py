@@ -46,8 +46,8 @@ def data_cfg(**fields):
 # -- detection and normalisation (light) -------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["text", "chat", "sharegpt", "alpaca", "preference", "kto", "prompt_response"])
 def test_each_format_is_detected_from_its_fields(fmt):
-    assert formats.detect_format(SAMPLES[fmt]) == fmt
-    assert formats.detect_format(SAMPLES[fmt], data_cfg(record_format="text")) == "text", "the override wins"
+    assert formats.record_format_of(SAMPLES[fmt]) == fmt
+    assert formats.record_format_of(SAMPLES[fmt], data_cfg(record_format="text")) == "text", "the override wins"
 
 
 @pytest.mark.parametrize("names", formats.PAIR_NAMES, ids="/".join)
@@ -56,7 +56,7 @@ def test_a_prompt_and_its_answer_under_the_common_names_is_a_pair(names):
     (data.text_field) would have trained on one field."""
     prompt, answer = names
     rec = {prompt: "Where is the cat?", answer: "Near the river.", "id": 7}
-    assert formats.detect_format([rec]) == "prompt_response" and formats.check_record(rec, "prompt_response") is None
+    assert formats.record_format_of([rec]) == "prompt_response" and formats.check_record(rec, "prompt_response") is None
     assert formats.to_messages(rec, "prompt_response") == [{"role": "user", "content": "Where is the cat?"},
                                                            {"role": "assistant", "content": "Near the river."}]
     assert formats.to_input_target(rec, "prompt_response") == ("Where is the cat?", "Near the river.")
@@ -65,17 +65,17 @@ def test_a_prompt_and_its_answer_under_the_common_names_is_a_pair(names):
 
 
 def test_the_named_pair_formats_keep_their_own_shape():
-    assert formats.detect_format([{"prompt": "a", "completion": "b"}]) == "prompt_completion"
-    assert formats.detect_format([ALPACA]) == "alpaca"  # instruction + input + output: not input/output
-    assert formats.detect_format([TEMPLATE], data_cfg(prompt_template="{question}", response_template="{answer}")) \
+    assert formats.record_format_of([{"prompt": "a", "completion": "b"}]) == "prompt_completion"
+    assert formats.record_format_of([ALPACA]) == "alpaca"  # instruction + input + output: not input/output
+    assert formats.record_format_of([TEMPLATE], data_cfg(prompt_template="{question}", response_template="{answer}")) \
         == "template"
-    assert formats.detect_format([PAIR], data_cfg(record_format="text")) == "text"  # set: the user's
+    assert formats.record_format_of([PAIR], data_cfg(record_format="text")) == "text"  # set: the user's
     # a full text beside its question and answer (the bundled demo: its training and the overhead benchmark's bare
     # script read the text) is text; the pair stays there for GRPO's prompts and references
-    assert formats.detect_format([dict(PAIR, text="The cat sleeps near the river.")]) == "text"
+    assert formats.record_format_of([dict(PAIR, text="The cat sleeps near the river.")]) == "text"
     from trainer.data.readers import read_records
 
-    assert formats.detect_format(read_records("demo", "auto").rows) == "text"
+    assert formats.record_format_of(read_records("demo", "auto").rows) == "text"
 
 
 def test_records_without_the_text_field_get_a_fix_that_keeps_both_fields(tmp_path):
@@ -86,7 +86,7 @@ def test_records_without_the_text_field_get_a_fix_that_keeps_both_fields(tmp_pat
 
 
 def test_templates_configured_mean_template_format():
-    assert formats.detect_format([TEMPLATE], data_cfg(prompt_template="Q: {question}", response_template="{answer}")) \
+    assert formats.record_format_of([TEMPLATE], data_cfg(prompt_template="Q: {question}", response_template="{answer}")) \
         == "template"
 
 

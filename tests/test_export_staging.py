@@ -83,7 +83,7 @@ def test_q4_k_m_without_a_quantizer_is_refused_before_anything_is_written(tmp_pa
     assert gguf_support.quantizer() is None
     options = gguf_support.options("LlamaForCausalLM")
     assert options["f16"] is None and options["q8_0"] is None
-    assert "llama-cpp-python==0.3.36" in options["q4_k_m"] and "ollama create" in options["q4_k_m"]
+    assert f"llama-cpp-python=={gguf_support.LLAMA_CPP_PYTHON}" in options["q4_k_m"] and "ollama create" in options["q4_k_m"]
     from trainer.cli.main import main
 
     run = tmp_path / "run"

@@ -9,10 +9,12 @@ import sys
 import tarfile
 from pathlib import Path
 
+from trainer.models.gguf_support import LLAMA_CPP_PYTHON
+
 SCRIPT = Path(__file__).resolve().parents[1] / "installers" / "fetch_llama_cpp.py"
 
 
-def _sdist(folder: Path, version: str = "0.3.36") -> Path:
+def _sdist(folder: Path, version: str = LLAMA_CPP_PYTHON) -> Path:
     """A small archive laid out like the llama-cpp-python sdist (converter files and others)."""
     path = folder / f"llama_cpp_python-{version}.tar.gz"
     root = f"llama_cpp_python-{version}/vendor/llama.cpp/"
@@ -46,5 +48,5 @@ def test_unpacks_only_the_converter_from_a_wheelhouse_offline(tmp_path):
 def test_offline_without_the_archive_says_how_and_leaves_nothing(tmp_path):
     dest = tmp_path / "prefix" / "llama.cpp"
     proc = _run("--dest", dest, "--offline", "--find-links", tmp_path)
-    assert proc.returncode == 1 and "pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36" in proc.stdout
+    assert proc.returncode == 1 and f"pip download --no-deps --no-binary :all: llama-cpp-python=={LLAMA_CPP_PYTHON}" in proc.stdout
     assert "TRAINPILOT_LLAMA_CPP" in proc.stdout and "Traceback" not in proc.stderr and not dest.exists()

@@ -45,32 +45,42 @@ def _copy_tree(tmp_path):
             shutil.copy(src, tmp_path / item)
 
 
-def test_a_torch_import_outside_the_worker_room_breaks_the_contracts(tmp_path):
+def _planted(tmp_path, lines: dict[str, str]) -> subprocess.CompletedProcess:
+    """lint-imports on a copy of the tree with ``lines`` ({file: an import}) planted at the top of those files."""
     _copy_tree(tmp_path)
-    planted = tmp_path / "trainer" / "planning" / "memory.py"
-    planted.write_text("import torch  # planted by the test\n" + planted.read_text())
+    for rel, line in lines.items():
+        path = tmp_path / rel
+        path.write_text(f"{line}  # planted by the test\n" + path.read_text())
     proc = _lint(tmp_path)
     assert proc.returncode != 0, proc.stdout
+    return proc
+
+
+def test_a_torch_import_outside_the_worker_room_breaks_the_contracts(tmp_path):
+    proc = _planted(tmp_path, {"trainer/planning/memory.py": "import torch"})
     assert "only the worker room imports the training libraries BROKEN" in proc.stdout
     assert "trainer.planning.memory -> torch" in proc.stdout
 
 
+def test_the_kernel_gguf_and_weight_file_libraries_are_the_worker_rooms_too(tmp_path):
+    """liger_kernel, triton, llama_cpp and safetensors are training-side libraries like torch: planted outside the
+    worker room (one each, in one lint), every one is named."""
+    planted = {"liger_kernel": "trainer/planning/loss_kernel.py", "triton": "trainer/models/spec.py",
+               "llama_cpp": "trainer/models/gguf_support.py", "safetensors": "trainer/cli/main.py"}
+    proc = _planted(tmp_path, {rel: f"import {module}" for module, rel in planted.items()})
+    assert "only the worker room imports the training libraries BROKEN" in proc.stdout
+    for module, rel in planted.items():
+        assert f"{rel[:-3].replace('/', '.')} -> {module}" in proc.stdout, (module, proc.stdout[-3000:])
+
+
 def test_a_qt_import_in_the_app_model_breaks_the_contracts(tmp_path):
     """app.model is the Qt-free layer (as napari keeps Qt out of its models): a planted import fails."""
-    _copy_tree(tmp_path)
-    planted = tmp_path / "app" / "model" / "fmt.py"
-    planted.write_text("from PySide6 import QtCore  # planted by the test\n" + planted.read_text())
-    proc = _lint(tmp_path)
-    assert proc.returncode != 0, proc.stdout
+    proc = _planted(tmp_path, {"app/model/fmt.py": "from PySide6 import QtCore"})
     assert "the app's model layer is Qt-free BROKEN" in proc.stdout
 
 
 def test_a_worker_sub_room_importing_upwards_breaks_the_contracts(tmp_path):
-    _copy_tree(tmp_path)
-    planted = tmp_path / "trainer" / "worker" / "datapipe" / "pipeline.py"
-    planted.write_text("from trainer.worker.train import recipe  # planted by the test\n" + planted.read_text())
-    proc = _lint(tmp_path)
-    assert proc.returncode != 0, proc.stdout
+    proc = _planted(tmp_path, {"trainer/worker/datapipe/pipeline.py": "from trainer.worker.train import recipe"})
     assert "the worker's sub-rooms are layered BROKEN" in proc.stdout
 
 

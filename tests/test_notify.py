@@ -72,9 +72,9 @@ def test_each_outcome_posts_its_payload_shape(hook_server, tmp_path, monkeypatch
 
 
 def test_format_follows_the_url_and_an_unreachable_hook_is_a_warning(tmp_path, monkeypatch):
-    assert notify.detect_format("https://discord.com/api/webhooks/1/x") == "discord"
-    assert notify.detect_format("https://hooks.slack.com/services/T/B/x") == "slack"
-    assert notify.detect_format("https://example.org/hook") == "json"
+    assert notify.webhook_format_of("https://discord.com/api/webhooks/1/x") == "discord"
+    assert notify.webhook_format_of("https://hooks.slack.com/services/T/B/x") == "slack"
+    assert notify.webhook_format_of("https://example.org/hook") == "json"
     import socket
 
     with socket.socket() as s:  # a port nothing listens on

@@ -41,8 +41,8 @@ def test_each_format_gives_an_input_and_a_target():
 
 
 def test_prompt_completion_is_detected_apart_from_kto_and_checked():
-    assert formats.detect_format([{"prompt": "a", "completion": "b"}]) == "prompt_completion"
-    assert formats.detect_format([{"prompt": "a", "completion": "b", "label": True}]) == "kto"
+    assert formats.record_format_of([{"prompt": "a", "completion": "b"}]) == "prompt_completion"
+    assert formats.record_format_of([{"prompt": "a", "completion": "b", "label": True}]) == "kto"
     assert formats.check_record({"prompt": "a", "completion": 3}, "prompt_completion")[0] == "completion"
     assert "prompt_completion" in formats.TRAINABLE_FORMATS and formats.seq2seq_problem("prompt_completion") is None
     assert "data.prompt_template" in formats.seq2seq_problem("text")

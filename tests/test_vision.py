@@ -12,7 +12,7 @@ import pytest
 
 import real_vlms as rv
 from trainer.config.sections import RunConfig
-from trainer.data import image_caps
+from trainer.models import image_caps
 
 PROMPT = "What colour is this?"
 
@@ -120,16 +120,16 @@ def test_the_collators_pixels_reach_the_model(name, red, tmp_path):
 
 def test_image_max_pixels_is_mapped_onto_each_processors_own_knob():
     qwen = {"image_processor_type": "Qwen2VLImageProcessor", "size": {"shortest_edge": 3136, "longest_edge": 12845056}}
-    settings, words = image_caps.capped(qwen, 401_408)
+    settings, words = image_caps.for_processor(qwen, 401_408)
     assert settings == {"size": {"shortest_edge": 3136, "longest_edge": 401_408}} and "401,408 pixels" in words
     smol = {"image_processor_type": "Idefics3ImageProcessor", "size": {"longest_edge": 2048},
             "max_image_size": {"longest_edge": 512}}
-    settings, words = image_caps.capped(smol, 1_000_000)  # sqrt = 1000 → one whole 512-pixel tile
+    settings, words = image_caps.for_processor(smol, 1_000_000)  # sqrt = 1000 → one whole 512-pixel tile
     assert settings == {"size": {"longest_edge": 512}} and "at most 2 tiles" in words
-    assert image_caps.capped(smol, 3_000_000)[0] == {"size": {"longest_edge": 1536}}
+    assert image_caps.for_processor(smol, 3_000_000)[0] == {"size": {"longest_edge": 1536}}
     clip = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 336},
             "crop_size": {"height": 336, "width": 336}}
-    settings, words = image_caps.capped(clip, 50_000)
+    settings, words = image_caps.for_processor(clip, 50_000)
     assert settings == {} and "336×336" in words and "cannot make it smaller" in words
 
 

@@ -1,13 +1,13 @@
 """trainer/models/vision.py (and planning/picture_memory.capped): a picture's tokens and vision positions as the processors compute them (transformers'
 PIL image processors' own ``get_number_of_image_patches``, configured with data.image_max_pixels as the worker
-configures them: ``trainer.data.image_caps``), and the settings read from processor files."""
+configures them: ``trainer.models.image_caps``), and the settings read from processor files."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from trainer.data import image_caps
+from trainer.models import image_caps
 from trainer.models import vision
 from trainer.planning import picture_memory as pictures
 
@@ -26,7 +26,7 @@ def test_qwen_tokens_equal_the_processors_own_count():
     for cap in (None, 1_000_000, 200_000):
         p = pictures.capped(ours, cap)
         base = {k: v for k, v in QWEN_PRE.items() if k not in ("min_pixels", "max_pixels")} if cap else QWEN_PRE
-        theirs = Qwen2VLImageProcessorPil(**base, **image_caps.capped(QWEN_PRE, cap)[0])
+        theirs = Qwen2VLImageProcessorPil(**base, **image_caps.for_processor(QWEN_PRE, cap)[0])
         for w, h in SIZES[1:]:  # a 1-px picture is refused by the processor (aspect, too small)
             patches = theirs.get_number_of_image_patches(h, w, {})
             got = vision.picture(p, w, h)
@@ -41,7 +41,7 @@ def test_idefics3_tiles_equal_the_processors_own_count():
     ours = vision.settings(SMOL, SMOL_PRE, {"image_seq_len": 64})
     for cap in (None, 1_000_000, 300_000, 10):  # 10 pixels: still one whole tile
         p = pictures.capped(ours, cap)
-        theirs = Idefics3ImageProcessorPil(**{**SMOL_PRE, **image_caps.capped(SMOL_PRE, cap)[0]})
+        theirs = Idefics3ImageProcessorPil(**{**SMOL_PRE, **image_caps.for_processor(SMOL_PRE, cap)[0]})
         for w, h in SIZES:
             tiles, rows, cols = theirs.get_number_of_image_patches(h, w, {})
             assert vision.tile_grid(p, h, w) == (rows, cols), (cap, w, h)

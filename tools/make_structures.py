@@ -3,7 +3,7 @@ architecture in ``trainer/resources/models/``: one structure probe child each (`
 trainer.worker.probes.structure_probe``), then the records no shipped config names any more are removed.
 
     python tools/make_structures.py            # only the missing or stale ones
-    python tools/make_structures.py --all      # every one again (after a probe change: bump its FORMAT)
+    python tools/make_structures.py --all      # every one again (after a probe change: bump structure.FORMAT)
 
 tests/test_structure.py fails when a shipped config has no current record, naming this script.
 """

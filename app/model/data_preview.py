@@ -8,6 +8,7 @@ import html
 from trainer.data.conversations import rendering_notes
 from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
 from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
+from trainer.data.prompts import PROMPT_SHAPES  # detect_prompt_shape's answers: prompts with references
 
 TRAINED_STYLE = "background:#d7f5d0;color:#111"    # trained text: highlighted
 PICTURE_STYLE = "color:#555;font-size:small"        # a picture's caption (read, never trained)
@@ -21,7 +22,6 @@ OBJECTIVE_WORDS = {
     "kto": "KTO — learn from answers labelled desirable or undesirable",
     "grpo": "GRPO — sample answers, score them with rewards, learn from the better ones",
 }
-PROMPT_SHAPES = ("prompt", "gsm8k")  # trainer.data.prompts.detect_prompt_shape's answers: prompts with references
 
 
 def objectives_for(record_format: str | None) -> tuple[str, ...]:

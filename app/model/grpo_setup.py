@@ -12,16 +12,16 @@ from pathlib import Path
 
 from trainer.config.sections import RewardsConfig
 from trainer.core.errors import UserError
-from trainer.data.prompts import detect_prompt_shape, read_prompt_records
+from trainer.data.prompts import PROMPT_SHAPES, detect_prompt_shape, read_prompt_records
 from trainer.data.readers import read_records
 from trainer.data.rewards import BUILTIN_NAMES
 from trainer.data.scan import scan
 
-PROMPT_SHAPES = ("prompt", "gsm8k")
 SHAPE_WORDS = {
     "prompt": "prompts with reference answers",
     "gsm8k": "GSM8K-style questions with worked answers; the reference is what follows '####'",
 }
+assert set(SHAPE_WORDS) == set(PROMPT_SHAPES)
 # The built-in rewards as the page lists them: label, and the rewards.* parameters shown beside each.
 BUILTIN_LABELS = {"exact_answer": "Exact answer", "numeric_answer": "Numeric answer", "format": "Format",
                   "json_valid": "Valid JSON", "length_penalty": "Length penalty"}

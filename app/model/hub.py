@@ -7,7 +7,7 @@ from pathlib import Path
 from huggingface_hub import constants, try_to_load_from_cache
 
 from trainer.core import network
-from trainer.core.paths import MODELS_DIR, hf_hub_cache
+from trainer.core.paths import MODELS_DIR, hf_hub_cache, hf_repo_cache
 
 
 def is_shipped_architecture(name: str | None) -> bool:
@@ -59,8 +59,8 @@ def cached_state(repo_id: str) -> str:
 
 
 def repo_cache(repo_id: str) -> Path:
-    """``<HF_HUB_CACHE>/models--org--name``."""
-    return cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    """``<HF_HUB_CACHE>/models--org--name`` (``trainer.core.paths.hf_repo_cache``)."""
+    return hf_repo_cache(repo_id)
 
 
 def bytes_in_cache(repo_id: str) -> int:

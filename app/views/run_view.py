@@ -48,7 +48,7 @@ class RunView(QtWidgets.QWidget):
         self.tabs.addTab(self.warnings, "Warnings")
         self.tabs.addTab(self.log, "Log")
         self.tabs.addTab(self.config, "Config")
-        self.samples, self.try_it = SamplesView(), TryItTab()  # after training (app/learning_view, app/try_it)
+        self.samples, self.try_it = SamplesView(), TryItTab()  # after training (learning_view.py, try_it.py)
         self.sample_detail = QtWidgets.QTextBrowser()  # the selected sample in full: prompt, answer, its rewards
         self.sample_detail.setPlaceholderText(SAMPLE_HINT)
         self.samples.currentItemChanged.connect(self._show_sample)

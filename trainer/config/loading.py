@@ -14,7 +14,7 @@ from trainer.config.cross_checks import CrossCheckError
 from trainer.config.messages import ConfigError, dedupe_union, fix_for
 from trainer.config.sections import RunConfig
 from trainer.core.dotted import flatten, set_in
-from trainer.core.secrets import TOKEN_PATTERN, secret_values
+from trainer.core.secrets import TOKEN_PATTERN, redact, secret_values
 
 
 def validate(data: Any, source: str | None = None) -> RunConfig:
@@ -40,7 +40,9 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
                 problems += ctx_err.problems
                 continue
             problems.append((".".join(e["loc"]), fix_for(e)))
-        raise ConfigError(_scrub(problems, [v for _, v in tokens] + secret_values), source) from None
+        # messages echo the offending input ("got '...'"): a token put in the wrong field must not be echoed
+        hidden = [v for _, v in tokens] + secret_values
+        raise ConfigError([(loc, redact(msg, hidden)) for loc, msg in problems], source) from None
     if problems:
         raise ConfigError(problems, source)
     cfg._explicit = frozenset(flatten(data))
@@ -85,16 +87,6 @@ def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
     """Secret values in the environment, longest first (``trainer.core.secrets``' one rule; no keyring
     lookup here). ``extra_names``: more variables holding secrets (the config's ``model.hub_token_env``)."""
     return secret_values(extra_names, keyring=False)
-
-
-def _scrub(problems: list[tuple[str, str]], values: list[str]) -> list[tuple[str, str]]:
-    # Messages echo the offending input ("got '...'"): a token put in the wrong field must not be echoed.
-    out = []
-    for loc, msg in problems:
-        for v in sorted(set(values), key=len, reverse=True):
-            msg = msg.replace(v, "***")
-        out.append((loc, TOKEN_PATTERN.sub("***", msg)))
-    return out
 
 
 def find_tokens(data: Any, secret_values: list[str] = (), path: str = "") -> list[tuple[str, str]]:

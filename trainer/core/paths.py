@@ -31,6 +31,12 @@ def hf_hub_cache() -> Path:
     return Path(os.path.expandvars(os.path.expanduser(cache)))
 
 
+def hf_repo_cache(repo_id: str) -> Path:
+    """The hub cache's folder of the model ``repo_id`` (huggingface_hub's layout: ``<hub cache>/models--org--name``,
+    with ``snapshots/<revision>/`` and ``blobs/`` inside). The one home of that layout."""
+    return hf_hub_cache() / ("models--" + repo_id.strip().replace("/", "--"))
+
+
 def cache_dir() -> Path:
     """TrainPilot's cache folder, read now: ``TRAINPILOT_CACHE``, else ``~/.cache/trainpilot``. The one home of
     that rule (tokenizers, data blocks and scans, model structure records)."""

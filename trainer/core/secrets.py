@@ -61,7 +61,8 @@ def named_secret(name: str) -> str | None:
 
 
 def redact(text: str, values: list[str] | None = None) -> str:
-    """``text`` with every secret value and token-shaped string replaced by ``***``."""
-    for v in values if values is not None else secret_values():
+    """``text`` with every secret value and token-shaped string replaced by ``***`` (the longest values first: a
+    value inside another leaves none of the longer one behind)."""
+    for v in sorted({v for v in (values if values is not None else secret_values()) if v}, key=len, reverse=True):
         text = text.replace(v, REDACTED)
     return TOKEN_PATTERN.sub(REDACTED, text)

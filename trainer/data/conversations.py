@@ -59,7 +59,6 @@ END_OF_TURN_TOKENS = ("<|return|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end
 # closes one message (the reasoning before the final answer), so it is no end of turn there: where the key token is
 # in the template, the value is not a stop.
 MESSAGE_ENDS = {"<|return|>": "<|end|>"}
-SYSTEM_MODES = ("auto", "merge", "drop", "error")
 MERGE_SEP = "\n\n"  # a system text merged into a user turn: system, blank line, user text
 PROBE = "TRAINPILOT_CONTENT_PROBE_7F3A"  # stands in for a turn's content to find where the template puts it
 SYSTEM_PROBE = "TRAINPILOT_SYSTEM_PROBE_51C2"

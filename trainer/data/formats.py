@@ -20,7 +20,7 @@ A *record format* is the shape of one record (not the file type, which is ``data
 
 Public API for other rooms (the preference-training worker calls these):
 
-- ``detect_format(records, data_cfg=None) -> str``
+- ``record_format_of(records, data_cfg=None) -> str``
 - ``check_record(record, fmt, text_field="text") -> (field, problem) | None``
 - ``to_messages(record, fmt) -> list[dict]`` (alpaca/prompt_response/chat/sharegpt → OpenAI messages)
 - ``to_preference(record) -> {"prompt", "chosen", "rejected"}`` (each ``str`` or ``list[dict]``)
@@ -50,7 +50,7 @@ _TRUE = {"true", "1", "yes", "desirable", "good"}
 _FALSE = {"false", "0", "no", "undesirable", "bad"}
 
 
-def detect_format(records: list[dict], data_cfg=None) -> str:
+def record_format_of(records: list[dict], data_cfg=None) -> str:
     """The record format of ``records`` (look at the first few): ``data.record_format`` unless 'auto',
     'template' when templates are configured, else by the fields present ('text' when nothing fits:
     checking the records then names the missing text field and the fields that are there)."""

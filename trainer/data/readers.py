@@ -39,7 +39,7 @@ def resolve_path(path: str) -> Path:
     return bundled_demo_path() if path == "demo" else Path(path).expanduser()
 
 
-def detect_format(path: Path, fmt: str = "auto") -> str:
+def file_format_of(path: Path, fmt: str = "auto") -> str:
     """The file format: ``fmt`` unless 'auto', else from the extension (UserError when unknown)."""
     if fmt != "auto":
         return fmt
@@ -60,7 +60,7 @@ def read_records(path: str, fmt: str = "auto", skip_bad_lines: bool = False, lim
         raise UserError(f"data.path: dataset file not found: {p}; check the path (or use 'demo')", field="data.path", path=str(p))
     if p.is_dir():
         raise UserError(f"data.path: {p} is a folder; point data.path at one data file", field="data.path", path=str(p))
-    kind = detect_format(p, fmt)
+    kind = file_format_of(p, fmt)
     try:
         raw = p.read_bytes()
     except OSError as exc:

@@ -32,11 +32,11 @@ from typing import Callable, Optional
 
 from trainer.config.sections import RewardsConfig
 from trainer.data import conversations
+from trainer.data.prompts import GSM8K_MARK
 from trainer.core.errors import UserError
 
 BUILTIN_NAMES = RewardsConfig.builtin_names()  # read off the schema: rewards.<name> is each one's weight
 ANSWER_TAGS = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
 NUMBER = re.compile(r"[-+]?\$?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 JSON_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 
@@ -74,7 +74,7 @@ def extract_answer(text: str, pattern: Optional[str] = None) -> Optional[str]:
     tags = ANSWER_TAGS.findall(text)
     if tags:
         return tags[-1].strip()
-    m = GSM8K_FINAL.search(text)
+    m = GSM8K_MARK.search(text)
     return m.group(1).strip() if m else None
 
 

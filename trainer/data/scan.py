@@ -20,7 +20,7 @@ from trainer.data.demo import cache_dir
 from trainer.data.readers import (
     Records,
     check_fields,
-    detect_format,
+    file_format_of,
     read_records,
     resolve_path,
     template_fields,
@@ -102,7 +102,7 @@ def scan(path: str, data_cfg, role: str = "data.path") -> Scan:
     Raises UserError naming the file, the line (JSONL) or record, the field and the fix."""
     p = resolve_path(path)
     _check_file(p, role)
-    kind = detect_format(p, data_cfg.format)
+    kind = file_format_of(p, data_cfg.format)
     stat = p.stat()
     key = _key(p, stat, kind, data_cfg)
     cached = _load_cached(key)
@@ -118,7 +118,7 @@ def cached(path: str, data_cfg) -> Scan | None:
     stays instant)."""
     try:
         p = resolve_path(path)
-        return _load_cached(_key(p, p.stat(), detect_format(p, data_cfg.format), data_cfg))
+        return _load_cached(_key(p, p.stat(), file_format_of(p, data_cfg.format), data_cfg))
     except (OSError, ValueError, UserError):
         return None
 
@@ -169,13 +169,13 @@ def _scan_jsonl(p: Path, data_cfg, role: str) -> Scan:
                 pending.append((no, obj))
                 if len(pending) < 20:
                     continue
-                fmt = formats.detect_format([o for _, o in pending], data_cfg)
+                fmt = formats.record_format_of([o for _, o in pending], data_cfg)
                 count -= sum(not check(n, o) for n, o in pending)
                 pending = []
             elif not check(no, obj):
                 count -= 1
     if fmt is None and pending:
-        fmt = formats.detect_format([o for _, o in pending], data_cfg)
+        fmt = formats.record_format_of([o for _, o in pending], data_cfg)
         count -= sum(not check(n, o) for n, o in pending)
     if not count:
         raise UserError(f"{role}: dataset file {p} is empty; add records or pick another file", field=role, path=str(p))
@@ -202,7 +202,7 @@ def _json_line(raw: bytes, no: int):
 
 def _scan_whole(p: Path, kind: str, data_cfg, role: str) -> Scan:
     recs = read_records(str(p), data_cfg.format, data_cfg.skip_bad_lines)
-    fmt = formats.detect_format(recs.rows, data_cfg)
+    fmt = formats.record_format_of(recs.rows, data_cfg)
     if fmt in ("text", "template"):
         check_fields(recs, data_cfg)
     lines, numbers = _line_numbers(p, kind, recs)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import json
 import os
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer.core import capabilities
 from trainer.core.paths import MODELS_DIR
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the pinned llama-cpp-python sdist whose vendored llama.cpp converts
@@ -88,7 +88,7 @@ def _converter_map(folder: Path, name: str) -> frozenset[str]:
 
 def quantizer() -> str | None:
     """The Q4_K_M quantizer at hand: ``"llama.cpp (llama-cpp-python)"``, or None."""
-    return "llama.cpp (llama-cpp-python)" if importlib.util.find_spec("llama_cpp") else None
+    return "llama.cpp (llama-cpp-python)" if capabilities.installed("llama-cpp-python") else None
 
 
 def architecture_of(config_json: Path) -> str | None:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainer.core.errors import UserError
-from trainer.core.paths import MODELS_DIR, hf_hub_cache
+from trainer.core.paths import MODELS_DIR, hf_repo_cache
 
 DEMO_MODEL = "demo-tiny-llama"
 
@@ -93,7 +93,7 @@ def tokenizer_source(cfg) -> str | None:
 
 def tokenizer_cached(repo_id: str) -> bool:
     """True when the Hugging Face cache holds tokenizer files of the hub model ``repo_id`` (no network)."""
-    snapshots = hf_hub_cache() / ("models--" + repo_id.strip().replace("/", "--")) / "snapshots"
+    snapshots = hf_repo_cache(repo_id) / "snapshots"
     return any(next(snapshots.glob(f"*/{name}"), None) is not None for name in _TOKENIZER_FILES)
 
 

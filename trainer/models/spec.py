@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from trainer.core.errors import UserError
-from trainer.core.paths import MODELS_DIR, hf_hub_cache
+from trainer.core.paths import MODELS_DIR, hf_repo_cache
 from trainer.models import catalog, structure
 from trainer.models.sources import is_local
 
@@ -234,8 +234,7 @@ def find_config(source: str) -> Optional[Path]:
         if name and (MODELS_DIR / f"{name}.json").is_file():
             return MODELS_DIR / f"{name}.json"
     if "/" in source:
-        folder = "models--" + source.strip().replace("/", "--")
-        snaps = sorted((hf_hub_cache() / folder / "snapshots").glob("*/config.json"), key=lambda f: f.stat().st_mtime)
+        snaps = sorted((hf_repo_cache(source) / "snapshots").glob("*/config.json"), key=lambda f: f.stat().st_mtime)
         if snaps:
             return snaps[-1]
     return None

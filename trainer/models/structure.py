@@ -24,7 +24,9 @@ from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.paths import STRUCTURES_DIR, cache_dir
 from trainer.models import vision
 
-FORMAT = 2  # trainer/worker/probes/structure_probe.py FORMAT: a record of another format is probed again
+# The structure record's format, written by the structure probe (2: the tiled layers measured too): a record of
+# another format is probed again
+FORMAT = 2
 PROBE_TIMEOUT_S = 900
 
 

@@ -15,9 +15,11 @@ tests/test_vision_geometry.py):
   tokens around them.
 - ``fixed`` (Gemma 3 without pan-and-scan, LLaVA): every picture is resized to one size: a fixed number of tokens.
 
-``data.image_max_pixels`` is applied by the planner (``trainer.planning.picture_memory.capped``) through
-``trainer.data.image_caps``, the mapping the worker applies to the processor it loads, so the plan counts the pictures
-the run makes.
+The one vocabulary of picture geometry: the planner reads a model's settings by its family (``model_type``: the
+processor files may be absent), the worker reads the processor it loaded by its ``image_processor_type``
+(``from_processor_config``); both come out as a ``Processor`` of one of the three kinds, with the same defaults.
+``data.image_max_pixels`` is applied to a ``Processor`` by ``trainer.models.image_caps`` for both, so the plan counts
+the pictures the run makes.
 """
 from __future__ import annotations
 
@@ -29,12 +31,24 @@ from typing import Optional
 
 from trainer.core.paths import PROCESSORS_DIR
 
+# The families (config.json ``model_type``) whose pictures are counted, by kind
 DYNAMIC = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 TILES = ("idefics3", "smolvlm")
 FIXED = ("gemma3", "llava")
 FAMILIES = DYNAMIC + TILES + FIXED
+# The image processors (``image_processor_type`` prefixes) of the dynamic and tiled kinds; any other is fixed-size
+DYNAMIC_PROCESSORS = ("Qwen2VL", "Qwen2_5_VL", "Qwen3VL", "Glm4v")
+TILE_PROCESSORS = ("Idefics3", "SmolVLM")
+# Families whose image tokens attend to each other both ways (token_type_ids): with pictures every text layer gets an
+# explicit mask, which SDPA converts and saves per layer (the structure probe measures it as the 'pictures' regime)
+MASKED_WITH_PICTURES = ("gemma3", "paligemma")
+
+# transformers' defaults where a processor's files leave a setting out (pixels; a patch side in pixels)
+PATCH = 14
+MIN_PIXELS = 56 * 56  # dynamic: Qwen2-VL's min_pixels
+MAX_PIXELS = 28 * 28 * 1280  # dynamic: Qwen2-VL's max_pixels
+TILE = 364  # tiles: Idefics3's vision encoder size (max_image_size.longest_edge)
 MAX_IMAGE_SIZE = 4096  # transformers' Idefics3/SmolVLM absolute cap on a picture's edge (pixels)
-QWEN_MAX_ASPECT = 200  # smart_resize refuses pictures more elongated than this
 
 
 @dataclass(frozen=True)
@@ -48,12 +62,13 @@ class Processor:
     min_pixels: int = 0  # dynamic
     max_pixels: int = 0  # dynamic
     longest_edge: int = 0  # tiles: a picture's longest edge after resizing
-    tile: int = 0  # tiles: tile side; fixed: the picture's side
+    tile: int = 0  # tiles: tile side; fixed: the picture's side (its height; 0: not known)
+    tile_width: int = 0  # fixed: the picture's width where it is not ``tile`` (0: square)
     splitting: bool = True  # tiles: cut into tiles (else one tile per picture)
     tile_tokens: int = 0  # tiles: image_seq_len per tile; fixed: tokens per picture
     positions: int = 0  # tiles / fixed: positions the vision tower runs over per tile / picture
     source: str = ""  # where the settings were read, in words
-    cap: Optional[int] = None  # data.image_max_pixels applied (``planning.picture_memory.capped``), or None
+    cap: Optional[int] = None  # data.image_max_pixels applied (``image_caps.capped``), or None
     cap_words: str = ""  # what the cap does to these pictures (``image_caps``' words), '' without one
 
     @property
@@ -71,11 +86,6 @@ class Picture:
     tokens: int
     units: int
     positions: int
-
-    @property
-    def vision_positions(self) -> int:
-        """Positions the vision tower runs over for the whole picture."""
-        return self.units * self.positions
 
 
 # -- reading the settings -----------------------------------------------------------------------------------------
@@ -111,21 +121,59 @@ def shipped_files(architecture: Optional[str]) -> tuple[dict, dict, str]:
     return d.get("preprocessor") or {}, d.get("processor") or {}, f"the published processor of {d.get('hub_id', architecture)}"
 
 
+def kind_of_family(family: str) -> Optional[str]:
+    """``dynamic``, ``tiles`` or ``fixed`` for a counted family (config.json ``model_type``); None for the others."""
+    for kind, families in (("dynamic", DYNAMIC), ("tiles", TILES), ("fixed", FIXED)):
+        if family in families:
+            return kind
+    return None
+
+
+def kind_of_processor(pre: dict) -> str:
+    """``dynamic``, ``tiles`` or ``fixed``: how the image processor of ``pre`` (its saved config, ``to_dict()``)
+    sizes a picture: by its ``image_processor_type``, else by the settings only that kind has (Idefics3's
+    ``max_image_size``; Qwen's ``max_pixels``, or a ``size`` whose longest edge is a pixel count)."""
+    name = str(pre.get("image_processor_type") or "")
+    if name.startswith(TILE_PROCESSORS) or "max_image_size" in pre:
+        return "tiles"
+    size = pre.get("size") or {}
+    if name.startswith(DYNAMIC_PROCESSORS) or "max_pixels" in pre or (
+            isinstance(size, dict) and "shortest_edge" in size and "longest_edge" in size
+            and (size.get("longest_edge") or 0) > 100_000):
+        return "dynamic"
+    return "fixed"
+
+
 def settings(model_cfg: dict, pre: dict, proc: dict, source: str = "") -> Optional[Processor]:
     """The picture settings of a vision-language config.json, from its processor files (``pre``: preprocessor_config,
     ``proc``: processor_config; empty: transformers' defaults for the family). None for a model that takes no
     pictures or a family whose pictures TrainPilot does not count."""
     family = str(model_cfg.get("model_type") or "").lower()
-    if not is_vision_language(model_cfg) or family not in FAMILIES:
+    kind = kind_of_family(family)
+    if not is_vision_language(model_cfg) or kind is None:
         return None
     vision = model_cfg["vision_config"]
     source = source or "transformers' defaults for the family (no preprocessor_config.json found)"
     merged = {**pre, **proc}
-    if family in DYNAMIC:
+    if kind == "dynamic":
         return _dynamic(family, vision, merged, source)
-    if family in TILES:
+    if kind == "tiles":
         return _tiles(family, model_cfg, vision, merged, source)
     return _fixed(family, model_cfg, vision, merged, source)
+
+
+def from_processor_config(pre: dict, source: str = "") -> Processor:
+    """The settings of an image processor the worker loaded (``pre``: its ``to_dict()``), read as the planner reads
+    the same files (its kind by ``kind_of_processor``; no config.json: the vision tower's own numbers are the
+    defaults). A fixed-size processor whose size it does not name has ``tile`` 0."""
+    family = str(pre.get("image_processor_type") or "")
+    kind = kind_of_processor(pre)
+    if kind == "dynamic":
+        return _dynamic(family, {}, pre, source)
+    if kind == "tiles":
+        return _tiles(family, {}, {}, pre, source)
+    height, width = fixed_size(pre) or (0, 0)
+    return Processor(family, "fixed", PATCH, tile=height, tile_width=width if width != height else 0, source=source)
 
 
 def _size(d: dict, key: str) -> Optional[int]:
@@ -134,19 +182,34 @@ def _size(d: dict, key: str) -> Optional[int]:
     return int(value) if isinstance(value, (int, float)) and value else None
 
 
+def fixed_size(d: dict) -> Optional[tuple[int, int]]:
+    """(height, width) in pixels every picture is resized to by a fixed-size processor's settings: its crop, else its
+    size (a shortest edge is the side only when the picture is then cropped square); None when they name none."""
+    for key in ("crop_size", "size"):
+        value = d.get(key)
+        if isinstance(value, dict) and value.get("height") and value.get("width"):
+            return int(value["height"]), int(value["width"])
+        if isinstance(value, dict) and value.get("shortest_edge") and d.get("do_center_crop") is not False:
+            edge = int(value["shortest_edge"])
+            return edge, edge
+        if isinstance(value, int):
+            return value, value
+    return None
+
+
 def _dynamic(family: str, vision: dict, d: dict, source: str) -> Processor:
-    patch = int(d.get("patch_size") or vision.get("patch_size") or 14)
+    patch = int(d.get("patch_size") or vision.get("patch_size") or PATCH)
     merge = int(d.get("merge_size") or vision.get("spatial_merge_size") or 2)
-    low = _size(d, "shortest_edge") or int(d.get("min_pixels") or 56 * 56)
-    high = _size(d, "longest_edge") or int(d.get("max_pixels") or 28 * 28 * 1280)
+    low = _size(d, "shortest_edge") or int(d.get("min_pixels") or MIN_PIXELS)
+    high = _size(d, "longest_edge") or int(d.get("max_pixels") or MAX_PIXELS)
     return Processor(family, "dynamic", patch, merge, min_pixels=low, max_pixels=high, source=source)
 
 
 def _tiles(family: str, model_cfg: dict, vision: dict, d: dict, source: str) -> Processor:
-    patch = int(vision.get("patch_size") or 14)
+    patch = int(vision.get("patch_size") or PATCH)
     tile_cfg = d.get("max_image_size")
     tile = int(tile_cfg.get("longest_edge")) if isinstance(tile_cfg, dict) and tile_cfg.get("longest_edge") else \
-        int(vision.get("image_size") or 364)
+        int(vision.get("image_size") or TILE)
     longest = _size(d, "longest_edge") or 4 * tile
     scale = int(model_cfg.get("scale_factor") or 2)
     seq = int(d.get("image_seq_len") or ((tile // patch) ** 2) // (scale * scale))
@@ -156,15 +219,14 @@ def _tiles(family: str, model_cfg: dict, vision: dict, d: dict, source: str) -> 
 
 
 def _fixed(family: str, model_cfg: dict, vision: dict, d: dict, source: str) -> Processor:
-    patch = int(vision.get("patch_size") or 14)
+    patch = int(vision.get("patch_size") or PATCH)
+    size = fixed_size(d)
     if family == "gemma3":  # one 896² view per picture: pan-and-scan is kept off (its crops would add pictures)
-        side = _size(d, "height") or int(vision.get("image_size") or 896)
+        side = size[0] if size else int(vision.get("image_size") or 896)
         tokens = int(d.get("image_seq_length") or model_cfg.get("mm_tokens_per_image") or 256)
         return Processor(family, "fixed", patch, tile=side, tile_tokens=tokens, positions=(side // patch) ** 2,
                          source=source)
-    crop = d.get("crop_size")
-    side = int(crop.get("height")) if isinstance(crop, dict) and crop.get("height") else \
-        (_size(d, "shortest_edge") or int(vision.get("image_size") or 336))
+    side = size[0] if size else int(vision.get("image_size") or 336)
     patch = int(d.get("patch_size") or patch)
     extra = int(d.get("num_additional_image_tokens", 1))
     strategy = d.get("vision_feature_select_strategy") or model_cfg.get("vision_feature_select_strategy") or "default"

@@ -7,7 +7,7 @@ The kernels (``speed.loss_kernel``):
 
 - ``liger``: Liger-Kernel's fused linear cross-entropy (the LM head and the loss in chunks, in Triton, never
   the full logits) with its RMSNorm, RoPE and SwiGLU kernels, through HF's ``use_liger_kernel``. NVIDIA GPUs.
-- ``chunked``: TrainPilot's chunked loss (``trainer/worker/loading/chunked_loss.py``): HF's loss and gradients
+- ``chunked``: TrainPilot's chunked loss (``trainer/worker/kernels/chunked_loss.py``): HF's loss and gradients
   exactly, the logits of one chunk of tokens at a time. Any device.
 - ``hf``: transformers' own loss: the full tokens × vocabulary logits, upcast to fp32 (≈12 bytes per logit at
   its peak: docs/planner.md).

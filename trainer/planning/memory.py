@@ -38,11 +38,10 @@ RUNTIME_HOST_BYTES = int(0.5 * GIB)  # python + torch + transformers RSS (0.43 G
 LORA_TRAINABLE_BYTES = 16  # fp32 adapter weight + grad + two AdamW states
 FUSED_HEAD_PER_TOKEN = 16  # TRL's fused LM head saves log Z and entropy (fp32) and the int64 target per token
 FUSED_TOKEN_TILE, FUSED_VOCAB_CHUNK = 4096, 32768  # trl.kernels.chunked_logprob tiles (tokens × vocabulary)
-# The chunked loss (trainer/worker/loading/chunked_loss.py; which loss a run uses: planning/loss_kernel.py): the
+# The chunked loss (trainer/worker/kernels/chunked_loss.py; which loss a run uses: planning/loss_kernel.py): the
 # fp32 logits of one chunk of tokens are at most this many bytes (520 tokens of Llama 3's 128,256-token vocabulary:
 # large enough that the LM head's gradient, accumulated once per chunk, costs little time on a GPU).
 CHUNK_LOGIT_BYTES = 256 * 2**20
-LOSS_BYTES_PER_LOGIT = 12  # HF's loss: fp32 log-softmax + the NLL's and log-softmax's gradients (see logits_bytes)
 # The chunked loss per logit of one chunk: the 16-bit logits, their fp32 copy (worked on in place) and the 16-bit
 # gradient (8), plus tanh's fp32 output kept for its derivative under Gemma's soft-capping (4)
 CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 8, 4

@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 from trainer.core.paths import MODELS_DIR
-from trainer.data import image_caps, scan, token_stats
-from trainer.models import vision
+from trainer.data import scan, token_stats
+from trainer.models import image_caps, vision
+from trainer.models.vision import MASKED_WITH_PICTURES
 from trainer.models.spec import ModelSpec
 from trainer.planning import adapters, saver_memory
-
-MASKED_WITH_PICTURES = ("gemma3", "paligemma")  # their image tokens attend both ways: an explicit mask in every layer
 
 
 @dataclass(frozen=True)
@@ -129,29 +128,9 @@ def load_for(cfg, spec: Optional[ModelSpec]) -> Optional[PictureLoad]:
 
 def capped(p: vision.Processor, max_pixels: Optional[int]) -> vision.Processor:
     """The settings with ``data.image_max_pixels`` applied as the worker applies it to the processor
-    (``trainer.data.image_caps``, the one home of that mapping: Qwen's max_pixels, Idefics3/SmolVLM's longest edge in
-    whole tiles; a fixed-size processor unchanged), with its words in ``cap_words``."""
-    if not max_pixels:
-        return p
-    pre = _as_processor_config(p)
-    change, words = image_caps.capped(pre, int(max_pixels))
-    size = change.get("size") or {}
-    if p.kind == "dynamic" and size:
-        p = replace(p, min_pixels=int(size["shortest_edge"]), max_pixels=int(size["longest_edge"]))
-    elif p.kind == "tiles" and size:
-        p = replace(p, longest_edge=int(size["longest_edge"]))
-    return replace(p, cap=int(max_pixels), cap_words=words)
-
-
-def _as_processor_config(p: vision.Processor) -> dict:
-    """The settings as a preprocessor_config.json would hold them (what ``image_caps`` reads)."""
-    if p.kind == "dynamic":
-        return {"image_processor_type": "Qwen2VLImageProcessor",
-                "size": {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}}
-    if p.kind == "tiles":
-        return {"image_processor_type": "Idefics3ImageProcessor", "size": {"longest_edge": p.longest_edge},
-                "max_image_size": {"longest_edge": p.tile}}
-    return {"size": {"height": p.tile, "width": p.tile}}
+    (``trainer.models.image_caps``, the one home of that mapping: Qwen's max_pixels, Idefics3/SmolVLM's longest edge
+    in whole tiles; a fixed-size processor unchanged), with its words in ``cap_words``; unchanged without a cap."""
+    return image_caps.capped(p, int(max_pixels)) if max_pixels else p
 
 
 def from_tokens(p: vision.Processor, tokens: int) -> vision.Picture:

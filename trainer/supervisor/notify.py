@@ -36,7 +36,7 @@ def message(kind: str, run_name: str, info: dict) -> str:
     return f"{ICONS.get(kind, '')} TrainPilot: {text}".strip()
 
 
-def detect_format(url: str, configured: str = "auto") -> str:
+def webhook_format_of(url: str, configured: str = "auto") -> str:
     """discord, slack or json: the configured format, else guessed from the URL's host."""
     if configured != "auto":
         return configured
@@ -74,7 +74,7 @@ def send(run_dir: Path, kind: str, info: dict, events) -> bool:
                                  f"keyring as trainpilot/{n.webhook_url_env}); no webhook message sent"))
         return False
     clean = {k: secrets.redact(v, [url]) if isinstance(v, str) else v for k, v in info.items()}
-    body = json.dumps(payload(detect_format(url, n.webhook_format), kind, cfg.name, clean)).encode("utf-8")
+    body = json.dumps(payload(webhook_format_of(url, n.webhook_format), kind, cfg.name, clean)).encode("utf-8")
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json", "User-Agent": "TrainPilot"})
     try:

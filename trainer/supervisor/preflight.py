@@ -19,7 +19,7 @@ from trainer.config import ConfigError, dump_yaml
 from trainer.config.resolved import as_resolved
 from trainer.core.errors import UserError
 from trainer.data import token_stats
-from trainer.data.formats import check_trainable, detect_format, seq2seq_problem
+from trainer.data.formats import check_trainable, record_format_of, seq2seq_problem
 from trainer.data.preference import read_preference_records
 from trainer.data.prompts import read_prompt_records
 from trainer.data.readers import read_records
@@ -185,7 +185,7 @@ def _peek_format(d) -> str:
     """The record format of the first records of data.path (what the worker will detect); an unreadable
     file reads as 'template' here, so the full check below reports it with its line."""
     try:
-        return detect_format(read_records(d.path, d.format, d.skip_bad_lines, limit=20).rows, d)
+        return record_format_of(read_records(d.path, d.format, d.skip_bad_lines, limit=20).rows, d)
     except UserError:
         return "template"
 

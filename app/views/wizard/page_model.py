@@ -194,7 +194,3 @@ class ModelPage(QtWidgets.QWizardPage):
             self.shipped.addItem(item)
         if not rows:
             self.shipped.addItem("None of the shipped architectures fit; the demo model runs on any CPU.")
-
-    def source_path(self) -> Path:
-        """The entered source as a path (may not exist: then it is a hub id)."""
-        return Path(self.source.text().strip())

@@ -183,7 +183,7 @@ class PlanPage(QtWidgets.QWizardPage):
         self.length.set_value(v["training.epochs"] if by_epochs else v["training.max_steps"])
 
     def show_plan(self, plan) -> None:
-        """Bind a trainer.plan.Plan."""
+        """Bind a trainer.planning.plan.Plan."""
         d = plan.to_dict()
         mv = getattr(plan, "method_verdict", None) or method_verdict(plan, self.state.snapshot())
         word = mv.words[:1].upper() + mv.words[1:]

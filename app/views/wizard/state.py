@@ -21,7 +21,7 @@ PLAN_DELAY_MS = 150  # coalesce a burst of edits into one planner call
 class WizardState(QtCore.QObject):
     """``values`` is the whole config as {dotted key: value}; ``plan_ready(plan)`` after each re-plan."""
     values_changed = QtCore.Signal(str)       # dotted key ('' for many)
-    plan_ready = QtCore.Signal(object)        # trainer.plan.Plan
+    plan_ready = QtCore.Signal(object)        # trainer.planning.plan.Plan
     problems = QtCore.Signal(list)            # [(dotted key, message)] from the schema or planner
     longest_ready = QtCore.Signal(object)     # trainer.planning.longest.LongestContext, or None (nothing to search)
 

@@ -96,7 +96,7 @@ def _open_hub(cfg, streaming: bool):
     except Exception as exc:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ValueError, ...)
         raise hub_error(cfg, exc) from None
     head = list(ds.take(20)) if streaming else ds.select(range(min(20, len(ds)))).to_list()
-    fmt = formats.detect_format(head, d)
+    fmt = formats.record_format_of(head, d)
     fp = getattr(ds, "_fingerprint", None) or f"{d.hub_dataset}:{d.hub_subset}:{d.hub_split}:{d.hub_revision}"
     return Source(d.hub_dataset, fmt, None if streaming else len(ds), f"hub:{d.hub_dataset}:{fp}"), ds
 

@@ -30,11 +30,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainer.config.sections import RunConfig
+from trainer.config.loading import validate
 from trainer.core.errors import TrainPilotError, UserError
 from trainer.rundir.events import write_json_atomic
 from trainer.worker.datapipe import pipeline
-from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder, ensure_chat_template
+from trainer.worker.datapipe.rendering import JSON_COLUMN, Encoder, set_chat_template
 
 CHUNK_RECORDS = 8192   # records per chunk: ~1 s of tokenizing on one core; the first step waits for one
 SUB_BATCH = 1024       # records encoded at a time inside a chunk
@@ -194,7 +194,7 @@ def produce(cfg, tokenizer, folder: Path, which: str, worker: int = 0, workers: 
 
     d = cfg.data
     src, reader = record_reader(cfg, which)
-    ensure_chat_template(tokenizer, d, src.record_format)
+    set_chat_template(tokenizer, d, src.record_format)
     encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
     shaper = pipeline.shaper(d, encode.columns)
     if which == "train":
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        cfg = RunConfig.model_validate(spec["config"])  # resolved (a run) or not (the data report)
+        cfg = validate(spec["config"], str(spec_file))  # resolved (a run) or not (the data report)
         pictures = None
         if spec.get("image_token") is not None:  # the processor was saved beside the tokenizer (data with pictures)
             from trainer.worker.datapipe import vision_inputs as vision

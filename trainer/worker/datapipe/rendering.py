@@ -24,7 +24,7 @@ GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")  # what transforme
 JSON_COLUMN = "__record_json"  # records that Arrow cannot type (mixed shapes) travel as one JSON string
 
 
-def ensure_chat_template(tokenizer, data_cfg, fmt: str) -> str | None:
+def set_chat_template(tokenizer, data_cfg, fmt: str) -> str | None:
     """Set the chat template conversations are rendered with: ``data.chat_template`` (text or a .jinja
     file), else the tokenizer's own, else TrainPilot's default. Returns the template (None for non-chat
     formats). The tokenizer is saved with the run, so the template travels with the trained model."""

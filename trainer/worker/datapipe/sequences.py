@@ -14,7 +14,7 @@ from trainer.data.formats import check_trainable
 from trainer.worker.datapipe import blocks
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import rendering
-from trainer.worker.datapipe.rendering import Encoder, ensure_chat_template
+from trainer.worker.datapipe.rendering import Encoder, set_chat_template
 
 REAL_TOKENS_KEY = "tp_real_tokens"  # popped by the Trainer before the forward pass
 
@@ -30,7 +30,7 @@ def build_datasets(cfg, tokenizer, pictures=None):
     src, _ = pipeline.open_source(cfg, "train", lazy=True)  # the scan's verdict (cached); records opened by the producer
     check_trainable(src.record_format, src.where)
     check_pictures(src, pictures, cfg)
-    ensure_chat_template(tokenizer, d, src.record_format)
+    set_chat_template(tokenizer, d, src.record_format)
     rendering.check_roles(tokenizer, src, d)
     sized = not cfg.training.max_steps  # epochs: the schedule needs the number of blocks
     if sized:
@@ -67,7 +67,7 @@ def _validation_blocks(cfg, tokenizer, pictures=None):
     vsrc, _ = pipeline.open_source(cfg, "validation", lazy=True)
     check_trainable(vsrc.record_format, vsrc.where)
     check_pictures(vsrc, pictures, cfg)
-    ensure_chat_template(tokenizer, cfg.data, vsrc.record_format)
+    set_chat_template(tokenizer, cfg.data, vsrc.record_format)
     return blocks.open_data(cfg, tokenizer, vsrc, "validation", True, pictures)[0]["eval"]
 
 
@@ -87,7 +87,7 @@ def _streaming(cfg, tokenizer, pictures=None):
     src, raw = pipeline.open_source(cfg, "train", streaming=True)
     check_trainable(src.record_format, src.where)
     check_pictures(src, pictures, cfg)
-    ensure_chat_template(tokenizer, d, src.record_format)
+    set_chat_template(tokenizer, d, src.record_format)
     columns = raw.column_names or list(next(iter(raw)).keys())
     encode = Encoder(cfg, tokenizer, src.record_format, src.where, pictures, columns=src.has_pictures)
     tokens = raw.map(encode, batched=True, with_indices=True, batch_size=1000, remove_columns=columns)

@@ -26,9 +26,8 @@ from pathlib import Path
 
 from trainer.core import secrets
 from trainer.core.errors import UserError
-from trainer.data import image_caps
 from trainer.data.pictures import pictures_of
-from trainer.models import vision
+from trainer.models import image_caps, vision
 from trainer.models.sources import built_here
 
 TEXT_KEYS = ("input_ids", "attention_mask")
@@ -264,7 +263,7 @@ def cap(processor, max_pixels: int | None) -> str:
     """Apply ``data.image_max_pixels`` to the processor's image processor (``image_caps``: the one mapping);
     returns the sentence saying what a picture becomes."""
     ip = processor.image_processor
-    settings, words = image_caps.capped(ip.to_dict(), max_pixels)
+    settings, words = image_caps.for_processor(ip.to_dict(), max_pixels)
     for key, value in settings.items():
         current = getattr(ip, key, None)
         setattr(ip, key, type(current)(**value) if current is not None and not isinstance(current, dict) else value)
@@ -278,16 +277,24 @@ def image_token_id(cfg, processor) -> int:
     m = cfg.model
     conf = AutoConfig.from_pretrained(m.source, revision=m.revision, token=secrets.hub_token(cfg),
                                       trust_remote_code=m.trust_remote_code)
+    value = config_image_token(conf)
+    if value is None:
+        value = getattr(processor, "image_token_id", None)
+    if isinstance(value, int):
+        return value
+    raise UserError("model.source: the model's config names no image token (image_token_id); this model's pictures "
+                    "cannot be placed in the text", field="model.source")
+
+
+def config_image_token(conf) -> int | None:
+    """The image token a model's config names (``image_token_id``, LLaVA/Gemma 3's ``image_token_index``; at the top
+    or in its ``text_config``), or None. The one place that knows where configs keep it."""
     for owner in (conf, getattr(conf, "text_config", None)):
         for name in ("image_token_id", "image_token_index"):
             value = getattr(owner, name, None) if owner is not None else None
             if isinstance(value, int):
                 return value
-    value = getattr(processor, "image_token_id", None)
-    if isinstance(value, int):
-        return value
-    raise UserError("model.source: the model's config names no image token (image_token_id); this model's pictures "
-                    "cannot be placed in the text", field="model.source")
+    return None
 
 
 def pictures_for(cfg, tokenizer) -> Pictures | None:

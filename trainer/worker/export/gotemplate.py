@@ -18,8 +18,6 @@ import re
 from dataclasses import dataclass, field
 
 NO_VALUE = "<no value>"
-KEYWORDS = {"if", "else", "end", "range", "with", "break", "continue", "define", "template", "block", "nil", "true",
-            "false"}
 _TOKEN = re.compile(r"""\s+|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<raw>`[^`]*`)|(?P<char>'(?:[^'\\\n]|\\.)+')
     |(?P<decl>:=)|(?P<op>[|(),=])|(?P<var>\$[A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)|(?P<field>(?:\.[A-Za-z_][A-Za-z0-9_]*)+|\.)
     |(?P<num>[-+]?(?:0[xX][0-9a-fA-F_]+|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+))

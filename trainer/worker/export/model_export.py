@@ -13,7 +13,6 @@ Nothing secret is written: no config, no environment, no token.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
-from trainer.core import entrypoints
+from trainer.core import capabilities, entrypoints
 from trainer.core.errors import ExportDiffers, UserError
 from trainer.data import conversations, run_template
 from trainer.models import gguf_support
@@ -34,7 +33,6 @@ from trainer.worker.loading import lean, model_parts
 
 
 merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
-ensure_chat_template = chat.ensure_chat_template
 
 
 def end_of_turn_id(tok, model=None) -> int | None:
@@ -87,7 +85,7 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     tok = chat.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
-    ensure_chat_template(cfg, tok)
+    chat.template_or_run_rendering(cfg, tok)
     system = run_records.shared_system(cfg) if ollama else None
     record = {"run_dir": str(Path(run_dir).resolve()), "model": source.name, "model_path": str(source.resolve()),
               "name": cfg.name, "gguf_type": gguf_type, "system": system, "chat_date": cfg.data.chat_date,
@@ -193,7 +191,7 @@ def _record_and_verify(tmp: Path, to: Path, record: dict | None, gguf_name: str 
 def run_verification(folder: Path, run_dir: Path | None = None, reference: str = "run") -> dict:
     """``verify`` on ``folder`` in a child process on the CPU; without llama-cpp-python, at once here
     (``"verified": null`` with the command that installs it). ``reference``: see ``verify.verify``."""
-    if importlib.util.find_spec("llama_cpp") is None:
+    if not capabilities.installed("llama-cpp-python"):
         return verify.verify(folder, run_dir, reference)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     args = [folder] + ([run_dir] if run_dir else []) + (["--reference-export"] if reference == "export" else [])

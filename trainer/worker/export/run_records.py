@@ -66,7 +66,7 @@ def _fmt(cfg, rows: list[dict]) -> str:
     if cfg.training.objective == "grpo":
         return "grpo"
     d = cfg.data
-    return d.record_format if d.record_format != "auto" else formats.detect_format(rows, d)
+    return d.record_format if d.record_format != "auto" else formats.record_format_of(rows, d)
 
 
 def messages_of(cfg, rec: dict, fmt: str) -> list[dict]:

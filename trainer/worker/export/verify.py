@@ -12,13 +12,13 @@ be verified (no llama-cpp-python, no run), 1 otherwise.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.core import capabilities
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_EXPORT_DIFFERS, TrainPilotError, UserError
 from trainer.hardware.probe import free_cores
 from trainer.models.gguf_support import LLAMA_CPP_PYTHON
@@ -65,7 +65,7 @@ def verify(folder: Path, run_dir: Path | None = None, reference: str = "run") ->
     folder = Path(folder)
     record = read_record(folder)
     run, source = _source(record, run_dir)
-    if importlib.util.find_spec("llama_cpp") is None:
+    if not capabilities.installed("llama-cpp-python"):
         result = {"verified": None, "summary": f"not verified: llama-cpp-python is not installed; install it with: "
                                                f"{install_hint()}", "checks": {}}
         return _write(folder, result, started)
@@ -99,7 +99,7 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
 
     generation.quiet_libraries()
     tok = generation.load_tokenizer(cfg, source)
-    generation.ensure_chat_template(cfg, tok)
+    generation.template_or_run_rendering(cfg, tok)
     model = _reference_model(cfg, folder, source, reference)
     chat = generation.chat_rules(cfg, tok, model)
     cases = run_records.cases(cfg, tok, chat)
@@ -159,12 +159,7 @@ def summary(checks: dict, kind: str, verified: bool) -> str:
 
 
 def _write(folder: Path, result: dict, started: float) -> dict:
-    from importlib import metadata
-
-    try:
-        version = metadata.version("llama-cpp-python")
-    except metadata.PackageNotFoundError:
-        version = None
+    version = capabilities.package("llama-cpp-python").version
     result = {**result, "seconds": round(time.perf_counter() - started, 2), "llama_cpp_python": version,
               "checked": time.strftime("%Y-%m-%dT%H:%M:%S")}
     tmp = folder / f".{RESULT}.tmp"

@@ -17,7 +17,6 @@ from trainer import config as config_mod
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
-from trainer.models.sources import DEMO_MODEL, architecture_file
 from trainer.worker.generate import picture_prompt
 from trainer.worker.loading import lean, model_parts, modeling
 
@@ -75,8 +74,10 @@ def merged_model(cfg, source: Path):
     return model.float()
 
 
-def ensure_chat_template(cfg, tok) -> str:
-    """The tokenizer's chat template; a run without one gets its own rendering as a template."""
+def template_or_run_rendering(cfg, tok) -> str:
+    """The tokenizer's chat template; a run without one (a text or template run: its data had no chat) gets its own
+    rendering as a template (``run_template``), so a chat or an export renders prompts as training did. Not
+    ``datapipe.rendering.set_chat_template``, which chooses the template a chat run trains with."""
     if not getattr(tok, "chat_template", None):
         bos = tok.bos_token if training_bos(tok) else None
         tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
@@ -279,16 +280,3 @@ def _answer(cfg, model, tok, message: str, mode: str, settings: dict, meta: dict
 def _emit(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def base_model_type(cfg, source: Path) -> str | None:
-    """The HF ``model_type`` of the model in ``source`` (its own config, else the run's base model's)."""
-    for path in (source / "config.json",):
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    m = cfg.model
-    if m.architecture or m.source == DEMO_MODEL:
-        return json.loads(architecture_file(m.architecture or "tiny-llama").read_text()).get("model_type")
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(m.source, revision=m.revision, trust_remote_code=m.trust_remote_code).model_type

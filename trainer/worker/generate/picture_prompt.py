@@ -31,18 +31,8 @@ def load(cfg, tok, source: Path | None, model):
     if not getattr(tok, "chat_template", None) and getattr(processor, "chat_template", None):
         tok.chat_template = processor.chat_template
     processor.tokenizer = tok
-    token = _image_token(model) if model is not None else None
+    token = vision.config_image_token(getattr(model, "config", None)) if model is not None else None
     return vision.Pictures(processor, token if token is not None else vision.image_token_id(cfg, processor))
-
-
-def _image_token(model) -> int | None:
-    conf = getattr(model, "config", None)
-    for owner in (conf, getattr(conf, "text_config", None)):
-        for name in ("image_token_id", "image_token_index"):
-            value = getattr(owner, name, None) if owner is not None else None
-            if isinstance(value, int):
-                return value
-    return None
 
 
 def prompt(cfg, tok, pictures, message: str, image: Path | None) -> tuple[list[int], dict]:

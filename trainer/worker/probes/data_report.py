@@ -24,7 +24,7 @@ from trainer.worker.datapipe import vision_inputs as vision
 from trainer.worker.datapipe.rendering import (
     Encoder,
     clean_messages,
-    ensure_chat_template,
+    set_chat_template,
     rows_of,
 )
 
@@ -39,7 +39,7 @@ def report(cfg, examples: int = 3) -> dict:
     pictures = vision.pictures_for(cfg, tokenizer)  # a vision-language model's processor (adopts its template)
     from_processor = not had_template and bool(getattr(tokenizer, "chat_template", None))
     sequences.check_pictures(src, pictures, cfg)
-    template = ensure_chat_template(tokenizer, cfg.data, src.record_format)
+    template = set_chat_template(tokenizer, cfg.data, src.record_format)
     if src.record_format in formats.PAIR_FORMATS:
         raw = raw if raw is not None else pipeline.load_file(Path(src.where), src.kind, cfg.data, src=src)
         head = rows_of(raw[: max(examples, 0)]) if examples else []

@@ -163,21 +163,25 @@ def trim_to_kinds(model, layers, text_config, kinds: list):
 
 
 @contextlib.contextmanager
-def _attribution(layers, final_norm):
-    """Yields a one-item list naming where the forward is: 'embed', a kept layer's position, 'norm', 'loss'."""
-    where = ["embed"]
-    hooks = []
-    for i, layer in enumerate(layers):
-        hooks.append(layer.register_forward_pre_hook(lambda m, a, i=i: where.__setitem__(0, i)))
-        hooks.append(layer.register_forward_hook(lambda m, a, o: where.__setitem__(0, "after")))
-    if final_norm is not None:
-        hooks.append(final_norm.register_forward_pre_hook(lambda m, a: where.__setitem__(0, "norm")))
-        hooks.append(final_norm.register_forward_hook(lambda m, a, o: where.__setitem__(0, "loss")))
+def attribution(start: str, marks):
+    """Yields a one-item list naming where a forward is: ``start`` until a module of ``marks`` runs, then for each
+    ``(module, inside, after)`` ``inside`` while that module runs and ``after`` once it returned."""
+    where, hooks = [start], []
+    for module, inside, after in marks:
+        hooks.append(module.register_forward_pre_hook(lambda m, a, name=inside: where.__setitem__(0, name)))
+        hooks.append(module.register_forward_hook(lambda m, a, o, name=after: where.__setitem__(0, name)))
     try:
         yield where
     finally:
         for h in hooks:
             h.remove()
+
+
+def _text_parts(layers, final_norm) -> list:
+    """The text model's marks for ``attribution``: 'embed' before the layers, each kept layer's position, 'after'
+    between, 'norm' (the final norm), 'loss' (the LM head and HF's loss)."""
+    marks = [(layer, i, "after") for i, layer in enumerate(layers)]
+    return marks + ([(final_norm, "norm", "loss")] if final_norm is not None else [])
 
 
 def saved_by_part(model, layers, final_norm, batch: int, seq: int, autocast: bool, frozen_ids=()) -> dict:
@@ -190,7 +194,7 @@ def saved_by_part(model, layers, final_norm, batch: int, seq: int, autocast: boo
     vocab = model.get_output_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (batch, seq))
     amp = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    with _attribution(layers, final_norm) as where:
+    with attribution("embed", _text_parts(layers, final_norm)) as where:
         def pack(t):
             st = t.untyped_storage()
             if st._cdata not in params and st._cdata not in seen and st.nbytes():
@@ -208,9 +212,6 @@ def saved_by_part(model, layers, final_norm, batch: int, seq: int, autocast: boo
 def points_at(tokens: int) -> tuple:
     """The four (micro-batch, sequence) points measured around ``tokens``."""
     return (1, tokens), (1, 2 * tokens), (2, tokens), (2, 2 * tokens)
-
-
-POINTS = points_at(TOKENS)
 
 
 def fit(points: dict, parts, tokens: int = TOKENS) -> dict:
@@ -241,17 +242,16 @@ def tiled_tokens(hidden: int) -> int:
 
 
 @contextlib.contextmanager
-def adapter_outputs(model, names: set):
-    """Inside: the named Linears' outputs require grad, as a LoRA adapter's sum would (the base stays frozen);
-    yields the storage ids of the stand-in parameters (not activations)."""
+def adapter_outputs(modules):
+    """Inside: the outputs of ``modules`` (Linears) require grad, as a LoRA adapter's sum would (the base stays
+    frozen); yields the storage ids of the stand-in parameters (not activations)."""
     import torch
 
     hooks, ids = [], []
-    for name, module in model.named_modules():
-        if name in names:
-            zero = torch.zeros((), dtype=module.weight.dtype, requires_grad=True)
-            ids.append(zero.untyped_storage()._cdata)
-            hooks.append(module.register_forward_hook(lambda m, a, out, z=zero: out + z))
+    for module in modules:
+        zero = torch.zeros((), dtype=module.weight.dtype, requires_grad=True)
+        ids.append(zero.untyped_storage()._cdata)
+        hooks.append(module.register_forward_hook(lambda m, a, out, z=zero: out + z))
     try:
         yield ids
     finally:
@@ -324,7 +324,7 @@ def _measure_setup(model, layers, final_norm, setup: str, lora_names: set, regim
     names = lora_names if setup == "lora" else set()
     result = {}
     for masked in regimes:
-        with mask_regime(masked), adapter_outputs(model, names) as ids:
+        with mask_regime(masked), adapter_outputs(m for n, m in model.named_modules() if n in names) as ids:
             coeffs = fit(_points(model, layers, final_norm, autocast, ids, tokens), parts, tokens)
         kinds = {str(k): coeffs[pos] for k, pos in enumerate(reps)}
         if masked:

@@ -21,16 +21,13 @@ from pathlib import Path
 
 from trainer.core.errors import EXIT_BAD_INPUT
 from trainer.models import vision as vision_geometry
+from trainer.models.structure import FORMAT
 from trainer.worker.probes import saved_bytes, vision_bytes
 
-FORMAT = 2  # 2: the tiled layers measured too (activations.tiled)
 UNMEASURED_MIXERS = ("Mamba", "SSM", "Rwkv", "RWKV", "Retention", "XLSTM", "xLSTM")  # state-space/recurrent mixers
 LINEAR_ATTENTION = ("gateddeltanet", "linearattention", "lightning", "deltanet")
 CONVOLUTION = ("shortconv",)
 TOP_K_NAMES = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_experts_per_token", "top_k")
-# Families whose image tokens attend to each other both ways (token_type_ids): with pictures every layer gets an
-# explicit mask, which SDPA converts and saves per layer (measured as the 'pictures' regime)
-MASKED_WITH_PICTURES = ("gemma3", "paligemma")
 
 
 class NotPlannable(Exception):
@@ -289,7 +286,7 @@ def activations(model, keys: list, layers, norm, rec: dict) -> dict:
     names = {n for n, m in model.named_modules() if _is_linear(m) and m is not head and
              any(m is x for x in decoder.modules())}
     sliding = rec["sdpa"] and any(k["type"] == "sliding_attention" for k in rec["kinds"])
-    pictures = bool(rec.get("vision")) and rec["sdpa"] and rec["model_type"] in MASKED_WITH_PICTURES
+    pictures = bool(rec.get("vision")) and rec["sdpa"] and rec["model_type"] in vision_geometry.MASKED_WITH_PICTURES
     out = saved_bytes.measure(model, kept, norm, names, sliding, reps, pictures_masked=pictures)
     return {"attention": "sdpa" if rec["sdpa"] else "eager", "tokens": saved_bytes.TOKENS, **out}
 

@@ -19,8 +19,9 @@ grad, as a LoRA adapter's would, and the projector). Imports torch inside functi
 """
 from __future__ import annotations
 
-import contextlib
 import time
+
+from trainer.worker.probes import saved_bytes
 
 VISION_WORDS = ("vision", "visual", "image")
 SETUPS = ("frozen", "projector", "tower", "tower_lora")
@@ -154,21 +155,6 @@ def _initialise(model, module) -> None:
         owner.apply(owner._init_weights)
 
 
-@contextlib.contextmanager
-def _attribution(blocks, taps):
-    """Yields a one-item list naming where the forward is: 'first', 'layer', 'tap' or 'rest'."""
-    where = ["rest"]
-    hooks = []
-    for module, name in [(b, "first" if i == 0 else "layer") for i, b in enumerate(blocks)] + [(t, "tap") for t in taps]:
-        hooks.append(module.register_forward_pre_hook(lambda m, a, name=name: where.__setitem__(0, name)))
-        hooks.append(module.register_forward_hook(lambda m, a, o: where.__setitem__(0, "rest")))
-    try:
-        yield where
-    finally:
-        for h in hooks:
-            h.remove()
-
-
 def _trainable(model, found: dict, setup: str) -> None:
     for p in model.parameters():
         p.requires_grad_(False)
@@ -179,21 +165,11 @@ def _trainable(model, found: dict, setup: str) -> None:
                 p.requires_grad_(p.device.type != "meta")
 
 
-@contextlib.contextmanager
-def _adapter_outputs(blocks, on: bool):
-    """Inside: every block Linear's output requires grad (LoRA on the tower); yields the stand-ins' storage ids."""
+def tower_adapters(blocks, on: bool):
+    """Every block Linear's output requiring grad (LoRA on the tower: ``saved_bytes.adapter_outputs``), or none."""
     import torch
 
-    hooks, ids = [], []
-    for module in (m for b in blocks for m in b.modules() if isinstance(m, torch.nn.Linear)) if on else ():
-        zero = torch.zeros((), dtype=module.weight.dtype, requires_grad=True)
-        ids.append(zero.untyped_storage()._cdata)
-        hooks.append(module.register_forward_hook(lambda m, a, out, z=zero: out + z))
-    try:
-        yield ids
-    finally:
-        for h in hooks:
-            h.remove()
+    return saved_bytes.adapter_outputs(m for b in blocks for m in b.modules() if isinstance(m, torch.nn.Linear) and on)
 
 
 def saved(model, blocks, taps, kwargs: dict, skip: set) -> dict:
@@ -202,7 +178,9 @@ def saved(model, blocks, taps, kwargs: dict, skip: set) -> dict:
 
     params = {p.untyped_storage()._cdata for p in model.parameters() if p.device.type != "meta"} | skip
     seen: dict = {}
-    with _attribution(blocks, taps) as where:
+    marks = [(b, "first" if i == 0 else "layer", "rest") for i, b in enumerate(blocks)]
+    marks += [(t, "tap", "rest") for t in taps]
+    with saved_bytes.attribution("rest", marks) as where:
         def pack(t):
             st = t.untyped_storage()
             if st._cdata not in params and st._cdata not in seen and st.nbytes():
@@ -243,8 +221,6 @@ def fit(points: list[tuple[int, int, dict]]) -> dict:
 def measure(model, found: dict) -> dict:
     """``{"unit", "positions", "setups": {setup: fit}, "points", "seconds"}`` (the model is changed in place: call it
     on a model of its own)."""
-    from trainer.worker.probes import saved_bytes
-
     started = time.perf_counter()
     blocks, taps = prepare(model, found)
     kind = unit_kind(model.config.model_type)
@@ -253,7 +229,7 @@ def measure(model, found: dict) -> dict:
     with saved_bytes.flash_everywhere():
         for setup in SETUPS:
             _trainable(model, found, setup)
-            with _adapter_outputs(blocks, setup == "tower_lora") as ids:
+            with tower_adapters(blocks, setup == "tower_lora") as ids:
                 points = []
                 for units, side in grid:
                     kwargs, n = inputs(model, units, side)

@@ -4,7 +4,8 @@
   ``trl.experimental.orpo.ORPOTrainer`` (TRL 1.x keeps ORPO in its experimental namespace).
 - ``grpo`` through ``trl.GRPOTrainer`` (module ``grpo``): prompts with reference answers, completions sampled
   and scored by the run's rewards during training.
-- encoder-decoder models (T5 / FLAN-T5) with supervised input → target pairs through HF's Trainer.
+- encoder-decoder models (T5 / FLAN-T5): supervised input → target pairs through HF's Trainer (module
+  ``seq2seq``).
 
 Every trainer here is ``TrainPilotMixin`` + the library's class, so checkpoints are atomic, real tokens are
 counted, faults can be injected and ``step`` events carry the objective's metrics (hf_glue.StepEvents).
@@ -16,15 +17,13 @@ from __future__ import annotations
 import copy
 
 from trainer.core.errors import UserError
-from trainer.data import conversations, formats
+from trainer.data import conversations
 from trainer.data.preference import read_preference_records
-from trainer.data.readers import check_fields, read_records
 from trainer.models.spec import is_encoder_decoder
 from trainer.planning import loss_kernel
-from trainer.worker.kernels import chunked_loss
 from trainer.worker.loading import modeling
-from trainer.worker.train.hf_glue import TrainPilotMixin, TrainPilotTrainer
-from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
+from trainer.worker.train import seq2seq
+from trainer.worker.train.hf_glue import TrainPilotMixin
 
 
 def is_seq2seq(cfg) -> bool:
@@ -42,8 +41,8 @@ def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, met
     ``cls`` (a TrainingArguments subclass) from the run config; ``meta`` goes into every checkpoint."""
     # TRL's trainers report usage to the hub on start unless told not to: trainer/__init__.py tells them (every
     # TrainPilot process sets HF_HUB_DISABLE_TELEMETRY unless the user did): TrainPilot sends nothing anywhere.
-    seq2seq = is_seq2seq(cfg)
-    if seq2seq and cfg.training.objective != "sft":
+    encoder_decoder = is_seq2seq(cfg)
+    if encoder_decoder and cfg.training.objective != "sft":
         raise UserError(f"training.objective: {cfg.training.objective} trains decoder-only models (TRL's preference "
                         f"and GRPO trainers); this model is an encoder-decoder: use objective sft with data.prompt_template "
                         f"(encoder input) and data.response_template (target)", field="training.objective")
@@ -51,8 +50,8 @@ def build_trainer(cfg, tokenizer, precision: str, use_cuda: bool, make_args, met
     if cfg.training.objective != "sft" and found:  # TRL computes these objectives' losses itself
         raise UserError(found.message, field="speed.loss_kernel")
     common = dict(keep_last=cfg.checkpoints.keep_last, run_meta=meta, shuffle=cfg.data.shuffle)
-    if seq2seq:
-        return _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common)
+    if encoder_decoder:
+        return seq2seq.build(cfg, tokenizer, precision, use_cuda, make_args, common)
     if cfg.training.objective == "grpo":
         from trainer.worker.train import grpo  # imports TRL's GRPO (and its generation stack) only when used
 
@@ -188,96 +187,3 @@ def _system_rule(tokenizer, d, rows: list[dict], path: str) -> list[dict]:
 
 def _conversational(ds) -> bool:
     return isinstance(ds[0]["prompt"], list)
-
-
-# -- encoder-decoder (T5) supervised ----------------------------------------------------------------
-def _seq2seq_trainer(cfg, tokenizer, precision, use_cuda, make_args, common):
-    from transformers import TrainingArguments
-
-    train, val, info = _seq2seq_datasets(cfg, tokenizer)
-    model = modeling.load_model(cfg, precision, use_cuda, seq2seq=True)
-    info["loss_kernel"] = chunked_loss.install_kernel(model, cfg, "cuda" if use_cuda else "cpu")
-    trainer = TrainPilotTrainer(model=model, args=make_args(TrainingArguments), train_dataset=train, eval_dataset=val,
-                                data_collator=Seq2SeqCollator(tokenizer.pad_token_id), processing_class=tokenizer,
-                                **common)
-    return trainer, info
-
-
-def _seq2seq_datasets(cfg, tokenizer):
-    import datasets
-
-    datasets.disable_progress_bars()
-    d = cfg.data
-    train_rec, val_rec = _template_records(d)
-    fmt = formats.detect_format(train_rec.rows, d)
-    train = datasets.Dataset.from_list(_pairs(train_rec.rows, fmt, d))
-    val = datasets.Dataset.from_list(_pairs(val_rec.rows, fmt, d)) if val_rec else None
-    if val is None and d.validation_split > 0:
-        parts = train.train_test_split(test_size=d.validation_split, seed=cfg.training.seed, shuffle=True)
-        train, val = parts["train"], parts["test"]
-    fn = _seq2seq_tokenize_fn(cfg, tokenizer)
-    train = train.map(fn, batched=True, remove_columns=train.column_names)
-    val = val.map(fn, batched=True, remove_columns=val.column_names) if val is not None else None
-    info = {"train_samples": len(train), "eval_samples": len(val) if val is not None else 0,
-            "skipped_lines": len(train_rec.skipped_lines), "skipped_line_numbers": train_rec.skipped_lines[:20],
-            "objective": "sft", "encoder_decoder": True, "record_format": fmt}
-    return train, val, info
-
-
-def _template_records(d):
-    """Training and validation records of an input/target data set (template fields checked when set;
-    other formats were checked record by record in preflight)."""
-    train = read_records(d.path, d.format, d.skip_bad_lines)
-    val = read_records(d.validation_path, d.format, d.skip_bad_lines) if d.validation_path else None
-    if d.prompt_template is not None:
-        check_fields(train, d)
-        if val is not None:
-            check_fields(val, d)
-    return train, val
-
-
-def _pairs(rows: list[dict], fmt: str, d) -> list[dict]:
-    """``{"input", "target"}`` text of each record: the templates when set (they override), else the
-    record's own fields (``formats.to_input_target``)."""
-    if d.prompt_template is not None:
-        return [{"input": d.prompt_template.format(**r), "target": d.response_template.format(**r)} for r in rows]
-    problem = formats.seq2seq_problem(fmt)
-    if problem:  # preflight says so before anything starts; a worker started by hand says the same
-        raise UserError(f"data.prompt_template: {problem}", field="data.prompt_template")
-    return [dict(zip(("input", "target"), formats.to_input_target(r, fmt))) for r in rows]
-
-
-def _seq2seq_tokenize_fn(cfg, tokenizer):
-    """Encoder input = the pair's input + EOS, labels = its target + EOS, each cut to seq_len
-    (no packing: each example is its own pair; train_on_prompt does not apply)."""
-    eos, limit = tokenizer.eos_token_id, cfg.data.seq_len
-
-    def fn(batch):
-        enc = tokenizer(batch["input"], add_special_tokens=False)["input_ids"]
-        dec = tokenizer(batch["target"], add_special_tokens=False)["input_ids"]
-        return {"input_ids": [x[: limit - 1] + [eos] for x in enc], "labels": [y[: limit - 1] + [eos] for y in dec]}
-
-    return fn
-
-
-class Seq2SeqCollator:
-    """Pads encoder inputs (pad id) and labels (-100) to the micro-batch's longest; counts real tokens
-    (encoder input + target)."""
-
-    def __init__(self, pad_id: int):
-        self.pad_id = pad_id
-
-    def __call__(self, features: list[dict]) -> dict:
-        import torch
-
-        n_in = max(len(f["input_ids"]) for f in features)
-        n_out = max(len(f["labels"]) for f in features)
-        ids = torch.full((len(features), n_in), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(features), n_in), dtype=torch.long)
-        labels = torch.full((len(features), n_out), -100, dtype=torch.long)
-        for i, f in enumerate(features):
-            ids[i, : len(f["input_ids"])] = torch.as_tensor(f["input_ids"])
-            mask[i, : len(f["input_ids"])] = 1
-            labels[i, : len(f["labels"])] = torch.as_tensor(f["labels"])
-        real = int(mask.sum()) + int((labels != -100).sum())
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels, REAL_TOKENS_KEY: real}
