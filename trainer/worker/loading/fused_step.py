@@ -83,11 +83,6 @@ class FusedStep(LayerWiseDummyOptimizer):
             own = {0: saved[index]} if index in saved else {}
             self.optimizer_dict[param].load_state_dict({"state": own, "param_groups": [{**group, "params": [0]}]})
 
-    def remove_hooks(self) -> None:
-        """Detach the hooks (the parameters then take gradients without being stepped)."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
 
 
 def _one(layout: torch.optim.Optimizer, group: dict, param: torch.Tensor) -> torch.optim.Optimizer:
