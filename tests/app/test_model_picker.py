@@ -162,3 +162,37 @@ def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, loca
         assert f"{method}: {item.text(column)}" in facts, (method, item.text(column), facts)
     assert "not downloaded" in facts and "Download…" in facts
     hw.stop()
+
+
+def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hub, monkeypatch):
+    """Walkthrough (issue 41, 3): a row clicked, then another hub id typed in the Model field: the facts say "press
+    Download…", and Download… asks about (and would fetch) the typed model, not the row still highlighted."""
+    from app.views.wizard.page_model import ModelPage
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
+    page = ModelPage(WizardState(hw))
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    table = page.picker.table
+    qtbot.waitUntil(lambda: table.topLevelItemCount() > 5, timeout=60000)
+    item = next(table.topLevelItem(i) for i in range(table.topLevelItemCount())
+                if table.topLevelItem(i).text(0) == "meta-llama/Llama-3.2-1B")
+    qtbot.mouseClick(table.viewport(), QtCore.Qt.LeftButton, pos=table.visualItemRect(item).center())
+    assert page.source.text() == "meta-llama/Llama-3.2-1B"
+    page.source.selectAll()
+    qtbot.keyClicks(page.source, REPO)
+    qtbot.waitUntil(lambda: "Download…" in page.facts.text(), timeout=30000)
+    assert REPO in page.facts.text()
+    asked = []
+    monkeypatch.setattr(QtWidgets.QMessageBox, "question",
+                        lambda _parent, _title, text, *a: asked.append(text) or QtWidgets.QMessageBox.No)
+    assert page.picker.download_button.isEnabled()
+    qtbot.mouseClick(page.picker.download_button, QtCore.Qt.LeftButton)
+    assert len(asked) == 1 and f"Download {REPO} " in asked[0], asked
+    assert page.picker.current_repo() is None  # the other model's row is no longer highlighted
+    page.source.setText("tiny-llama")  # a shipped architecture: nothing to download
+    assert not page.picker.download_button.isEnabled()
+    hw.stop()

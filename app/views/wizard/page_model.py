@@ -93,6 +93,7 @@ class ModelPage(QtWidgets.QWizardPage):
 
     def _edited(self, _text: str) -> None:
         self._model_job.cancel()  # a result for the old text must not show under the new one
+        self.picker.follow(_text)  # Download… takes what is typed, not a row still highlighted
         self.facts.setText("…")
         self._debounce.start()
 
