@@ -298,3 +298,28 @@ def test_every_planned_component_has_a_colour_of_its_own():
     assert {"gradients", "mlp_tile", "activations", "cuda_kernels", "attention_mask", "logits_loss"} <= names, names
     colours = {name: color_for(name) for name in names}
     assert len(set(colours.values())) == len(colours), sorted(colours.items(), key=lambda kv: kv[1])
+
+
+def test_a_flagged_combo_box_keeps_its_text_and_says_why_beside_it(qtbot):
+    """Walkthrough 8: a flagged Device combo box showed "c…a" (a red border from a style sheet shrank it)."""
+    from PySide6 import QtWidgets
+
+    from app.views.wizard.schema_form import SchemaForm
+    from trainer import config as tc
+
+    form = SchemaForm(tc.RunConfig())
+    area = QtWidgets.QScrollArea()
+    area.setWidget(form)
+    area.setWidgetResizable(True)
+    area.resize(700, 500)
+    qtbot.addWidget(area)
+    area.show()
+    combo = form.editors["device"]
+    combo.setCurrentIndex(combo.findData("cuda"))
+    wide = combo.sizeHint().width()
+    form.show_problems([("device", "device: cuda needs an NVIDIA GPU")])
+    QtWidgets.QApplication.processEvents()  # the layout settles
+    assert combo.width() >= wide and combo.sizeHint().width() >= wide, (combo.width(), wide)
+    assert "cuda needs an NVIDIA GPU" in form._errors["device"].text()
+    form.show_problems([])
+    assert not form._errors["device"].isVisible()
