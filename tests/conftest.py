@@ -12,6 +12,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import pytest
+
 SESSION_ENV = "TRAINPILOT_TEST_SESSION"
 
 # One thread per process for PyTorch (and everything else OpenMP) in this session and its children. The suite runs two
@@ -160,3 +162,15 @@ def pytest_runtest_logreport(report):
         worker = getattr(getattr(node, "gateway", None), "id", "main")
         with open(out, "a", encoding="utf-8") as f:
             f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\t{worker}\n")
+
+
+@pytest.fixture
+def cuda_torch(monkeypatch):
+    """(Here for every test: the planner's tests judge a replayed GPU too.) This machine as a GPU recording describes
+    it: PyTorch built for CUDA beside the replayed GPU. Stands in
+    ``torch.version`` the way ``trainer.core.capabilities`` reads an imported torch (the development machine has
+    a CPU-only build; without this, Review rightly blocks every replayed-GPU plan on the device)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch.version",
+                        types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))

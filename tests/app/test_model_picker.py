@@ -196,3 +196,21 @@ def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hu
     page.source.setText("tiny-llama")  # a shipped architecture: nothing to download
     assert not page.picker.download_button.isEnabled()
     hw.stop()
+
+
+def test_qlora_on_a_cpu_only_pytorch_gives_the_environment_pages_answer(monkeypatch):
+    """Walkthrough 8: every picker row said "QLoRA: fits" on a CPU-only PyTorch (the replayed laptop GPU) while the
+    Environment page said 4-bit needs an NVIDIA GPU. One answer: QLoRA needs the CUDA build; LoRA still fits."""
+    import sys
+    import types
+
+    from app.model.picker_rows import cells, row
+    from trainer import config as tc
+    from trainer.hardware.source import planning_snapshot
+
+    snap = planning_snapshot(LAPTOP)
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cpu", cuda=None, hip=None))
+    full, lora, qlora = cells(row("meta-llama/Llama-3.2-1B", tc.RunConfig(), snap))
+    assert qlora == "needs a CUDA build of PyTorch" and lora in ("fits", "fits (tight)"), (full, lora, qlora)
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))
+    assert cells(row("meta-llama/Llama-3.2-1B", tc.RunConfig(), snap))[2] in ("fits", "fits (tight)")
