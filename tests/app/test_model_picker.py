@@ -214,3 +214,22 @@ def test_qlora_on_a_cpu_only_pytorch_gives_the_environment_pages_answer(monkeypa
     assert qlora == "needs a CUDA build of PyTorch" and lora in ("fits", "fits (tight)"), (full, lora, qlora)
     monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))
     assert cells(row("meta-llama/Llama-3.2-1B", tc.RunConfig(), snap))[2] in ("fits", "fits (tight)")
+
+
+def test_a_hub_id_not_downloaded_is_said_plainly(qtbot, offline):
+    """Walkthrough 8: a typed hub id that is not downloaded listed 40 architecture names."""
+    from app.views.wizard.page_model import ModelPage
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
+    page = ModelPage(WizardState(hw))
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    page.source.setText("someorg/some-model")
+    qtbot.waitUntil(lambda: "some-model" in page.facts.text() and "Reading" not in page.facts.text(), timeout=30000)
+    text = page.facts.text()
+    assert "not downloaded" in text and "Download…" in text and "qwen3-8b" not in text and "#b00" not in text, text
+    assert page.picker.download_button.isEnabled()
+    hw.stop()
