@@ -5,15 +5,12 @@ Speed settings from DESIGN.md: peak downsampling, clip-to-view, 1 px pens, no an
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.views import eval_curve
-from app.views.headline import Headline, ProgressStrip
-from app.model import fmt
+from app.views.headline import Headline, ProgressStrip, headline_text, progress
 from app.model.run_data import RunData
 
 GIB = float(1 << 30)
@@ -96,9 +93,9 @@ class Dashboard(QtWidgets.QWidget):
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMouseEnabled(x=True, y=False)
             plot.setMenuEnabled(False)
-            # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250");
-            # step axes never below a few steps.
-            plot.setLimits(minXRange=MIN_TIME_SPAN_S if timed else 4)
+            # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250"); step axes never below a
+            # few steps, nor before step 0 (one step's point autoranged to an axis of -3…5).
+            plot.setLimits(minXRange=MIN_TIME_SPAN_S) if timed else plot.setLimits(minXRange=4, xMin=0)
             _fast_axes(plot)
             self.plots[key] = plot
         layout = self.graphs.ci.layout
@@ -222,6 +219,7 @@ class Dashboard(QtWidgets.QWidget):
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
         self._gpu_titles_and_ranges(d, gpu_series)
+        self._gpu_plots_shown(not d.on_cpu())
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
@@ -231,6 +229,13 @@ class Dashboard(QtWidgets.QWidget):
             self.progress.setVisible(prog is not None)
             if prog is not None:
                 self.progress.set_progress(*prog)
+
+    def _gpu_plots_shown(self, shown: bool) -> None:
+        """A CPU run's dashboard is its throughput, loss and learning rate: the GPU's four charts would stay empty
+        and take half the space (the machine view and GPU runs keep them)."""
+        if self._changed("gpu_plots", shown):
+            for name in GPU_CHARTS:
+                self.plots[name].setVisible(shown)
 
     def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
         """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
@@ -261,6 +266,10 @@ class Dashboard(QtWidgets.QWidget):
         y = series.y if scale == 1.0 else series.y * scale
         gaps = series.has_nan
         self.curves[name].setData(series.x, y, connect="finite" if gaps else "all", skipFiniteCheck=not gaps)
+        if self._changed(f"dot-{name}", len(series) == 1):  # one point draws no line: a dot until the second
+            self.curves[name].setSymbol("o" if len(series) == 1 else None)
+            self.curves[name].setSymbolSize(6)
+            self.curves[name].setSymbolBrush(self.curves[name].opts["pen"].color())
         return True
 
     def _fit_time_axis(self, d: RunData) -> None:
@@ -343,48 +352,3 @@ def _fast_axes(plot: pg.PlotItem) -> None:
     # layout, and every axis of every plot would re-render in that frame (measured: ~10 axes, 40-70 ms).
     plot.getAxis("left").setWidth(56)
     plot.getAxis("bottom").setHeight(24)
-
-
-def headline_text(d: RunData) -> str:
-    """'running · step 12 of 40 · effective batch 8 · ETA 1 min 3 s' for the dashboard's top line.
-    The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
-    parts = []
-    s = d.last_step
-    alive = d.is_live()
-    if s:
-        parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
-        eb = d.effective_batch()
-        if eb:
-            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
-        eta = s.get("eta_seconds")
-        if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
-            parts.append(f"ETA {fmt.duration(eta)}")
-        if isinstance(s.get("reward"), (int, float)):  # GRPO: the reward says more than its loss
-            parts.append(f"reward {s['reward']:.3g}")
-        elif isinstance(s.get("loss"), (int, float)):
-            parts.append(f"loss {s['loss']:.4g}")
-    elif alive:
-        parts.append("waiting for the first step")
-    return " · ".join([state_words(d), *parts])
-
-
-def state_words(d: RunData) -> str:
-    """The run's effective state (runstate's word, as the runs list and ``trainpilot-cli status`` say
-    it) and what Resume can do for it."""
-    state = d.state
-    rs = d.run_state
-    if rs is not None and rs.resumable:
-        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
-    if d.run_dir is not None and state in ("stopped", "failed"):
-        return f"{state} (no complete checkpoint to resume from)"
-    return state
-
-
-def progress(d: RunData) -> tuple[int, int] | None:
-    """(step, max_steps) of the last step event, for a progress bar; None before the first step."""
-    s = d.last_step or {}
-    step, total = s.get("step"), s.get("max_steps")
-    if isinstance(step, int) and isinstance(total, int) and total > 0:
-        return step, total
-    return None
-
