@@ -113,7 +113,7 @@ class RunView(QtWidgets.QWidget):
         self._refresh_log(d)
         self.samples.refresh(d)
         self._samples_note(d)
-        self.try_it.follow(d.run_state)
+        self.try_it.follow(d.run_state, on_cpu=d.on_cpu())
         err = d.error_text()
         if err:
             tail = "\n".join(d.log_tail(8))
