@@ -138,3 +138,29 @@ def test_export_model_is_offered_once_the_run_has_a_model(qtbot, fixture_run):
     (run / "final").mkdir()
     (run / "final" / "config.json").write_text("{}")
     qtbot.waitUntil(w.act_export_model.isEnabled, timeout=SHOWN_MS)
+
+
+def test_the_close_question_names_the_run_that_is_still_training(qtbot, fixture_run):
+    """Walkthrough 8: "Training is still running" on close named no run."""
+    import json
+    import os
+
+    from PySide6 import QtCore, QtWidgets
+
+    from app.views.main_window import CANCEL
+    from trainer.supervisor import runlock
+
+    run = fixture_run("cpu_demo")
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "step": 24, "max_steps": 40}))
+    runlock.hold(run)  # this process stands in for the run's live supervisor
+    w = _window(qtbot, NO_GPU)
+    asked = []
+
+    def answer():
+        box = QtWidgets.QApplication.activeModalWidget()
+        asked.append(box.text())
+        box.reject()
+    QtCore.QTimer.singleShot(50, answer)
+    assert w.ask_close_choice([str(run)]) == CANCEL
+    assert asked == ["cpu_demo (step 24 of 40) is still training. What should happen to it?"], asked
+    w.hardware.stop()
