@@ -91,7 +91,6 @@ def test_folder_problem_and_export_output():
 
 def test_verify_export_speaks_the_dialogs_words(qtbot, tmp_path):
     """Walkthrough 8: Verify export's errors spoke CLI ("pass a folder written by export-model --gguf")."""
-    from app.model.exports import export_words
     from app.views.export_model_dialog import VerifyExportDialog
 
     not_an_export = tmp_path / "photos"
@@ -104,6 +103,8 @@ def test_verify_export_speaks_the_dialogs_words(qtbot, tmp_path):
     text = dialog.result.text()
     assert "not a GGUF export made by TrainPilot" in text and "Export model…" in text, text
     assert "--gguf" not in text and "export-model" not in text and "Traceback" not in text
+    from app.model.exports import export_words
+
     moved = ("trainpilot-cli: the run this export came from is not at /x (model final); pass its folder: "
              "trainpilot-cli verify-export EXPORT_DIR --run-dir RUN_DIR")
     assert export_words(moved).endswith("choose its folder under Run folder") and dialog.run_folder.isVisible()
