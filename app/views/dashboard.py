@@ -132,6 +132,7 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setZValue(-10)
         self.plots["temp"].addItem(self.throttle, ignoreBounds=True)
         self.plots["util"].setYRange(0, 100)
+        self.plots["lr"].setLimits(yMin=0)  # a learning rate is never negative (a flat 0 autoranged to -0.4…0.4)
         for key, _title, _unit, timed, *_ in PLOTS:
             if timed:  # time-indexed: a manual pan or zoom stops following the run's span
                 self.plots[key].getViewBox().sigRangeChangedManually.connect(self._user_moved_time)
@@ -232,10 +233,20 @@ class Dashboard(QtWidgets.QWidget):
 
     def _gpu_plots_shown(self, shown: bool) -> None:
         """A CPU run's dashboard is its throughput, loss and learning rate: the GPU's four charts would stay empty
-        and take half the space (the machine view and GPU runs keep them)."""
+        and take half the space (the machine view and GPU runs keep them). Without them and without a reward chart,
+        throughput takes the left column's whole height, beside loss over learning rate."""
+        tall = not shown and not self.plots["reward"].isVisible()
         if self._changed("gpu_plots", shown):
             for name in GPU_CHARTS:
                 self.plots[name].setVisible(shown)
+        if self._changed("tps_tall", tall):  # the hidden reward chart leaves its cell to throughput, and takes it back
+            layout, tps, reward = self.graphs.ci, self.plots["tps"], self.plots["reward"]
+            for item in (tps, reward):
+                if item in layout.items:
+                    layout.removeItem(item)
+            layout.addItem(tps, row=2, col=0, rowspan=2 if tall else 1)
+            if not tall:
+                layout.addItem(reward, row=3, col=0)
 
     def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
         """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
