@@ -220,7 +220,9 @@ class Dashboard(QtWidgets.QWidget):
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
         self._gpu_titles_and_ranges(d, gpu_series)
-        self._gpu_plots_shown(not d.on_cpu())
+        # A run with no GPU sample (a CPU run; a GPU run that failed before its first) charts what it has: at 800×600
+        # under a failure banner, four empty GPU charts squeezed every chart's ticks into each other.
+        self._gpu_plots_shown(d.run_dir is None or (not d.on_cpu() and any(s.has_values() for s in gpu_series.values())))
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)

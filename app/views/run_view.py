@@ -29,12 +29,12 @@ class RunView(QtWidgets.QWidget):
         self.failure.setWordWrap(True)
         self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
-        # The banner scrolls within a third of the height: at 800×600 the charts must keep room.
+        # The banner scrolls within six lines: at 800×600 the charts must keep room (the whole log is the Log tab's).
         self.failure_box = QtWidgets.QScrollArea()
         self.failure_box.setWidget(self.failure)
         self.failure_box.setWidgetResizable(True)
         self.failure_box.setFrameShape(QtWidgets.QFrame.NoFrame)
-        self.failure_box.setMaximumHeight(170)
+        self.failure_box.setMaximumHeight(6 * self.failure.fontMetrics().lineSpacing() + 12)
         self.failure_box.hide()
         self.model_bar = ModelBar()
         self.model_bar.hide()

@@ -164,3 +164,23 @@ def test_the_close_question_names_the_run_that_is_still_training(qtbot, fixture_
     assert w.ask_close_choice([str(run)]) == CANCEL
     assert asked == ["cpu_demo (step 24 of 40) is still training. What should happen to it?"], asked
     w.hardware.stop()
+
+
+def test_at_800x600_under_a_failure_banner_every_chart_has_room_for_its_ticks(qtbot, fixture_run):
+    """Walkthrough 8: at 800×600 under a failure banner the charts' ticks overlapped (four empty GPU charts of a run
+    that failed before any GPU sample, and a banner a third of the height)."""
+    run = fixture_run("crashed_run")
+    w = _window(qtbot, NO_GPU)
+    w.open_run(str(run))
+    w.resize(800, 600)
+    view = w.run_view
+    qtbot.waitUntil(lambda: view.failure_box.isVisible() and view.dashboard is not None, timeout=SHOWN_MS)
+    qtbot.wait(300)
+    line = view.fontMetrics().lineSpacing()
+    shown = [name for name, plot in view.dashboard.plots.items() if plot.isVisible()]
+    assert {"tps", "loss", "lr"} <= set(shown), shown
+    for name in shown:
+        height = view.dashboard.plots[name].getViewBox().height()
+        assert height >= 4 * line, (name, height, line)  # four tick labels, one above the other, without overlap
+    assert view.failure_box.height() <= w.height() / 5, view.failure_box.height()  # a fifth at most: the charts' room
+    w.hardware.stop()
