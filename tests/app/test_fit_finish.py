@@ -264,14 +264,20 @@ def test_an_empty_samples_tab_says_why(qtbot, tmp_path, fixture_run):
     data.poll()
     view.bind(data)
     view.refresh([])
-    assert view.samples.topLevelItemCount() == 0 and view.sample_detail.placeholderText() == NONE_ASKED
+    assert view.samples.topLevelItemCount() == 0 and view.samples_note.text() == NONE_ASKED
+    view.resize(500, 400)  # walkthrough 8: the note, a one-line placeholder, was cut off; now every line shows
+    view.show()
+    view.tabs.setCurrentWidget(view.samples_tab)
+    qtbot.waitUntil(lambda: view.samples_note.isVisible())
+    note = view.samples_note
+    assert note.height() >= note.heightForWidth(note.width()) > 2 * note.fontMetrics().lineSpacing()
     (run / "config.yaml").write_text("evaluation:\n  sample_prompts: [Hi]\n  sample_every_steps: 5\n")
-    assert empty_samples_note(run, []) == "The answers to evaluation.sample_prompts appear here every 5 steps; none yet."
+    assert empty_samples_note(run, []) == "The answers to the sample prompts appear here every 5 steps; none yet."
     EventWriter(run / "events.jsonl").write("warning", code="samples_off", message="sample prompts are not generated "
                                             "under ZeRO-3")
     data.poll()
     view.refresh([])
-    assert view.sample_detail.placeholderText() == "No sample answers: sample prompts are not generated under ZeRO-3."
+    assert view.samples_note.text() == "No sample answers: sample prompts are not generated under ZeRO-3."
 
 
 @pytest.mark.slow  # plans and verdicts in the background: 10-30 s
