@@ -28,6 +28,7 @@ BUSY_CPU_TEXT = ("This run is training right now. Try it opens when training fin
                  "beside it would take the processor the run is using and could run this computer out of memory.")
 NO_MODEL_TEXT = "No model yet: the first checkpoint appears after checkpoints.every_steps steps."
 PICTURE_PROMPT = "Describe this picture."  # asked when a picture comes without a question
+EMPTY_TEXT = "Type a question for both models first"
 TEXT_ONLY_TEXT = "This run's model reads text only: it takes no pictures."
 
 
@@ -259,7 +260,11 @@ class TryItTab(QtWidgets.QWidget):
             return False
         if image and not text:
             text = PICTURE_PROMPT
-        if self.run_dir is None or not text or self.checkpoint.count() == 0:
+        if self.run_dir is not None and not text:  # a click on "Ask both" with nothing typed did nothing at all
+            self.status.setText(EMPTY_TEXT + (" (or attach a picture)" if self.picture.isVisible() else "") + ".")
+            self.prompt.setFocus()
+            return False
+        if self.run_dir is None or self.checkpoint.count() == 0:
             return False
         rs = read_run_state(self.run_dir)  # a run may have been started from a terminal meanwhile
         if rs.alive:

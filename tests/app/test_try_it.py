@@ -193,3 +193,18 @@ def test_each_run_keeps_its_own_question_and_a_cpu_run_is_not_told_about_a_gpu(q
     assert view.try_it.prompt.toPlainText() == "What does the CPU run say?"
     view.bind(gpu)
     assert view.try_it.prompt.toPlainText() == "And the GPU run?"
+
+
+def test_ask_both_with_nothing_typed_says_so(qtbot, fixture_run):
+    """The walkthrough again (a user's obvious mistake): "Ask both" with an empty question did nothing, silently."""
+    from PySide6 import QtCore
+
+    run = fixture_run("cpu_demo")
+    tab = TryItTab()
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.bind(run)
+    tab.checkpoint.addItem("final", "final")  # the fixture keeps no weights: a model to offer, nothing is loaded
+    tab.send_button.setEnabled(True)
+    qtbot.mouseClick(tab.send_button, QtCore.Qt.LeftButton)
+    assert "Type a question" in tab.status.text() and tab.streams == []
