@@ -74,7 +74,7 @@ def gguf_formats(run_dir: str) -> dict[str, str | None]:
 
 def formats_text(formats: dict[str, str | None]) -> str:
     """One line per GGUF type that cannot be written, or that all can (and with which quantizer)."""
-    lines = [f"{kind}: {why}" for kind, why in formats.items() if why]
+    lines = [f"{kind}: {export_words(why)}" for kind, why in formats.items() if why]
     if formats.get("q4_k_m") is None:
         lines.insert(0, f"GGUF f16, q8_0 and q4_k_m (quantized with {gguf_support.quantizer()}) can be written.")
     return "\n".join(lines)
@@ -89,6 +89,7 @@ EXPORT_WORDS = (
     (r"pass its folder: trainpilot-cli verify-export EXPORT_DIR --run-dir RUN_DIR", "choose its folder under Run folder"),
     (r"export again with --no-verify to skip it", "export again with Verify unticked to skip it"),
     (r"export without --ollama", "export without the Ollama Modelfile"),
+    (r"export --gguf f16 --ollama", "export GGUF f16 with the Ollama Modelfile"),
     (r"add --gguf q8_0 \(or f16\)", "choose a GGUF type (q8_0 or f16)"),
     (r"(^|: )--to (.*?): (.*?) or add --overwrite", r"\1\2: \3"),
     (r"(^|: )--to ", r"\1Folder "),

@@ -109,3 +109,4 @@ def test_verify_export_speaks_the_dialogs_words(qtbot, tmp_path):
              "trainpilot-cli verify-export EXPORT_DIR --run-dir RUN_DIR")
     assert export_words(moved).endswith("choose its folder under Run folder") and dialog.run_folder.isVisible()
     assert export_words("trainpilot-cli: --gguf q4_k_m: no quantizer").endswith("GGUF q4_k_m: no quantizer")
+    assert "export GGUF f16 with the Ollama Modelfile and run" in export_words("or export --gguf f16 --ollama and run")
