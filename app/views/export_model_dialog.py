@@ -56,6 +56,8 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.ollama = QtWidgets.QCheckBox("Ollama Modelfile (needs a GGUF)")
         self.verify = QtWidgets.QCheckBox("Verify the GGUF in llama.cpp on the run's own prompts (on the CPU)")
         self.verify.setChecked(True)
+        self.gguf.currentIndexChanged.connect(self._gguf_chosen)
+        self._gguf_chosen()
         self.verification = QtWidgets.QLabel("")  # the export's one-line verification result
         self.verification.setObjectName("verification")
         self.verification.setWordWrap(True)
@@ -88,6 +90,14 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.job: Job | None = None
         self.files: list[str] = []
         self.resize(600, 300)  # room for a two-line verification result
+
+    def _gguf_chosen(self, _index: int = 0) -> None:
+        """The Modelfile and the verification are of a GGUF: without one they cannot be ticked (a ticked Ollama box
+        with "no GGUF" exported no Modelfile, silently)."""
+        gguf = self.gguf.currentData() is not None
+        for box in (self.ollama, self.verify):
+            box.setEnabled(gguf)
+            box.setToolTip("" if gguf else "Choose a GGUF type first")
 
     def _browse(self) -> None:
         chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())

@@ -110,3 +110,15 @@ def test_verify_export_speaks_the_dialogs_words(qtbot, tmp_path):
     assert export_words(moved).endswith("choose its folder under Run folder") and dialog.run_folder.isVisible()
     assert export_words("trainpilot-cli: --gguf q4_k_m: no quantizer").endswith("GGUF q4_k_m: no quantizer")
     assert "export GGUF f16 with the Ollama Modelfile and run" in export_words("or export --gguf f16 --ollama and run")
+
+
+def test_the_ollama_and_verify_boxes_wait_for_a_gguf_type(qtbot, fixture_run):
+    """The walkthrough again (an obvious mistake): "Ollama Modelfile" ticked with "no GGUF" exported no Modelfile and
+    said nothing. Without a GGUF type the two boxes cannot be ticked; with one they can."""
+    dialog = ExportModelDialog(str(fixture_run("cpu_demo")))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert dialog.gguf.currentData() is None
+    assert not dialog.ollama.isEnabled() and not dialog.verify.isEnabled()
+    dialog.gguf.setCurrentIndex(dialog.gguf.findData("f16"))
+    assert dialog.ollama.isEnabled() and dialog.verify.isEnabled()
