@@ -7,6 +7,7 @@ import html
 import json
 import re
 
+from trainer.config.sections import DataConfig
 from trainer.data.conversations import rendering_notes
 from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
 from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
@@ -27,7 +28,9 @@ SKIP_LABEL = "Skip unreadable lines"  # the Data page's data.skip_bad_lines
 PROMPT_SHAPES = ("prompt", "gsm8k")  # trainer.data.prompts.detect_prompt_shape's answers: prompts with references
 
 
-_DATA_KEY = re.compile(r"\bdata\.([a-z_]+)")
+# A data.* config key (the schema's fields only, never a file name like "…/data.jsonl").
+_DATA_KEY = re.compile(r"(?<![\w/\\.-])data\.(" + "|".join(sorted(DataConfig.model_fields, key=len, reverse=True))
+                       + r")\b")
 WHERE_ADVANCED = " (Method page → Advanced settings)"
 
 

@@ -81,7 +81,7 @@ def test_a_long_data_error_is_shown_whole_not_cut_to_one_line(qtbot, tmp_path):
     qtbot.wait(50)
     lines = page.stats.height() / page.stats.fontMetrics().lineSpacing()
     assert page.stats.wordWrap() and lines >= 2.5, lines  # the whole message, on as many lines as it needs
-    assert page.stats.text().endswith("set data.record_format</span>")
+    assert page.stats.text().endswith("set “Record format” (Method page → Advanced settings)</span>")  # its label
 
 
 def test_records_show_json_not_python_reprs(qtbot, tmp_path):

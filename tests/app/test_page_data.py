@@ -175,7 +175,7 @@ def test_data_errors_name_the_pages_controls_and_the_skip_box_skips(qtbot, tmp_p
     assert "data." not in text and page.skip_bad.text() in text, text
     page.skip_bad.click()
     qtbot.waitUntil(lambda: "4 records" in page.stats.text(), timeout=20000)
-    assert "1 unreadable lines skipped" in page.stats.text() and state.config().data.skip_bad_lines is True
+    assert "1 unreadable line skipped" in page.stats.text() and state.config().data.skip_bad_lines is True
 
 
 @pytest.mark.slow  # the data command imports torch in a child process

@@ -161,7 +161,8 @@ class DataPage(QtWidgets.QWizardPage):
         if isinstance(s, PromptData):
             self._show_prompts(s)
             return
-        skipped = f", {len(s.skipped_lines)} unreadable lines skipped" if s.skipped_lines else ""
+        n = len(s.skipped_lines)
+        skipped = f", {n} unreadable line{'s' if n != 1 else ''} skipped" if n else ""
         if getattr(s, "skipped_records", None):
             skipped += f", {len(s.skipped_records)} records skipped (a picture missing or unreadable)"
         self.stats.setText(f"<b>{s.records:,} records</b>{skipped}{scan_pictures(s)}. Format: <b>{s.record_format}</b> — "
