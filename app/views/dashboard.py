@@ -187,9 +187,15 @@ class Dashboard(QtWidgets.QWidget):
             return
         # A long run's first draw is staged over a few ticks, a group of plots each, so no single
         # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
-        stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
-            else [k for k, *_ in PLOTS]
+        big = len(d.loss) + len(d.host_ram_available) > STAGE_POINTS
         gpu_series = {chart: d.gpu_series[name] for chart, name in GPU_CHARTS.items()}
+        # A run with no GPU sample (a CPU run; a GPU run that failed before its first) charts what it has: at 800×600
+        # under a failure banner, four empty GPU charts squeezed every chart's ticks into each other. A long run's
+        # relayout gets a tick of its own, before the staged first draw.
+        if self._gpu_plots_shown(d.run_dir is None or (not d.on_cpu() and any(s.has_values() for s in
+                                                                                gpu_series.values()))) and big:
+            return
+        stage = self._stages.pop(0) if self._stages and big else [k for k, *_ in PLOTS]
         grpo = len(d.grpo) > 0  # GRPO charts its weighted total reward where preference runs chart accuracy
         series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr,
                       reward=d.grpo.total.mean if grpo else d.reward_accuracy)
@@ -220,9 +226,6 @@ class Dashboard(QtWidgets.QWidget):
                 self.peak_line.setValue(peak / GIB)
         self._shade_throttling(d.throttle_periods)
         self._gpu_titles_and_ranges(d, gpu_series)
-        # A run with no GPU sample (a CPU run; a GPU run that failed before its first) charts what it has: at 800×600
-        # under a failure banner, four empty GPU charts squeezed every chart's ticks into each other.
-        self._gpu_plots_shown(d.run_dir is None or (not d.on_cpu() and any(s.has_values() for s in gpu_series.values())))
         text = headline_text(d)
         if self._changed("headline", text):
             self.headline.setText(text)
@@ -233,14 +236,17 @@ class Dashboard(QtWidgets.QWidget):
             if prog is not None:
                 self.progress.set_progress(*prog)
 
-    def _gpu_plots_shown(self, shown: bool) -> None:
+    def _gpu_plots_shown(self, shown: bool) -> bool:
         """A CPU run's dashboard is its throughput, loss and learning rate: the GPU's four charts would stay empty
         and take half the space (the machine view and GPU runs keep them). Without them and without a reward chart,
-        throughput takes the left column's whole height, beside loss over learning rate."""
+        throughput takes the left column's whole height, beside loss over learning rate. True when the layout moved."""
         tall = not shown and not self.plots["reward"].isVisible()
-        if self._changed("gpu_plots", shown):
+        moved = self._changed("gpu_plots", shown)
+        if moved:
             for name in GPU_CHARTS:
                 self.plots[name].setVisible(shown)
+            # Throughput leads the time axis itself while VRAM is hidden (a hidden plot's link maps by stale geometry).
+            self.plots["tps"].setXLink(self.plots["vram"] if shown else None)
         if self._changed("tps_tall", tall):  # the hidden reward chart leaves its cell to throughput, and takes it back
             layout, tps, reward = self.graphs.ci, self.plots["tps"], self.plots["reward"]
             for item in (tps, reward):
@@ -249,6 +255,8 @@ class Dashboard(QtWidgets.QWidget):
             layout.addItem(tps, row=2, col=0, rowspan=2 if tall else 1)
             if not tall:
                 layout.addItem(reward, row=3, col=0)
+            moved = True
+        return moved
 
     def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
         """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
@@ -297,7 +305,8 @@ class Dashboard(QtWidgets.QWidget):
         span = (min(a for a, _ in spans), max(b for _, b in spans))
         if self._changed("time_span", span):  # the data's own span: the axis ends where the data ends
             short = max(0.0, MIN_TIME_SPAN_S - (span[1] - span[0])) / 2  # centred when shorter than the least
-            self.plots["vram"].setXRange(span[0] - short, span[1] + short, padding=0.02)
+            lead = "vram" if self.plots["vram"].isVisible() else "tps"  # a hidden plot's range reaches no other
+            self.plots[lead].setXRange(span[0] - short, span[1] + short, padding=0.02)
 
     def _user_moved_time(self, *_args) -> None:
         self._follow_time = False
