@@ -6,4 +6,5 @@ pytest_plugins = [
     "plugins.xdist_groups",  # xdist_group under --dist loadgroup, through xdist's public scheduler hook
     "plugins.watchdog",      # a test stuck in C past its timeout is ended with every thread's stack printed
     "plugins.timings",       # slow phases named as they end; TRAINPILOT_TEST_TIMES=FILE
+    "plugins.stand_ins",     # cuda_torch: PyTorch as a replayed GPU recording describes it (this machine is CPU-only)
 ]

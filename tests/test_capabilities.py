@@ -18,6 +18,8 @@ from trainer.supervisor import doctor, preflight
 LAPTOP = REPO / "tests" / "fixtures" / "hardware" / "rtx4090_laptop_16gb.jsonl"
 NO_GPU = REPO / "tests" / "fixtures" / "hardware" / "no_gpu.jsonl"
 # "bitsandbytes is not installed" whatever this machine has: a None entry in sys.modules hides a package.
+CUDA_TORCH = "import sys, types; sys.modules['torch.version'] = types.SimpleNamespace(__version__='2.13.0+cu128', " \
+             "cuda='12.8', hip=None); "  # the cuda_torch fixture's stand-in, in a child
 HIDE = "import sys; sys.modules['bitsandbytes'] = None; sys.argv[0] = 'trainpilot-cli'; " \
        "from trainer.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
@@ -65,7 +67,7 @@ def test_the_ladder_stops_before_deepspeed_when_it_is_missing(monkeypatch, tmp_p
         assert ladder.next_step(cfg).changes["deepspeed.offload_optimizer"] is True
 
 
-def test_review_blocks_qlora_without_bitsandbytes_as_start_refuses_it(monkeypatch, tmp_path):
+def test_review_blocks_qlora_without_bitsandbytes_as_start_refuses_it(monkeypatch, tmp_path, cuda_torch):
     write_demo_data(tmp_path / "train.jsonl", 20)
     path = write_workspace_config(tmp_path, {"device": "auto", "method.type": "qlora", "speed.precision": "auto", "deepspeed.enabled": "auto",
                                    "output.runs_dir": str(tmp_path / "runs")})
@@ -75,7 +77,7 @@ def test_review_blocks_qlora_without_bitsandbytes_as_start_refuses_it(monkeypatc
     (field, message), = [p for p in ready.problems if p[0] == "method.type"]
     assert "bitsandbytes" in message and "pip install bitsandbytes" in message
     start = run_cli(["run", str(path), "--hardware", str(LAPTOP), "--run-dir", str(tmp_path / "runs" / "r")],
-                    cwd=tmp_path, python_code=HIDE)
+                    cwd=tmp_path, python_code=CUDA_TORCH + HIDE)  # the child too: the laptop's CUDA build
     assert start.returncode == 2 and f"{field}: {message}" in start.stderr
     assert "Traceback" not in start.stderr and not (tmp_path / "runs").exists()
 

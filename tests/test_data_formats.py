@@ -249,6 +249,12 @@ def test_data_command_json_contract(tmp_path):
     assert text.startswith("<s><|user|>\nLook it up.</s>\n<|assistant|>\n") and "<|tool|>\nasleep</s>" in text
     proc = cli(tmp_path, "data", cfg, "--examples", "1", timeout=300)
     assert proc.returncode == 0 and "format:   chat" in proc.stdout and "[<s><|system|>" in proc.stdout
+    # --early-examples: the same examples on a line of their own, before the report (the Data page shows them while
+    # every record is tokenized: walkthrough 7)
+    proc = cli(tmp_path, "data", cfg, "--json", "--examples", "3", "--early-examples", timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout
+    assert json.loads(lines[0]) == {"early_examples": r["examples"]} and json.loads(lines[1]) == r
 
 
 BAD = {

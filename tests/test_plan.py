@@ -103,7 +103,7 @@ def test_explicit_values_are_kept_and_judged():
     assert plan.alternatives and plan.alternatives[0]["fits"]
 
 
-def test_8b_full_finetune_on_16gb_laptop_does_not_fit_with_zero2():
+def test_8b_full_finetune_on_16gb_laptop_does_not_fit_with_zero2(cuda_torch):
     c = cfg("llama-3.1-8b", deepspeed={"enabled": True, "zero_stage": 2, "offload_optimizer": True})
     snap = hw("rtx4090_laptop_16gb")
     plan = plan_run(c, snap)

@@ -58,7 +58,7 @@ def test_the_model_page_the_picker_and_the_plan_page_get_one_answer():
     assert by_id.best().method == "lora"
 
 
-def test_qlora_needs_what_start_would_refuse_without(monkeypatch):
+def test_qlora_needs_what_start_would_refuse_without(monkeypatch, cuda_torch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     qlora = model_verdict(tc.RunConfig(), LAPTOP, "Qwen/Qwen2.5-7B", methods=("qlora",)).methods["qlora"]
     assert (qlora.verdict, qlora.needs, qlora.words) == ("needs", ("bitsandbytes",), "needs bitsandbytes")
@@ -69,7 +69,7 @@ def test_qlora_needs_what_start_would_refuse_without(monkeypatch):
 
 
 @pytest.mark.skipif(not capabilities.installed("bitsandbytes"), reason="bitsandbytes is not installed here")
-def test_qlora_fits_where_bitsandbytes_is_installed():
+def test_qlora_fits_where_bitsandbytes_is_installed(cuda_torch):
     assert model_verdict(tc.RunConfig(), LAPTOP, "Qwen/Qwen2.5-7B").methods["qlora"].fits
 
 

@@ -42,7 +42,7 @@ def collect(data: RunData | None, snapshot: dict | None, run_pids: set[int] = fr
     out: list[Advice] = []
     if data is not None and data.error_text():
         out.append(failure_advice(data))
-    on_gpu = data is None or not data.on_cpu()
+    on_gpu = data is None or data.on_gpu()
     gpu = first_gpu(snap) if on_gpu else None
     if gpu is not None:
         out += other_apps(gpu, run_pids)

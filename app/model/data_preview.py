@@ -4,7 +4,10 @@ answer kept apart and a legend for what is trained and what is masked."""
 from __future__ import annotations
 
 import html
+import json
+import re
 
+from trainer.config.sections import DataConfig
 from trainer.data.conversations import rendering_notes
 from trainer.data.formats import PAIR_FORMATS, TRAINABLE_FORMATS
 from trainer.data.preference import KTO_FIELDS, OBJECTIVE_FIELDS, PAIR_FIELDS
@@ -22,6 +25,29 @@ OBJECTIVE_WORDS = {
     "kto": "KTO — learn from answers labelled desirable or undesirable",
     "grpo": "GRPO — sample answers, score them with rewards, learn from the better ones",
 }
+SKIP_LABEL = "Skip unreadable lines"  # the Data page's data.skip_bad_lines
+
+
+# A data.* config key (the schema's fields only, never a file name like "…/data.jsonl").
+_DATA_KEY = re.compile(r"(?<![\w/\\.-])data\.(" + "|".join(sorted(DataConfig.model_fields, key=len, reverse=True))
+                       + r")\b")
+WHERE_ADVANCED = " (Method page → Advanced settings)"
+
+
+def data_words(text: str) -> str:
+    """A data error in the Data page's words: "data.path: " is the field above it, so it goes; the unreadable-lines
+    switch is the check box on the page; any other data.* key by the label Advanced settings gives it (where, once)."""
+    text = re.sub(r"^data\.path: ", "", text.strip())
+    text = re.sub(r"(?:set )?data\.skip_bad_lines: true", f"tick “{SKIP_LABEL}”", text)
+    text = text.replace("point data.path at", "choose")
+    said: set[str] = set()
+
+    def name(m: re.Match) -> str:
+        label = f"“{m.group(1).replace('_', ' ').capitalize()}”"
+        first = not said
+        said.add(label)
+        return label + (WHERE_ADVANCED if first else "")
+    return _DATA_KEY.sub(name, text)
 
 
 def objectives_for(record_format: str | None) -> tuple[str, ...]:
@@ -168,3 +194,33 @@ def grpo_examples_html(examples: list[dict]) -> str:
         blocks.append(f"<pre style='white-space:pre-wrap'><span style='{MASKED_STYLE}'>{html.escape(ex['prompt'])}"
                       "</span></pre>")
     return "".join(blocks)
+
+
+def scan_pictures(s) -> str:
+    """The light scan's picture count in words ('' for data without pictures)."""
+    p = getattr(s, "pictures", None) or {}
+    if not p.get("pictures"):
+        return ""
+    where = "" if p["records_with_pictures"] == getattr(s, "records", None) else \
+        f" in {p['records_with_pictures']:,} of them"
+    return f", <b>{p['pictures']:,} pictures</b>{where} (at most {p['max_per_record']} in one record)"
+
+
+def cell_text(value) -> str:
+    """A record's field as the Records tab shows it: text as is, everything else as JSON (as in the file, never a
+    Python repr: ``true``/``null`` and double quotes)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+MIN_BAR_SHARE = 1 / 60  # of the plotted width: the bars of one token on a 0…2048 axis would be invisible
+
+
+def bar_spans(edges: list[float], seq_len: int) -> tuple[list[float], list[float], float]:
+    """(left edges, right edges, right end of the x axis) of the token-length bars: the axis runs from 0 past both
+    the longest record and seq_len, and bars that together span less than MIN_BAR_SHARE of it (records of one or a
+    few lengths) are spread about their centre to that width, in their order (visible, none over another)."""
+    right = max(edges[-1], seq_len) * 1.05 or 1.0
+    span, centre = edges[-1] - edges[0], (edges[0] + edges[-1]) / 2
+    scale = max(1.0, right * MIN_BAR_SHARE / span) if span > 0 else 1.0
+    scaled = [centre + (e - centre) * scale for e in edges]
+    return scaled[:-1], scaled[1:], right

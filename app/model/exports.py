@@ -3,6 +3,7 @@ is the run's model a LoRA adapter, can the chosen folder be written, which files
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -73,7 +74,35 @@ def gguf_formats(run_dir: str) -> dict[str, str | None]:
 
 def formats_text(formats: dict[str, str | None]) -> str:
     """One line per GGUF type that cannot be written, or that all can (and with which quantizer)."""
-    lines = [f"{kind}: {why}" for kind, why in formats.items() if why]
+    lines = [f"{kind}: {export_words(why)}" for kind, why in formats.items() if why]
     if formats.get("q4_k_m") is None:
         lines.insert(0, f"GGUF f16, q8_0 and q4_k_m (quantized with {gguf_support.quantizer()}) can be written.")
     return "\n".join(lines)
+
+
+# The export commands' messages name their flags; the dialogs have check boxes and fields for them (first match wins
+# per phrase; the message is otherwise kept as the CLI wrote it).
+EXPORT_WORDS = (
+    (r"not an export written by 'trainpilot-cli export-model --gguf'", "not a GGUF export made by TrainPilot"),
+    (r"pass a folder written by export-model --gguf", "choose the folder an Export model with a GGUF type wrote"),
+    (r"export the run (again )?with --gguf", r"export the run \1(Export model…) with a GGUF type chosen"),
+    (r"pass its folder: trainpilot-cli verify-export EXPORT_DIR --run-dir RUN_DIR", "choose its folder under Run folder"),
+    (r"export again with --no-verify to skip it", "export again with Verify unticked to skip it"),
+    (r"export without --ollama", "export without the Ollama Modelfile"),
+    (r"export --gguf f16 --ollama", "export GGUF f16 with the Ollama Modelfile"),
+    (r"add --gguf q8_0 \(or f16\)", "choose a GGUF type (q8_0 or f16)"),
+    (r"(^|: )--to (.*?): (.*?) or add --overwrite", r"\1\2: \3"),
+    (r"(^|: )--to ", r"\1Folder "),
+    (r"(^|: )--gguf ", r"\1GGUF "),
+    (r"(^|: )--gguf:", r"\1GGUF:"),
+    (r"(^|: )--ollama:", r"\1Ollama Modelfile:"),
+    (r"pass a folder under runs/", "choose a run folder"),
+)
+
+
+def export_words(message: str) -> str:
+    """An export or verification message in the dialogs' words: "Verify unticked", "Run folder", "a GGUF type
+    chosen" for the CLI's --no-verify, --run-dir and --gguf."""
+    for pattern, words in EXPORT_WORDS:
+        message = re.sub(pattern, words, message, flags=re.MULTILINE)
+    return message

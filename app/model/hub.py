@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from huggingface_hub import constants, try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from trainer.core import network
 from trainer.core.paths import MODELS_DIR, hf_hub_cache, hf_repo_cache
+from trainer.models import sources
 
 
 def is_shipped_architecture(name: str | None) -> bool:
@@ -75,3 +77,15 @@ def bytes_in_cache(repo_id: str) -> int:
 def cache_dir() -> Path:
     """The hub cache folder in use (HF_HUB_CACHE / HF_HOME aware): the trainer's one rule, read now."""
     return hf_hub_cache()
+
+
+def looks_like_hub_id(text: str | None) -> bool:
+    """True for ``org/name`` as the hub spells ids (huggingface_hub's own rule) that is not a folder on this
+    computer: what Download… can fetch."""
+    if not text or text.count("/") != 1 or sources.is_local(text):
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True

@@ -298,6 +298,14 @@ class RunData:
         """True for a run planned for the CPU (its GPU samples, if any, are not the run's)."""
         return (self.plan or {}).get("device") == "cpu"
 
+    def on_gpu(self) -> bool:
+        """True for the machine view and a run planned for a GPU (a run read whole without a plan: an older one).
+        False for a CPU run, and for a run whose plan is not read yet: a CPU run showed "Warnings (4)" about the GPU,
+        then "No warnings", as its folder was read."""
+        if self.run_dir is None:
+            return True
+        return not self.on_cpu() and (self.plan is not None or self.loaded)
+
     def predicted_peak_bytes(self) -> float | None:
         """The planner's predicted peak VRAM (bytes), when plan.json has one for a GPU run."""
         if self.on_cpu():

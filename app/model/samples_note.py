@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-NONE_ASKED = ("No sample answers: this run's config sets no evaluation.sample_prompts. Add a few prompts there (the "
-              "wizard's Advanced settings → Evaluation) to see the model answer them as it trains; Try it asks the "
+NONE_ASKED = ("No sample answers: this run has no sample prompts. Add a few under Sample prompts (New run → Method "
+              "page → Advanced settings → Evaluation) to see the model answer them as it trains; Try it asks the "
               "finished model anything.")
 
 
@@ -27,7 +27,7 @@ def empty_samples_note(run_dir: Path | None, notices: list[dict]) -> str | None:
         return NONE_ASKED
     every = (ev.get("evaluation") or {}).get("sample_every_steps")
     when = f"every {every} steps" if every else "at each evaluation (evaluation settings)"
-    return f"The answers to evaluation.sample_prompts appear here {when}; none yet."
+    return f"The answers to the sample prompts appear here {when}; none yet."
 
 
 def _evaluation(path: Path) -> dict | None:

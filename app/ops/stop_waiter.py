@@ -12,6 +12,19 @@ from PySide6 import QtCore, QtWidgets
 
 from trainer.rundir.runstate import read_run_state
 
+def close_question(runs: list[str]) -> str:
+    """The question on closing with live runs, naming each and how far it is: "run-a (step 23 of 40) is still
+    training. What should happen to it?" (a question that named no run left the user guessing which)."""
+    named = []
+    for run in runs:
+        rs = read_run_state(run)
+        where = f" (step {rs.step} of {rs.max_steps})" if rs.step is not None and rs.max_steps else ""
+        named.append(f"{Path(run).name}{where}")
+    if len(named) == 1:
+        return f"{named[0]} is still training. What should happen to it?"
+    return f"{len(named)} runs are still training: {', '.join(named)}. What should happen to them?"
+
+
 ACK_TIMEOUT_S = 60.0  # a step longer than this is unusual: say so instead of waiting silently
 
 

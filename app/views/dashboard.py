@@ -5,15 +5,12 @@ Speed settings from docs/design.md, "The GPU and the GUI": peak downsampling, cl
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.views import eval_curve
-from app.views.headline import Headline, ProgressStrip
-from app.model import fmt
+from app.views.headline import Headline, ProgressStrip, headline_text, progress
 from app.model.run_data import RunData
 
 GIB = float(1 << 30)
@@ -96,9 +93,9 @@ class Dashboard(QtWidgets.QWidget):
             plot.showGrid(x=True, y=True, alpha=0.15)
             plot.setMouseEnabled(x=True, y=False)
             plot.setMenuEnabled(False)
-            # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250");
-            # step axes never below a few steps.
-            plot.setLimits(minXRange=MIN_TIME_SPAN_S if timed else 4)
+            # Wall-clock axes never zoom below a minute (sub-second ticks read as "00.250"); step axes never below a
+            # few steps, nor before step 0 (one step's point autoranged to an axis of -3…5).
+            plot.setLimits(minXRange=MIN_TIME_SPAN_S) if timed else plot.setLimits(minXRange=4, xMin=0)
             _fast_axes(plot)
             self.plots[key] = plot
         layout = self.graphs.ci.layout
@@ -135,6 +132,7 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setZValue(-10)
         self.plots["temp"].addItem(self.throttle, ignoreBounds=True)
         self.plots["util"].setYRange(0, 100)
+        self.plots["lr"].setLimits(yMin=0)  # a learning rate is never negative (a flat 0 autoranged to -0.4…0.4)
         for key, _title, _unit, timed, *_ in PLOTS:
             if timed:  # time-indexed: a manual pan or zoom stops following the run's span
                 self.plots[key].getViewBox().sigRangeChangedManually.connect(self._user_moved_time)
@@ -189,9 +187,15 @@ class Dashboard(QtWidgets.QWidget):
             return
         # A long run's first draw is staged over a few ticks, a group of plots each, so no single
         # frame re-renders every axis and curve at once (measured: ~70 ms of CPU for all ten axes).
-        stage = self._stages.pop(0) if self._stages and len(d.loss) + len(d.host_ram_available) > STAGE_POINTS \
-            else [k for k, *_ in PLOTS]
+        big = len(d.loss) + len(d.host_ram_available) > STAGE_POINTS
         gpu_series = {chart: d.gpu_series[name] for chart, name in GPU_CHARTS.items()}
+        # A run with no GPU sample (a CPU run; a GPU run that failed before its first) charts what it has: at 800×600
+        # under a failure banner, four empty GPU charts squeezed every chart's ticks into each other. A long run's
+        # relayout gets a tick of its own, before the staged first draw.
+        if self._gpu_plots_shown(d.run_dir is None or (not d.on_cpu() and any(s.has_values() for s in
+                                                                                gpu_series.values()))) and big:
+            return
+        stage = self._stages.pop(0) if self._stages and big else [k for k, *_ in PLOTS]
         grpo = len(d.grpo) > 0  # GRPO charts its weighted total reward where preference runs chart accuracy
         series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr,
                       reward=d.grpo.total.mean if grpo else d.reward_accuracy)
@@ -232,6 +236,28 @@ class Dashboard(QtWidgets.QWidget):
             if prog is not None:
                 self.progress.set_progress(*prog)
 
+    def _gpu_plots_shown(self, shown: bool) -> bool:
+        """A CPU run's dashboard is its throughput, loss and learning rate: the GPU's four charts would stay empty
+        and take half the space (the machine view and GPU runs keep them). Without them and without a reward chart,
+        throughput takes the left column's whole height, beside loss over learning rate. True when the layout moved."""
+        tall = not shown and not self.plots["reward"].isVisible()
+        moved = self._changed("gpu_plots", shown)
+        if moved:
+            for name in GPU_CHARTS:
+                self.plots[name].setVisible(shown)
+            # Throughput leads the time axis itself while VRAM is hidden (a hidden plot's link maps by stale geometry).
+            self.plots["tps"].setXLink(self.plots["vram"] if shown else None)
+        if self._changed("tps_tall", tall):  # the hidden reward chart leaves its cell to throughput, and takes it back
+            layout, tps, reward = self.graphs.ci, self.plots["tps"], self.plots["reward"]
+            for item in (tps, reward):
+                if item in layout.items:
+                    layout.removeItem(item)
+            layout.addItem(tps, row=2, col=0, rowspan=2 if tall else 1)
+            if not tall:
+                layout.addItem(reward, row=3, col=0)
+            moved = True
+        return moved
+
     def _gpu_titles_and_ranges(self, d: RunData, gpu_series: dict) -> None:
         """A run without GPU samples (a CPU run, also after a resume) says so, and its empty GPU plots
         get fixed neutral scales rather than the previous run's (no 79.6–80.4 °C axis around a lone line)."""
@@ -261,6 +287,10 @@ class Dashboard(QtWidgets.QWidget):
         y = series.y if scale == 1.0 else series.y * scale
         gaps = series.has_nan
         self.curves[name].setData(series.x, y, connect="finite" if gaps else "all", skipFiniteCheck=not gaps)
+        if self._changed(f"dot-{name}", len(series) == 1):  # one point draws no line: a dot until the second
+            self.curves[name].setSymbol("o" if len(series) == 1 else None)
+            self.curves[name].setSymbolSize(6)
+            self.curves[name].setSymbolBrush(self.curves[name].opts["pen"].color())
         return True
 
     def _fit_time_axis(self, d: RunData) -> None:
@@ -275,7 +305,8 @@ class Dashboard(QtWidgets.QWidget):
         span = (min(a for a, _ in spans), max(b for _, b in spans))
         if self._changed("time_span", span):  # the data's own span: the axis ends where the data ends
             short = max(0.0, MIN_TIME_SPAN_S - (span[1] - span[0])) / 2  # centred when shorter than the least
-            self.plots["vram"].setXRange(span[0] - short, span[1] + short, padding=0.02)
+            lead = "vram" if self.plots["vram"].isVisible() else "tps"  # a hidden plot's range reaches no other
+            self.plots[lead].setXRange(span[0] - short, span[1] + short, padding=0.02)
 
     def _user_moved_time(self, *_args) -> None:
         self._follow_time = False
@@ -343,48 +374,3 @@ def _fast_axes(plot: pg.PlotItem) -> None:
     # layout, and every axis of every plot would re-render in that frame (measured: ~10 axes, 40-70 ms).
     plot.getAxis("left").setWidth(56)
     plot.getAxis("bottom").setHeight(24)
-
-
-def headline_text(d: RunData) -> str:
-    """'running · step 12 of 40 · effective batch 8 · ETA 1 min 3 s' for the dashboard's top line.
-    The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
-    parts = []
-    s = d.last_step
-    alive = d.is_live()
-    if s:
-        parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
-        eb = d.effective_batch()
-        if eb:
-            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
-        eta = s.get("eta_seconds")
-        if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
-            parts.append(f"ETA {fmt.duration(eta)}")
-        if isinstance(s.get("reward"), (int, float)):  # GRPO: the reward says more than its loss
-            parts.append(f"reward {s['reward']:.3g}")
-        elif isinstance(s.get("loss"), (int, float)):
-            parts.append(f"loss {s['loss']:.4g}")
-    elif alive:
-        parts.append("waiting for the first step")
-    return " · ".join([state_words(d), *parts])
-
-
-def state_words(d: RunData) -> str:
-    """The run's effective state (runstate's word, as the runs list and ``trainpilot-cli status`` say
-    it) and what Resume can do for it."""
-    state = d.state
-    rs = d.run_state
-    if rs is not None and rs.resumable:
-        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
-    if d.run_dir is not None and state in ("stopped", "failed"):
-        return f"{state} (no complete checkpoint to resume from)"
-    return state
-
-
-def progress(d: RunData) -> tuple[int, int] | None:
-    """(step, max_steps) of the last step event, for a progress bar; None before the first step."""
-    s = d.last_step or {}
-    step, total = s.get("step"), s.get("max_steps")
-    if isinstance(step, int) and isinstance(total, int) and total > 0:
-        return step, total
-    return None
-

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app.model.exports import folder_problem, formats_text, gguf_formats, is_adapter_run
+from app.model.exports import export_words, folder_problem, formats_text, gguf_formats, is_adapter_run
 from app.ops.commands import Job
 
 
@@ -56,6 +56,8 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.ollama = QtWidgets.QCheckBox("Ollama Modelfile (needs a GGUF)")
         self.verify = QtWidgets.QCheckBox("Verify the GGUF in llama.cpp on the run's own prompts (on the CPU)")
         self.verify.setChecked(True)
+        self.gguf.currentIndexChanged.connect(self._gguf_chosen)
+        self._gguf_chosen()
         self.verification = QtWidgets.QLabel("")  # the export's one-line verification result
         self.verification.setObjectName("verification")
         self.verification.setWordWrap(True)
@@ -88,6 +90,14 @@ class ExportModelDialog(QtWidgets.QDialog):
         self.job: Job | None = None
         self.files: list[str] = []
         self.resize(600, 300)  # room for a two-line verification result
+
+    def _gguf_chosen(self, _index: int = 0) -> None:
+        """The Modelfile and the verification are of a GGUF: without one they cannot be ticked (a ticked Ollama box
+        with "no GGUF" exported no Modelfile, silently)."""
+        gguf = self.gguf.currentData() is not None
+        for box in (self.ollama, self.verify):
+            box.setEnabled(gguf)
+            box.setToolTip("" if gguf else "Choose a GGUF type first")
 
     def _browse(self) -> None:
         chosen = QtWidgets.QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())
@@ -127,7 +137,7 @@ class ExportModelDialog(QtWidgets.QDialog):
 
     def _failed(self, message: str) -> None:
         self.status.setStyleSheet("color:#b00")
-        self.status.setText(message)
+        self.status.setText(export_words(message))
 
     def _done(self, code: int, _stdout: str, _stderr: str) -> None:
         self.export_button.setEnabled(True)
@@ -150,6 +160,7 @@ class VerifyExportDialog(QtWidgets.QDialog):
         self.setWindowTitle("Verify an export")
         self.folder = QtWidgets.QLineEdit(folder)
         browse = QtWidgets.QPushButton("Choose…", clicked=self._browse)
+        self.run_folder = QtWidgets.QLineEdit(placeholderText="where the export says (only when the run moved since)")
         self.result = QtWidgets.QLabel("Checks the GGUF in llama.cpp and the Ollama Modelfile on the run's own prompts.")
         self.result.setObjectName("verification")
         self.result.setWordWrap(True)
@@ -164,6 +175,7 @@ class VerifyExportDialog(QtWidgets.QDialog):
         row.addWidget(browse)
         form = QtWidgets.QFormLayout(self)
         form.addRow("Export folder:", row)
+        form.addRow("Run folder:", self.run_folder)
         form.addRow(self.result)
         form.addRow(self.buttons)
         self.job: Job | None = None
@@ -180,7 +192,9 @@ class VerifyExportDialog(QtWidgets.QDialog):
         self.result.setText("verifying in llama.cpp on the CPU…")
         self.verify_button.setEnabled(False)
         self.got = False
-        self.job = Job("verify-export", self.folder.text().strip(), "--json", parent=self)
+        run = self.run_folder.text().strip()
+        self.job = Job("verify-export", self.folder.text().strip(), "--json", *(["--run-dir", run] if run else []),
+                       parent=self)
         self.job.line.connect(self._result)
         self.job.failed.connect(self._failed)
         self.job.done.connect(lambda *_: self.verify_button.setEnabled(True))
@@ -194,4 +208,4 @@ class VerifyExportDialog(QtWidgets.QDialog):
         if self.got:  # exit 4 (differs) or 2 (not verified) after the result line: the line says it
             return
         self.result.setStyleSheet("color:#b00")
-        self.result.setText(message)
+        self.result.setText(export_words(message))

@@ -1,8 +1,14 @@
-"""The dashboard's top line: the headline (the run's state and numbers, on two fixed lines) and the progress strip.
+"""The dashboard's top line: the headline (the run's state and numbers, on two fixed lines: ``headline_text``) and the
+progress strip.
 Both keep a fixed size: a layout change would re-render every axis of the plots below them."""
 from __future__ import annotations
 
+import math
+
 from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.model import fmt
+from app.model.run_data import RunData
 
 
 class ProgressStrip(QtWidgets.QWidget):
@@ -60,3 +66,48 @@ class Headline(QtWidgets.QLabel):
         p.drawText(self.contentsRect(), QtCore.Qt.TextWordWrap | QtCore.Qt.AlignVCenter | QtCore.Qt.AlignLeft,
                    self.shown_text())
         p.end()
+
+
+def headline_text(d: RunData) -> str:
+    """'running · step 12 of 40 · effective batch 8 · ETA 1 min 3 s' for the dashboard's top line.
+    The ETA shows only while the run is alive: a stopped run has no time left, it waits for Resume."""
+    parts = []
+    s = d.last_step
+    alive = d.is_live()
+    if s:
+        parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
+        eb = d.effective_batch()
+        if eb:
+            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
+        eta = s.get("eta_seconds")
+        if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
+            parts.append(f"ETA {fmt.duration(eta)}")
+        if isinstance(s.get("reward"), (int, float)):  # GRPO: the reward says more than its loss
+            parts.append(f"reward {s['reward']:.3g}")
+        elif isinstance(s.get("loss"), (int, float)):
+            parts.append(f"loss {s['loss']:.4g}")
+    elif alive:
+        parts.append("waiting for the first step")
+    return " · ".join([state_words(d), *parts])
+
+
+def state_words(d: RunData) -> str:
+    """The run's effective state (runstate's word, as the runs list and ``trainpilot-cli status`` say
+    it) and what Resume can do for it."""
+    state = d.state
+    rs = d.run_state
+    if rs is not None and rs.resumable:
+        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
+    if d.run_dir is not None and state in ("stopped", "failed"):
+        return f"{state} (no complete checkpoint to resume from)"
+    return state
+
+
+def progress(d: RunData) -> tuple[int, int] | None:
+    """(step, max_steps) of the last step event, for a progress bar; None before the first step."""
+    s = d.last_step or {}
+    step, total = s.get("step"), s.get("max_steps")
+    if isinstance(step, int) and isinstance(total, int) and total > 0:
+        return step, total
+    return None
+

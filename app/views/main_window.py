@@ -23,7 +23,7 @@ from app.ops.monitor import Monitor
 from app.ops.run_controller import RunController
 from app.views.run_list import RunList
 from app.views.run_view import RunView
-from app.ops.stop_waiter import StopWaiter
+from app.ops.stop_waiter import StopWaiter, close_question
 from app.views.wizard.wizard import SetupWizard
 
 KEEP, STOP_AND_SAVE, CANCEL = "keep", "stop", "cancel"
@@ -332,8 +332,8 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def ask_close_choice(self, runs: list[str]) -> str:
         """Ask what to do with live runs: KEEP, STOP_AND_SAVE or CANCEL."""
-        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Question, "Training is running",
-                                    "Training is still running. What should happen to it?", parent=self)
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Question, "Training is running", close_question(runs),
+                                    parent=self)
         keep = box.addButton("Keep training in the background", QtWidgets.QMessageBox.AcceptRole)
         stop = box.addButton("Stop and save", QtWidgets.QMessageBox.DestructiveRole)
         box.addButton(QtWidgets.QMessageBox.Cancel)

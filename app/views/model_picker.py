@@ -69,6 +69,7 @@ class ModelPicker(QtWidgets.QWidget):
         self._speed: list[tuple[float, int]] = []
         self._failure: str | None = None
         self.downloading: str | None = None
+        self.target: str | None = None  # what Download… takes: the Model field's hub id (a row click puts it there)
         self.rows: dict[str, dict] = {}  # repo id → its row (verdicts), for the rows shown
         self.snapshot = None  # the machine the verdicts judge (the Model page's one per visit); None: live
         self._listing = self._asked = "popular"
@@ -138,14 +139,27 @@ class ModelPicker(QtWidgets.QWidget):
         repo = self.current_repo()
         if repo is None:
             return
+        self.target = repo
         self._set_button(repo)
         self.chosen.emit(repo)
 
-    def _set_button(self, repo: str) -> None:
-        here = hub.cached_state(repo)
+    def follow(self, text: str) -> None:
+        """The Model field now says ``text``: Download… takes it (a hub id) or nothing (a folder, a shipped
+        architecture), and a highlighted row for another model is let go, so what is typed is what downloads."""
+        text = text.strip()
+        if self.current_repo() not in (None, text):
+            with QtCore.QSignalBlocker(self.table):
+                self.table.clearSelection()
+                self.table.setCurrentItem(None)
+        self.target = text if hub.looks_like_hub_id(text) else None
+        self._set_button(self.target)
+
+    def _set_button(self, repo: str | None) -> None:
+        here = hub.cached_state(repo) if repo else None
         self.download_button.setText({"downloaded": "Downloaded", "partly downloaded": "Resume download…"}.get(
             here, "Download…"))
-        self.download_button.setEnabled(self.proc is None and here != "downloaded")
+        self.download_button.setEnabled(bool(repo) and self.proc is None and here != "downloaded")
+        self.download_button.setToolTip(f"Download {repo}" if repo else "Type a hub id or click a row first")
 
     def current_repo(self) -> str | None:
         """The selected row's hub id."""
@@ -154,8 +168,8 @@ class ModelPicker(QtWidgets.QWidget):
 
     # -- downloading ----------------------------------------------------------------------------
     def ask_download(self) -> None:
-        """Ask first (size, where), then download the selected model."""
-        repo = self.current_repo()
+        """Ask first (size, where), then download the model the Model field names (``target``)."""
+        repo = self.target
         if repo is None or hub.is_cached(repo):
             return
         row = self.rows.get(repo, {})

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model.samples_note import empty_samples_note
+from app.views.labels import WrappedLabel
 from app.views.learning_view import SamplesView
 from app.views.try_it import TryItTab
 from app.views.warnings_view import WarningsView
@@ -29,12 +30,12 @@ class RunView(QtWidgets.QWidget):
         self.failure.setWordWrap(True)
         self.failure.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
         self.failure.setStyleSheet("background:#fde2e2; padding:6px; font-family: monospace")
-        # The banner scrolls within a third of the height: at 800×600 the charts must keep room.
+        # The banner scrolls within six lines: at 800×600 the charts must keep room (the whole log is the Log tab's).
         self.failure_box = QtWidgets.QScrollArea()
         self.failure_box.setWidget(self.failure)
         self.failure_box.setWidgetResizable(True)
         self.failure_box.setFrameShape(QtWidgets.QFrame.NoFrame)
-        self.failure_box.setMaximumHeight(170)
+        self.failure_box.setMaximumHeight(6 * self.failure.fontMetrics().lineSpacing() + 12)
         self.failure_box.hide()
         self.model_bar = ModelBar()
         self.model_bar.hide()
@@ -52,10 +53,19 @@ class RunView(QtWidgets.QWidget):
         self.sample_detail = QtWidgets.QTextBrowser()  # the selected sample in full: prompt, answer, its rewards
         self.sample_detail.setPlaceholderText(SAMPLE_HINT)
         self.samples.currentItemChanged.connect(self._show_sample)
-        samples_tab = QtWidgets.QSplitter(QtCore.Qt.Vertical)
-        samples_tab.addWidget(self.samples)
-        samples_tab.addWidget(self.sample_detail)
-        samples_tab.setSizes([400, 200])
+        split = QtWidgets.QSplitter(QtCore.Qt.Vertical)
+        split.addWidget(self.samples)
+        split.addWidget(self.sample_detail)
+        split.setSizes([400, 200])
+        # Why the tab is empty, on every line it needs (a text box's placeholder is one line: it was cut off).
+        self.samples_note = WrappedLabel()
+        self.samples_note.setStyleSheet("color:#555; padding:4px")
+        self.samples_note.hide()
+        samples_tab = QtWidgets.QWidget()
+        samples_lay = QtWidgets.QVBoxLayout(samples_tab)
+        samples_lay.setContentsMargins(0, 0, 0, 0)
+        samples_lay.addWidget(self.samples_note)
+        samples_lay.addWidget(split, 1)
         self.samples_tab = samples_tab
         self.tabs.addTab(samples_tab, "Samples")
         self.tabs.addTab(self.try_it, "Try it")
@@ -113,7 +123,7 @@ class RunView(QtWidgets.QWidget):
         self._refresh_log(d)
         self.samples.refresh(d)
         self._samples_note(d)
-        self.try_it.follow(d.run_state)
+        self.try_it.follow(d.run_state, on_cpu=d.on_cpu())
         err = d.error_text()
         if err:
             tail = "\n".join(d.log_tail(8))
@@ -127,9 +137,9 @@ class RunView(QtWidgets.QWidget):
     def _samples_note(self, d: RunData) -> None:
         """An empty Samples tab says why (no sample prompts, turned off, not yet) where the answers would be."""
         note = None if self.samples.topLevelItemCount() else empty_samples_note(d.run_dir, d.notices)
-        text = note or SAMPLE_HINT
-        if self.sample_detail.placeholderText() != text:
-            self.sample_detail.setPlaceholderText(text)
+        if self.samples_note.text() != (note or ""):
+            self.samples_note.setText(note or "")
+        self.samples_note.setVisible(bool(note))
 
     def _show_rewards(self, d: RunData | None) -> None:
         """A GRPO run gets the Rewards tab (before Samples), bound to it and refreshed; other runs do not."""

@@ -24,8 +24,11 @@ from trainer.rundir.runstate import RunState, read_run_state
 
 BUSY_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: "
              "a second model on the same GPU could push the run out of memory.")
+BUSY_CPU_TEXT = ("This run is training right now. Try it opens when training finishes or is stopped: a second model "
+                 "beside it would take the processor the run is using and could run this computer out of memory.")
 NO_MODEL_TEXT = "No model yet: the first checkpoint appears after checkpoints.every_steps steps."
 PICTURE_PROMPT = "Describe this picture."  # asked when a picture comes without a question
+EMPTY_TEXT = "Type a question for both models first"
 TEXT_ONLY_TEXT = "This run's model reads text only: it takes no pictures."
 
 
@@ -120,8 +123,10 @@ class TryItTab(QtWidgets.QWidget):
         super().__init__(parent)
         self.run_dir: Path | None = None
         self.training = False
+        self._on_cpu = False  # the run trains on the CPU (what a second model would take from it)
         self._followed: tuple | None = None  # the RunState facts the tab last showed
         self.streams: list[ChatStream] = []
+        self._prompts: dict[Path, str] = {}  # the question typed for each run shown (kept while the window lives)
         self.checkpoint = QtWidgets.QComboBox()
         self.picked: str | None = None  # the model the user picked (None: the newest, final once there is one)
         self.checkpoint.currentIndexChanged.connect(self._picked)
@@ -174,6 +179,9 @@ class TryItTab(QtWidgets.QWidget):
         ``follow(run_state)``."""
         new = Path(run_dir) if run_dir else None
         if new != self.run_dir:
+            if self.run_dir is not None:  # each run's question stays with its run (not asked of the next one)
+                self._prompts[self.run_dir] = self.prompt.toPlainText()
+            self.prompt.setPlainText(self._prompts.get(new, "") if new else "")
             self.stop()
             self.tuned.clear()
             self.base.clear()
@@ -189,23 +197,24 @@ class TryItTab(QtWidgets.QWidget):
             self.picture.setVisible(bool(new) and takes_pictures(new))
         self.run_dir = new
 
-    def follow(self, rs: RunState | None) -> None:
+    def follow(self, rs: RunState | None, on_cpu: bool = False) -> None:
         """Follow the run's state (runstate): the models offered (final and every complete checkpoint,
         the one chat loads by default first; the user's choice kept while it exists), and "Ask both"
-        enabled only while no process of the run trains, saying why when it is not."""
+        enabled only while no process of the run trains, saying why when it is not (a GPU's memory, or a CPU run's
+        processor and RAM: ``on_cpu``)."""
         if self.run_dir is None or rs is None:
             return
-        key = (rs.alive, rs.state, rs.checkpoint, rs.model)
+        key = (rs.alive, rs.state, rs.checkpoint, rs.model, on_cpu)
         if key == self._followed:
             return
-        self._followed = key
+        self._followed, self._on_cpu = key, on_cpu
         self.training = rs.alive
         self._fill_models(rs)
         if self.training:
-            self.status.setText(BUSY_TEXT)
+            self.status.setText(BUSY_CPU_TEXT if on_cpu else BUSY_TEXT)
         elif not self.checkpoint.count():
             self.status.setText(NO_MODEL_TEXT)
-        elif self.status.text() in (BUSY_TEXT, NO_MODEL_TEXT):
+        elif self.status.text() in (BUSY_TEXT, BUSY_CPU_TEXT, NO_MODEL_TEXT):
             self.status.setText("")
         self.send_button.setEnabled(self.checkpoint.count() > 0 and not self.training and not self.busy())
 
@@ -251,12 +260,16 @@ class TryItTab(QtWidgets.QWidget):
             return False
         if image and not text:
             text = PICTURE_PROMPT
-        if self.run_dir is None or not text or self.checkpoint.count() == 0:
+        if self.run_dir is not None and not text:  # a click on "Ask both" with nothing typed did nothing at all
+            self.status.setText(EMPTY_TEXT + (" (or attach a picture)" if self.picture.isVisible() else "") + ".")
+            self.prompt.setFocus()
+            return False
+        if self.run_dir is None or self.checkpoint.count() == 0:
             return False
         rs = read_run_state(self.run_dir)  # a run may have been started from a terminal meanwhile
         if rs.alive:
             self._followed = None
-            self.follow(rs)
+            self.follow(rs, self._on_cpu)
             return False
         self.stop()
         checkpoint = self.checkpoint.currentData()

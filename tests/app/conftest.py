@@ -57,17 +57,6 @@ def fixture_run(tmp_path):
     return copy
 
 
-@pytest.fixture
-def cuda_torch(monkeypatch):
-    """This machine as a GPU recording describes it: PyTorch built for CUDA beside the replayed GPU. Stands in
-    ``torch.version`` the way ``trainer.core.capabilities`` reads an imported torch (the development machine has
-    a CPU-only build; without this, Review rightly blocks every replayed-GPU plan on the device)."""
-    import types
-
-    monkeypatch.setitem(sys.modules, "torch.version",
-                        types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))
-
-
 def started_wizard(qtbot, hardware: str):
     """The setup wizard on a replayed recording, shown, once its hardware monitor has the first snapshot (ms when
     idle, seconds on a loaded CI machine)."""

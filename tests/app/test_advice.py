@@ -99,9 +99,12 @@ def test_every_warning_the_run_wrote_is_in_the_warnings_tab(qtbot, fixture_run):
 def test_a_cpu_run_shows_no_gpu_warnings(fixture_run):
     run = fixture_run("cpu_demo")  # planned for the CPU; the machine also has a hot, full, busy GPU
     data = RunData(run)
-    data.poll()
     hot = {"time": 1.0, "gpus": [_gpu(memory_used_bytes=int(15.9 * GIB), temperature_c=90.0,
                                       processes=[{"pid": 4242, "name": "brave", "used_memory_bytes": GIB}])]}
+    # Before its folder is read (its plan not known yet): no GPU warnings either (walkthrough 8: "Warnings (4)", then
+    # "No warnings", as a CPU run's folder was read).
+    assert not data.loaded and advice.collect(data, hot) == []
+    data.poll()
     assert data.on_cpu()
     assert advice.collect(data, hot) == []
     machine = RunData(None)  # the same snapshot with no run selected: the GPU warnings are shown

@@ -102,3 +102,33 @@ def test_a_cpu_run_keeps_no_gpu_samples_after_resume_and_ranges_reset_per_run(qt
     dash.set_data(gpu)
     qtbot.wait(50)
     assert _y_range(dash, "power")[1] > 150 and dash.plots["power"].titleLabel.text == "Power"
+
+
+def test_a_cpu_runs_dashboard_is_its_own_charts_and_one_step_draws_a_point(qtbot, fixture_run):
+    """Walkthrough 8: a CPU run's dashboard gave half its space to four empty GPU charts; after one step the loss and
+    learning-rate charts drew nothing on axes of -3…5."""
+    gpu_run, cpu_run = fixture_run("laptop_run"), fixture_run("cpu_demo")
+    lines = (cpu_run / "events.jsonl").read_text().splitlines()
+    first_step = next(i for i, line in enumerate(lines) if '"type": "step"' in line)
+    (cpu_run / "events.jsonl").write_text("\n".join(lines[:first_step + 1]) + "\n")  # one step so far
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.resize(1000, 700)
+    dash.show()
+    cpu = RunData(cpu_run)
+    cpu.poll()
+    dash.set_data(cpu)
+    qtbot.wait(50)
+    assert not any(dash.plots[name].isVisible() for name in ("vram", "temp", "power", "util"))
+    assert dash.plots["tps"].height() > dash.graphs.height() * 0.4, "the run's own charts take the room"
+    for name in ("loss", "lr"):
+        x0, x1 = dash.plots[name].getViewBox().viewRange()[0]
+        assert x0 >= 0 and x1 >= 1, (name, x0, x1)
+        assert dash.curves[name].opts["symbol"] == "o", f"one step's {name} is a visible dot"
+    assert cpu.poll() is False
+    gpu = RunData(gpu_run)
+    gpu.poll()
+    dash.set_data(gpu)
+    qtbot.wait(50)
+    assert all(dash.plots[name].isVisible() for name in ("vram", "temp", "power", "util"))
+    assert dash.curves["loss"].opts["symbol"] is None  # 120 steps: a line

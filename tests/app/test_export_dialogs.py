@@ -87,3 +87,38 @@ def test_folder_problem_and_export_output():
     assert folder_problem("/tmp/some/new/folder") is None
     files, command = export_output("/x/config.yaml\n/x/launch.sh\n\nrun it with:  bash /x/launch.sh\n")
     assert files == ["/x/config.yaml", "/x/launch.sh"] and command == "bash /x/launch.sh"
+
+
+def test_verify_export_speaks_the_dialogs_words(qtbot, tmp_path):
+    """Walkthrough 8: Verify export's errors spoke CLI ("pass a folder written by export-model --gguf")."""
+    from app.views.export_model_dialog import VerifyExportDialog
+
+    not_an_export = tmp_path / "photos"
+    not_an_export.mkdir()
+    dialog = VerifyExportDialog(str(not_an_export))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.start()
+    qtbot.waitUntil(lambda: dialog.verify_button.isEnabled(), timeout=60000)
+    text = dialog.result.text()
+    assert "not a GGUF export made by TrainPilot" in text and "Export model…" in text, text
+    assert "--gguf" not in text and "export-model" not in text and "Traceback" not in text
+    from app.model.exports import export_words
+
+    moved = ("trainpilot-cli: the run this export came from is not at /x (model final); pass its folder: "
+             "trainpilot-cli verify-export EXPORT_DIR --run-dir RUN_DIR")
+    assert export_words(moved).endswith("choose its folder under Run folder") and dialog.run_folder.isVisible()
+    assert export_words("trainpilot-cli: --gguf q4_k_m: no quantizer").endswith("GGUF q4_k_m: no quantizer")
+    assert "export GGUF f16 with the Ollama Modelfile and run" in export_words("or export --gguf f16 --ollama and run")
+
+
+def test_the_ollama_and_verify_boxes_wait_for_a_gguf_type(qtbot, fixture_run):
+    """The walkthrough again (an obvious mistake): "Ollama Modelfile" ticked with "no GGUF" exported no Modelfile and
+    said nothing. Without a GGUF type the two boxes cannot be ticked; with one they can."""
+    dialog = ExportModelDialog(str(fixture_run("cpu_demo")))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert dialog.gguf.currentData() is None
+    assert not dialog.ollama.isEnabled() and not dialog.verify.isEnabled()
+    dialog.gguf.setCurrentIndex(dialog.gguf.findData("f16"))
+    assert dialog.ollama.isEnabled() and dialog.verify.isEnabled()

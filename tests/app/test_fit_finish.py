@@ -81,7 +81,7 @@ def test_a_long_data_error_is_shown_whole_not_cut_to_one_line(qtbot, tmp_path):
     qtbot.wait(50)
     lines = page.stats.height() / page.stats.fontMetrics().lineSpacing()
     assert page.stats.wordWrap() and lines >= 2.5, lines  # the whole message, on as many lines as it needs
-    assert page.stats.text().endswith("set data.record_format</span>")
+    assert page.stats.text().endswith("set “Record format” (Method page → Advanced settings)</span>")  # its label
 
 
 def test_records_show_json_not_python_reprs(qtbot, tmp_path):
@@ -163,7 +163,8 @@ def _main_window(qtbot, tmp_path, names: dict[str, str], hardware: str = LAPTOP)
 
 
 def _axes(w) -> dict:
-    return {k: tuple(p.viewRange()[0]) for k, p in w.run_view.dashboard.plots.items()}
+    """The x range of each chart shown (a run with no GPU sample shows no GPU charts)."""
+    return {k: tuple(p.viewRange()[0]) for k, p in w.run_view.dashboard.plots.items() if p.isVisible()}
 
 
 @pytest.mark.slow  # plans and verdicts in the background: 10-30 s
@@ -197,6 +198,7 @@ def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path
     qtbot.waitUntil(lambda: dash.data is not None and "mine-2026" in str(dash.data.run_dir), timeout=SHOWN_MS)
     qtbot.wait(500)
     axes = _axes(w)
+    assert {"tps", "loss", "lr"} <= set(axes)
     assert all(axes[k] != demo_axes[k] for k in axes), (axes, demo_axes)  # nothing of the last run's windows
     assert axes["loss"] == (0.0, 10.0)
     w.hardware.stop()
@@ -264,14 +266,20 @@ def test_an_empty_samples_tab_says_why(qtbot, tmp_path, fixture_run):
     data.poll()
     view.bind(data)
     view.refresh([])
-    assert view.samples.topLevelItemCount() == 0 and view.sample_detail.placeholderText() == NONE_ASKED
+    assert view.samples.topLevelItemCount() == 0 and view.samples_note.text() == NONE_ASKED
+    view.resize(500, 400)  # walkthrough 8: the note, a one-line placeholder, was cut off; now every line shows
+    view.show()
+    view.tabs.setCurrentWidget(view.samples_tab)
+    qtbot.waitUntil(lambda: view.samples_note.isVisible())
+    note = view.samples_note
+    assert note.height() >= note.heightForWidth(note.width()) > 2 * note.fontMetrics().lineSpacing()
     (run / "config.yaml").write_text("evaluation:\n  sample_prompts: [Hi]\n  sample_every_steps: 5\n")
-    assert empty_samples_note(run, []) == "The answers to evaluation.sample_prompts appear here every 5 steps; none yet."
+    assert empty_samples_note(run, []) == "The answers to the sample prompts appear here every 5 steps; none yet."
     EventWriter(run / "events.jsonl").write("warning", code="samples_off", message="sample prompts are not generated "
                                             "under ZeRO-3")
     data.poll()
     view.refresh([])
-    assert view.sample_detail.placeholderText() == "No sample answers: sample prompts are not generated under ZeRO-3."
+    assert view.samples_note.text() == "No sample answers: sample prompts are not generated under ZeRO-3."
 
 
 @pytest.mark.slow  # plans and verdicts in the background: 10-30 s

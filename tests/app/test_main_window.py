@@ -85,8 +85,10 @@ def test_the_window_works_at_800x600_and_the_runs_list_stays_usable(qtbot, fixtu
     assert rl.columnWidth(0) >= NAME_MIN_PX
     visible = sum(rl.columnWidth(c) for c in range(4) if not rl.isColumnHidden(c))
     assert visible <= rl.viewport().width()  # nothing runs off the side
-    for name in ("vram", "temp", "power", "util", "tps", "loss", "lr"):  # both columns of charts are drawn
-        assert w.run_view.dashboard.plots[name].geometry().width() > 150, name
+    plots = w.run_view.dashboard.plots
+    assert all(plots[name].isVisible() for name in ("tps", "loss", "lr"))
+    for name in ("vram", "temp", "power", "util", "tps", "loss", "lr"):  # both columns of charts are drawn (a CPU
+        assert not plots[name].isVisible() or plots[name].geometry().width() > 150, name  # run has no GPU charts)
     w.resize(1280, 820)
     qtbot.wait(200)
     assert not rl.isColumnHidden(2)  # the start time comes back where there is room
@@ -136,3 +138,49 @@ def test_export_model_is_offered_once_the_run_has_a_model(qtbot, fixture_run):
     (run / "final").mkdir()
     (run / "final" / "config.json").write_text("{}")
     qtbot.waitUntil(w.act_export_model.isEnabled, timeout=SHOWN_MS)
+
+
+def test_the_close_question_names_the_run_that_is_still_training(qtbot, fixture_run):
+    """Walkthrough 8: "Training is still running" on close named no run."""
+    import json
+    import os
+
+    from PySide6 import QtCore, QtWidgets
+
+    from app.views.main_window import CANCEL
+    from trainer.supervisor import runlock
+
+    run = fixture_run("cpu_demo")
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "step": 24, "max_steps": 40}))
+    runlock.hold(run)  # this process stands in for the run's live supervisor
+    w = _window(qtbot, NO_GPU)
+    asked = []
+
+    def answer():
+        box = QtWidgets.QApplication.activeModalWidget()
+        asked.append(box.text())
+        box.reject()
+    QtCore.QTimer.singleShot(50, answer)
+    assert w.ask_close_choice([str(run)]) == CANCEL
+    assert asked == ["cpu_demo (step 24 of 40) is still training. What should happen to it?"], asked
+    w.hardware.stop()
+
+
+def test_at_800x600_under_a_failure_banner_every_chart_has_room_for_its_ticks(qtbot, fixture_run):
+    """Walkthrough 8: at 800×600 under a failure banner the charts' ticks overlapped (four empty GPU charts of a run
+    that failed before any GPU sample, and a banner a third of the height)."""
+    run = fixture_run("crashed_run")
+    w = _window(qtbot, NO_GPU)
+    w.open_run(str(run))
+    w.resize(800, 600)
+    view = w.run_view
+    qtbot.waitUntil(lambda: view.failure_box.isVisible() and view.dashboard is not None, timeout=SHOWN_MS)
+    qtbot.wait(300)
+    line = view.fontMetrics().lineSpacing()
+    shown = [name for name, plot in view.dashboard.plots.items() if plot.isVisible()]
+    assert {"tps", "loss", "lr"} <= set(shown), shown
+    for name in shown:
+        height = view.dashboard.plots[name].getViewBox().height()
+        assert height >= 4 * line, (name, height, line)  # four tick labels, one above the other, without overlap
+    assert view.failure_box.height() <= w.height() / 5, view.failure_box.height()  # a fifth at most: the charts' room
+    w.hardware.stop()

@@ -164,3 +164,74 @@ def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, loca
         assert f"{method}: {item.text(column)}" in facts, (method, item.text(column), facts)
     assert "not downloaded" in facts and "Download…" in facts
     hw.stop()
+
+
+def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hub, monkeypatch):
+    """Walkthrough (issue 41, 3): a row clicked, then another hub id typed in the Model field: the facts say "press
+    Download…", and Download… asks about (and would fetch) the typed model, not the row still highlighted."""
+    from app.views.wizard.page_model import ModelPage
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
+    page = ModelPage(WizardState(hw))
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    table = page.picker.table
+    qtbot.waitUntil(lambda: table.topLevelItemCount() > 5, timeout=60000)
+    item = next(table.topLevelItem(i) for i in range(table.topLevelItemCount())
+                if table.topLevelItem(i).text(0) == "meta-llama/Llama-3.2-1B")
+    qtbot.mouseClick(table.viewport(), QtCore.Qt.LeftButton, pos=table.visualItemRect(item).center())
+    assert page.source.text() == "meta-llama/Llama-3.2-1B"
+    page.source.selectAll()
+    qtbot.keyClicks(page.source, REPO)
+    qtbot.waitUntil(lambda: "Download…" in page.facts.text(), timeout=30000)
+    assert REPO in page.facts.text()
+    asked = []
+    monkeypatch.setattr(QtWidgets.QMessageBox, "question",
+                        lambda _parent, _title, text, *a: asked.append(text) or QtWidgets.QMessageBox.No)
+    assert page.picker.download_button.isEnabled()
+    qtbot.mouseClick(page.picker.download_button, QtCore.Qt.LeftButton)
+    assert len(asked) == 1 and f"Download {REPO} " in asked[0], asked
+    assert page.picker.current_repo() is None  # the other model's row is no longer highlighted
+    page.source.setText("tiny-llama")  # a shipped architecture: nothing to download
+    assert not page.picker.download_button.isEnabled()
+    hw.stop()
+
+
+def test_qlora_on_a_cpu_only_pytorch_gives_the_environment_pages_answer(monkeypatch):
+    """Walkthrough 8: every picker row said "QLoRA: fits" on a CPU-only PyTorch (the replayed laptop GPU) while the
+    Environment page said 4-bit needs an NVIDIA GPU. One answer: QLoRA needs the CUDA build; LoRA still fits."""
+    import sys
+    import types
+
+    from app.model.picker_rows import cells, row
+    from trainer import config as tc
+    from trainer.hardware.source import planning_snapshot
+
+    snap = planning_snapshot(LAPTOP)
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cpu", cuda=None, hip=None))
+    full, lora, qlora = cells(row("meta-llama/Llama-3.2-1B", tc.RunConfig(), snap))
+    assert qlora == "needs a CUDA build of PyTorch" and lora in ("fits", "fits (tight)"), (full, lora, qlora)
+    monkeypatch.setitem(sys.modules, "torch.version", types.SimpleNamespace(__version__="2.13.0+cu128", cuda="12.8", hip=None))
+    assert cells(row("meta-llama/Llama-3.2-1B", tc.RunConfig(), snap))[2] in ("fits", "fits (tight)")
+
+
+def test_a_hub_id_not_downloaded_is_said_plainly(qtbot, offline):
+    """Walkthrough 8: a typed hub id that is not downloaded listed 40 architecture names."""
+    from app.views.wizard.page_model import ModelPage
+
+    hw = HardwareMonitor(LAPTOP)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
+    page = ModelPage(WizardState(hw))
+    qtbot.addWidget(page)
+    page.show()
+    page.initializePage()
+    page.source.setText("someorg/some-model")
+    qtbot.waitUntil(lambda: "some-model" in page.facts.text() and "Reading" not in page.facts.text(), timeout=30000)
+    text = page.facts.text()
+    assert "not downloaded" in text and "Download…" in text and "qwen3-8b" not in text and "#b00" not in text, text
+    assert page.picker.download_button.isEnabled()
+    hw.stop()

@@ -16,12 +16,14 @@ from trainer import config as tc
 from trainer.core.units import GIB
 
 LAPTOP = str(FIXTURES / "hardware" / "rtx4090_laptop_16gb.jsonl")
-HIDE_BNB = ("import sys; sys.modules['bitsandbytes'] = None; sys.argv[0] = 'trainpilot-cli'; "
+# bitsandbytes not installed, beside the laptop's CUDA build of PyTorch (the cuda_torch stand-in, in the child)
+HIDE_BNB = ("import sys, types; sys.modules['bitsandbytes'] = None; sys.argv[0] = 'trainpilot-cli'; "
+            "sys.modules['torch.version'] = types.SimpleNamespace(__version__='2.13.0+cu128', cuda='12.8', hip=None); "
             "from trainer.cli.main import main; sys.exit(main(sys.argv[1:]))")
 
 
 @pytest.mark.slow  # two CLI children
-def test_the_wizard_and_the_cli_plan_the_same_moment_budget_and_verdict(qtbot, tmp_path, monkeypatch):
+def test_the_wizard_and_the_cli_plan_the_same_moment_budget_and_verdict(qtbot, tmp_path, monkeypatch, cuda_torch):
     import subprocess
 
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # not installed, here and in the CLI child

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from PySide6 import QtCore
 
 from app.views.wizard.page_data import MASKED_STYLE, TRAINED_STYLE, DataPage
 from app.views.wizard.state import WizardState
@@ -102,7 +103,7 @@ def _page(qtbot, state, report: bool = False) -> DataPage:
 
 def _show(qtbot, page, path) -> None:
     page.path.setText(str(path))
-    page.path.editingFinished.emit()
+    qtbot.keyClick(page.path, QtCore.Qt.Key_Return)
     qtbot.waitUntil(lambda: "records" in page.stats.text() and "Reading" not in page.stats.text(), timeout=20000)
 
 
@@ -125,18 +126,56 @@ def test_the_objective_is_chosen_on_the_data_page_for_preference_and_kto_data(qt
     assert state.values["training.objective"] == "orpo" and state.config().training.objective == "orpo"
     assert [page.objective.itemData(i) for i in range(page.objective.count())] == ["dpo", "orpo"]
     assert page.objective_note.text() == ""
-    # KTO records read only with KTO; the ORPO chosen above is not kept silently.
+    # KTO records read only with KTO: nothing to choose (walkthrough 8: "choose one" of one, Next disabled); the
+    # ORPO chosen above is not kept silently: the row says what changed.
     _show(qtbot, page, kto)
-    assert [page.objective.itemData(i) for i in range(page.objective.count())] == [None, "kto"]
-    assert state.values["training.objective"] == "orpo" and "KTO" in page.objective_note.text()
-    # Plain text with a preference objective left over: SFT is offered; with SFT the row goes away.
+    assert [page.objective.itemData(i) for i in range(page.objective.count())] == ["kto"]
+    assert state.values["training.objective"] == "kto" and state.config().training.objective == "kto"
+    assert "ORPO was for the previous file" in page.objective_note.text() and page.isComplete()
+    # Plain text after the KTO file: SFT, said so, Next enabled; the same file again: no row.
     _show(qtbot, page, text)
-    assert page.objective_row.isVisible() and page.objective.itemData(1) == "sft"
-    page.objective.setCurrentIndex(1)
-    page.objective.activated.emit(1)
-    assert state.values["training.objective"] == "sft"
+    assert page.objective_row.isVisible() and [page.objective.itemData(i) for i in range(page.objective.count())] == ["sft"]
+    assert state.values["training.objective"] == "sft" and "choose" not in page.objective_note.text()
+    assert "KTO was for the previous file" in page.objective_note.text() and page.isComplete()
     _show(qtbot, page, text)
-    assert not page.objective_row.isVisible()
+    assert not page.objective_row.isVisible() and page.isComplete()
+
+
+def test_a_typed_path_drops_the_last_files_numbers_and_is_read_when_typing_pauses(qtbot, tmp_path, monkeypatch):
+    """Walkthrough 8: a typed data path showed the previous file's statistics until Enter."""
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(8)))
+    second.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(3)))
+    state = WizardState(hardware=None)
+    state.update({"model.source": "demo-tiny-llama", "device": "cpu"})
+    page = _page(qtbot, state)
+    _show(qtbot, page, first)
+    assert "8 records" in page.stats.text() and page.preview.rowCount() == 5
+    page.path.setFocus()
+    page.path.selectAll()
+    qtbot.keyClicks(page.path, str(second))  # no Enter, focus stays
+    assert "8 records" not in page.stats.text() and page.preview.rowCount() == 0
+    qtbot.waitUntil(lambda: "3 records" in page.stats.text(), timeout=20000)
+    assert state.values["data.path"] == str(second) and page.path.hasFocus()
+
+
+def test_data_errors_name_the_pages_controls_and_the_skip_box_skips(qtbot, tmp_path, monkeypatch):
+    """Walkthrough 8: "set data.skip_bad_lines: true" with no such control on the page; the page has the box now."""
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(4)) + "{not json\n")
+    state = WizardState(hardware=None)
+    state.update({"model.source": "demo-tiny-llama", "device": "cpu"})
+    page = _page(qtbot, state)
+    page.path.setText(str(data))
+    page.path.editingFinished.emit()
+    qtbot.waitUntil(lambda: "line 5" in page.stats.text(), timeout=20000)
+    text = page.stats.text()
+    assert "data." not in text and page.skip_bad.text() in text, text
+    page.skip_bad.click()
+    qtbot.waitUntil(lambda: "4 records" in page.stats.text(), timeout=20000)
+    assert "1 unreadable line skipped" in page.stats.text() and state.config().data.skip_bad_lines is True
 
 
 @pytest.mark.slow  # the data command imports torch in a child process
@@ -156,3 +195,24 @@ def test_preference_examples_keep_prompt_and_answers_apart_with_a_legend(qtbot, 
     assert "prompt\nQuestion 0?" in text.replace("\n\n", "\n") and "chosen\nGood answer 0." in text.replace("\n\n", "\n")
     assert "rejected\nBad answer 0." in text.replace("\n\n", "\n")
     assert "Tokens per prompt + longer answer" in page.tokens.text() and "median" in page.tokens.text()
+
+
+@pytest.mark.slow  # the data command imports torch in a child process
+def test_the_first_examples_show_while_every_record_is_still_tokenized(qtbot, tmp_path, monkeypatch):
+    """Walkthrough 7: 400,000 records showed no example for 3 min 50 s, the first three known after 4 s. The examples
+    show as soon as the child has rendered them; the statistics follow."""
+    monkeypatch.setenv("TRAINPILOT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    data = tmp_path / "big.jsonl"
+    data.write_text("".join(f'{{"text": "record {i} of a long file"}}\n' for i in range(150_000)))
+    state = WizardState(hardware=None)
+    state.update({"model.source": "demo-tiny-llama", "data.path": str(data), "data.seq_len": 64, "device": "cpu"})
+    page = _page(qtbot, state, report=True)
+    page.initializePage()
+    qtbot.waitUntil(lambda: "record 2 of a long file" in page.examples.toPlainText()
+                    or "unavailable" in page.tokens.text(), timeout=240000)
+    assert page.report is None, "the examples came only with the statistics"
+    assert "record 0 of a long file" in page.examples.toPlainText() and "statistics follow" in page.tokens.text()
+    page.path.setText(str(tmp_path / "other.jsonl"))  # another file: the child is stopped, its examples go
+    qtbot.keyClick(page.path, QtCore.Qt.Key_Return)
+    assert page._data_job is None and "record 0" not in page.examples.toPlainText()

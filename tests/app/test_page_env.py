@@ -40,3 +40,24 @@ def test_the_page_shows_what_the_doctor_found(qtbot, tmp_path, monkeypatch):
         assert (f"<i>fix:</i> {html.escape(checks[name]['fix'])}" in text) is bool(checks[name]["fix"])
     rows = [page.table.topLevelItem(i).text(1) for i in range(page.table.topLevelItemCount())]
     assert set(EXTRAS) <= set(rows)
+
+
+def test_the_fix_column_is_in_view_at_800_by_600(qtbot):
+    """Walkthrough 8: long results pushed the Fix column out of the table (cut off at the window's edge)."""
+    from PySide6 import QtWidgets
+
+    page = EnvironmentPage()
+    qtbot.addWidget(page)
+    page.resize(780, 520)
+    page.show()
+    long = "TrainPilot's chunked loss and HF's loss (Liger's fused loss, the fastest measured, needs an NVIDIA GPU)"
+    page.show_checks([{"name": "python", "ok": True, "detail": "Python 3.11.7 (/work/main/.venv/bin/python)"},
+                      {"name": "loss kernel", "ok": False, "required": False, "detail": long,
+                       "fix": "an NVIDIA GPU with the CUDA build of PyTorch, then pip install liger-kernel==0.8.5"}])
+    QtWidgets.QApplication.processEvents()
+    header, width = page.table.header(), page.table.viewport().width()
+    right = header.sectionViewportPosition(3) + header.sectionSize(3)
+    assert right <= width and header.sectionSize(3) >= width // 4, (right, width, header.sectionSize(3))
+    item = page.table.topLevelItem(1)
+    rect = page.table.visualItemRect(item)
+    assert rect.height() > page.table.fontMetrics().height() * 1.5, "the long result wraps onto more lines"

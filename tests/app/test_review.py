@@ -120,3 +120,17 @@ def test_a_replayed_gpu_with_a_cpu_only_torch_is_blocked_as_start_would(qtbot, t
         assert wiz.review.start_button.isEnabled(), wiz.review.message.text()
     finally:
         hw.stop()
+
+
+def test_a_full_fine_tune_shows_only_the_settings_that_apply(qtbot, laptop, tmp_path):
+    """Walkthrough 8: a full fine-tune's settings line read "DeepSpeed off, zero stage 2" and "lora dropout 0.05", and
+    Review's YAML a corpus tokenizer's `tokenizer_vocab_size: 8192` for a model with its own vocabulary."""
+    wiz = _wizard_at_review(qtbot, laptop, tmp_path, "full")
+    assert "tokenizer_vocab_size: 8192" not in wiz.review.yaml.toPlainText()
+    wiz.back()
+    qtbot.waitUntil(lambda: "<b>Settings</b>:" in wiz.plan.details.text(), timeout=30000)
+    details = wiz.plan.details.text()
+    assert "DeepSpeed off" in details, details
+    assert "zero stage" not in details and "lora dropout" not in details and "offload params" not in details
+    wiz.state.set("method.type", "lora")  # an adapter's dropout applies to LoRA
+    qtbot.waitUntil(lambda: "lora dropout" in wiz.plan.details.text(), timeout=30000)

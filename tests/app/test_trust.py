@@ -277,3 +277,53 @@ def test_memory_bar_colours_mean_one_component(qtbot):
             colours.setdefault(name, color_for(name))
             assert colours[name] == color_for(name)
     assert color_for("activations") == colours["activations"] and len(set(colours.values())) == len(colours)
+
+
+def test_every_planned_component_has_a_colour_of_its_own():
+    """Walkthrough 8: the plan bar's legend reused three colours (gradients/mlp tile, activations/cuda kernels,
+    attention mask/logits loss). Every component real plans break down into — full, LoRA, QLoRA, DeepSpeed offload,
+    DPO's reference model, GRPO's sampling, a vision model — has one colour, and no other component has it."""
+    from app.views.wizard.memory_bar import color_for
+    from trainer import config as tc
+    from trainer.core.dotted import nested
+    from trainer.hardware.source import planning_snapshot
+    from trainer.planning.plan import plan_run
+
+    snap = planning_snapshot(LAPTOP)
+    names: set[str] = set()
+    for model in ("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-vl-3b"):
+        for changes in ({"method.type": "full"}, {"method.type": "lora"}, {"method.type": "qlora"},
+                        {"method.type": "full", "deepspeed.enabled": True, "deepspeed.offload_optimizer": True},
+                        {"method.type": "lora", "training.objective": "dpo"}):
+            cfg = tc.validate(nested({"model.source": model, "model.architecture": model, "model.tokenizer": "demo",
+                                      "data.seq_len": 2048, **changes}))
+            plan = plan_run(cfg, snap, alternatives=False)
+            names |= {k for k, v in plan.breakdown.items() if isinstance(v, (int, float)) and v > 0}
+    assert {"gradients", "mlp_tile", "activations", "cuda_kernels", "attention_mask", "logits_loss"} <= names, names
+    colours = {name: color_for(name) for name in names}
+    assert len(set(colours.values())) == len(colours), sorted(colours.items(), key=lambda kv: kv[1])
+
+
+def test_a_flagged_combo_box_keeps_its_text_and_says_why_beside_it(qtbot):
+    """Walkthrough 8: a flagged Device combo box showed "c…a" (a red border from a style sheet shrank it)."""
+    from PySide6 import QtWidgets
+
+    from app.views.wizard.schema_form import SchemaForm
+    from trainer import config as tc
+
+    form = SchemaForm(tc.RunConfig())
+    area = QtWidgets.QScrollArea()
+    area.setWidget(form)
+    area.setWidgetResizable(True)
+    area.resize(700, 500)
+    qtbot.addWidget(area)
+    area.show()
+    combo = form.editors["device"]
+    combo.setCurrentIndex(combo.findData("cuda"))
+    wide = combo.sizeHint().width()
+    form.show_problems([("device", "device: cuda needs an NVIDIA GPU")])
+    QtWidgets.QApplication.processEvents()  # the layout settles
+    assert combo.width() >= wide and combo.sizeHint().width() >= wide, (combo.width(), wide)
+    assert "cuda needs an NVIDIA GPU" in form._errors["device"].text()
+    form.show_problems([])
+    assert not form._errors["device"].isVisible()

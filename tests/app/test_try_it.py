@@ -162,3 +162,49 @@ def test_export_model_dialog_reports_progress_to_the_end(qtbot, runs, tmp_path):
     assert dialog.progress.value() == 100 and "Exported" in dialog.status.text(), dialog.status.text()
     assert len(set(seen)) >= 4, seen  # the bar moved through the steps, not straight to the end
     assert (tmp_path / "out" / "model-q8_0.gguf").is_file() and (tmp_path / "out" / "Modelfile").is_file()
+
+
+def test_each_run_keeps_its_own_question_and_a_cpu_run_is_not_told_about_a_gpu(qtbot, fixture_run):
+    """Walkthrough 8: Try it carried one run's prompt into another run's tab, and warned a CPU run's user about a
+    second model on the same GPU."""
+    from app.model.run_data import RunData
+    from app.views.run_view import RunView
+
+    cpu_run, gpu_run = fixture_run("cpu_demo"), fixture_run("laptop_run")
+    (cpu_run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    runlock.hold(cpu_run)  # this process stands in for the run's live supervisor
+    view = RunView()
+    qtbot.addWidget(view)
+    view.show()
+    cpu = RunData(cpu_run)
+    cpu.poll()
+    view.bind(cpu)
+    view.refresh([])
+    text = view.try_it.status.text()
+    assert "training right now" in text and "GPU" not in text and "memory" in text, text
+    view.try_it.prompt.setPlainText("What does the CPU run say?")
+    gpu = RunData(gpu_run)
+    gpu.poll()
+    view.bind(gpu)
+    view.refresh([])
+    assert view.try_it.prompt.toPlainText() == ""
+    view.try_it.prompt.setPlainText("And the GPU run?")
+    view.bind(cpu)
+    assert view.try_it.prompt.toPlainText() == "What does the CPU run say?"
+    view.bind(gpu)
+    assert view.try_it.prompt.toPlainText() == "And the GPU run?"
+
+
+def test_ask_both_with_nothing_typed_says_so(qtbot, fixture_run):
+    """The walkthrough again (a user's obvious mistake): "Ask both" with an empty question did nothing, silently."""
+    from PySide6 import QtCore
+
+    run = fixture_run("cpu_demo")
+    tab = TryItTab()
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.bind(run)
+    tab.checkpoint.addItem("final", "final")  # the fixture keeps no weights: a model to offer, nothing is loaded
+    tab.send_button.setEnabled(True)
+    qtbot.mouseClick(tab.send_button, QtCore.Qt.LeftButton)
+    assert "Type a question" in tab.status.text() and tab.streams == []

@@ -23,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("config")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--examples", type=int, default=3, metavar="N", help="examples to render (default 3)")
+    p.add_argument("--early-examples", action="store_true",
+                   help="with --json: first print the rendered examples as one JSON line ({\"early_examples\": "
+                        "[...]}) as soon as they are known, then the report (tokenizing every record takes longer)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
     p.set_defaults(func=cmd_data)
 
@@ -44,13 +47,19 @@ def cmd_data(args) -> int:
     # torch/transformers/datasets: imported only after the cheap checks passed
     from trainer.worker.probes.data_report import report
 
-    result = report(cfg, args.examples)
+    result = report(cfg, args.examples, on_examples=_print_early if args.json and args.early_examples else None)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
         print(render_text(result))
     sys.stdout.flush()
     return 0
+
+
+def _print_early(examples: list[dict]) -> None:
+    """The rendered examples as one JSON line, at once (the GUI shows them while the statistics are counted)."""
+    print(json.dumps({"early_examples": examples}, ensure_ascii=False))
+    sys.stdout.flush()
 
 
 def render_grpo_text(r: dict) -> str:

@@ -50,9 +50,9 @@ class ModelConfig(_Section):
         "trains a BPE tokenizer on the training data (model.tokenizer_vocab_size)."
     )
     revision: Optional[str] = Field(None, description="Hub revision (branch, tag or commit).")
-    tokenizer_vocab_size: int = Field(
-        8192, ge=300, description="Vocabulary size when model.tokenizer is 'corpus' (a BPE tokenizer trained on the "
-        "training data, cached, saved into the run and final/)."
+    tokenizer_vocab_size: Optional[int] = Field(
+        None, ge=300, description="Vocabulary size when model.tokenizer is 'corpus' (a BPE tokenizer trained on the "
+        "training data, cached, saved into the run and final/); null: 8192. Any other tokenizer has its own."
     )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Dtype the weights are loaded in; 'auto' follows speed.precision."

@@ -37,6 +37,11 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     if cfg.method.type == "qlora" and (cfg.device == "cpu" or caps.cuda_gpu is False):
         out.append(Requirement("method.type", "an NVIDIA GPU", "QLoRA needs an NVIDIA GPU (bitsandbytes 4-bit runs on "
                                                                "CUDA only); use method.type: lora here"))
+    elif cfg.method.type == "qlora" and caps.torch.can_use_gpu is False:  # what the Environment page's 4-bit line says
+        out.append(Requirement("method.type", "a CUDA build of PyTorch",
+                               f"QLoRA's 4-bit weights need an NVIDIA GPU through the CUDA build of PyTorch, and this "
+                               f"environment has {caps.torch.words()}; install the CUDA build (python "
+                               "installers/torch_build.py prints the pip command), or use method.type: lora"))
     elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
         out.append(Requirement("method.type", "bitsandbytes", f"QLoRA needs bitsandbytes, which is not installed; "
                                                               f"{bnb}, or use method.type: lora"))

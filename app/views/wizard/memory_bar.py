@@ -7,17 +7,21 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model.fmt import gib
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
-
-# The planner's components, each with its own colour for every method and plan: a colour keeps
-# its meaning (the position in a breakdown does not decide it).
+# The planner's components, each with its own colour for every method and plan: a colour keeps its meaning (the
+# position in a breakdown does not decide it), and no two components share one (a legend of "gradients" and "mlp tile"
+# in one orange said nothing).
 COMPONENT_COLORS = {
-    "weights": "#1f77b4", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
+    "weights": "#1f77b4", "frozen_weights": "#6baed6", "gradients": "#ff7f0e", "optimizer_states": "#2ca02c", "adapter_states": "#98df8a",
     "activations": "#9467bd", "recompute": "#c5b0d5", "logits_loss": "#8c564b", "fragmentation": "#7f7f7f",
-    "cuda_context": "#bcbd22", "buckets": "#17becf", "offload": "#e377c2", "runtime": "#aec7e8", "loading": "#ffbb78",
-    "vision_activations": "#f7b6d2", "vision_states": "#c49c94", "vision_forward": "#dbdb8d",
+    "cuda_context": "#bcbd22", "cuda_kernels": "#5254a3", "deepspeed_buckets": "#17becf",
+    "deepspeed_flatten_cache": "#9edae5", "offloaded_states": "#e377c2", "offload_kept": "#ad494a",
+    "offload_margin": "#e7969c", "runtime": "#aec7e8", "loading": "#ffbb78", "vision_activations": "#f7b6d2",
+    "vision_states": "#c49c94", "vision_forward": "#dbdb8d", "mlp_tile": "#d62728", "attention_mask": "#393b79",
+    "reference_model": "#637939", "reference_forward": "#b5cf6b", "dequant_buffer": "#843c39",
+    "generation_forward": "#8c6d31", "generation_kv_cache": "#e7ba52", "zero3_generation_gather": "#7b4173",
 }
+# A component the list above does not know yet: a colour none of the known ones has (hashed: stable per name).
+PALETTE = ("#cedb9c", "#bd9e39", "#a55194", "#de9ed6", "#9c9ede", "#e6550d", "#31a354", "#fd8d3c")
 # Where a component's own name is not a word for people.
 COMPONENT_WORDS = {"runtime": "Python + torch runtime", "loading": "weights while loading",
                    "vision_forward": "vision tower's forward", "vision_states": "trained vision weights + states"}

@@ -14,9 +14,10 @@ import json
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.model.data_preview import (  # noqa: F401  (the styles: re-exported for the tests)
-    MASKED_STYLE, OBJECTIVE_WORDS, PICTURE_URL, PROMPT_SHAPES, TRAINED_STYLE, examples_html, grpo_examples_html,
-    grpo_report_summary, needs_choice, objectives_for, picture_paths, report_summary,
+from app.model.data_preview import (  # noqa: F401  (the styles and scan_pictures: re-exported for the tests)
+    MASKED_STYLE, OBJECTIVE_WORDS, PICTURE_URL, PROMPT_SHAPES, SKIP_LABEL, TRAINED_STYLE, bar_spans, cell_text,
+    data_words, examples_html, grpo_examples_html, grpo_report_summary, needs_choice, objectives_for, picture_paths,
+    report_summary, scan_pictures,
 )
 from app.views import thumbnails
 from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
@@ -31,6 +32,7 @@ from trainer.data.formats import describe
 
 PREVIEW_ROWS = 5
 EXAMPLES = 3
+TYPING_PAUSE_MS = 600  # a typed path is read once the typing pauses (or on Enter): not the last file's numbers meanwhile
 
 
 class DataPage(QtWidgets.QWizardPage):
@@ -43,7 +45,14 @@ class DataPage(QtWidgets.QWizardPage):
                          "prompt/response, preference, KTO, or prompts with reference answers (GRPO). 'demo' is the "
                          "bundled sample.")
         self.path = QtWidgets.QLineEdit(str(state.values["data.path"]))
-        self.path.editingFinished.connect(self._changed)
+        self.path.returnPressed.connect(self._changed)  # Enter reads the file again, even the same path
+        self.path.editingFinished.connect(self._path_left)
+        self.path.textEdited.connect(self._typing)
+        self._pause = QtCore.QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS, timeout=self._changed)
+        self._read: str | None = None  # the path the page shows (read, or being read)
+        self.skip_bad = QtWidgets.QCheckBox(SKIP_LABEL, checked=bool(state.values["data.skip_bad_lines"]))
+        self.skip_bad.setToolTip(tc.DataConfig.model_fields["skip_bad_lines"].description)
+        self.skip_bad.toggled.connect(self._skip_toggled)
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
         sample = QtWidgets.QPushButton("Create a sample dataset", clicked=self.create_sample)
         self.objective = QtWidgets.QComboBox()
@@ -81,6 +90,7 @@ class DataPage(QtWidgets.QWizardPage):
         row.addWidget(sample)
         lay = QtWidgets.QVBoxLayout(self)
         lay.addLayout(row)
+        lay.addWidget(self.skip_bad)
         lay.addWidget(self.stats)
         lay.addWidget(self.objective_row)
         lay.addWidget(self.tokens)
@@ -89,6 +99,7 @@ class DataPage(QtWidgets.QWizardPage):
         self._thumbnails = Latest(self._show_thumbnails, self._thumbnails_failed, self)
         self.thumbnails: dict[str, tuple] = {}  # picture path → (resource url or None, caption), for the examples
         self.report: dict | None = None
+        self.shown_examples: list[dict] = []  # the rendered examples on screen (early, or the report's)
         self._data_job: Job | None = None
 
     def initializePage(self) -> None:
@@ -112,8 +123,28 @@ class DataPage(QtWidgets.QWizardPage):
         return path
 
     # -- the light scan (thread pool) --------------------------------------------------------------
+    def _typing(self, text: str) -> None:
+        """The path is being typed: the last file's numbers go at once; the new one is read when typing pauses."""
+        self._read = None
+        self._job.cancel()
+        self._cancel_report()
+        self.stats.setText(f"{html.escape(text.strip())} — read when you stop typing (or press Enter)…")
+        self.tokens.setText("")
+        self._fill_preview([])
+        self._pause.start()
+
+    def _path_left(self) -> None:
+        """Enter, or focus left the field: read the path now, unless it is the one shown."""
+        if self.path.text().strip() != self._read:
+            self._changed()
+
+    def _skip_toggled(self, on: bool) -> None:
+        self.state.commit("data.skip_bad_lines", on)
+        self._changed()
+
     def _changed(self) -> None:
-        path = self.path.text().strip()
+        self._pause.stop()
+        path = self._read = self.path.text().strip()
         self.state.set("data.path", path)
         self.stats.setText(f"Reading {path}…")
         self.tokens.setText("")
@@ -130,7 +161,8 @@ class DataPage(QtWidgets.QWizardPage):
         if isinstance(s, PromptData):
             self._show_prompts(s)
             return
-        skipped = f", {len(s.skipped_lines)} unreadable lines skipped" if s.skipped_lines else ""
+        n = len(s.skipped_lines)
+        skipped = f", {n} unreadable line{'s' if n != 1 else ''} skipped" if n else ""
         if getattr(s, "skipped_records", None):
             skipped += f", {len(s.skipped_records)} records skipped (a picture missing or unreadable)"
         self.stats.setText(f"<b>{s.records:,} records</b>{skipped}{scan_pictures(s)}. Format: <b>{s.record_format}</b> — "
@@ -162,24 +194,34 @@ class DataPage(QtWidgets.QWizardPage):
     # -- the objective (what preference and KTO records are trained with) ----------------------------
     def show_objectives(self, record_format: str | None) -> None:
         """Offer the objectives that read ``record_format``; nothing is chosen for the user: a config whose
-        objective cannot read the file says so here (and Review blocks it) until one is picked."""
+        objective cannot read the file says so here (and Review blocks it) until one is picked. Where only one
+        objective reads the records, there is nothing to choose: it is set, and the row says so."""
         self.record_format = record_format
         allowed = objectives_for(record_format)
         current = self.state.values.get("training.objective")
-        if not allowed or (current in allowed and not needs_choice(record_format)):
+        if len(allowed) == 1 and current not in allowed:
+            self.state.commit("training.objective", allowed[0])
+            self._offer(allowed, chosen=True)
+            self.objective_note.setText(f"{record_format} records are trained with {allowed[0].upper()} "
+                                        f"({str(current).upper()} was for the previous file).")
+        elif not allowed or (current in allowed and not needs_choice(record_format)):
             self.objective_row.hide()
-            self.completeChanged.emit()
-            return
-        chosen = self._objective_chosen_for(record_format)
+        else:
+            chosen = self._objective_chosen_for(record_format)
+            self._offer(allowed, chosen)
+            self._objective_note(chosen, allowed)
+        self.completeChanged.emit()
+
+    def _offer(self, allowed: tuple[str, ...], chosen: bool) -> None:
+        """Fill the objective combo: a placeholder first until the user has chosen."""
         self.objective.clear()
         if not chosen:
             self.objective.addItem("Choose how to learn from these records…", None)
         for o in allowed:
             self.objective.addItem(OBJECTIVE_WORDS.get(o, o), o)
-        self.objective.setCurrentIndex(self.objective.findData(current) if chosen else 0)
-        self._objective_note(chosen, allowed)
+        self.objective.setCurrentIndex(self.objective.findData(self.state.values.get("training.objective"))
+                                       if chosen else 0)
         self.objective_row.show()
-        self.completeChanged.emit()
 
     def isComplete(self) -> bool:
         """Next waits while records that leave the objective to the user (pairs, KTO, prompts with references)
@@ -230,7 +272,7 @@ class DataPage(QtWidgets.QWizardPage):
         self.objective_row.hide()
         self.completeChanged.emit()
         text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
-        self.stats.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
+        self.stats.setText(f"<span style='color:#b00'>{html.escape(data_words(text))}</span>")
         self.preview.clear()
         self.preview.setRowCount(0)
 
@@ -246,7 +288,8 @@ class DataPage(QtWidgets.QWizardPage):
             return
         self._cancel_report()
         self.tokens.setText("Tokenizing with the run's tokenizer…")
-        job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), parent=self)
+        job = Job("data", str(config_file), "--json", "--examples", str(EXAMPLES), "--early-examples", parent=self)
+        job.line.connect(self._early)
         job.done.connect(lambda code, out, err, job=job: self._report_done(job, code))
         self._data_job = job.start()
 
@@ -267,17 +310,32 @@ class DataPage(QtWidgets.QWizardPage):
         report = job.json() if code == 0 else None
         if report is None:
             self.tokens.setText(f"<span style='color:#b00'>token statistics unavailable: "
-                                f"{html.escape(job.error_text())}</span>")
+                                f"{html.escape(data_words(job.error_text()))}</span>")
             return
         self.show_report(report)
+
+    def _early(self, line: dict) -> None:
+        """The first examples, rendered before every record is tokenized: shown now, the statistics follow."""
+        if self.report is None and isinstance(line.get("early_examples"), list):
+            self.tokens.setText("Tokenizing every record with the run's tokenizer: the statistics follow…")
+            self._show_examples(line["early_examples"])
+
+    def _show_examples(self, examples: list[dict]) -> None:
+        self.shown_examples, self.thumbnails = examples, {}
+        self.examples.setHtml(examples_html(examples))
+        paths = picture_paths(examples)
+        if paths:  # decoded off the GUI thread (a large picture takes a moment), shown when ready
+            self._thumbnails.submit(lambda: thumbnails.load_all(paths))
 
     def _cancel_report(self) -> None:
         """Stop a report still running for other data, and clear what the last one showed."""
         if self._data_job is not None:
-            self._data_job.done.disconnect()
+            for signal in (self._data_job.done, self._data_job.line):
+                signal.disconnect()
             self._data_job.cancel()
             self._data_job = None
-        self.report = None
+        self.report, self.shown_examples = None, []
+        self._thumbnails.cancel()
         self.examples.setHtml("<i>The first examples appear here once they are tokenized.</i>")
         if self.bars is not None:
             self.histogram.removeItem(self.bars)
@@ -292,11 +350,8 @@ class DataPage(QtWidgets.QWizardPage):
             self.examples.setHtml(grpo_examples_html(r["examples"]))
             return
         self.tokens.setText(report_summary(r))
-        self.thumbnails = {}
-        self.examples.setHtml(examples_html(r["examples"]))
-        paths = picture_paths(r["examples"])
-        if paths:  # decoded off the GUI thread (a large picture takes a moment), shown when ready
-            self._thumbnails.submit(lambda: thumbnails.load_all(paths))
+        if r["examples"] != self.shown_examples:  # the same as the early ones: already shown (thumbnails too)
+            self._show_examples(r["examples"])
         edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]
         if self.bars is not None:
             self.histogram.removeItem(self.bars)
@@ -312,7 +367,7 @@ class DataPage(QtWidgets.QWizardPage):
 
     def _show_thumbnails(self, thumbs: list) -> None:
         """Put the examples' thumbnails beside their turns (the report they were made for is still shown)."""
-        if self.report is None or "examples" not in self.report:
+        if not self.shown_examples:
             return
         doc = self.examples.document()
         for i, t in enumerate(thumbs):
@@ -320,40 +375,10 @@ class DataPage(QtWidgets.QWizardPage):
             if url:
                 doc.addResource(QtGui.QTextDocument.ImageResource, QtCore.QUrl(url), t.image)
             self.thumbnails[t.path] = (url, t.caption())
-        self.examples.setHtml(examples_html(self.report["examples"], self.thumbnails))
+        self.examples.setHtml(examples_html(self.shown_examples, self.thumbnails))
 
     def _thumbnails_failed(self, exc: Exception) -> None:
-        if self.report is not None and "examples" in self.report:
-            paths = picture_paths(self.report["examples"])
+        if self.shown_examples:
+            paths = picture_paths(self.shown_examples)
             self.thumbnails = {p: (None, f"no preview: {exc}") for p in paths}
-            self.examples.setHtml(examples_html(self.report["examples"], self.thumbnails))
-
-
-def scan_pictures(s) -> str:
-    """The light scan's picture count in words ('' for data without pictures)."""
-    p = getattr(s, "pictures", None) or {}
-    if not p.get("pictures"):
-        return ""
-    where = "" if p["records_with_pictures"] == getattr(s, "records", None) else \
-        f" in {p['records_with_pictures']:,} of them"
-    return f", <b>{p['pictures']:,} pictures</b>{where} (at most {p['max_per_record']} in one record)"
-
-
-def cell_text(value) -> str:
-    """A record's field as the Records tab shows it: text as is, everything else as JSON (as in the file, never a
-    Python repr: ``true``/``null`` and double quotes)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-MIN_BAR_SHARE = 1 / 60  # of the plotted width: the bars of one token on a 0…2048 axis would be invisible
-
-
-def bar_spans(edges: list[float], seq_len: int) -> tuple[list[float], list[float], float]:
-    """(left edges, right edges, right end of the x axis) of the token-length bars: the axis runs from 0 past both
-    the longest record and seq_len, and bars that together span less than MIN_BAR_SHARE of it (records of one or a
-    few lengths) are spread about their centre to that width, in their order (visible, none over another)."""
-    right = max(edges[-1], seq_len) * 1.05 or 1.0
-    span, centre = edges[-1] - edges[0], (edges[0] + edges[-1]) / 2
-    scale = max(1.0, right * MIN_BAR_SHARE / span) if span > 0 else 1.0
-    scaled = [centre + (e - centre) * scale for e in edges]
-    return scaled[:-1], scaled[1:], right
+            self.examples.setHtml(examples_html(self.shown_examples, self.thumbnails))

@@ -47,6 +47,25 @@ def extras_html(checks: list[dict]) -> str:
     return "<b>What this machine trains with</b><br>" + "<br>".join(lines)
 
 
+class WrapDelegate(QtWidgets.QStyledItemDelegate):
+    """Rows as tall as their wrapped text in its column (Qt's delegate measures a row as one line, and QTreeView's
+    word wrap then elides instead)."""
+
+    def __init__(self, view: QtWidgets.QTreeView):
+        super().__init__(view)
+        self.view = view
+        view.header().sectionResized.connect(lambda *_: view.scheduleDelayedItemsLayout())
+
+    def sizeHint(self, option, index) -> QtCore.QSize:
+        hint = super().sizeHint(option, index)
+        width = self.view.header().sectionSize(index.column()) - 8  # the cell's margins
+        text = str(index.data() or "")
+        if width <= 0 or not text:
+            return hint
+        rect = option.fontMetrics.boundingRect(QtCore.QRect(0, 0, width, 100_000), QtCore.Qt.TextWordWrap, text)
+        return QtCore.QSize(hint.width(), max(hint.height(), rect.height() + 4))
+
+
 class EnvironmentPage(QtWidgets.QWizardPage):
     """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
 
@@ -65,6 +84,13 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         self.table.setHeaderLabels(["", "Check", "Result", "Fix"])
         self.table.setRootIsDecorated(False)
         self.table.setWordWrap(True)
+        self.table.setItemDelegate(WrapDelegate(self.table))
+        # The result and its fix share the width, wrapped: a long result pushed the Fix column out of the window.
+        header = self.table.header()
+        header.setStretchLastSection(False)
+        for col, mode in enumerate((QtWidgets.QHeaderView.ResizeToContents, QtWidgets.QHeaderView.ResizeToContents,
+                                    QtWidgets.QHeaderView.Stretch, QtWidgets.QHeaderView.Stretch)):
+            header.setSectionResizeMode(col, mode)
         self.replay_note = QtWidgets.QLabel(
             f"The window replays a recorded GPU ({Path(replay_file).name}) for its header and the planner; "
             "these checks are of this machine itself." if replay_file else "")
@@ -90,6 +116,10 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         if not checks:
             self.status.setText(f"The doctor did not answer: {self.job.error_text()}")
             return
+        self.show_checks(checks)
+
+    def show_checks(self, checks: list[dict]) -> None:
+        """The doctor's checks: the extras above, every check in the table, and the summary line."""
         self.extras.setText(extras_html(checks))
         self.extras.setVisible(bool(self.extras.text()))
         self.table.clear()
@@ -98,8 +128,6 @@ class EnvironmentPage(QtWidgets.QWizardPage):
             for col in (2, 3):
                 item.setToolTip(col, item.text(col))
             self.table.addTopLevelItem(item)
-        for col in range(3):
-            self.table.resizeColumnToContents(col)
         rows = [check_row(c) for c in checks]
         bad, warn = sum(r[0] == "✖" for r in rows), sum(r[0] == "⚠" for r in rows)
         if bad:

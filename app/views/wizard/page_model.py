@@ -15,7 +15,7 @@ from app.views.model_picker import ModelPicker
 from trainer import config as tc
 from trainer.core.paths import MODELS_DIR
 from trainer.models import catalog, sources
-from trainer.models.spec import load_model_spec, needs_probe, spec_for_run
+from trainer.models.spec import ModelSpecNotFound, load_model_spec, needs_probe, spec_for_run
 from trainer.planning.verdict import model_verdict
 
 
@@ -37,6 +37,14 @@ def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
         if best is not None:
             out.append((path.stem, spec.params, best.method))
     return sorted(out, key=lambda r: -r[1])
+
+
+def not_downloaded_words(repo: str) -> str:
+    """A hub model whose config.json is not on this computer yet, in plain words (HTML): what to press."""
+    state = hub.cached_state(repo)
+    return (f"<b>{html.escape(repo)}</b> is {state}: press <b>Download…</b> below (it asks first and shows the size); "
+            "its size and what fits here show once it is on this computer. To try the pipeline without a download, "
+            "double-click a shipped architecture at the bottom (random weights).")
 
 
 class ModelPage(QtWidgets.QWizardPage):
@@ -93,6 +101,7 @@ class ModelPage(QtWidgets.QWizardPage):
 
     def _edited(self, _text: str) -> None:
         self._model_job.cancel()  # a result for the old text must not show under the new one
+        self.picker.follow(_text)  # Download… takes what is typed, not a row still highlighted
         self.facts.setText("…")
         self._debounce.start()
 
@@ -181,6 +190,11 @@ class ModelPage(QtWidgets.QWizardPage):
             self.state.set("data.seq_len", int(href[4:]))  # the facts follow (values_changed)
 
     def _show_error(self, exc: Exception) -> None:
+        source = self.source.text().strip()
+        if isinstance(exc, ModelSpecNotFound) and hub.looks_like_hub_id(source) and \
+                hub.cached_state(source) != "downloaded":  # not an error: not here yet (no list of architectures)
+            self.facts.setText(not_downloaded_words(source))
+            return
         text = exc.render() if isinstance(exc, tc.ConfigError) else str(exc)
         self.facts.setText(f"<span style='color:#b00'>{html.escape(text)}</span>")
 

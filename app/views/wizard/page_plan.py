@@ -7,6 +7,7 @@ import typing
 
 from PySide6 import QtCore, QtWidgets
 
+from app.model.plan_settings import applicable
 from app.model.fmt import gib
 from app.model.planning import TRAIN_VISION_WORDS, longest_words, picture_cost_words
 from app.views.wizard.memory_bar import MemoryBar
@@ -196,7 +197,8 @@ class PlanPage(QtWidgets.QWizardPage):
         self.bar.show()
         if not self.longest.isHidden():  # the answer for these values follows (state.longest_ready)
             self.longest.setText("Longest context with these settings: working it out…")
-        self.details.setText(plan_details_html(d))
+        cfg = plan.resolved or getattr(plan, "config_in", None)
+        self.details.setText(plan_details_html(d, cfg.method.type if cfg is not None else None))
         pictures = d.get("pictures") or {}
         self._show_pictures(bool(pictures))
         self.picture_cost.setText(picture_cost_words(pictures, (d.get("settings") or {}).get(
@@ -230,10 +232,11 @@ class PlanPage(QtWidgets.QWizardPage):
                                              for k, m in problems))
 
 
-def plan_details_html(d: dict) -> str:
-    """Settings, reasons, apps to close and alternatives of a plan.json dict, as HTML."""
+def plan_details_html(d: dict, method: str | None = None) -> str:
+    """Settings (those that apply to a ``method`` run), reasons, apps to close and alternatives of a plan.json dict,
+    as HTML."""
     parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_value(v)}"
-                                             for k, v in (d.get("settings") or {}).items())]
+                                             for k, v in applicable(d.get("settings") or {}, method).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
     if d.get("reasons"):

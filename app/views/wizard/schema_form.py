@@ -143,6 +143,7 @@ class SchemaForm(QtWidgets.QWidget):
     def __init__(self, cfg: tc.RunConfig, parent=None):
         super().__init__(parent)
         self.editors: dict[str, QtWidgets.QWidget] = {}
+        self._errors: dict[str, QtWidgets.QLabel] = {}  # the problem beside a check box or combo box
         self._kinds: dict[str, str] = {}
         self.groups: dict[str, QtWidgets.QGroupBox] = {}
         self._lay = QtWidgets.QVBoxLayout(self)
@@ -171,10 +172,24 @@ class SchemaForm(QtWidgets.QWidget):
                 continue
             editor = self._editor(key, f.annotation, getattr(obj, name))
             editor.setToolTip(f"{key}: {f.description or ''}")
-            form.addRow(label, editor)
+            form.addRow(label, editor if isinstance(editor, FieldEdit) else self._beside(key, editor))
             self.editors[key] = editor
         self._lay.addWidget(box)
         self.groups[title] = box
+
+    def _beside(self, key: str, editor: QtWidgets.QWidget) -> QtWidgets.QWidget:
+        """A check box or combo box with its problem in words beside it (a red border from a style sheet shrank a
+        combo box to "c…a": its size hint no longer holds the text)."""
+        row = QtWidgets.QWidget()
+        lay = QtWidgets.QHBoxLayout(row)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(editor)
+        error = self._errors[key] = QtWidgets.QLabel()
+        error.setStyleSheet("color:#c0392b")
+        error.setWordWrap(True)
+        error.hide()
+        lay.addWidget(error, 1)
+        return row
 
     def _editor(self, key: str, ann, value) -> QtWidgets.QWidget:
         if ann is bool:
@@ -232,8 +247,8 @@ class SchemaForm(QtWidgets.QWidget):
             if isinstance(w, FieldEdit):
                 w.set_problem(bad.get(key))
             else:
-                w.setStyleSheet("border: 1px solid #d62728" if key in bad else "")
-                w.setToolTip(f"{key}: {bad[key]}" if key in bad else w.toolTip())
+                self._errors[key].setText(user_words(bad[key]) if key in bad else "")
+                self._errors[key].setVisible(key in bad)
 
 
 def parse_text(text: str):

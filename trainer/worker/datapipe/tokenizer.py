@@ -30,6 +30,9 @@ def demo_tokenizer(data_file: Path, vocab_size: int = 1024):
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 
 
+CORPUS_VOCAB_SIZE = 8192  # entries of a corpus tokenizer when model.tokenizer_vocab_size is null
+
+
 def corpus_tokenizer(cfg):
     """A byte-level BPE tokenizer with ``model.tokenizer_vocab_size`` entries trained on the first
     ``CORPUS_SAMPLE_RECORDS`` records of the training data, cached by the data's fingerprint."""
@@ -42,7 +45,7 @@ def corpus_tokenizer(cfg):
         src, reader = producer.record_reader(cfg, "train")
         n = min(len(reader), CORPUS_SAMPLE_RECORDS)
         batches = (reader.batch(range(i, min(n, i + 1000))) for i in range(0, n, 1000))
-    vocab = cfg.model.tokenizer_vocab_size
+    vocab = cfg.model.tokenizer_vocab_size or CORPUS_VOCAB_SIZE
     digest = hashlib.sha256(json.dumps([src.fingerprint, src.record_format, vocab]).encode()).hexdigest()[:16]
     folder = cache_dir() / "tokenizers" / f"corpus-{vocab}-{digest}"
     if not (folder / "tokenizer.json").exists():
