@@ -28,6 +28,8 @@ RECORDED = {
     "_prepare_for_training": ("self", "max_steps", "train_dataloader", "resume_from_checkpoint"),
     # HF's save, then the files that go with the model (a multimodal checkpoint's processor files)
     "_save": ("self", "output_dir=None", "state_dict=None"),
+    # HF's flop estimate with the parameter count taken once (HF counts every parameter on every micro-batch)
+    "floating_point_ops": ("self", "inputs"),
 }
 
 
