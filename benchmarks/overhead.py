@@ -43,6 +43,21 @@ from trainer import config as config_mod  # noqa: E402
 from trainer.rundir.events import EVENTS_FILE, read_events  # noqa: E402
 
 TARGET = 0.98
+QUIET_MACHINE = """\
+The figure that counts (target: median ours/bare >= 0.98) comes from a quiet machine: no other job running
+(load average below 0.5 before you start; check with 'uptime'), nothing else open. From the repository
+root, with the project's environment:
+
+    python benchmarks/overhead.py --pairs 6 --json overhead.json
+    python benchmarks/overhead.py --pairs 6 --threads 1 --json overhead-1thread.json
+
+(the defaults: CPU demo model, sequence 128, micro-batch 4 x accumulation 4, 150 steps, timed over steps 11-150;
+each pair runs both sides once, who goes first alternating). Read the last line ("median ours/bare tokens/s ratio") and the
+per-pair ratios above it; a pair far from the others means the machine was not quiet. On a machine with an
+NVIDIA GPU add: --device cuda --model llama-3.2-1b --seq-len 2048 --micro-batch 4 --accumulation 2
+(or: bash benchmarks/gpu_suite.sh overhead OUTDIR). docs/overhead.md has the measured figures and what each side
+does per step.
+"""
 BARE_SCRIPT = ROOT / "benchmarks" / "bare_hf_trainer.py"
 
 
@@ -224,7 +239,8 @@ def report(res: dict) -> None:
 
 def main(argv=None) -> int:
     """Parse options, measure, print, optionally write JSON. Returns 0 unless a run failed."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=QUIET_MACHINE,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny-llama", help="architecture name in trainer/resources/models (random init)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on cuda, fp32 on cpu")

@@ -151,3 +151,28 @@ def test_verify_export_refuses_a_folder_that_is_not_an_export(tmp_path):
     (tmp_path / verify.RECORD).write_text(json.dumps({"gguf": "model-f16.gguf"}))
     with pytest.raises(UserError, match="model-f16.gguf\\) is missing"):
         verify.read_record(tmp_path)
+
+
+def test_the_modelfile_check_of_a_vision_language_export_reads_both_froms_and_content_parts(tmp_path):
+    """Issue 41, walkthrough finding 2: the check took the projector's FROM (the last) for the model's, and rendered
+    a content-part message as the Python list's text ("User: [{'type': 'text', ..."): every SmolVLM export failed it."""
+    from trainer.worker.export import modelfile_check, ollama
+
+    tok = _tok("gemma-2")
+    chat = conversations.for_tokenizer(tok)
+    ollama.write_modelfile(tmp_path, "model-f16.gguf", "t", tok, chat, ollama.check(tok), 8192,
+                           projector="mmproj-model-f16.gguf")
+    raw = [{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "2+2?"}]}]
+    case = _case(raw, tok)
+    record = {"gguf": "model-f16.gguf", "mmproj": "mmproj-model-f16.gguf"}
+    stops = [tok.convert_ids_to_tokens(i) for i in ollama.stop_ids(tok, chat)]
+
+    def want(c):
+        return chat.render(c.messages, True)[len(tok.bos_token):]
+    good = modelfile_check.check(tmp_path, record, [case], want, stops, 256)
+    assert good["ok"] is True and good["equal"] == 1, good
+    path = tmp_path / "Modelfile"
+    path.write_text(path.read_text().replace("FROM ./mmproj-model-f16.gguf\n", ""))
+    bad = modelfile_check.check(tmp_path, record, [case], want, stops, 256)
+    assert bad["differences"] == ["no second FROM names the projector './mmproj-model-f16.gguf': Ollama would read "
+                                  "no pictures"]

@@ -36,6 +36,8 @@ def test_demo_completes_with_full_step_events_and_falling_loss(tmp_path):
     assert {"config.yaml", "plan.json", "launch.sh", "launch.bat", "events.jsonl", "status.json", "train.log",
             "telemetry.jsonl"} <= {p.name for p in run.iterdir()}
     assert (run / "final" / "model.safetensors").exists()
+    logged = [ln for ln in (run / "train.log").read_text().splitlines() if ln.startswith("{'loss'")]
+    assert len(logged) == len(steps), "train.log keeps HF's log line of every step (written once a second, not per step)"
     status = cli("status", run, "--json")
     assert '"state": "finished"' in status.stdout
 

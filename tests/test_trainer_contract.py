@@ -33,6 +33,8 @@ RECORDED = {
     "create_optimizer": ("self", "model=None"),
     "create_scheduler": ("self", "num_training_steps", "optimizer=None"),
     "_get_grad_norm": ("self", "model", "grad_norm=None"),
+    # HF's flop estimate with the parameter count taken once (HF counts every parameter on every micro-batch)
+    "floating_point_ops": ("self", "inputs"),
 }
 
 

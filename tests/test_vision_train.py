@@ -151,6 +151,11 @@ def test_smolvlm_merged_export_loads_in_transformers_with_its_processor_and_gguf
         assert projector.fields["clip.projector_type"].contents() == "idefics3"
         assert GGUFReader(str(out / "model-f16.gguf")).fields["general.architecture"].contents() == "llama"
         assert "projector: mmproj-model-f16.gguf" in proc.stderr
+    from trainer import config as config_mod
+    from trainer.worker.export import verify
+
+    reference = verify._reference_model(config_mod.load(run_dir / "config.yaml"), out, run_dir / "final", "export")
+    assert type(reference).__name__ == "Idefics3ForConditionalGeneration", "the export's own class, not a causal LM"
 
 
 def test_llava_trains_stops_with_eos_and_its_export_loads(llava):
@@ -185,3 +190,29 @@ def test_a_missing_picture_exits_2_naming_the_line_and_writes_nothing(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "line 5" in proc.stderr and str(tmp_path / "pics" / "gone.png") in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_smolvlm_lora_exports_gguf_and_ollama_and_verifies_by_default(smol):
+    """Walkthrough finding 2 (issue 41): the verification loaded a vision-language export as a causal LM and failed
+    with transformers' list of ~200 model classes, keeping nothing. Now it checks the text GGUF in llama.cpp on text
+    prompts and loads the projector in llama.cpp's multimodal library, and says so in words; the GUI's export dialog
+    reads the same line from the ``--json`` progress."""
+    from helpers_gguf import require_llama_cpp
+
+    require_llama_cpp()
+    folder, _config, run_dir = smol
+    out = folder / "export-verified"
+    proc = cli("export-model", run_dir, "--to", out, "--gguf", "f16", "--ollama", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Model type should be one of" not in proc.stderr + proc.stdout
+    done = [json.loads(ln) for ln in proc.stdout.splitlines() if '"type": "done"' in ln][-1]
+    result = json.loads((out / "verification.json").read_text())
+    assert done["verification"] == {"verified": True, "summary": result["summary"]}
+    assert {"model-f16.gguf", "mmproj-model-f16.gguf", "Modelfile"} <= {p.name for p in out.iterdir()}
+    checks = result["checks"]
+    assert checks["prompt"]["ok"] and checks["greedy"]["ok"] and checks["stops"]["ok"] and checks["ollama"]["ok"]
+    assert checks["projector"] == {"ok": True, "file": "mmproj-model-f16.gguf", "vision": True, "differences": []}
+    assert result["summary"].startswith("verified in llama.cpp: prompt ids equal")
+    assert "answers to pictures are not compared" in result["summary"] and "projector mmproj-model-f16.gguf" in \
+        result["summary"], result["summary"]
+    assert all("hold pictures" in where for where in result["cases"]), "text prompts, and why"

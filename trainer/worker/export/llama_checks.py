@@ -11,7 +11,10 @@ own prompts (``run_records.Case``):
   the type's noise (``TOLERANCE`` of the largest logit) is a near tie either side may break. Q8_0/Q4_K_M are compared
   with the fp32 model: the agreement must reach ``FLOOR``;
 - **stops**: llama.cpp ends generation at the trained end-of-turn token (``llama_vocab_is_eog``, and a chat completion
-  pushed to that token finishes with "stop"), and the export's ``generation_config.json`` stops transformers there.
+  pushed to that token finishes with "stop"), and the export's ``generation_config.json`` stops transformers there;
+- **projector** (a vision-language export with ``mmproj-model-f16.gguf``): llama.cpp's multimodal library (mtmd, what
+  ``llama-mtmd-cli --mmproj`` and llama-cpp-python's ``MTMDChatHandler`` use) loads it with the text GGUF and reads
+  pictures with it. Answers to pictures are not compared: the text model is checked on text prompts.
 """
 from __future__ import annotations
 
@@ -178,3 +181,25 @@ def stop_check(llm, tok, eot: int | None, folder: Path, cases) -> dict:
     if int(eot) not in eos:
         diffs.append(f"generation_config.json's eos_token_id {eos} lacks {name!r} ({eot}): transformers would not stop")
     return {"ok": not diffs, "token": name, "id": int(eot), "differences": diffs}
+
+
+def projector_check(llm, mmproj: Path, threads: int) -> dict:
+    """Whether llama.cpp's multimodal library (mtmd) loads the projector GGUF ``mmproj`` with the text GGUF ``llm``
+    and says it reads pictures (``ok`` None when this llama-cpp-python has no mtmd library)."""
+    try:
+        from llama_cpp import mtmd_cpp
+    except (ImportError, OSError, AttributeError) as exc:
+        return {"ok": None, "file": mmproj.name, "not_verified": f"this llama-cpp-python has no mtmd library ({exc})",
+                "differences": []}
+    params = mtmd_cpp.mtmd_context_params_default()
+    params.use_gpu, params.print_timings, params.n_threads = False, False, threads
+    ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+    if not ctx:
+        return {"ok": False, "file": mmproj.name, "differences": [
+            f"llama.cpp's multimodal library cannot load {mmproj.name} with the text GGUF: pictures would not be read"]}
+    try:
+        vision = bool(mtmd_cpp.mtmd_support_vision(ctx))
+    finally:
+        mtmd_cpp.mtmd_free(ctx)
+    return {"ok": vision, "file": mmproj.name, "vision": vision,
+            "differences": [] if vision else [f"llama.cpp loads {mmproj.name} but says it reads no pictures with it"]}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -202,9 +203,19 @@ def run_verification(folder: Path, run_dir: Path | None = None, reference: str =
         tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no message"]
         if proc.returncode == 2:
             raise UserError(tail[0].removeprefix("trainpilot: ").strip())
-        raise UserError(f"the verification of the export failed to run (exit {proc.returncode}): {tail[0].strip()}; "
-                        f"export again with --no-verify to skip it")
+        raise UserError(f"the verification of the export failed to run (exit {proc.returncode}): {_gist(proc.stderr)}; "
+                        f"nothing was written to the destination. Export again with --no-verify to keep the files "
+                        f"unverified")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _gist(stderr: str, limit: int = 200) -> str:
+    """What a crashed child said, short enough to read: its exception's line (not the lines an error message may run on
+    to: transformers' "Model type should be one of" lists ~200 classes), at most ``limit`` characters."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()] or ["no message"]
+    raised = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln)]
+    line = (raised or lines)[-1].removeprefix("trainpilot: ")
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def check_gguf(kind: str, model) -> Path:

@@ -13,9 +13,10 @@ _COMMAND = re.compile(r"^\s*([A-Za-z]+)\s+(.*)$", re.S)
 
 
 def parse(text: str) -> dict:
-    """``{"from", "template", "system", "parameters": {name: [values]}}`` of a Modelfile (Ollama's syntax:
-    ``\"\"\"…\"\"\"`` blocks, ``"…"`` strings, bare values, ``#`` comments)."""
-    out = {"from": None, "template": None, "system": None, "parameters": {}}
+    """``{"from", "froms", "template", "system", "parameters": {name: [values]}}`` of a Modelfile (Ollama's syntax:
+    ``\"\"\"…\"\"\"`` blocks, ``"…"`` strings, bare values, ``#`` comments). ``from`` is the first ``FROM`` (the
+    model), ``froms`` all of them (a vision-language export's second names its projector)."""
+    out = {"from": None, "froms": [], "template": None, "system": None, "parameters": {}}
     i, lines = 0, text.split("\n")
     while i < len(lines):
         line = lines[i]
@@ -36,7 +37,8 @@ def parse(text: str) -> dict:
             rest = '"""' + body
         value = _value(rest.strip())
         if cmd == "FROM":
-            out["from"] = value
+            out["froms"].append(value)
+            out["from"] = out["froms"][0]
         elif cmd in ("TEMPLATE", "SYSTEM"):
             out[cmd.lower()] = value
     return out
@@ -56,7 +58,15 @@ def ollama_messages(raw: list[dict], system: str | None) -> list:
     msgs = list(raw)
     if system and not (msgs and msgs[0].get("role") == "system"):
         msgs = [{"role": "system", "content": system}] + msgs
-    return [gotemplate.Message(str(m.get("role")), str(m.get("content") or "")) for m in msgs]
+    return [gotemplate.Message(str(m.get("role")), _text(m.get("content"))) for m in msgs]
+
+
+def _text(content) -> str:
+    """A message's content as Ollama's API carries it: a string (content parts' texts joined; pictures travel
+    beside it, in ``images``)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
 
 
 def render(template: str, messages: list) -> str:
@@ -74,6 +84,8 @@ def check(folder: Path, record: dict, cases, want_text, stop_tokens: list[str], 
     diffs, equal, unsupported = [], 0, None
     if mf["from"] != f"./{record.get('gguf')}":
         diffs.append(f"FROM is {mf['from']!r}, not this export's GGUF './{record.get('gguf')}'")
+    if record.get("mmproj") and f"./{record['mmproj']}" not in mf["froms"][1:]:
+        diffs.append(f"no second FROM names the projector './{record['mmproj']}': Ollama would read no pictures")
     stops = mf["parameters"].get("stop", [])
     missing = [s for s in stop_tokens if s not in stops]
     if missing:

@@ -22,10 +22,12 @@ from trainer.core import capabilities
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_EXPORT_DIFFERS, TrainPilotError, UserError
 from trainer.hardware.probe import free_cores
 from trainer.models.gguf_support import LLAMA_CPP_PYTHON
-from trainer.worker.loading import lean
+from trainer.worker.loading import lean, model_parts
 
 RECORD = "trainpilot-export.json"
 RESULT = "verification.json"
+# what a vision-language export's verification covers (llama_checks: the text GGUF on text prompts, the projector loaded)
+PICTURES_SCOPE = "the text model, on text prompts; answers to pictures are not compared"
 
 
 def install_hint() -> str:
@@ -79,9 +81,11 @@ def _reference_model(cfg, folder: Path, source: Path, reference: str):
     from trainer.worker.generate import generation
 
     if reference == "export" and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig
 
-        return AutoModelForCausalLM.from_pretrained(str(folder), dtype="float32").eval()
+        # a vision-language export is its whole checkpoint (towers and all): its own class, not a causal LM's
+        auto = model_parts.auto_class(AutoConfig.from_pretrained(str(folder)))
+        return auto.from_pretrained(str(folder), dtype="float32").eval()
     return generation.merged_model(cfg, source).eval()
 
 
@@ -110,18 +114,21 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
         checks = {"prompt": llama_checks.prompt_check(llm, tok, cases)}
         answers = llama_checks.greedy_answers(llm, cases)
         checks["stops"] = llama_checks.stop_check(llm, tok, chat.end_of_turn_id(), folder, cases)
+        if record.get("mmproj"):
+            checks["projector"] = llama_checks.projector_check(llm, folder / record["mmproj"], threads)
     finally:
         llm.close()
     torch.set_num_threads(threads)
     model = llama_checks.f16_stored(model) if kind == "f16" else model
     rows = [llama_checks.teacher_forced_logits(model, c.ids, a[0]) for c, a in zip(cases, answers)]
     checks = {"prompt": checks["prompt"], "greedy": llama_checks.greedy_check(answers, rows, tok, cases, kind),
-              "stops": checks["stops"]}
+              **{k: v for k, v in checks.items() if k != "prompt"}}
     ollama = _ollama_check(folder, record, cfg, tok, chat, cases)
     if ollama is not None:
         checks["ollama"] = ollama
     verified = all(c["ok"] is not False for c in checks.values()) and checks["prompt"]["ok"] is True
-    return {"verified": verified, "summary": summary(checks, kind, verified), "checks": checks,
+    scope = PICTURES_SCOPE if model_parts.tower_prefixes(model) else None
+    return {"verified": verified, "summary": summary(checks, kind, verified, scope), "checks": checks, "scope": scope,
             "cases": [c.where for c in cases], "gguf": record["gguf"], "gguf_type": kind, "threads": threads,
             "reference": "the export's safetensors" if reference == "export" else f"the run's {source.name}"}
 
@@ -141,8 +148,9 @@ def _ollama_check(folder: Path, record: dict, cfg, tok, chat, cases) -> dict | N
     return modelfile_check.check(folder, record, cases, want_text, stops, cfg.data.seq_len)
 
 
-def summary(checks: dict, kind: str, verified: bool) -> str:
-    """One line: what was checked and found, or what differs (the first difference of each failed check)."""
+def summary(checks: dict, kind: str, verified: bool, scope: str | None = None) -> str:
+    """One line: what was checked and found, or what differs (the first difference of each failed check); ``scope``:
+    what a vision-language export's check covers, said at the end."""
     if not verified:
         first = [f"{name}: {c['differences'][0]}" for name, c in checks.items() if c.get("ok") is False
                  and c.get("differences")]
@@ -155,7 +163,11 @@ def summary(checks: dict, kind: str, verified: bool) -> str:
     o = checks.get("ollama")
     if o is not None:
         line += "; Ollama template equal" if o["ok"] else f"; Ollama template not verified: {o.get('not_verified')}"
-    return line
+    m = checks.get("projector")
+    if m is not None:
+        line += (f"; projector {m['file']} loads in llama.cpp (mtmd) and reads pictures" if m["ok"]
+                 else f"; projector not verified: {m.get('not_verified')}")
+    return line + (f" ({scope})" if scope else "")
 
 
 def _write(folder: Path, result: dict, started: float) -> dict:

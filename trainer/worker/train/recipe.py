@@ -269,6 +269,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     from trainer.worker.datapipe import sequences
     from trainer.worker.datapipe import vision_inputs as vision
     from trainer.worker.train.hf_glue import INJECT_CPU_OFFLOAD_ENV, StepEvents, TrainPilotTrainer
+    from trainer.worker.train.step_output import PacedOutput
 
     use_cuda = cfg.device == "cuda"
     if cfg.speed.activation_offload is True and not use_cuda and os.environ.get(INJECT_CPU_OFFLOAD_ENV) != "1":
@@ -319,6 +320,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     trainer.tp_optimizer_in_backward = cfg.training.optimizer_in_backward is True  # before train() builds it
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
+    trainer.add_callback(PacedOutput())  # the per-step log lines reach train.log once a second, not a pipe write a step
     if objectives.handles(cfg):
         objectives.add_callbacks(trainer, cfg, writer, info, rank)
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
