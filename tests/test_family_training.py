@@ -77,9 +77,9 @@ def test_every_family_trains_through_the_cli_and_its_export_verifies_itself(tmp_
 
 def _compare_in_llama_cpp(name: str, out, verification: dict) -> None:
     """llama.cpp itself against transformers on the export (the families table's columns)."""
-    from transformers import AutoTokenizer
+    from trainer.worker.datapipe.tokenizer import load_pretrained
 
-    tok = AutoTokenizer.from_pretrained(str(out))
+    tok = load_pretrained(out)
     llm = llama_model(out / "model-f16.gguf")  # loaded once for every comparison below
     # the metadata as llama.cpp reads it (gguf-py's GGUFReader takes 8-14 s over a 128k vocabulary, this ~0 s)
     assert llm.metadata["general.name"] == "t", "the run's name"
