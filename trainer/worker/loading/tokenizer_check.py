@@ -150,8 +150,13 @@ def source_label(cfg) -> str:
 
 
 def report(tok, cfg) -> dict:
-    """The check of the run's tokenizer as the data report and ``run_started`` carry it."""
-    return check(tok, source_label(cfg)).as_dict()
+    """The check of the run's tokenizer as the data report and ``run_started`` carry it (a check that breaks on an
+    unusual tokenizer says so: it never stops the run it reports on)."""
+    try:
+        return check(tok, source_label(cfg)).as_dict()
+    except Exception as exc:  # noqa: BLE001
+        return TokenizerCheck("not_checked", type(tok).__name__,
+                              why=f"the check itself failed ({type(exc).__name__}: {exc})").as_dict()
 
 
 def warnings(checked: dict) -> list[tuple[str, str]]:
