@@ -39,7 +39,7 @@ from pathlib import Path
 SDIST_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{SDIST_VERSION}"
 TEST_SEPARATOR = "\n__ggml_vocab_test__\n"  # llama.cpp's tests/test-tokenizer-0 file format
-FORMAT = 3  # bump when what a family folder holds changes (old caches are rebuilt, not reused)
+FORMAT = 4  # bump when what a family folder holds changes (old caches are rebuilt, not reused)
 
 
 def builder_hash() -> str:
@@ -87,6 +87,7 @@ class Family:
     extra_tokens: tuple[str, ...] = ()  # appended special tokens (Gemma's turn markers)
     vocab_size: int | None = None   # config.json vocab_size when the embedding has unused rows
     vision: dict = field(default_factory=dict)  # a multimodal checkpoint: vision_config + processor (see _build_image_text)
+    tokenizer_class: str = "PreTrainedTokenizerFast"  # tokenizer_config.json's, as the hub repo has it
     note: str = ""
 
 
@@ -153,12 +154,19 @@ FAMILIES: dict[str, Family] = {
     "mistral-nemo": Family("llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "Mistral", "<s>", "</s>", ("</s>",),
                            True, config={"rope_theta": 1000000.0, "tie_word_embeddings": False},
                            note="Llama 2's SentencePiece vocabulary (Mistral Nemo's Tekken BPE is not among the GGUFs)"),
+    "llama-2": Family("llama-spm", "mistralai-Mistral-Nemo-Instruct-2407", "Llama", "<s>", "</s>", ("</s>",), True,
+                      config={"tie_word_embeddings": False, "max_position_embeddings": 4096},
+                      tokenizer_class="LlamaTokenizer",
+                      note="Llama 2's own SentencePiece vocabulary and tokenizer files (model_type llama, tokenizer_class "
+                           "LlamaTokenizer: the Llama 2, TinyLlama, Yi, Vicuna class); Mistral Nemo's [INST] template "
+                           "(Llama 2's chat template is not in the sdist)"),
     "phi-3.5": Family("phi-3", "microsoft-Phi-3.5-mini-instruct", "Phi3", "<s>", "<|endoftext|>",
                       ("<|endoftext|>", "<|assistant|>", "<|end|>"), False, pad="<|endoftext|>", sp_pieces=32000,
-                      vocab_size=32064, config={"tie_word_embeddings": False}),
+                      vocab_size=32064, config={"tie_word_embeddings": False}, tokenizer_class="LlamaTokenizer"),
     "gemma-2": Family("llama-spm", "google-gemma-2-2b-it", "Gemma2", "<bos>", "<eos>", ("<eos>", "<end_of_turn>"), True,
                       pad="<pad>", dummy_prefix=False, renamed_pieces={1: "<bos>", 2: "<eos>"},
                       extra_tokens=("<pad>", "<start_of_turn>", "<end_of_turn>"), config={"tie_word_embeddings": True},
+                      tokenizer_class="GemmaTokenizer",
                       note="Llama 2's SentencePiece pieces under Gemma's special-token names, no dummy prefix "
                            "(Gemma 2's 256k SentencePiece vocabulary is not among the GGUFs); ids differ from Gemma's"),
     "command-r7b": Family(

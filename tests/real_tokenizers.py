@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-FAST_CLASS = "PreTrainedTokenizerFast"  # loads tokenizer.json as written, no per-model rebuild
+FAST_CLASS = "PreTrainedTokenizerFast"  # loads tokenizer.json as written, no per-model rebuild (while building)
 
 
 def gguf_fields(path: Path) -> dict:
@@ -247,12 +247,16 @@ def _load(fam, out: Path):
 def finish_tokenizer_files(fam, out: Path) -> None:
     """tokenizer_config.json as these families ship it on the hub: the chat template inside it (not
     transformers 5's chat_template.jinja), ``add_bos_token`` (for readers: the post-processor is what adds
-    it) and the fast class, whatever save_pretrained chose."""
+    it) and the hub repo's ``tokenizer_class`` (``LlamaTokenizer`` for Llama 2 and Phi-3, with their
+    ``legacy: false``; ``GemmaTokenizer`` for Gemma 2: transformers 5 rebuilds their pipelines over tokenizer.json
+    unless the loader honours the file), whatever save_pretrained chose."""
     path = out / "tokenizer_config.json"
     cfg = json.loads(path.read_text(encoding="utf-8"))
     jinja = out / "chat_template.jinja"
     if jinja.is_file():
         cfg["chat_template"] = jinja.read_text(encoding="utf-8")
         jinja.unlink()
-    cfg.update(tokenizer_class=FAST_CLASS, add_bos_token=fam.add_bos, add_eos_token=False)
+    cfg.update(tokenizer_class=fam.tokenizer_class, add_bos_token=fam.add_bos, add_eos_token=False)
+    if fam.tokenizer_class == "LlamaTokenizer":
+        cfg["legacy"] = False
     path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -17,8 +17,8 @@ from trainer.data import conversations
 
 @functools.lru_cache(maxsize=None)
 def _tok(name):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(rm.family_dir(name))
+    from trainer.worker.datapipe.tokenizer import load_pretrained
+    return load_pretrained(rm.family_dir(name))
 
 
 def test_grpo_system_prompt_on_gemma_is_merged_not_a_template_error():

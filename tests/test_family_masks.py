@@ -17,7 +17,7 @@ import real_models as rm
 from trainer.config.sections import RunConfig
 
 END = {"qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "deepseek-r1-distill": "<｜end▁of▁sentence｜>",
-       "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "phi-3.5": "<|end|>",
+       "llama-3.2": "<|eot_id|>", "llama-3.1": "<|eot_id|>", "mistral-nemo": "</s>", "llama-2": "</s>", "phi-3.5": "<|end|>",
        "gemma-2": "<end_of_turn>", "command-r7b": "<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
        "granite-3.3": "<|end_of_text|>", "qwen3-moe": "<|im_end|>", "gpt-oss": "<|return|>", "gemma-3": "<end_of_turn>"}
 # What each family's model writes before its answer text at inference (after the generation prompt): Command R7B's
@@ -40,8 +40,9 @@ TOOL_FAMILIES = ["qwen2.5", "qwen3", "deepseek-r1-distill", "llama-3.2", "llama-
 
 @functools.lru_cache(maxsize=None)
 def _tok(name):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(rm.family_dir(name))
+    """The family's tokenizer as a run loads it (the tokenizer.json as shipped)."""
+    from trainer.worker.datapipe.tokenizer import load_pretrained
+    return load_pretrained(rm.family_dir(name))
 
 
 def encode(name: str, msgs: list[dict], **data) -> list[tuple[list[int], list[int]]]:

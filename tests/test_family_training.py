@@ -52,11 +52,14 @@ def test_every_family_trains_through_the_cli_and_its_export_verifies_itself(tmp_
     env = family_env(run_dir.parent)
     steps = events(run_dir, "step")
     assert [e["step"] for e in steps] == [1, 2] and all(e["loss"] > 0 for e in steps)
+    checked = events(run_dir, "run_started")[0]["tokenizer"]  # the training tokenizer against the model's files
+    sentencepiece = (rm.family_dir(name) / "tokenizer.model").is_file()
+    assert checked["status"] == ("agrees" if sentencepiece else "not_checked"), checked
     final = run_dir / "final"
     saved = json.loads((final / "tokenizer_config.json").read_text(encoding="utf-8"))
     template = saved.get("chat_template") or (final / "chat_template.jinja").read_text(encoding="utf-8")
     assert template == rm.template_text(name), "the model ships with the template it was trained with"
-    if (rm.family_dir(name) / "tokenizer.model").is_file():  # SentencePiece: kept on every path after a real run
+    if sentencepiece:  # SentencePiece: tokenizer.model kept on every path after a real run
         checkpoints = list((run_dir / "checkpoints").glob("checkpoint-*"))
         assert checkpoints and all((p / "tokenizer.model").is_file() for p in checkpoints + [final])
 
@@ -77,9 +80,9 @@ def test_every_family_trains_through_the_cli_and_its_export_verifies_itself(tmp_
 
 def _compare_in_llama_cpp(name: str, out, verification: dict) -> None:
     """llama.cpp itself against transformers on the export (the families table's columns)."""
-    from transformers import AutoTokenizer
+    from trainer.worker.datapipe.tokenizer import load_pretrained
 
-    tok = AutoTokenizer.from_pretrained(str(out))
+    tok = load_pretrained(out)
     llm = llama_model(out / "model-f16.gguf")  # loaded once for every comparison below
     # the metadata as llama.cpp reads it (gguf-py's GGUFReader takes 8-14 s over a 128k vocabulary, this ~0 s)
     assert llm.metadata["general.name"] == "t", "the run's name"

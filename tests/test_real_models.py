@@ -15,12 +15,13 @@ SPECIAL = {
     "llama-3.2": (128000, 128009, [128001, 128008, 128009], True),
     "llama-3.1": (128000, 128009, [128001, 128008, 128009], True),
     "mistral-nemo": (1, 2, [2], True),
+    "llama-2": (1, 2, [2], True),
     "phi-3.5": (1, 32000, [32000, 32001, 32007], False),
     "qwen3-moe": (None, 151645, [151645, 151643], False),
     "gpt-oss": (128000, 128004, [128004, 128001, 128014], False),  # harmony's tokens at Llama 3's reserved ids
     "gemma-3": (2, 1, [1, 106], True),
 }
-VECTORS = {"qwen2.5": "qwen2", "llama-3.2": "llama-bpe", "mistral-nemo": "llama-spm", "phi-3.5": "phi-3",
+VECTORS = {"qwen2.5": "qwen2", "llama-3.2": "llama-bpe", "mistral-nemo": "llama-spm", "llama-2": "llama-spm", "phi-3.5": "phi-3",
            "qwen3-moe": "qwen2", "gpt-oss": "llama-bpe", "gemma-3": "gemma-4"}
 
 
@@ -33,8 +34,9 @@ def _params(names):
 
 @functools.lru_cache(maxsize=None)
 def _tok(name):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(rm.family_dir(name))
+    """The family's tokenizer as TrainPilot loads a model's tokenizer (the tokenizer.json as shipped)."""
+    from trainer.worker.datapipe.tokenizer import load_pretrained
+    return load_pretrained(rm.family_dir(name))
 
 
 @pytest.mark.parametrize("name", _params(sorted(VECTORS)))

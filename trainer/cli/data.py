@@ -73,6 +73,8 @@ def render_grpo_text(r: dict) -> str:
              f"(data.seq_len - grpo.max_completion_length); {r['too_long']} too long"]
     lines.append("template: the tokenizer's chat template (plain prompts become a user turn)" if r["chat_template"]
                  else "template: none (prompts are used as plain text)")
+    if r.get("tokenizer"):
+        lines.append(f"tokenizer: {r['tokenizer']['message']}")
     for i, ex in enumerate(r["examples"], 1):
         lines += [f"\n--- prompt {i} (reference: {ex['reference']}) ---", ex["prompt"]]
     return "\n".join(lines)
@@ -112,6 +114,8 @@ def render_text(r: dict) -> str:
         lines.append(f"system:   {system_line(r['system_message'])}")
     if r.get("empty_think_block"):
         lines.append(f"thinking: {THINK_WORDS}")
+    if r.get("tokenizer"):
+        lines.append(f"tokenizer: {r['tokenizer']['message']}")
     for i, ex in enumerate(r["examples"], 1):
         lines.append(f"\n--- example {i} ({ex.get('tokens', '?')} tokens; [masked] text is not trained) ---")
         if ex.get("training_examples", 1) > 1:

@@ -38,7 +38,9 @@ class EventRecord:
 @dataclass(frozen=True)
 class RunStarted(EventRecord):
     """A worker started. ``engine_change``: set when it resumed a checkpoint another engine wrote (``from``, ``to``,
-    ``carried``, ``not_carried``: trainer.rundir.checkpoints.engine_change)."""
+    ``carried``, ``not_carried``: trainer.rundir.checkpoints.engine_change). ``tokenizer``: whether the tokenizer
+    trained with agrees with the model's own files (``status`` agrees/differs/not_checked, ``message``, and what
+    was compared: trainer.worker.loading.tokenizer_check)."""
 
     TYPE: ClassVar[str] = "run_started"
     pid: Optional[int] = None
@@ -47,6 +49,7 @@ class RunStarted(EventRecord):
     precision: Optional[str] = None
     world_size: int = 1
     engine_change: Optional[dict] = None
+    tokenizer: Optional[dict] = None
 
 
 @dataclass(frozen=True)

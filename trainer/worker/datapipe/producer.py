@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_file.unlink(missing_ok=True)
     folder = Path(spec["folder"])
     try:
-        from transformers import AutoTokenizer
+        from trainer.worker.datapipe import tokenizer as model_tokenizer
 
         cfg = validate(spec["config"], str(spec_file))  # resolved (a run) or not (the data report)
         pictures = None
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             pictures = vision.from_folder(Path(spec["tokenizer"]), spec["image_token"])
             tokenizer = pictures.tok
         else:
-            tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"], trust_remote_code=cfg.model.trust_remote_code)
+            tokenizer = model_tokenizer.load_pretrained(spec["tokenizer"], trust_remote_code=cfg.model.trust_remote_code)
         started = time.time()
         produce(cfg, tokenizer, folder, spec["which"], spec.get("worker", 0), spec.get("workers", 1), spec.get("parent"),
                 pictures)

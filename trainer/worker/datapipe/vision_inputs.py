@@ -307,7 +307,12 @@ def pictures_for(cfg, tokenizer) -> Pictures | None:
 
 
 def from_folder(folder: Path, image_token: int) -> Pictures:
-    """``Pictures`` of a processor saved by ``save`` (the tokenizing process's copy)."""
+    """``Pictures`` of a processor saved by ``save`` (the tokenizing process's copy), with the tokenizer loaded as
+    the run's was (``tokenizer.load_pretrained``: AutoProcessor's own may rebuild it)."""
     from transformers import AutoProcessor
 
-    return Pictures(AutoProcessor.from_pretrained(str(folder)), image_token)
+    from trainer.worker.datapipe.tokenizer import load_pretrained
+
+    processor = AutoProcessor.from_pretrained(str(folder))
+    processor.tokenizer = load_pretrained(folder)
+    return Pictures(processor, image_token)

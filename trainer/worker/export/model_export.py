@@ -250,7 +250,7 @@ def _write_gguf(llama_cpp: Path, folder: Path, kind: str, progress: Progress, na
 def _copy_sentencepiece_model(tok, folder: Path) -> None:
     """``tokenizer.model`` beside the tokenizer files: a fast tokenizer does not save it, and llama.cpp's
     converter reads SentencePiece vocabularies (Llama 2, Mistral, Phi-3, Gemma) only from it (the tokenizer's own
-    file, or the one ``modeling.keep_sentencepiece_model`` found for it)."""
+    file, or the one ``model_tokenizer.keep_sentencepiece_model`` found for it)."""
     src = getattr(tok, "_trainpilot_keeps_sp", None) or getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
     if src and str(src).endswith(".model") and Path(src).is_file() and not (folder / "tokenizer.model").exists():
         shutil.copyfile(src, folder / "tokenizer.model")

@@ -17,6 +17,7 @@ from trainer import config as config_mod
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
+from trainer.worker.datapipe import tokenizer as model_tokenizer
 from trainer.worker.generate import picture_prompt
 from trainer.worker.loading import lean, model_parts, modeling
 
@@ -86,12 +87,9 @@ def template_or_run_rendering(cfg, tok) -> str:
 
 def load_tokenizer(cfg, source: Path | None):
     """The tokenizer saved with ``source`` (it carries the chat template), else the run's own."""
-    from transformers import AutoTokenizer
-
     if source is not None and (source / "tokenizer_config.json").is_file():
-        tok = AutoTokenizer.from_pretrained(str(source))
         # a folder saved before TrainPilot kept tokenizer.model (a fast tokenizer's save drops it): the source's
-        modeling.keep_sentencepiece_model(tok, modeling.sentencepiece_model(tok) or modeling.source_sentencepiece_model(cfg))
+        tok = model_tokenizer.load_pretrained(source, sentencepiece_file=modeling.source_sentencepiece_model(cfg))
         conversations.pin_date(tok, cfg.data.chat_date)
     else:
         tok = modeling.load_tokenizer(cfg)

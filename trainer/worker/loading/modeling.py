@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -16,73 +15,38 @@ from trainer.core.errors import UserError
 from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
+from trainer.worker.datapipe import tokenizer as model_tokenizer
 from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
 from trainer.worker.loading import kbit, model_parts
 
 
 def load_tokenizer(cfg):
-    """The tokenizer, with a pad token (eos when the model has none)."""
-    from transformers import AutoTokenizer
-
+    """The tokenizer the run trains with, with a pad token (eos when the model has none): the demo's or the corpus'
+    (trained here), else the model's own as its files describe it (``model_tokenizer.load_pretrained``)."""
     src = tokenizer_source(cfg)
     if src == "demo":
-
         tok = demo_tokenizer(bundled_demo_path())
     elif src == "corpus":
         tok = corpus_tokenizer(cfg)
     else:
         try:
-            tok = AutoTokenizer.from_pretrained(src, revision=cfg.model.revision, token=secrets.hub_token(cfg),
-                                                trust_remote_code=cfg.model.trust_remote_code)
+            tok = model_tokenizer.load_pretrained(src, revision=cfg.model.revision, token=secrets.hub_token(cfg),
+                                                  trust_remote_code=cfg.model.trust_remote_code)
         except (OSError, ValueError) as exc:
             raise UserError(f"model.tokenizer: cannot load a tokenizer from '{src}' ({secrets.redact(str(exc)).splitlines()[0]}); "
                             f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    keep_sentencepiece_model(tok)
     conversations.pin_date(tok, cfg.data.chat_date)  # a template printing today's date prints the run's
     return tok
-
-
-def sentencepiece_model(tok) -> Path | None:
-    """The SentencePiece ``tokenizer.model`` the tokenizer was loaded from (local folder or hub cache), or None."""
-    src = getattr(tok, "vocab_file", None) or tok.init_kwargs.get("vocab_file")
-    return Path(src) if isinstance(src, str) and src.endswith(".model") and Path(src).is_file() else None
 
 
 def source_sentencepiece_model(cfg) -> Path | None:
     """``tokenizer.model`` of the run's tokenizer source (a local folder, or the hub cache; nothing is downloaded),
     for a model saved before TrainPilot kept it (a fast tokenizer's save does not write it)."""
     src = tokenizer_source(cfg)
-    if src in (None, "demo", "corpus"):
-        return None
-    if Path(src).expanduser().is_dir():
-        found = Path(src).expanduser() / "tokenizer.model"
-        return found if found.is_file() else None
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(src, "tokenizer.model", revision=cfg.model.revision)
-    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
-
-
-def keep_sentencepiece_model(tok, model_file: Path | None = None) -> None:
-    """Make every ``tok.save_pretrained`` (``final/``, each checkpoint, TRL's saves, an export) write
-    ``tokenizer.model`` beside ``tokenizer.json``: a fast tokenizer's save does not, and llama.cpp's converter reads
-    a SentencePiece vocabulary (Llama 2, Mistral v0.x, Phi-3, Gemma) only from it. ``model_file``: the file to
-    copy (default: the one ``tok`` was loaded from)."""
-    model_file = model_file or sentencepiece_model(tok)
-    if model_file is None or getattr(tok, "_trainpilot_keeps_sp", None) == model_file:
-        return
-    save = tok.save_pretrained
-
-    def save_pretrained(save_directory, *args, **kwargs):
-        files = save(save_directory, *args, **kwargs)
-        target = Path(save_directory) / "tokenizer.model"
-        if not target.exists():
-            shutil.copyfile(model_file, target)
-        return tuple(files) + (str(target),)
-
-    tok.save_pretrained, tok._trainpilot_keeps_sp = save_pretrained, model_file
+    return None if src in (None, "demo", "corpus") else model_tokenizer.shipped_file(src, "tokenizer.model",
+                                                                                     cfg.model.revision)
 
 
 def torch_dtype(cfg, precision: str):

@@ -16,7 +16,7 @@ from trainer.data import conversations, formats, token_stats
 from trainer.data.conversations import segments
 from trainer.data.pictures import PictureCount
 from trainer.worker.datapipe import blocks
-from trainer.worker.loading import modeling
+from trainer.worker.loading import modeling, tokenizer_check
 from trainer.worker.datapipe import pipeline
 from trainer.worker.datapipe import producer
 from trainer.worker.datapipe import rendering, sequences
@@ -74,6 +74,7 @@ def report(cfg, examples: int = 3, on_examples=None) -> dict:
         "pictures": counted,
         "picture_sizes": pictures.cap_words if pictures is not None and src.has_pictures else None,
         "examples": shown,
+        "tokenizer": tokenizer_check.report(tokenizer, cfg),
     }
 
 

@@ -64,6 +64,12 @@ def _tokenizer(cfg):
     return modeling.load_tokenizer(cfg)
 
 
+def _tokenizer_check(tokenizer, cfg) -> dict:
+    from trainer.worker.loading import tokenizer_check
+
+    return tokenizer_check.report(tokenizer, cfg)
+
+
 def report(cfg, examples: int = 3) -> dict:
     """``trainpilot-cli data`` for a GRPO run: the prompt records, their shape, prompt token statistics with the run's
     tokenizer (rendered as the worker renders them) and the first prompts with their references."""
@@ -81,7 +87,7 @@ def report(cfg, examples: int = 3) -> dict:
             "prompt_room": cfg.data.seq_len - cfg.grpo.max_completion_length, "too_long": len(found.too_long),
             "too_long_where": found.too_long[:20],
             "completions_per_prompt": cfg.grpo.num_generations, "max_completion_length": cfg.grpo.max_completion_length,
-            "examples": shown}
+            "examples": shown, "tokenizer": _tokenizer_check(tokenizer, cfg)}
 
 
 if __name__ == "__main__":

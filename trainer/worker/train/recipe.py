@@ -176,7 +176,8 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
     if rank == 0:
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
                                world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
-                               extra=dict(info)))
+                               tokenizer=setup.tokenizer_check, extra=dict(info)))
+        print(f"trainpilot: {setup.tokenizer_check['message']}", file=sys.stderr, flush=True)
         if info["skipped_lines"]:
             writer.emit(WarningEvent(code="skipped_lines",
                                      message=f"skipped {info['skipped_lines']} unreadable line(s) of {cfg.data.path} "
@@ -256,7 +257,8 @@ class WorkerSetup:
     data_info: dict  # what the data pipeline reports (sequences, tokens, skipped lines)
     device: str  # cuda | cpu
     precision: str  # bf16 | fp16 | fp32
-    warnings: list  # (code, message): what the run leaves as it is (model_parts.part_warnings)
+    warnings: list  # (code, message): what the run leaves as it is (model_parts.part_warnings, tokenizer_check)
+    tokenizer_check: dict  # the tokenizer against the model's own files (tokenizer_check.report)
 
 
 def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int) -> WorkerSetup:
@@ -264,7 +266,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
 
     from trainer.worker.train import evaluation
     from trainer.worker.kernels import chunked_loss
-    from trainer.worker.loading import model_parts, modeling
+    from trainer.worker.loading import model_parts, modeling, tokenizer_check
     from trainer.worker.train import objectives
     from trainer.worker.datapipe import sequences
     from trainer.worker.datapipe import vision_inputs as vision
@@ -326,8 +328,10 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     evaluation.add_callbacks(trainer, cfg, writer, tokenizer, rank)
     trainer.tp_companion_files = model_parts.companion_files(cfg, trainer.model,
                                                             getattr(trainer, "tp_processor", None) is not None)
+    checked = tokenizer_check.report(tokenizer, cfg)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
-                       precision=precision, warnings=model_parts.part_warnings(cfg, trainer.model))
+                       precision=precision, tokenizer_check=checked,
+                       warnings=model_parts.part_warnings(cfg, trainer.model) + tokenizer_check.warnings(checked))
 
 
 def _kernel_info(cfg, model, use_cuda: bool) -> dict:
