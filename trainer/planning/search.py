@@ -36,7 +36,7 @@ from trainer.planning.context import (
     with_loss,
     with_variant,
 )
-from trainer.planning import kernels, loss_kernel, requirements, throughput
+from trainer.planning import kernels, lengths, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
 from trainer.planning.memory import Estimate, estimate, fragmentation_share
 from trainer.planning.tiled_memory import tiles_mlp
@@ -439,19 +439,15 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     return alt
 
 
-def shorter_lengths(seq_len: int, max_positions: Optional[int]) -> list[int]:
-    """The sequence lengths a "shorter sequences" alternative tries, longest first (tokens): powers of two from
-    256 up, below ``seq_len`` and no longer than the model reads (a length the model refuses is no alternative)."""
-    top = min(seq_len - 1, max_positions or seq_len)
-    return [1 << k for k in range(top.bit_length() - 1, 7, -1)] if top >= 256 else []
-
-
 def _shorter(ctx: Context) -> Optional[dict]:
-    for seq in shorter_lengths(ctx.cfg.data.seq_len, ctx.spec.max_positions):
+    """The longest sequence below ``data.seq_len`` that fits, on the planner's one grid of lengths
+    (``planning.lengths``, as ``plan --max-seq`` finds it), no longer than the model reads."""
+    def fits(seq: int) -> Optional[dict]:
         alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
-        if alt and alt["fits"]:
-            return alt
-    return None
+        return alt if alt and alt["fits"] else None
+
+    top = min(ctx.cfg.data.seq_len - 1, ctx.spec.max_positions or ctx.cfg.data.seq_len)
+    return lengths.longest_fitting(fits, top)[1]
 
 
 def _smaller_model(ctx: Context) -> Optional[dict]:
