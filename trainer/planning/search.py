@@ -38,6 +38,7 @@ from trainer.planning.context import (
 )
 from trainer.planning import kernels, lengths, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
+from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate, fragmentation_share
 from trainer.planning.tiled_memory import tiles_mlp
 from trainer.planning.reasons import reasons
@@ -153,7 +154,7 @@ def search(ctx: Context) -> Choice:
     candidates = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
     best = {k: _best_variant(with_loss(ctx, k)) for k in candidates}
     outcomes = {k: o for k, (_, _, o, _) in best.items()}
-    decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger)
+    decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger, ctx.device)
     vctx, b, _, words = best[decision.kernel]
     choice = _choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
     at = min(2, len(choice.reasons))
@@ -435,7 +436,7 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     if alt and not alt["fits"]:
         have = ctx.hardware.host.ram_available_bytes
         alt["description"] += (f": fits in VRAM only with {gib(alt['host_ram_needed_bytes'])} of host RAM "
-                               f"({gib(have)} available)")
+                               f"({usable_host_words(have)})")
     return alt
 
 
