@@ -136,7 +136,7 @@ def _plans():
                 yield f"{name}/cpu/{arch}/{seq}", plan_run(tc.validate(dict(v, device="cpu")), snap)
 
 
-@pytest.mark.slow  # ~500 plans: a few seconds to a minute on a loaded 2-core machine
+@pytest.mark.slow  # ~900 plans: half a minute to two minutes on a loaded 2-core machine
 def test_no_reason_contradicts_the_plans_numbers():
     found = {name: bad for name, plan in _plans() if (bad := contradictions(plan))}
     assert not found, "\n".join(f"{k}: {v}" for k, v in list(found.items())[:20])
