@@ -194,13 +194,32 @@ def test_an_alternative_that_fits_can_run_here(monkeypatch):
                 assert any(a["settings"].get("method.type") == "lora" for a in plan.alternatives)
 
 
+def test_the_lengths_grid_is_one_rule():
+    """Issue 40: multiples of the step by bisection, halvings of it below (down to 256 tokens), never over the top."""
+    from trainer.planning.lengths import longest_fitting
+
+    upto = lambda n: (lambda t: t if t <= n else None)  # noqa: E731  (fits up to n tokens)
+    assert longest_fitting(upto(5000), 131_072) == (4096, 4096)
+    assert longest_fitting(upto(700), 131_072) == (512, 512) and longest_fitting(upto(10**6), 300) == (256, 256)
+    assert longest_fitting(upto(200), 131_072) == (0, None)
+    assert longest_fitting(upto(10**6), 9000, step=4096) == (8192, 8192)
+
+
+def test_a_shorter_sequence_is_the_longest_that_fits():
+    """Issue 40: "a shorter sequence that fits" was a power of two in the alternatives (32,768) and a multiple of
+    1,024 in ``plan --max-seq`` (39,936) for one run: one grid, one answer."""
+    from trainer.planning.longest import longest
+
+    c = C.validate({"model": {"source": "llama-3.2-1b", "architecture": "llama-3.2-1b", "tokenizer": "demo"},
+                    "method": {"type": "lora"}, "data": {"seq_len": 131_072}})
+    plan = plan_run(c, hw("rtx4090_laptop_16gb"))
+    shorter = [a for a in plan.alternatives if "data.seq_len" in a["settings"]]
+    assert [a["settings"]["data.seq_len"] for a in shorter] == [longest(c, hw("rtx4090_laptop_16gb")).tokens] == [39_936]
+    assert shorter[0]["fits"] and shorter[0]["description"] == "shorter sequences: data.seq_len 39936"
+
+
 def test_shorter_sequences_are_lengths_the_model_reads():
     """Issue 29 item 7: a typed seq_len of 99999999 on the 512-position demo model had Review suggest seq 499999."""
-    from trainer.planning.search import shorter_lengths
-
-    assert shorter_lengths(99_999_999, 512) == [512, 256]
-    assert shorter_lengths(2048, None) == [1024, 512, 256] and shorter_lengths(3000, 131072)[0] == 2048
-    assert shorter_lengths(256, 4096) == []
     plan = plan_run(C.validate({"data": {"seq_len": 99_999_999}}), hw("no_gpu"))
     shorter = [a for a in plan.alternatives if "data.seq_len" in a["settings"]]
     assert all(a["settings"]["data.seq_len"] in (512, 256) for a in shorter)

@@ -7,6 +7,7 @@ from typing import Optional
 
 GIB = 2**30
 MIB = 2**20
+LEAST_PRINTED = GIB // 20  # bytes: the least amount gib() prints as more than 0.0 GiB
 
 
 def gib(n: Optional[float], digits: int = 1) -> str:

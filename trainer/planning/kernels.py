@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from trainer.core.units import LEAST_PRINTED
 from trainer.planning.throughput import SMALL_TOKENS
 
 DROPOUT = 0.05  # the adapters' dropout where nothing needs 0 (PEFT's examples and the former default)
@@ -67,15 +68,16 @@ def variants(cfg, can_tile: bool) -> list[Variant]:
 
 def better(o, than) -> bool:
     """Whether outcome ``o`` (a later, costlier variant's) beats ``than`` by the search's own preferences: it fits
-    where ``than`` does not (or, neither fitting, needs less); it fits with fewer memory savers (its level: no
-    activation offload, no DeepSpeed); or, checkpointing alike, with a larger micro-batch where ``than``'s keeps the
-    GPU poorly used (fewer than ``SMALL_TOKENS`` tokens, the rule the checkpointing choice uses). Not to turn
-    checkpointing off, nor for a larger micro-batch alone: the known short-sequence plans keep their settings (the
-    extra MLP forward and dropout's regularisation are not given up for that)."""
+    where ``than`` does not (or, neither fitting, needs less by a printable amount, ``LEAST_PRINTED``: a variant
+    that costs compute is not kept for a saving the plan would print as 0.0 GiB); it fits with fewer memory savers
+    (its level: no activation offload, no DeepSpeed); or, checkpointing alike, with a larger micro-batch where
+    ``than``'s keeps the GPU poorly used (fewer than ``SMALL_TOKENS`` tokens, the rule the checkpointing choice
+    uses). Not to turn checkpointing off, nor for a larger micro-batch alone: the known short-sequence plans keep
+    their settings (the extra MLP forward and dropout's regularisation are not given up for that)."""
     if o.fits != than.fits:
         return o.fits
-    if not o.fits:
-        return o.need < than.need
+    if not o.fits:  # the least memory, by a printable amount: a costlier variant is not kept for nothing
+        return o.need <= than.need - LEAST_PRINTED
     if o.level != than.level:
         return o.level < than.level
     return o.ckpt == than.ckpt and o.micro > than.micro and than.tokens < SMALL_TOKENS
@@ -89,10 +91,12 @@ def best_possible(o, largest_micro: int) -> bool:
 
 def choose(outcomes: list) -> int:
     """The index of the variant to run among ``outcomes`` (one per variant, cheapest first): the first that no later
-    one is ``better`` than."""
+    one is ``better`` than. Where nothing fits, a later variant must need less than every earlier one by a printable
+    amount: each of its choices (tiling, dropout) saves memory on its own, as the plan's savings rows measure it."""
     best = 0
     for i in range(1, len(outcomes)):
-        if better(outcomes[i], outcomes[best]):
+        o = outcomes[i]
+        if better(o, outcomes[best]) and (o.fits or all(better(o, e) for e in outcomes[:i])):
             best = i
     return best
 

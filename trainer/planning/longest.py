@@ -1,8 +1,8 @@
 """The longest sequence a run fits: ``trainpilot-cli plan CONFIG --max-seq`` and the wizard's Method page. No torch.
 
-The planner is asked at ``data.seq_len`` = k × ``step`` tokens (the config's other values as given; everything it
-leaves ``auto`` chosen by the planner for that length, as a run would get it) and the largest k whose plan fits is
-found by bisection: a longer sequence never needs less memory. The search stops at the model's positions
+The planner is asked at the lengths of ``planning.lengths`` (k × ``step`` tokens by bisection, halvings of ``step``
+below it; the config's other values as given, everything it leaves ``auto`` chosen by the planner for that length,
+as a run would get it): a longer sequence never needs less memory. The search stops at the model's positions
 (``max_position_embeddings``). Where other programs hold VRAM in the snapshot (a browser), the search runs again as
 if the ones worth closing were closed (``budget.close_apps``): "49,152 tokens; 53,248 with firefox closed"; and for
 packed supervised data, once more with one document per sequence (``data.packing: false``), whose attention needs
@@ -20,16 +20,16 @@ from trainer.core.errors import UserError
 from trainer.hardware.probe import MachineSnapshot
 from trainer.models.spec import spec_for_run
 from trainer.planning.budget import close_apps
+from trainer.planning.lengths import STEP, longest_fitting, next_up, shortest
 from trainer.planning.plan import Plan, plan_run
 
-STEP = 1024  # tokens: the lengths tried are multiples of this
 UNKNOWN_LIMIT = 1 << 20  # tokens: where the search stops for a model whose positions are not known
 
 
 @dataclass
 class Longest:
-    """The longest fitting sequence on one snapshot: ``tokens`` (0 when even ``step`` tokens do not fit), the
-    ``step`` it is a multiple of, the model's ``limit`` (positions; None when unknown) and whether the search
+    """The longest fitting sequence on one snapshot: ``tokens`` (0 when not even the grid's shortest fits), the
+    ``step`` of the grid (``planning.lengths``), the model's ``limit`` (positions; None when unknown) and whether the search
     stopped there (``at_limit``), and the plan at that length (None when nothing fits)."""
 
     tokens: int
@@ -83,7 +83,7 @@ class LongestContext:
 
 def _tokens_words(found: Longest) -> str:
     if not found.tokens:
-        return f"not even {found.step:,} tokens fit"
+        return f"not even {shortest(found.step):,} tokens fit"
     return f"{found.tokens:,} tokens{_limit_words(found)}"
 
 
@@ -104,20 +104,19 @@ def model_limit(cfg) -> Optional[int]:
 
 
 def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str] = None) -> Longest:
-    """The longest multiple of ``step`` tokens whose plan fits ``hardware`` (bisection; see the module docstring)."""
+    """The longest length on the planner's grid (``planning.lengths``: multiples of ``step``, halvings below it) whose
+    plan fits ``hardware`` (see the module docstring)."""
     limit = model_limit(cfg)
-    top = (limit or UNKNOWN_LIMIT) // step
-    lo, hi, best = 0, top, None  # fits at lo·step (0: nothing checked yet); does not fit above hi·step
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        plan = _plan_at(cfg, hardware, mid * step, goal)
-        if plan.verdict == "fits":
-            lo, best = mid, plan
-        else:
-            hi = mid - 1
-    at_limit = bool(limit) and lo == top and lo > 0
-    return Longest(lo * step, step, limit, at_limit, best,
-                   "positions" if at_limit else _short_of(cfg, hardware, (lo + 1) * step, goal))
+
+    def fits(tokens: int) -> Optional[Plan]:
+        plan = _plan_at(cfg, hardware, tokens, goal)
+        return plan if plan.verdict == "fits" else None
+
+    tokens, best = longest_fitting(fits, limit or UNKNOWN_LIMIT, step)
+    at_limit = bool(limit) and tokens > 0 and next_up(tokens, step) > limit
+    over = next_up(tokens, step) if tokens else step  # the length that does not fit (the old grid's first)
+    return Longest(tokens, step, limit, at_limit, best,
+                   "positions" if at_limit else _short_of(cfg, hardware, over, goal))
 
 
 def _short_of(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> str:

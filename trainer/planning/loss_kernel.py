@@ -22,7 +22,9 @@ family Liger patches; not under ``speed.torch_compile`` — the crash above — 
 partitions the ``lm_head.weight`` Liger reads directly); otherwise HF's loss wherever it fits; the chunked loss
 only where it lets the run fit, or fit with a memory saver the search ranks earlier (no offload, no 8-bit AdamW, no
 DeepSpeed), or without checkpointing or with a larger micro-batch, estimated (``throughput``, the chunked loss taken
-at ``CHUNKED_SPEED`` of HF's speed) at least ``FASTER_BY`` times as fast.
+at ``CHUNKED_SPEED`` of HF's speed) at least ``FASTER_BY`` times as fast. On the CPU the memory is weighed too:
+HF's loss that takes more than ``CPU_MEMORY_SHARE`` of the budget beyond the chunked loss must be estimated
+``FASTER_BY`` times as fast to be kept.
 DPO, KTO, ORPO and GRPO compute their losses in TRL (chunked log-probabilities): ``hf``, the trainer's own.
 Explicit values win and are only judged: ``problem`` says why one cannot run (preflight refuses with it).
 """
@@ -48,6 +50,9 @@ SEQ2SEQ_CHUNKED_FAMILIES = frozenset({"t5"})  # encoder-decoders whose chunked l
 # RoPE, SwiGLU) among the families TrainPilot ships architectures for; Liger soft-caps Gemma 2 in its kernel
 LIGER_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"})
 FASTER_BY = 1.10  # the chunked loss replaces a fitting HF loss only when estimated this much faster
+# On the CPU, HF's loss whose logits take more than this share of the budget beyond the chunked loss's need is kept
+# only when estimated FASTER_BY times as fast as the chunked loss (its memory is the machine's: weighed, not free)
+CPU_MEMORY_SHARE = 0.10
 # The chunked loss's speed against HF's at the same settings, as the estimate takes it: issue 33's target for this
 # implementation (no recompute, compiled chunks on CUDA), not yet measured on a GPU; the previous implementation
 # (each chunk recomputed in backward) measured 0.70 on the H100.
@@ -171,8 +176,9 @@ class Decision:
 
 
 def decide(cfg, outcomes: dict[str, Outcome], budget: int, gib, family: Optional[str] = None,
-           liger: bool = False) -> Decision:
-    """Pick among the searched kernels (``candidates`` order); ``gib`` formats bytes. See the module docstring."""
+           liger: bool = False, device: str = "cuda") -> Decision:
+    """Pick among the searched kernels (``candidates`` order); ``gib`` formats bytes; ``device`` the run's ("cpu":
+    host RAM is the machine's memory, ``_cpu_memory``). See the module docstring."""
     kernels = list(outcomes)
     if cfg.speed.loss_kernel != "auto":
         return Decision(kernels[0], f"loss: {NAMES[kernels[0]]}, as set (speed.loss_kernel)")
@@ -197,12 +203,26 @@ def decide(cfg, outcomes: dict[str, Outcome], budget: int, gib, family: Optional
         why = f"HF's loss needs {hf.savers}" if ch.level < hf.level else f"estimated {ratio:.2f}× as fast ({_basis(hf, ch)})"
         return Decision(CHUNKED, f"loss: the chunked loss: HF's loss fits at {_at(hf, gib)}, the chunked loss at "
                                  f"{_at(ch, gib, budget)}; {why}{suffix}")
+    if device == "cpu" and ch.fits and hf.fits and (memory := _cpu_memory(hf, ch, ratio, budget, gib)):
+        return Decision(CHUNKED, memory)
     if not hf.fits:
         return Decision(HF, f"loss: HF's loss: neither loss fits; HF's needs the least ({_at(hf, gib, budget)}; the "
                             f"chunked loss at {_at(ch, gib)}){suffix}")
     return Decision(HF, f"loss: HF's loss, the fastest that fits ({_at(hf, gib, budget)}); the chunked loss "
                         f"would fit at {_at(ch, gib)}, estimated {ratio:.2f}× as fast ({_basis(hf, ch)}), below the "
                         f"{FASTER_BY:.2f}× that would choose it{suffix}")
+
+
+def _cpu_memory(hf: Outcome, ch: Outcome, ratio: float, budget: int, gib) -> str:
+    """On the CPU, HF's loss takes host RAM, the machine's own memory, for a speed gain below ``FASTER_BY`` (``decide``
+    asks only then): where it takes more than ``CPU_MEMORY_SHARE`` of the budget beyond the chunked loss's need, the
+    chunked loss's reason ("" where HF's loss is worth its memory)."""
+    more = hf.need - ch.need
+    if more <= CPU_MEMORY_SHARE * budget:
+        return ""
+    return (f"loss: the chunked loss: on the CPU host RAM is the machine's memory; HF's loss would take "
+            f"{gib(more)} more of it ({_at(hf, gib)}, the chunked loss at {_at(ch, gib, budget)}) for an estimated "
+            f"{1 / ratio:.2f}× the speed, below the {FASTER_BY:.2f}× that would be worth it")
 
 
 def _at(o: Outcome, gib, budget: Optional[int] = None) -> str:

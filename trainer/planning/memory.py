@@ -298,6 +298,25 @@ def _text_activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     return {"layers": layers, "head": head, "recompute": 0}
 
 
+def _mask_in_layers(spec: ModelSpec, s: TrainSetup, acts: dict, breakdown: dict) -> int:
+    """Bytes of ``breakdown``'s activations and recompute that are the attention mask's per-layer part (its 16-bit
+    bias and the repeated K/V each SDPA layer keeps: ``packed_mask.per_layer_bytes``), taken out of them (the
+    ``attention_mask`` component holds them beside the shared mask, so the mask's cost has one home); the peak and
+    the churn are unchanged (offloaded layers: the share of the one layer in flight on the GPU)."""
+    if not packed_mask.applies(s) or spec.encoder_decoder:
+        return 0
+    plain = activation_bytes(spec, replace(s, packed_mask=False))
+    layers = acts["layers"] - plain["layers"]
+    if offloaded_activation_bytes(spec, s, acts):
+        on_gpu = (offload_device_bytes(spec, s, a)["activations"] for a in (acts, plain))
+        layers = next(on_gpu) - next(on_gpu)
+    layers = max(0, layers)
+    recompute = max(0, acts["recompute"] - plain["recompute"])
+    breakdown["activations"] -= layers
+    breakdown["recompute"] -= recompute
+    return layers + recompute
+
+
 def offloaded_activation_bytes(spec: ModelSpec, s: TrainSetup, acts: dict) -> int:
     """Bytes of saved activations TRL's activation offloading copies to pinned host RAM per micro-batch: every
     decoder layer's (or checkpointed input's) saved tensors. The head's stay on the GPU (TRL keeps the output
@@ -399,9 +418,10 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     else:
         breakdown["activations"] = acts["layers"] + acts["head"]
     breakdown["recompute"] = acts["recompute"]
+    in_layers = _mask_in_layers(spec, s, acts, breakdown)  # the layers' share of the mask: its one component
     breakdown["vision_activations"] = acts.get("vision", 0)
     breakdown["mlp_tile"] = mlp_tile_bytes(spec, s)
-    breakdown["attention_mask"] = 0 if spec.encoder_decoder else packed_mask.shared_bytes(s)
+    breakdown["attention_mask"] = 0 if spec.encoder_decoder else packed_mask.shared_bytes(s) + in_layers
     breakdown["logits_loss"] = logits_bytes(spec, s)
     later = breakdown["activations"] + breakdown["recompute"] + breakdown["vision_activations"] + \
         breakdown["mlp_tile"] + breakdown["attention_mask"] + breakdown["logits_loss"]

@@ -1,6 +1,8 @@
 """Plain-language reasons for a plan: what the budget is, what each choice costs, what was judged."""
 from __future__ import annotations
 
+from typing import Optional
+
 from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
 from trainer.core.units import GIB, MIB, count, gib, gib_difference
@@ -15,6 +17,7 @@ from trainer.planning.context import (
     per_rank_batch,
 )
 from trainer.planning import grpo_memory, picture_plan
+from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "vision_states", "zero3_gather")
@@ -178,6 +181,8 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict,
                    optimizer: str | None = None, est: Estimate | None = None) -> str:
     if ctx.cfg.speed.gradient_checkpointing != "auto":
         return f"gradient checkpointing {'on' if ckpt else 'off'} as set {_source(ctx, 'speed.gradient_checkpointing')}"
+    if not ckpt and not found and est is not None:  # nothing fits: off because it would not help
+        return _checkpointing_no_help(ctx, mb, ds, offload, optimizer, est)
     if not ckpt:
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
@@ -188,6 +193,22 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict,
         return ""  # it does not lower the peak: the savings' sentence says why it is on and what it costs
     return (f"gradient checkpointing on: without it even the smallest micro-batch needs {gib(need(ctx, e))} "
             f"({gib(need(ctx, est))} with it)")
+
+
+def _checkpointing_no_help(ctx: Context, mb: int, ds: DsOption, offload: bool, optimizer: Optional[str],
+                           est: Estimate) -> str:
+    """Why checkpointing is off on a plan that does not fit: with it the need would not be lower (the planner
+    kept the least memory it could find), or (CPU) the planner does not checkpoint there."""
+    if ctx.device != "cuda":
+        return ("gradient checkpointing off: the planner plans CPU runs without it (speed.gradient_checkpointing: "
+                "true trades recompute for memory)")
+    e = estimate(ctx.spec, make_setup(ctx, mb, True, ds, offload, optimizer))
+    if need(ctx, e) >= need(ctx, est):
+        return (f"gradient checkpointing off: it would not lower this plan's peak ({gib(need(ctx, e))} with it, "
+                f"{gib(need(ctx, est))} without): what is over the budget is not the layers' activations")
+    return (f"gradient checkpointing off: with it the peak would be {gib(need(ctx, e))} (not "
+            f"{gib(need(ctx, est))}), but it would need {gib(e.host_ram_bytes)} of host RAM, "
+            f"{gib(ctx.host_budget)} usable")
 
 
 def _deepspeed(ctx: Context, ds: DsOption, est: Estimate, verdict: str = "fits", mb: int = 1) -> list[str]:
@@ -203,8 +224,8 @@ def _deepspeed(ctx: Context, ds: DsOption, est: Estimate, verdict: str = "fits",
         out.append(f"on one GPU ZeRO-{ds[1]} shards nothing: only offload moves memory off the GPU "
                    "(ZeRO-2 keeps all 16-bit weights on the GPU)")
     if ds[2] or ds[3]:
-        out.append(f"offload needs {gib(est.host_ram_bytes)} of host RAM in all; "
-                   f"{gib(ctx.hardware.host.ram_available_bytes)} was available when probed")
+        out.append(f"offload needs {gib(est.host_ram_bytes)} of host RAM in all, of the "
+                   f"{usable_host_words(ctx.hardware.host.ram_available_bytes)}")
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainer.core.units import gib
+from trainer.core.units import LEAST_PRINTED, gib
 from trainer.planning import throughput
 from trainer.planning.kernels import DROPOUT
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
@@ -80,7 +80,7 @@ def _offload_cost(ctx: Context, mb: int, est: Estimate) -> dict:
     return row
 
 
-SAVES_AT_LEAST = 2**30 // 20  # bytes: a saving that prints as 0.0 GiB is no saving to claim
+SAVES_AT_LEAST = LEAST_PRINTED  # bytes: a saving that prints as 0.0 GiB is no saving to claim
 
 
 def saves(row: dict) -> bool:
@@ -132,11 +132,12 @@ def savings_reasons(ctx: Context, rows: list[dict]) -> list[str]:
 
 
 def mask_reason(ctx: Context, setup: TrainSetup, est: Estimate) -> list[str]:
-    """What the attention mask of packed (or padded) batches costs this plan (``planning.packed_mask``), when it is
-    printable, and what avoids it."""
+    """What the attention mask of packed (or padded) batches holds in this plan (``planning.packed_mask``): the
+    breakdown's ``attention_mask`` component, the one home of that number, when it is printable; and what avoids
+    it."""
     if ctx.spec is None or not setup.packed_mask:
         return []
-    cost = need(ctx, est) - need(ctx, estimate(ctx.spec, replace(setup, packed_mask=False)))
+    cost = est.breakdown.get("attention_mask", 0)
     if cost < SAVES_AT_LEAST:
         return []
     n = setup.seq_len
@@ -145,6 +146,6 @@ def mask_reason(ctx: Context, setup: TrainSetup, est: Estimate) -> list[str]:
     fix = ("data.packing: false (one document per sequence, micro-batch 1) or model.attn_implementation: "
            "flash_attention_2 (it keeps documents apart without a mask)" if ctx.cfg.data.packing else
            "micro-batch 1 or model.attn_implementation: flash_attention_2")
-    return [f"attention mask: costs {gib(cost)} here: {why} need a {n:,} × {n:,} mask per sequence, which SDPA turns "
-            f"into a 16-bit bias in every layer that keeps it for backward (with K and V repeated per head); {fix} "
-            f"needs none"]
+    return [f"attention mask: {gib(cost)} here (the breakdown's attention_mask): {why} need a {n:,} × {n:,} mask per "
+            f"sequence, which SDPA turns into a 16-bit bias in every layer that keeps it for backward (with K and V "
+            f"repeated per head); {fix} needs none"]

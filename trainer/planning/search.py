@@ -36,8 +36,9 @@ from trainer.planning.context import (
     with_loss,
     with_variant,
 )
-from trainer.planning import kernels, loss_kernel, requirements, throughput
+from trainer.planning import kernels, lengths, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
+from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate, fragmentation_share
 from trainer.planning.tiled_memory import tiles_mlp
 from trainer.planning.reasons import reasons
@@ -153,7 +154,7 @@ def search(ctx: Context) -> Choice:
     candidates = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
     best = {k: _best_variant(with_loss(ctx, k)) for k in candidates}
     outcomes = {k: o for k, (_, _, o, _) in best.items()}
-    decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger)
+    decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger, ctx.device)
     vctx, b, _, words = best[decision.kernel]
     choice = _choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
     at = min(2, len(choice.reasons))
@@ -435,23 +436,19 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
     if alt and not alt["fits"]:
         have = ctx.hardware.host.ram_available_bytes
         alt["description"] += (f": fits in VRAM only with {gib(alt['host_ram_needed_bytes'])} of host RAM "
-                               f"({gib(have)} available)")
+                               f"({usable_host_words(have)})")
     return alt
 
 
-def shorter_lengths(seq_len: int, max_positions: Optional[int]) -> list[int]:
-    """The sequence lengths a "shorter sequences" alternative tries, longest first (tokens): powers of two from
-    256 up, below ``seq_len`` and no longer than the model reads (a length the model refuses is no alternative)."""
-    top = min(seq_len - 1, max_positions or seq_len)
-    return [1 << k for k in range(top.bit_length() - 1, 7, -1)] if top >= 256 else []
-
-
 def _shorter(ctx: Context) -> Optional[dict]:
-    for seq in shorter_lengths(ctx.cfg.data.seq_len, ctx.spec.max_positions):
+    """The longest sequence below ``data.seq_len`` that fits, on the planner's one grid of lengths
+    (``planning.lengths``, as ``plan --max-seq`` finds it), no longer than the model reads."""
+    def fits(seq: int) -> Optional[dict]:
         alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
-        if alt and alt["fits"]:
-            return alt
-    return None
+        return alt if alt and alt["fits"] else None
+
+    top = min(ctx.cfg.data.seq_len - 1, ctx.spec.max_positions or ctx.cfg.data.seq_len)
+    return lengths.longest_fitting(fits, top)[1]
 
 
 def _smaller_model(ctx: Context) -> Optional[dict]:
