@@ -1,5 +1,5 @@
-"""The test session: one folder shared by every pytest-xdist worker (``shared_once``), removed when the session ends,
-and one thread per process for PyTorch in the session and its children."""
+"""The test session: one folder shared by every pytest-xdist worker (``shared_once``, and TrainPilot's cache), removed
+when the session ends, and one thread per process for PyTorch in the session and its children."""
 from __future__ import annotations
 
 import os
@@ -28,6 +28,11 @@ def pytest_configure(config):
     """The controller names the session before the workers start; the workers inherit the name."""
     if is_controller(config):
         os.environ.setdefault(SESSION_ENV, uuid.uuid4().hex[:12])
+        # TrainPilot's own cache (measured token lengths, scans, structures) is the session's, not the user's: a plan
+        # follows the data's lengths cached there, so a cache left by another run (a plan or run by hand, an earlier
+        # session) changed what the planner tests saw. A developer's own TRAINPILOT_CACHE wins.
+        os.environ.setdefault("TRAINPILOT_CACHE", str(Path(tempfile.gettempdir()) /
+                                                      f"tp-session-{os.environ[SESSION_ENV]}" / "cache"))
 
 
 def pytest_unconfigure(config):

@@ -151,9 +151,9 @@ def cmd_plan(args) -> int:
 
     cfg = config_mod.load(args.config, args.set)
     snap = planning_snapshot(args.hardware)
-    _measure_data(cfg)
-    if args.max_seq:
+    if args.max_seq:  # the card's longest sequence, asked before the data is there: not this data's lengths
         return _max_seq(args, cfg, snap)
+    _measure_data(cfg)
     plan = plan_run(cfg, snap, goal=args.goal)
     verdict = method_verdict(plan, snap)  # what the wizard shows: 'needs bitsandbytes' as well as fits
     report = None
