@@ -127,3 +127,16 @@ def test_gpu_truth_dry_plans_the_long_context_rows_on_their_own_cards():
     assert all("fits" in x and " tiled seq " in x and " offload" in x for x in lines), text
     listed = run("gpu_truth.py", "--list")
     assert "long-8b-laptop  (cards: rtx4090_laptop_16gb-apps-closed)" in listed
+
+
+@pytest.mark.slow  # a small Llama trained 3 steps per optimizer class
+def test_fused_step_cpu_smoke(tmp_path):
+    pytest.importorskip("bitsandbytes")
+    out = tmp_path / "f.json"
+    text = run("fused_step.py", "--cpu-smoke", "--out", str(out), timeout=600)
+    assert "fused_equals_separate" in text
+    data = json.loads(out.read_text())
+    assert data["arithmetic"] and all(r["within_test_bound"] for r in data["arithmetic"])
+    assert {r["optimizer"] for r in data["fused_equals_separate"]} == {"adamw", "paged_adamw_32bit", "adamw_8bit",
+                                                                     "paged_adamw_8bit"}
+    assert all(r["bit_identical"] for r in data["fused_equals_separate"])

@@ -1,5 +1,5 @@
 """The edge with transformers that can break under a user: ``trainer/worker/train/hf_glue.py`` overrides
-methods of HF's Trainer (private ones among them: ``_save_checkpoint``, ``_get_output_dir``,
+methods of HF's Trainer (private ones among them: ``_save_checkpoint``, ``_get_output_dir``, ``_get_grad_norm``,
 ``_get_train_sampler``). transformers is pinned to the range the suite tests, and these tests fail
 loudly, naming the method, when an overridden method's parameters change."""
 from __future__ import annotations
@@ -28,6 +28,11 @@ RECORDED = {
     "_prepare_for_training": ("self", "max_steps", "train_dataloader", "resume_from_checkpoint"),
     # HF's save, then the files that go with the model (a multimodal checkpoint's processor files)
     "_save": ("self", "output_dir=None", "state_dict=None"),
+    # training.optimizer_in_backward (fused_step): HF's optimizer becomes one per parameter, its schedule goes on
+    # HF's groups, and the gradient norm is the one the hooks measured
+    "create_optimizer": ("self", "model=None"),
+    "create_scheduler": ("self", "num_training_steps", "optimizer=None"),
+    "_get_grad_norm": ("self", "model", "grad_norm=None"),
 }
 
 

@@ -63,8 +63,47 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
                   "training.eval_every_steps (and data.validation_split or data.validation_path)"))
     p += _objective_checks(cfg)
     p += _ladder_keeps_check(cfg)
+    p += _optimizer_in_backward_checks(cfg)
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
+    if cfg.device == "cpu" and t.optimizer != "adamw":
+        p.append(("training.optimizer", f"{t.optimizer} is bitsandbytes' AdamW for NVIDIA GPUs (paged states live in "
+                  f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use adamw"))
+    return p
+
+
+def _optimizer_in_backward_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """``training.optimizer_in_backward: true`` updates each parameter the moment its gradient is complete: that
+    gradient must be the whole step's (one micro-batch, one rank, no loss scale to undo) and is gone right after, so
+    nothing can see every gradient at once (no global-norm clipping) and no other engine may own the step."""
+    t = cfg.training
+    if t.optimizer_in_backward is not True:
+        return []
+    fused, p = "with training.optimizer_in_backward: true", []
+    off = "or set training.optimizer_in_backward: false"
+    mb, ga, ranks = t.micro_batch_size, t.gradient_accumulation_steps, cfg.world_size
+    if isinstance(ga, int) and ga != 1:
+        p.append(("training.gradient_accumulation_steps", f"{ga}: {fused} each optimizer step is one micro-batch "
+                  f"(a parameter is updated as soon as its gradient is complete, so gradients cannot add up over "
+                  f"micro-batches); set training.gradient_accumulation_steps: 1 and training.micro_batch_size: "
+                  f"{t.effective_batch_size // ranks} (the whole effective batch), {off}"))
+    elif isinstance(mb, int) and mb * ranks != t.effective_batch_size and not t.effective_batch_size % (mb * ranks):
+        p.append(("training.micro_batch_size", f"{mb} × {ranks} GPU(s) is not effective_batch_size "
+                  f"{t.effective_batch_size}: {fused} each optimizer step is one micro-batch (no gradient "
+                  f"accumulation); set training.micro_batch_size: {t.effective_batch_size // ranks} (or auto), {off}"))
+    if t.max_grad_norm > 0:
+        p.append(("training.max_grad_norm", f"{t.max_grad_norm}: clipping by the global gradient norm needs every "
+                  f"gradient at once, and {fused} each parameter is updated (and its gradient freed) as soon as that "
+                  f"gradient is complete; set training.max_grad_norm: 0 (no clipping), {off}"))
+    if cfg.deepspeed.enabled is True:
+        p.append(("deepspeed.enabled", f"DeepSpeed runs its own optimizer step, which cannot also run inside backward "
+                  f"as training.optimizer_in_backward: true asks; set deepspeed.enabled: false, {off}"))
+    if ranks > 1:
+        p.append(("distributed.num_gpus", f"{ranks} GPUs: {fused} a parameter would be updated from this GPU's "
+                  f"gradient before the GPUs average theirs; train on one GPU, {off}"))
+    if cfg.speed.precision == "fp16":
+        p.append(("speed.precision", f"fp16 scales the loss and unscales every gradient at once before the step, "
+                  f"which {fused} has already happened; use bf16 or fp32, {off}"))
     return p
 
 

@@ -200,10 +200,19 @@ class TrainingConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
-    optimizer: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = Field(
-        "adamw", description="adamw (fused when speed.fused_adamw), adamw_8bit or paged_adamw_8bit (bitsandbytes, "
-        "CUDA: 8-bit states; paged ones move to host RAM under memory pressure). The planner proposes adamw_8bit "
-        "when it does not fit otherwise and plan_allow_approximate is true."
+    optimizer: Literal["adamw", "paged_adamw_32bit", "adamw_8bit", "paged_adamw_8bit"] = Field(
+        "adamw", description="Where AdamW's states live. adamw: fp32 states on the GPU (PyTorch's AdamW, fused when "
+        "speed.fused_adamw); paged_adamw_32bit: the same fp32 states and update in CUDA managed memory, paged to host "
+        "RAM under memory pressure (bitsandbytes' PagedAdamW32bit); adamw_8bit, paged_adamw_8bit: 8-bit states "
+        "(bitsandbytes; approximate), on the GPU or paged. bitsandbytes' optimizers need an NVIDIA GPU. The planner "
+        "proposes 8-bit states only under plan_allow_approximate: true."
+    )
+    optimizer_in_backward: Optional[bool] = Field(
+        None, description="Fuse the optimizer step into the backward pass: each parameter is updated as soon as its "
+        "gradient is complete, and that gradient is freed at once, so no full set of gradients is ever held. The same "
+        "update as a separate step, one learning-rate schedule; it needs one micro-batch per optimizer step "
+        "(gradient_accumulation_steps: 1), no gradient clipping (max_grad_norm: 0), one GPU, no DeepSpeed and no fp16 "
+        "loss scaling. null: the planner decides (off until it does)."
     )
     seed: int = Field(42, description="Seed for weights init, data order and dropout.")
     eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")

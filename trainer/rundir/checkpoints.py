@@ -93,23 +93,31 @@ def engine_meta(cfg) -> dict:
     stage, whether the optimizer is DeepSpeed's CPU Adam (optimizer offload) and the configured optimizer."""
     ds = cfg.deepspeed.enabled is True
     return {"deepspeed": ds, "zero_stage": cfg.deepspeed.zero_stage if ds else None,
-            "offload_optimizer": bool(ds and cfg.deepspeed.offload_optimizer), "optimizer": cfg.training.optimizer}
+            "offload_optimizer": bool(ds and cfg.deepspeed.offload_optimizer), "optimizer": cfg.training.optimizer,
+            "optimizer_in_backward": cfg.training.optimizer_in_backward is True}
 
 
 def _engine_key(meta: dict) -> tuple:
-    """What decides the checkpoint's format: plain or DeepSpeed and its stage, and the optimizer's implementation."""
+    """What decides the checkpoint's format: plain or DeepSpeed and its stage, and the optimizer's implementation.
+    Not whether the step ran in backward: the fused step writes the separate step's ``optimizer.pt`` (fused_step)."""
     if meta.get("deepspeed"):
         return "deepspeed", meta.get("zero_stage"), "cpu_adam" if meta.get("offload_optimizer") else _moments(meta)
-    return "plain", None, _moments(meta)
+    return "plain", None, _moments(meta), _implementation(meta)
 
 
 def _moments(meta: dict) -> str:
     return "8bit" if "8bit" in str(meta.get("optimizer") or "adamw") else "adamw"
 
 
+def _implementation(meta: dict) -> str:
+    """Whose state format: PyTorch's AdamW (exp_avg, exp_avg_sq) or bitsandbytes' (state1, state2)."""
+    return "torch" if str(meta.get("optimizer") or "adamw") == "adamw" else "bitsandbytes"
+
+
 def engine_label(meta: dict) -> str:
     """An engine in words: 'plain PyTorch (AdamW)', 'DeepSpeed ZeRO-2 with optimizer offload (CPU Adam)'."""
-    optimizer = "8-bit AdamW" if _moments(meta) == "8bit" else "AdamW"
+    paged = not meta.get("deepspeed") and meta.get("optimizer") == "paged_adamw_32bit"
+    optimizer = "8-bit AdamW" if _moments(meta) == "8bit" else "paged AdamW" if paged else "AdamW"
     if not meta.get("deepspeed"):
         return f"plain PyTorch ({optimizer})"
     offload = " with optimizer offload (CPU Adam)" if meta.get("offload_optimizer") else f" ({optimizer})"

@@ -59,7 +59,8 @@ class StepEvent(EventRecord):
     epoch: Optional[float] = None
     loss: Optional[float] = None
     learning_rate: Optional[float] = None
-    grad_norm: Optional[float] = None
+    grad_norm: Optional[float] = None  # L2 norm of the step's whole gradient before any clipping (with the step fused
+    # into backward: summed from each gradient as its hook consumed it); None when the trainer measured none
     tokens_per_second: Optional[float] = None
     samples_per_second: Optional[float] = None
     step_seconds: Optional[float] = None

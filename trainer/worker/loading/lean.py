@@ -43,6 +43,13 @@ def for_run(cfg) -> list[str]:
     return leave_unimported(unused_packages(cfg))
 
 
+def bring_back(name: str) -> None:
+    """Let ``name`` be imported after all, where the run needs it for one job its config does not show (a DeepSpeed
+    checkpoint read to resume on plain PyTorch: ``engine_switch``). What already asked keeps its answer."""
+    if name in sys.modules and sys.modules[name] is None:
+        del sys.modules[name]
+
+
 def left_out() -> list[str]:
     """Which of the optional libraries this process has marked absent (for the log)."""
     return [name for name in LEAN_PACKAGES if name in sys.modules and sys.modules[name] is None]

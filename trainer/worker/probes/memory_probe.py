@@ -221,15 +221,23 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
 
 
 def _optimizer(cfg, params):
-    """The run's optimizer as the Trainer builds it: torch AdamW, or bitsandbytes' 8-bit / paged 8-bit AdamW."""
+    """The run's optimizer as the Trainer builds it: torch AdamW, or bitsandbytes' paged / 8-bit / paged 8-bit AdamW;
+    with ``training.optimizer_in_backward``, one per parameter stepped from backward (its ``step`` does nothing)."""
     import torch
 
     if cfg.training.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=1e-5, fused=bool(cfg.speed.fused_adamw))
-    import bitsandbytes as bnb
+        opt = torch.optim.AdamW(params, lr=1e-5, fused=bool(cfg.speed.fused_adamw))
+    else:
+        import bitsandbytes as bnb
 
-    cls = bnb.optim.PagedAdamW8bit if cfg.training.optimizer == "paged_adamw_8bit" else bnb.optim.AdamW8bit
-    return cls(params, lr=1e-5)
+        cls = {"paged_adamw_32bit": bnb.optim.PagedAdamW32bit, "adamw_8bit": bnb.optim.AdamW8bit,
+               "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[cfg.training.optimizer]
+        opt = cls(params, lr=1e-5)
+    if cfg.training.optimizer_in_backward is True:
+        from trainer.worker.loading.fused_step import FusedStep
+
+        return FusedStep(opt)
+    return opt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,8 +297,9 @@ def model_state_bytes(trainer) -> dict:
         return sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in params}.values())
 
     trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = trainer.optimizer
-    states = sum(t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values()
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    every = getattr(opt, "optimizer_dict", {}).values() or [opt]  # the fused step: one optimizer per parameter
+    states = sum(t.untyped_storage().nbytes() for o in every for s in o.state.values() for t in s.values()
                  if hasattr(t, "untyped_storage") and t.dim() > 0)
     return {"weights": unique(model.parameters()), "gradients": sum(p.numel() * p.element_size() for p in trainable),
             "optimizer_states": states, "reference": unique(ref.parameters()) if ref is not None else 0}

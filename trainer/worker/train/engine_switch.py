@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from trainer.rundir.checkpoints import engine_change, read_marker
+from trainer.worker.loading import lean
 
 
 @dataclass
@@ -96,12 +97,19 @@ def _torch_states(checkpoint: Path, trainer) -> tuple[dict, int, dict]:
     states, step = {}, 0
     for index, state in saved["state"].items():
         name = by_id[index]
-        if state["exp_avg"].shape != shapes[name]:
+        state = {**state, **state.get(BNB_WRAPPED, {})}  # bitsandbytes wraps its (fp32 here) states under this key
+        moments = {key: state[theirs] for key, theirs in zip(MOMENTS, BNB_MOMENTS if "state1" in state else MOMENTS)}
+        if moments["exp_avg"].shape != shapes[name]:
             raise RuntimeError(f"{checkpoint / 'optimizer.pt'}: the state of {name} has shape "
-                               f"{tuple(state['exp_avg'].shape)}, the parameter {tuple(shapes[name])}")
-        states[name] = {"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}
+                               f"{tuple(moments['exp_avg'].shape)}, the parameter {tuple(shapes[name])}")
+        states[name] = moments
         step = int(state["step"])
     return states, step, {}
+
+
+MOMENTS = ("exp_avg", "exp_avg_sq")  # PyTorch's AdamW names for the moments; bitsandbytes' 32-bit AdamW's:
+BNB_MOMENTS = ("state1", "state2")
+BNB_WRAPPED = "__bnb_optimizer_quant_state__"  # bitsandbytes.optim.optimizer.Optimizer8bit._FSDP_WRAPPED_QUANT_STATE_KEY
 
 
 def _optimizer_order(trainer) -> list[str]:
@@ -116,6 +124,7 @@ def _deepspeed_states(checkpoint: Path) -> tuple[dict, int, dict]:
     ZeRO stage, any number of ranks), in a scratch folder beside the run's checkpoints."""
     import argparse
 
+    lean.bring_back("deepspeed")  # a run without DeepSpeed left it unimported (lean): reading its checkpoint needs it
     from deepspeed.checkpoint import ds_to_universal
 
     source = sorted(glob.glob(str(checkpoint / "global_step*")))[-1]
@@ -196,12 +205,19 @@ def _write_deepspeed(trainer, states: dict, step: int, masters: dict) -> None:
 
 
 def _write_torch(trainer, states: dict, step: int) -> None:
-    """Into the torch optimizer HF built (AdamW): each parameter's moments and step."""
+    """Into the optimizer HF built (PyTorch's AdamW, or bitsandbytes' 32-bit AdamW): each parameter's moments and
+    step; with the step fused into backward, into each parameter's own optimizer (``fused_step``)."""
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
-    on_device = any(g.get("fused") or g.get("capturable") for g in optimizer.param_groups)
+    per_param = getattr(optimizer, "optimizer_dict", None)  # the fused step: one optimizer per parameter
     for name, param in trainer.model.named_parameters():
         saved = states.get(name)
         if saved is None or not param.requires_grad:
             continue
+        target = per_param[param] if per_param is not None else optimizer
+        if hasattr(target, "get_state_buffer"):  # bitsandbytes: its names, an int count, (paged) fp32 buffers
+            target.state[param] = {"step": step, **{ours: target.get_state_buffer(param).copy_(saved[theirs])
+                                                    for ours, theirs in zip(BNB_MOMENTS, MOMENTS)}}
+            continue
+        on_device = any(g.get("fused") or g.get("capturable") for g in target.param_groups)
         count = torch.tensor(float(step), device=param.device if on_device else "cpu")
-        optimizer.state[param] = {"step": count, **{k: v.to(param.device, param.dtype) for k, v in saved.items()}}
+        target.state[param] = {"step": count, **{k: v.to(param.device, param.dtype) for k, v in saved.items()}}

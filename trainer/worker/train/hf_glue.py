@@ -30,6 +30,7 @@ from trainer.rundir.checkpoints import (
 from trainer.rundir import stopfile
 from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
+from trainer.worker.loading import fused_step
 from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 
 # "STEP:MIN_MICRO[:NEEDS]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO, or while the run lacks what
@@ -62,6 +63,7 @@ class TrainPilotMixin:
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
         self.tp_companion_files: list[Path] = []  # saved beside every model (tokenizer.model, processor files)
         self.tp_processor = None  # a vision-language model's processor (its image settings, the run's tokenizer)
+        self.tp_optimizer_in_backward = False  # training.optimizer_in_backward: the step runs in backward (fused_step)
 
     def _tp_offload_activations(self, checkpointing: bool) -> None:
         """``speed.activation_offload``: every training step runs in ``offloaded_checkpoint.offload_context`` (with
@@ -114,6 +116,24 @@ class TrainPilotMixin:
         model, loader = super()._prepare_for_training(max_steps, train_dataloader, None)
         engine_switch.restore(self, switch)
         return model, loader
+
+    # -- the optimizer step fused into backward (fused_step): HF builds its optimizer, each parameter gets its own --
+    def create_optimizer(self, model=None):
+        created = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        if self.tp_optimizer_in_backward and created:
+            self.optimizer = optimizer = fused_step.FusedStep(optimizer)
+        return optimizer
+
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        """One schedule for every parameter: on the fused step's layout (HF's own groups), not per parameter."""
+        fused = fused_step.of(optimizer if optimizer is not None else self.optimizer)
+        return super().create_scheduler(num_training_steps, fused.layout if fused else optimizer)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The fused step measured the whole gradient as its hooks freed it (HF's would find no gradients: 0)."""
+        fused = fused_step.of(self.optimizer)
+        return fused.take_grad_norm() if fused else super()._get_grad_norm(model, grad_norm)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         """Evaluation step (drop our token count key; GRPO's batches are lists of prompt records)."""

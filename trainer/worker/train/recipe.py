@@ -305,6 +305,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         trainer._tp_offload_activations(cfg.speed.gradient_checkpointing is True)
     info.update(_kernel_info(cfg, trainer.model, use_cuda))
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
+    trainer.tp_optimizer_in_backward = cfg.training.optimizer_in_backward is True  # before train() builds it
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     if objectives.handles(cfg):
@@ -347,6 +348,12 @@ def _checkpoint_meta(cfg) -> dict:
             "effective_batch_size": t.effective_batch_size, **engine_meta(cfg)}
 
 
+# training.optimizer → HF's ``optim`` for bitsandbytes' AdamW (paged: CUDA managed memory; 8-bit: quantised states);
+# adamw is PyTorch's (fused kernel when speed.fused_adamw on CUDA). The fused step takes the same class per parameter.
+HF_OPTIMIZERS = {"paged_adamw_32bit": "paged_adamw_32bit", "adamw_8bit": "adamw_bnb_8bit",
+                 "paged_adamw_8bit": "paged_adamw_8bit"}
+
+
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):
     """HF TrainingArguments (or ``cls``, a subclass such as TRL's DPOConfig, with ``extra`` fields) for the run."""
     from transformers import TrainingArguments
@@ -354,8 +361,7 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=
     cls = cls or TrainingArguments
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
-    optim = {"adamw_8bit": "adamw_bnb_8bit", "paged_adamw_8bit": "paged_adamw_8bit"}.get(t.optimizer) or (
-        "adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
+    optim = HF_OPTIMIZERS.get(t.optimizer) or ("adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
     eval_on = bool(t.eval_every_steps)
     return cls(
         output_dir=str(run_dir / "checkpoints"),
