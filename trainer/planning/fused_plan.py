@@ -83,8 +83,9 @@ def settings(ctx: Context, micro: int, optimizer: str) -> dict:
     """The values the fused step writes (those the user left to the planner): the step in backward, no clipping,
     the whole per-GPU batch in one micro-batch, the states' optimizer."""
     c, mine = ctx.cfg, explicit_keys(ctx.cfg)
-    out = {"training.optimizer_in_backward": True, "training.micro_batch_size": micro,
-           "training.gradient_accumulation_steps": 1}
+    batch = {"training.optimizer_in_backward": True, "training.micro_batch_size": micro,
+             "training.gradient_accumulation_steps": 1}
+    out = {k: v for k, v in batch.items() if k not in mine}  # yours already say so (``unavailable``)
     if c.training.max_grad_norm > 0 and "training.max_grad_norm" not in mine:
         out["training.max_grad_norm"] = 0.0
     if optimizer != c.training.optimizer:
