@@ -72,9 +72,9 @@ def placements(ctx: Context) -> list[str]:
 def context(ctx: Context, effective: Optional[int] = None) -> Context:
     """``ctx`` planning the fused step: one micro-batch of the per-GPU batch (``effective``: another effective
     batch, for the largest one that fits), accumulation 1."""
-    changes = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": 1}
+    changes: dict = {"training.gradient_accumulation_steps": 1}  # your micro-batch, if you set one, is the batch's
     if effective is not None:
-        changes["training.effective_batch_size"] = effective
+        changes.update({"training.effective_batch_size": effective, "training.micro_batch_size": "auto"})
     cfg = config_mod.replace(ctx.cfg, **changes)
     return replace(ctx, cfg=cfg, fused_step=True)
 
