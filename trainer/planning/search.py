@@ -180,14 +180,22 @@ def _fused(ctx: Context) -> Choice:
 def _largest_fused_batch(ctx: Context) -> str:
     """The largest effective batch the fused step keeps exact here, in words (the planner never changes yours)."""
     per = per_rank_batch(ctx.cfg)
-    for m in range(per - 1, 0, -1):
+    lo, hi, best, one = 1, per - 1, None, None  # memory grows with the batch: bisect for the largest that fits
+    while lo <= hi:
+        m = (lo + hi) // 2
         choice = _search(fused_plan.context(ctx, m))
         if choice.verdict == "fits":
-            return (f"with the optimizer step fused into backward, the largest effective batch that fits in one "
-                    f"micro-batch is {m} (peak {gib(choice.peak)}; {level_words(choice_level(choice)) or 'no other saver'})"
-                    f": set training.effective_batch_size: {m} to train that way (the planner keeps your "
-                    f"{ctx.cfg.training.effective_batch_size})")
-    one = _search(fused_plan.context(ctx, 1)) if per > 1 else None
+            lo, best = m + 1, (m, choice)
+        else:
+            hi, one = m - 1, (choice if m == 1 else one)
+    if best is not None:
+        m, choice = best
+        return (f"with the optimizer step fused into backward, the largest effective batch that fits in one "
+                f"micro-batch is {m} (peak {gib(choice.peak)}; {level_words(choice_level(choice)) or 'no other saver'}): "
+                f"set training.effective_batch_size: {m} to train that way (the planner keeps your "
+                f"{ctx.cfg.training.effective_batch_size})")
+    if one is None and per > 1:
+        one = _search(fused_plan.context(ctx, 1))
     at_one = f" (it would need {gib(one.peak)})" if one is not None else ""
     return f"with the optimizer step fused into backward not even an effective batch of 1 fits{at_one}"
 
