@@ -131,6 +131,8 @@ class StepOption:
     verdict: str = "unknown"
     peak_bytes: Optional[int] = None
     budget_bytes: Optional[int] = None
+    host_ram_bytes: Optional[int] = None  # host RAM the plan needs (paged states live there)
+    host_ram_available_bytes: Optional[int] = None
 
 
 FUSED = {"training.optimizer_in_backward": True, "training.max_grad_norm": 0.0,
@@ -170,7 +172,8 @@ def step_options(cfg, hardware) -> list[StepOption]:
             out.append(option)
             continue
         out.append(dataclasses.replace(option, verdict=plan.verdict, peak_bytes=plan.predicted_peak_bytes,
-                                       budget_bytes=plan.budget_bytes))
+                                       budget_bytes=plan.budget_bytes, host_ram_bytes=plan.host_ram_needed_bytes,
+                                       host_ram_available_bytes=plan.host_ram_available_bytes))
     return out
 
 

@@ -48,5 +48,8 @@ class StepOptions(QtWidgets.QLabel):
 def _verdict(o) -> str:
     if o.peak_bytes is None:
         return "<i>not with your settings</i>"
+    host = ""
+    if o.verdict == "does_not_fit" and o.peak_bytes <= (o.budget_bytes or 0) and o.host_ram_bytes:
+        host = f"; needs {gib(o.host_ram_bytes)} of host RAM, {gib(o.host_ram_available_bytes)} available"
     return (f"<span style='color:{COLORS.get(o.verdict, '#333')}'>{WORDS.get(o.verdict, o.verdict)}</span> "
-            f"({gib(o.peak_bytes)} of {gib(o.budget_bytes)})")
+            f"({gib(o.peak_bytes)} of {gib(o.budget_bytes)}{host})")
