@@ -181,3 +181,23 @@ def test_trainpilot_cli_plan_says_fits_for_qwen_1_5b_on_the_laptop(tmp_path):
     assert d["verdict"] == "fits" and d["settings"]["training.optimizer_in_backward"] is True
     assert d["settings"]["training.max_grad_norm"] == 0 and d["settings"]["training.gradient_accumulation_steps"] == 1
     assert any("optimizer step fused into backward" in r for r in d["reasons"])
+
+
+@pytest.mark.slow
+def test_a_run_that_asks_for_the_fused_step_gets_one_micro_batch_and_the_plan_says_so(tmp_path):
+    """``trainpilot-cli run`` with ``optimizer_in_backward: true`` and the batch left to the planner: the run's
+    config.yaml has the whole effective batch in one micro-batch, and its plan.json names the fused step."""
+    from helpers_train import events, tiny_config
+
+    path = write_config(tmp_path / "c.yaml", tiny_config(
+        training={"max_steps": 2, "micro_batch_size": "auto", "gradient_accumulation_steps": "auto",
+                  "effective_batch_size": 4, "optimizer_in_backward": True, "max_grad_norm": 0}))
+    run = tmp_path / "run"
+    proc = cli("run", path, "--run-dir", run, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    written = (run / "config.yaml").read_text()
+    assert "micro_batch_size: 4" in written and "gradient_accumulation_steps: 1" in written, written
+    plan = json.loads((run / "plan.json").read_text())
+    assert any(r.startswith("optimizer step fused into backward") for r in plan["reasons"]), plan["reasons"]
+    assert any("effective batch 4 kept exact in one micro-batch of 4" in r for r in plan["reasons"])
+    assert max(e["step"] for e in events(run, "step")) == 2

@@ -21,7 +21,7 @@ from trainer import config as config_mod
 from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
 from trainer.core.units import count, gib
-from trainer.planning.context import Context, make_setup, per_rank_batch, windows
+from trainer.planning.context import Context, make_setup, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS, largest_param, paging_bytes_per_step
 from trainer.planning.optimizer_memory import state_words as states_named
@@ -162,6 +162,3 @@ def alternative_words(optimizer: str) -> str:
     tail = " — approximate: 8-bit optimizer states" if bits == "8-bit" else " — exact"
     return f"full fine-tune with {bits} states {where} and the step fused into backward{tail}"
 
-
-__all__ = ["unavailable", "placements", "context", "settings", "reasons", "alternative_changes",
-           "alternative_words", "windows"]
