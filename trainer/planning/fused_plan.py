@@ -20,6 +20,7 @@ from typing import Optional
 from trainer import config as config_mod
 from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
+from trainer.core.dotted import get_in
 from trainer.core.units import count, gib
 from trainer.planning.context import Context, make_setup, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
@@ -85,7 +86,8 @@ def settings(ctx: Context, micro: int, optimizer: str) -> dict:
     c, mine = ctx.cfg, explicit_keys(ctx.cfg)
     batch = {"training.optimizer_in_backward": True, "training.micro_batch_size": micro,
              "training.gradient_accumulation_steps": 1}
-    out = {k: v for k, v in batch.items() if k not in mine}  # yours already say so (``unavailable``)
+    yours = config_mod.to_dict(c)
+    out = {k: v for k, v in batch.items() if k not in mine or get_in(yours, k) == "auto"}  # yours say so already
     if c.training.max_grad_norm > 0 and "training.max_grad_norm" not in mine:
         out["training.max_grad_norm"] = 0.0
     if optimizer != c.training.optimizer:
