@@ -51,7 +51,31 @@ def row(repo: str, snaps: dict) -> dict:
         for method in ("full", "lora", "qlora"):
             cfg = tc.replace(tc.RunConfig(), **{"model.source": repo, "method.type": method, "data.seq_len": 2048})
             plan = plan_run(cfg, snap, alternatives=False)
-            out["cells"][f"{hw} {method}"] = {"verdict": plan.verdict, "peak_bytes": plan.predicted_peak_bytes}
+            out["cells"][f"{hw} {method}"] = {"verdict": plan.verdict, "peak_bytes": plan.predicted_peak_bytes,
+                                              "how": how(plan.resolved) if method == "full" else ""}
+    return out
+
+
+def how(resolved) -> str:
+    """A full fine-tune's optimizer in words: the step fused into backward or not, and where the states live."""
+    t = resolved.training
+    states = {"adamw": "AdamW states on the GPU", "paged_adamw_32bit": "fp32 states paged to host RAM",
+              "adamw_8bit": "8-bit states on the GPU", "paged_adamw_8bit": "8-bit states paged to host RAM"}
+    return ("step fused into backward, " if t.optimizer_in_backward else "") + states[t.optimizer]
+
+
+def largest_full(rows: list[dict]) -> list[str]:
+    """The largest full fine-tune that fits per card (issue 39), with how it fits."""
+    out = []
+    for hw in HARDWARE:
+        fitting = [r for r in rows if r["cells"][f"{hw} full"]["verdict"] == "fits"]
+        if not fitting:
+            out.append(f"- {hw}: no full fine-tune fits")
+            continue
+        best = max(fitting, key=lambda r: r["params"])
+        cell = best["cells"][f"{hw} full"]
+        out.append(f"- {hw}: {best['model']} ({best['params'] / 1e9:.2f}B), planned {cell['peak_bytes'] / GIB:.1f} GiB; "
+                   f"{cell['how']}")
     return out
 
 
@@ -78,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row(repo, snaps) for repo, _ in catalog.popular()]
     print("verdict (planned peak GiB) at sequence 2048, TrainPilot's default config otherwise")
     print(table(rows))
+    print("\nlargest full fine-tune that fits, per card:")
+    print("\n".join(largest_full(rows)))
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))
     return 0

@@ -2,6 +2,7 @@
 
     python benchmarks/fit_table.py              # markdown table for docs/planner.md
     python benchmarks/fit_table.py --json
+    python benchmarks/fit_table.py --largest    # the largest full fine-tune per card (issue 39)
 
 Planned, not measured: every figure is the planner's (trainer/planning) on the hardware recordings in
 tests/fixtures/hardware (written from published specs: the RTX 4090 Laptop GPU with Firefox holding 1.8 GiB,
@@ -119,12 +120,62 @@ def table(data: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --largest: the largest full fine-tune per card at sequence 2048, effective batch 8 (issue 39), the planner choosing
+# everything else: the separate optimizer step only (training.optimizer_in_backward: false), the defaults now (the
+# step fused into backward where the separate one does not fit; states on the GPU or paged as fp32: exact), and
+# with plan_allow_approximate (8-bit states too).
+LARGEST_MODELS = ["qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-1.5b", "qwen3-1.7b", "granite-3.3-2b", "llama-3.2-3b",
+                  "qwen3-4b", "qwen2.5-7b", "llama-3.1-8b"]
+LARGEST_VARIANTS = {"separate step": dict(training={"optimizer_in_backward": False}),
+                    "fused step (exact)": {}, "fused step, 8-bit allowed": dict(plan_allow_approximate=True)}
+
+
+def largest_full(hw, variant: str) -> dict:
+    """The largest model of ``LARGEST_MODELS`` whose full fine-tune fits: {model, peak_bytes, settings} (None: none)."""
+    extra = LARGEST_VARIANTS[variant]
+    best = None
+    for model in LARGEST_MODELS:
+        data = {"model": {"architecture": model}, "data": {"seq_len": 2048},
+                "training": {"effective_batch_size": 8, **extra.get("training", {})},
+                "plan_allow_approximate": extra.get("plan_allow_approximate", False)}
+        choice = _choice(config_mod.validate(data), hw)
+        if choice.verdict == "fits":
+            keys = ("training.optimizer_in_backward", "training.optimizer", "training.micro_batch_size")
+            best = {"model": model, "peak_bytes": choice.peak, "settings": {k: choice.settings.get(k) for k in keys}}
+    return best
+
+
+def largest_rows() -> list[dict]:
+    out = []
+    for machine, fixture in MACHINES.items():
+        hw = open_probe(str(ROOT / "tests" / "fixtures" / "hardware" / f"{fixture}.jsonl")).snapshot()
+        out.append({"machine": machine, **{v: largest_full(hw, v) for v in LARGEST_VARIANTS}})
+    return out
+
+
+def largest_table(data: list[dict]) -> str:
+    lines = ["| machine | " + " | ".join(LARGEST_VARIANTS) + " |", "|---|" + "---|" * len(LARGEST_VARIANTS)]
+    for r in data:
+        cells = []
+        for v in LARGEST_VARIANTS:
+            b = r[v]
+            if not b:
+                cells.append("–")
+                continue
+            opt = b["settings"]["training.optimizer"] or "adamw"
+            cells.append(f"{b['model']} ({b['peak_bytes'] / 2**30:.1f} GiB"
+                         + (f", fused, {opt}" if b["settings"]["training.optimizer_in_backward"] else "") + ")")
+        lines.append(f"| {r['machine']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--largest", action="store_true", help="the largest full fine-tune per card (issue 39)")
     a = ap.parse_args(argv)
-    data = rows()
-    print(json.dumps(data, indent=2) if a.json else table(data))
+    data = largest_rows() if a.largest else rows()
+    print(json.dumps(data, indent=2) if a.json else (largest_table if a.largest else table)(data))
     return 0
 
 

@@ -7,8 +7,10 @@
     python benchmarks/gpu_truth.py --only 10-11 --out long.json                    # the long-context rows only
 
 Rows: a full fine-tune, LoRA, QLoRA of an 8B model, 8-bit AdamW (``plan_allow_approximate``), activation offload,
-``torch.compile``, DPO, KTO and GRPO, and Llama-3.1-8B QLoRA at the longest context the planner fits on the laptop
-(with nothing else on it) and the desktop (issue 32; each on its own card only) — shipped architectures with random weights, the bundled demo tokenizer and
+``torch.compile``, DPO, KTO and GRPO, Llama-3.1-8B QLoRA at the longest context the planner fits on the laptop
+(with nothing else on it) and the desktop (issue 32; each on its own card only), and issue 39's full fine-tunes with
+the optimizer step fused into backward (Llama-3.1-8B on the desktop, its tokens/s beside torchtune's 1,650 on an RTX
+4090 scaled by the cards' bf16 peaks; Qwen3-4B and Qwen2.5-1.5B with fp32 paged states on the laptop) — shipped architectures with random weights, the bundled demo tokenizer and
 synthetic data written here (ten-word preference records, short prompts, documents longer than any planned
 sequence), so nothing is downloaded. Each row is
 planned for every recorded card in ``tests/fixtures/hardware/`` (``--hardware``, as a user would) and run through
@@ -75,10 +77,12 @@ if os.environ.get("%s"):
 ''' % (CAP_ENV, CAP_ENV)
 
 
-def row(name: str, arch: str, cards: tuple = (), longest: bool = False, **sections) -> dict:
+def row(name: str, arch: str, cards: tuple = (), longest: bool = False, reference: tuple = (), **sections) -> dict:
     """One row: a name and the config a user would write (everything the planner may choose left ``auto``);
     ``cards`` limits it to those cards (file stems, a derived ``-apps-closed`` one included); ``longest`` plans it at
-    the longest ``data.seq_len`` that fits the card (``trainer.planning.longest``), found when it is planned."""
+    the longest ``data.seq_len`` that fits the card (``trainer.planning.longest``), found when it is planned;
+    ``reference`` a published (who, tokens/s, card) to print beside the measured tokens/s, scaled by the cards' bf16
+    peaks (``speed.peak_flops``)."""
     cfg = {"schema_version": 1, "name": f"truth-{name}", "device": "cuda", "model": {"architecture": arch},
            "data": {"path": "demo", "seq_len": 2048}, "speed": {"precision": "bf16"},
            "training": {"max_steps": STEPS, "effective_batch_size": 16, "learning_rate": 1e-4, "warmup_steps": 0},
@@ -88,7 +92,7 @@ def row(name: str, arch: str, cards: tuple = (), longest: bool = False, **sectio
             cfg.setdefault(key, {}).update(value)
         else:
             cfg[key] = value
-    return {"name": name, "config": cfg, "cards": tuple(cards), "longest": longest}
+    return {"name": name, "config": cfg, "cards": tuple(cards), "longest": longest, "reference": tuple(reference)}
 
 
 # Issue 32's long-context rows: Llama-3.1-8B QLoRA rank 32, micro-batch 1, one synthetic document per sequence
@@ -98,6 +102,9 @@ def row(name: str, arch: str, cards: tuple = (), longest: bool = False, **sectio
 LONG = dict(method={"type": "qlora", "lora_r": 32}, data={"path": "@long", "packing": False},
             training={"micro_batch_size": 1, "effective_batch_size": 1})
 
+
+# torchtune's llama3_1/8B_full_single_device: Llama-3.1-8B full fine-tune on one RTX 4090, 1,650 tokens/s (its README)
+TORCHTUNE_8B = ("torchtune", 1650.0, "RTX 4090")
 
 ROWS = [
     row("full", "llama-3.2-1b"),
@@ -121,6 +128,14 @@ ROWS = [
         **{**LONG, "training": {**LONG["training"], "max_steps": 2}}),
     row("qlora-8b-16k", "llama-3.1-8b", method={"type": "qlora", "lora_r": 32}, data={"seq_len": 16384},
         training={"effective_batch_size": 2, "micro_batch_size": 1}),
+    # issue 39: full fine-tunes with the optimizer step fused into backward (effective batch 8, one micro-batch)
+    row("full-8b-fused", "llama-3.1-8b", cards=("desktop_24gb",), plan_allow_approximate=True,
+        training={"effective_batch_size": 8}, reference=TORCHTUNE_8B),
+    row("full-4b-fused", "qwen3-4b", cards=("rtx4090_laptop_16gb",), plan_allow_approximate=True,
+        training={"effective_batch_size": 8}),
+    row("full-1.5b-paged32", "qwen2.5-1.5b", cards=("rtx4090_laptop_16gb",),
+        training={"effective_batch_size": 8, "optimizer": "paged_adamw_32bit", "optimizer_in_backward": True,
+                  "max_grad_norm": 0}),
 ]
 LONG_DOC_WORDS = 160_000  # words per synthetic document: more tokens than any planned length (131,072 at most)
 
@@ -200,6 +215,7 @@ def plan_rows(rows: list[dict], card: dict, files: dict, measure: bool, seq_len:
             plan = plan_run(config_mod.replace(cfg, **{"data.seq_len": seq}), snap)
             t = plan.resolved.training
             out.append({"row": i, "name": r["name"], "card": stem, "hardware": str(path), "verdict": plan.verdict,
+                        "reference": list(r.get("reference", ())), "fused": bool(t.optimizer_in_backward),
                         "seq_len": seq, "tiled_mlp": plan.resolved.speed.tiled_mlp,
                         "planned_bytes": plan.predicted_peak_bytes, "budget_bytes": plan.budget_bytes,
                         "free_bytes": snap.gpus[0].memory_free_bytes,
@@ -297,14 +313,16 @@ def _settings(r: dict) -> str:
     st = r["settings"]
     return (f"micro {st['micro']} × {st['accumulation']}" + (" ckpt" if st["checkpointing"] else "") +
             (" tiled" if r.get("tiled_mlp") else "") + (f" seq {r['seq_len']:,}" if r.get("seq_len", 2048) != 2048 else "") +
-            (" offload" if st["offload"] else "") + (" 8-bit" if st["optimizer"] != "adamw" else "") +
+            (" offload" if st["offload"] else "") + (f" {st['optimizer']}" if st["optimizer"] != "adamw" else "") +
+            (" fused step" if r.get("fused") else "") +
             (" DeepSpeed" if st["deepspeed"] else ""))
 
 
 def print_planned(r: dict) -> None:
     """A dry row: the plan only."""
     print(f"{r['row']:>2} {r['name']:<12} {r['card']:<21} {r['verdict']:<12} planned {r['planned_bytes'] / GIB:6.2f} GiB "
-          f"of {r['budget_bytes'] / GIB:5.2f}  {_settings(r)}", flush=True)
+          f"of {r['budget_bytes'] / GIB:5.2f}  {_settings(r)}"
+          + (f"  [{scaled_reference(r, None)}]" if r.get("reference") else ""), flush=True)
 
 
 def markdown(rows: list[dict]) -> str:
@@ -321,6 +339,18 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def scaled_reference(r: dict, gpu_name: str | None) -> str:
+    """A row's published tokens/s scaled to the measuring card by the two cards' bf16 peaks ("" without one)."""
+    from trainer.planning.speed import peak_flops
+
+    if not r.get("reference"):
+        return ""
+    who, rate, card = r["reference"]
+    here, there = peak_flops(gpu_name), peak_flops(card)
+    scaled = f" = {rate * here / there:,.0f} on this {gpu_name}" if here and there else ""
+    return f"{who}: {rate:,.0f} tok/s on an {card}{scaled} (scaled by bf16 peaks)"
+
+
 def print_row(r: dict) -> None:
     used = r.get("used_bytes")
     err, tps = r.get("error_pct"), r.get("tokens_per_second")
@@ -328,8 +358,8 @@ def print_row(r: dict) -> None:
     print(f"{r['row']:>2} {r['name']:<12} {r['card']:<21} {r['verdict']:<12} planned {r['planned_bytes'] / GIB:6.2f} GiB"
           f"  used {'     -' if used is None else f'{used / GIB:6.2f}'} GiB  err {'-' if err is None else f'{err:+.1f}%':>7}"
           f"  {'-' if tps is None else f'{tps:,.0f}':>8} tok/s  micro {r['settings']['micro']}"
-          f"{' ckpt' if r['settings']['checkpointing'] else ''}{' offload' if r['settings']['offload'] else ''}{flag}",
-          flush=True)
+          f"{' ckpt' if r['settings']['checkpointing'] else ''}{' offload' if r['settings']['offload'] else ''}{flag}"
+          + (f"  [{r['reference_words']}]" if r.get("reference_words") else ""), flush=True)
 
 
 def summarize(rows: list[dict]) -> int:
@@ -411,10 +441,11 @@ def _measure(planned: list[dict], rows: list[dict], files: dict, work: Path, out
     context = bare_context_bytes()
     print(f"bare CUDA context here: {context / GIB:.2f} GiB; each card's cap = its recorded free memory minus this",
           flush=True)
-    done = []
+    done, gpu = [], open_probe().snapshot().gpus[0].name
     for entry in planned:
         r = next(x for x in rows if x["name"] == entry["name"])
         done.append(run_one(entry, config_of(r, files), work, site, context, row_timeout))
+        done[-1]["reference_words"] = scaled_reference(done[-1], gpu)
         print_row(done[-1])
         _write(out, "gpu", done, context)  # after every row: a call cut short still leaves its table
     if markdown_too:

@@ -1,7 +1,8 @@
 """The OOM ladder walks issue 21's rungs in order of cost, the effective batch exact at every rung:
-a loss without full logits → micro-batch → checkpointing → activation offload → 8-bit AdamW (if allowed) → optimizer
-offload → parameter offload; and it never changes a setting the user chose (issue 29): every rung asks
-``recovery.ladder_keeps``, which the planner resolves to the settings the config gives a value."""
+a loss without full logits → micro-batch → checkpointing → activation offload → 8-bit AdamW (if allowed) → the
+optimizer step fused into backward → optimizer offload → parameter offload; and it never changes a setting the user
+chose (issue 29): every rung asks ``recovery.ladder_keeps``, which the planner resolves to the settings the config
+gives a value."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,7 +57,15 @@ def test_the_gpu_ladder_walks_every_rung_in_order_of_cost():
         {"speed.activation_offload": True},
         # 8-bit AdamW only where bitsandbytes is installed: the rung must be able to run on this machine
         *([{"training.optimizer": "adamw_8bit"}] if capabilities.installed("bitsandbytes") else []),
-        {"deepspeed.enabled": True, "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": True},
+        # issue 39: the step fused into backward (no gradient buffer), the whole batch in one micro-batch
+        {"training.optimizer_in_backward": True, "training.micro_batch_size": 8,
+         "training.gradient_accumulation_steps": 1, "training.max_grad_norm": 0.0},
+        # DeepSpeed runs its own step: the fused one goes, and the micro-batch comes down again
+        {"deepspeed.enabled": True, "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": True,
+         "training.optimizer_in_backward": False},
+        {"training.micro_batch_size": 4, "training.gradient_accumulation_steps": 2},
+        {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4},
+        {"training.micro_batch_size": 1, "training.gradient_accumulation_steps": 8},
         {"deepspeed.zero_stage": 3, "deepspeed.offload_params": True},
     ]
 
@@ -95,6 +104,36 @@ def test_injected_oom_climbs_chunked_loss_first_then_micro_batch(tmp_path):
                        {"training.micro_batch_size": 2, "training.gradient_accumulation_steps": 4}]
     assert [e["loss_kernel"] for e in events(run, "run_started")] == ["hf", "chunked", "chunked", "chunked"]
     assert max(e["step"] for e in events(run, "step")) == 4
+
+
+@pytest.mark.slow
+def test_injected_oom_climbs_to_the_fused_step_rung_and_the_run_finishes(tmp_path):
+    """Issue 39: the ladder's fused-step rung resumes a run. The micro-batch is the user's (kept: the micro-batch rung
+    is held back), the whole effective batch in one micro-batch already, so the fused step needs no other change
+    than itself and no clipping; an OOM injected while the step runs after backward climbs to it, the run resumes from
+    its checkpoint with the step in backward and finishes."""
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(
+        training={"max_steps": 4, "micro_batch_size": 8, "gradient_accumulation_steps": 1, "effective_batch_size": 8},
+        data={"packing": False, "seq_len": 64}, speed={"loss_kernel": "chunked", "gradient_checkpointing": True},
+        recovery={"ladder_keeps": ["training.micro_batch_size", "training.gradient_accumulation_steps"]}))
+    run = tmp_path / "ladder"
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_OOM": "3:8:fused"})
+    assert proc.returncode == 0, proc.stderr
+    changes = [r["changes"] for r in events(run, "retry")]
+    assert changes == [{"training.optimizer_in_backward": True, "training.micro_batch_size": 8,
+                        "training.gradient_accumulation_steps": 1, "training.max_grad_norm": 0.0}]
+    assert max(e["step"] for e in events(run, "step")) == 4
+    assert [e["step"] for e in events(run, "step")][-2:] == [3, 4]  # resumed from step 2's checkpoint
+    text = (run / "config.yaml").read_text()  # the run folder's config says what it ran
+    assert "optimizer_in_backward: true" in text and "max_grad_norm: 0.0" in text, text
+
+
+def test_the_fused_step_rung_keeps_your_clipping_and_only_comes_where_it_saves_memory():
+    keep = _walk(_resolved(recovery={"ladder_keeps": ["training.max_grad_norm"]}))
+    assert not [s for s in keep if "training.optimizer_in_backward" in s]
+    lora = _walk(_resolved(method={"type": "lora"}))
+    assert not [s for s in lora if "training.optimizer_in_backward" in s]  # adapters: no gradient buffer to drop
+    assert ladder._fused_step_rung(_resolved(speed={"precision": "fp16"}, model={"dtype": "float16"})) is None
 
 
 # -- the user's settings are theirs ---------------------------------------------------------------------------

@@ -127,8 +127,13 @@ def test_deepspeed_auto_offloads_only_when_needed():
     assert large.verdict == "fits"
     assert large.resolved.deepspeed.enabled is True and large.resolved.deepspeed.offload_optimizer is True
     assert any("host RAM" in r for r in large.reasons)
-    tight_host = plan_run(cfg("llama-3.2-3b", deepspeed={"enabled": "auto"}), snap)  # 57 GB RAM is not enough
+    separate = cfg("llama-3.2-3b", deepspeed={"enabled": "auto"}, training={"optimizer_in_backward": False})
+    tight_host = plan_run(separate, snap)  # 57 GB RAM is not enough for DeepSpeed's offload
     assert tight_host.verdict == "does_not_fit"
+    # issue 39: with the optimizer step fused into backward (no gradient buffer) it fits without DeepSpeed
+    fused = plan_run(cfg("llama-3.2-3b", deepspeed={"enabled": "auto"}), snap)
+    assert fused.verdict == "fits" and fused.resolved.deepspeed.enabled is False
+    assert fused.resolved.training.optimizer_in_backward is True and fused.resolved.training.max_grad_norm == 0
 
 
 def test_most_headroom_keeps_more_free():

@@ -11,7 +11,7 @@ from trainer.planning.ladder import record_kept_settings
 from trainer.planning.longest import LongestContext, longest_context
 from trainer.planning.longest import model_limit as seq_len_limit  # the model's positions: one home (the wizard's name)
 from trainer.planning.plan import plan_run
-from trainer.planning.verdict import method_verdict
+from trainer.planning.verdict import method_verdict, step_options
 from trainer.supervisor import preflight
 
 
@@ -35,6 +35,7 @@ def _plan(cfg: tc.RunConfig, snapshot):
     plan = plan_run(cfg, snapshot)
     plan.config_in = cfg
     plan.method_verdict = method_verdict(plan, snapshot)  # the verdict the Model page and the picker show
+    plan.step_options = step_options(cfg, snapshot)  # a full fine-tune's optimizer step and states (issue 39)
     return plan
 
 

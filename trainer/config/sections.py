@@ -212,7 +212,8 @@ class TrainingConfig(_Section):
         "gradient is complete, and that gradient is freed at once, so no full set of gradients is ever held. The same "
         "update as a separate step, one learning-rate schedule; it needs one micro-batch per optimizer step "
         "(gradient_accumulation_steps: 1), no gradient clipping (max_grad_norm: 0), one GPU, no DeepSpeed and no fp16 "
-        "loss scaling. null: the planner decides (off until it does)."
+        "loss scaling. null: the planner decides (on for a full fine-tune that does not fit with the separate step, "
+        "writing those values; docs/planner.md)."
     )
     seed: int = Field(42, description="Seed for weights init, data order and dropout.")
     eval_every_steps: Optional[int] = Field(None, gt=0, description="Evaluate every N steps (needs validation data).")

@@ -5,8 +5,9 @@ loss, exact, usually no slower); halve the micro-batch and double
 accumulation (down to 1); gradient checkpointing (recompute); the MLP and norms over sequence tiles
 (``speed.tiled_mlp``: exact; where the planner can plan the model tiled; CUDA: at long sequences one
 checkpointed layer's recompute is what runs out); activation offload to pinned host RAM (PCIe time;
-CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); DeepSpeed ZeRO-2 with
-optimizer offload; ZeRO-3 with parameter offload (not for QLoRA: 4-bit weights cannot be sharded).
+CUDA); 8-bit AdamW (approximate: only with ``plan_allow_approximate``; CUDA); the optimizer step fused into
+backward (``_fused_step_rung``: no full gradient buffer; the whole per-GPU batch in one micro-batch, clipping off);
+DeepSpeed ZeRO-2 with optimizer offload (which turns the fused step off: DeepSpeed runs its own step); ZeRO-3 with parameter offload (not for QLoRA: 4-bit weights cannot be sharded).
 
 GRPO adds a rung: halve ``grpo.generation_batch_size`` (completions sampled at once: a smaller KV cache,
 more sampling passes per step; kept a multiple of num_generations and of the micro-batch, dividing the
@@ -31,7 +32,8 @@ from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
-from trainer.planning import loss_kernel
+from trainer.core.units import GIB
+from trainer.planning import fused_plan, loss_kernel
 from trainer.planning.context import Context, generation_candidates, make_setup
 from trainer.planning.memory import estimate
 from trainer.planning.search import can_tile
@@ -41,7 +43,8 @@ from trainer.planning.search import can_tile
 LADDER_KEYS = ("speed.loss_kernel", "training.micro_batch_size", "training.gradient_accumulation_steps",
                "speed.gradient_checkpointing", "grpo.generation_batch_size", "speed.tiled_mlp",
                "speed.activation_offload", "training.optimizer", "deepspeed.enabled", "deepspeed.zero_stage",
-               "deepspeed.offload_optimizer", "deepspeed.offload_params")
+               "deepspeed.offload_optimizer", "deepspeed.offload_params", "training.optimizer_in_backward",
+               "training.max_grad_norm")
 
 
 def kept_settings(cfg) -> frozenset[str]:
@@ -185,12 +188,47 @@ def _eight_bit_rung(cfg) -> tuple[dict, str] | None:
             "from 32-bit AdamW)")
 
 
+def _fused_step_rung(cfg) -> tuple[dict, str] | None:
+    """Before DeepSpeed: the optimizer step fused into backward, where it can run (``fused_plan.runs_fused``) and the
+    planner predicts it needs less memory than ``cfg``: each parameter updated as its gradient completes (no full
+    gradient buffer), which takes the whole per-GPU batch in one micro-batch (the effective batch stays exact) and
+    no clipping (the global norm needs every gradient at once)."""
+    if cfg.training.optimizer_in_backward is not None or not fused_plan.runs_fused(cfg):
+        return None
+    per_rank = cfg.training.effective_batch_size // cfg.world_size
+    changes = {"training.optimizer_in_backward": True, "training.micro_batch_size": per_rank,
+               "training.gradient_accumulation_steps": 1, "training.max_grad_norm": 0.0}
+    try:
+        now, fused = (_need(c) for c in (cfg, config_mod.replace(cfg, **changes)))
+    except (UserError, config_mod.ConfigError):
+        return None
+    if fused >= now:
+        return None
+    return (changes, f"fuse the optimizer step into backward (each parameter updated as soon as its gradient is "
+                     f"complete, no full gradient buffer: planned {now / GIB:.1f} → {fused / GIB:.1f} GiB); the "
+                     f"effective batch {cfg.training.effective_batch_size} in one micro-batch of {per_rank}, gradient "
+                     "clipping off")
+
+
+def _need(cfg) -> int:
+    """The planner's estimate for a resolved ``cfg``: peak device bytes, or host RAM on the CPU (bytes)."""
+    ctx = Context.for_resolved(cfg, spec_for_run(cfg))
+    ds, t = cfg.deepspeed, cfg.training
+    est = estimate(ctx.spec, make_setup(ctx, t.micro_batch_size, cfg.speed.gradient_checkpointing is True,
+                                        (ds.enabled is True, ds.zero_stage, ds.offload_optimizer, ds.offload_params),
+                                        cfg.speed.activation_offload is True, t.optimizer))
+    return est.peak_bytes if cfg.device == "cuda" else est.host_ram_bytes
+
+
 def _optimizer_offload_rung(cfg) -> tuple[dict, str] | None:
+    """DeepSpeed ZeRO-2 optimizer offload; DeepSpeed runs its own optimizer step, so a fused step is turned off."""
     ds = cfg.deepspeed
     if not capabilities.installed("deepspeed") or (ds.enabled is True and ds.offload_optimizer):
         return None
-    return ({"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage), "deepspeed.offload_optimizer": True},
-            "move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)")
+    fused_off = {"training.optimizer_in_backward": False} if cfg.training.optimizer_in_backward else {}
+    return ({"deepspeed.enabled": True, "deepspeed.zero_stage": max(2, ds.zero_stage), "deepspeed.offload_optimizer": True,
+             **fused_off}, "move optimizer states to CPU RAM (DeepSpeed ZeRO-2 optimizer offload)"
+            + (", with the optimizer step after backward again" if fused_off else ""))
 
 
 def _param_offload_rung(cfg) -> tuple[dict, str] | None:
@@ -206,7 +244,7 @@ def _param_offload_rung(cfg) -> tuple[dict, str] | None:
 def _rungs(cfg, phase: str | None) -> Iterator[tuple[dict, str]]:
     """Every rung that applies to ``cfg``, cheapest first, before asking which settings are the user's."""
     order = (_loss_rung, *_exact_rungs(cfg, phase), _tiled_mlp_rung, _activation_offload_rung, _eight_bit_rung,
-             _optimizer_offload_rung, _param_offload_rung)
+             _fused_step_rung, _optimizer_offload_rung, _param_offload_rung)
     return (r for r in (rung(cfg) for rung in order) if r)
 
 

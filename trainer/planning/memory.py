@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured, packed_mask, saver_memory
+from trainer.planning import adapters, grpo_memory, measured, optimizer_memory, packed_mask, saver_memory
+from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS
 from trainer.planning import picture_memory as pictures
 from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
@@ -47,7 +48,6 @@ CHUNK_LOGIT_BYTES = 256 * 2**20
 CHUNK_BYTES_PER_LOGIT, SOFTCAP_BYTES_PER_LOGIT = 8, 4
 SOFTCAPPED_FAMILIES = frozenset({"gemma2"})  # final_logit_softcapping set in their configs (Gemma 3's is None)
 LAYERNORM_HEAD_FAMILIES = frozenset({"stablelm", "phi"})  # a LayerNorm, not an RMSNorm, before the LM head
-EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 
 
 def loss_chunk_tokens(vocab: int) -> int:
@@ -93,14 +93,11 @@ def model_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
     With DeepSpeed these equal ``estimate_zero2/3_model_states_mem_needs`` (zero_init=True);
     without it, torch AdamW keeps its two states in the parameters' dtype. ``spec`` as ``estimate`` passes it: a
     full fine-tune's trained vision parameters already unfrozen (``pictures.with_trained_vision``)."""
-    P = spec.trainable_params  # a multimodal checkpoint trained on text: its towers stay frozen
-    if s.method in ("lora", "qlora"):
+    if s.method in ("lora", "qlora"):  # (a multimodal checkpoint trained on text: its towers stay frozen)
         return _adapter_states(spec, s)
     if s.deepspeed and s.device == "cuda":
         return _with_frozen(spec, s, *_zero_states(spec, s))
-    wb = s.weight_width
-    opt = saver_memory.eight_bit_state_bytes(spec) if s.optimizer in EIGHT_BIT_OPTIMIZERS else 2 * wb * P
-    return _with_frozen(spec, s, {"weights": wb * P, "gradients": wb * P, "optimizer_states": opt}, {})
+    return _with_frozen(spec, s, *optimizer_memory.full_states(spec, s))
 
 
 def _with_frozen(spec: ModelSpec, s: TrainSetup, device: dict, host: dict) -> tuple[dict, dict]:
@@ -429,7 +426,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = later + breakdown["vision_forward"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
+        breakdown.get("gradients", 0) + breakdown.get("fused_step_workspace", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown.update(saver_memory.runtime_bytes(s))
     breakdown = {k: int(v) for k, v in breakdown.items() if v}

@@ -118,7 +118,7 @@ def dequant_buffer_bytes(spec, width: int = 2) -> int:
     return width * n + 4 * _ceil(n, NF4_BLOCK)
 
 
-def _adam8_bytes(n: int) -> int:
+def adam8_bytes(n: int) -> int:
     """State bytes of one tensor of ``n`` elements under bitsandbytes' 8-bit AdamW."""
     if n < MIN_8BIT_SIZE:
         return 8 * n
@@ -134,9 +134,9 @@ def eight_bit_state_bytes(spec) -> int:
     head = spec.vocab * spec.hidden if spec.lm_head_params else 0
     # the frozen towers of a multimodal checkpoint trained on text have no optimizer state
     small = spec.trainable_params - sum(linears) - spec.embedding_params - spec.lm_head_params
-    states = sum(_adam8_bytes(n) for n in linears) + 8 * spec.embedding_params + 8 * small
+    states = sum(adam8_bytes(n) for n in linears) + 8 * spec.embedding_params + 8 * small
     if head:
-        states += _adam8_bytes(head) + 8 * (spec.lm_head_params - head)  # a head bias (Phi) is small
+        states += adam8_bytes(head) + 8 * (spec.lm_head_params - head)  # a head bias (Phi) is small
     return states + QMAP_BYTES
 
 

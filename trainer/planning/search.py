@@ -31,12 +31,13 @@ from trainer.planning.context import (
     micro_options,
     need,
     dropout_of,
+    fused_of,
     per_rank_batch,
     tiled_of,
     with_loss,
     with_variant,
 )
-from trainer.planning import kernels, lengths, loss_kernel, requirements, throughput
+from trainer.planning import fused_plan, kernels, lengths, loss_kernel, requirements, throughput
 from trainer.planning.kernels import Variant
 from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate, fragmentation_share
@@ -94,6 +95,9 @@ def levels(ctx: Context) -> list[Level]:
     then DeepSpeed's (its own optimizer: the configured optimizer, no activation offload unless set)."""
     out: list[Level] = []
     offload, optims = offload_options(ctx), optimizer_options(ctx)
+    if fused_of(ctx):  # the step in backward: no DeepSpeed; each state placement, activation offload off then on
+        return [((False, ctx.cfg.deepspeed.zero_stage, False, False), off, opt)
+                for opt in fused_plan.placements(ctx) for off in offload]
     for ds in ds_options(ctx):
         if ds[0]:
             out.append((ds, offload[0] if len(offload) == 1 else False, optims[0]))
@@ -148,15 +152,72 @@ class _Best:
 
 
 def search(ctx: Context) -> Choice:
-    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit; for each candidate loss
-    kernel the layers' variant (tiled MLP, LoRA dropout: ``kernels``), then the loss kernel decided among the
-    candidates' results (``loss_kernel``)."""
+    """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit. A full fine-tune that
+    does not fit with the separate optimizer step is searched again with the step fused into backward
+    (``fused_plan``), which the plan keeps when it fits; a config that asks for the fused step gets it."""
+    why_not = fused_plan.unavailable(ctx)
+    if ctx.cfg.training.optimizer_in_backward is True and why_not is None:
+        return _fused(ctx)
+    choice = _search(ctx)
+    if choice.verdict == "fits" or why_not is not None:
+        return choice
+    fused = _fused(ctx)
+    rank = {"fits": 0, "tight": 1, "does_not_fit": 2}
+    if (rank[fused.verdict], fused.peak) < (rank[choice.verdict], choice.peak):  # fits, else nearer to fitting
+        choice = fused
+    if choice.verdict != "fits":
+        at = len(choice.reasons) - 1  # before the verdict's sentence
+        choice.reasons[at:at] = [_largest_fused_batch(ctx)]
+    return choice
+
+
+def _fused(ctx: Context) -> Choice:
+    """The search with the step fused into backward: one micro-batch of the whole per-GPU batch."""
+    choice = _search(fused_plan.context(ctx))
+    choice.settings.update(fused_plan.settings(ctx, choice.micro, choice.optimizer))
+    return choice
+
+
+def _largest_fused_batch(ctx: Context) -> str:
+    """The largest effective batch the fused step keeps exact here, in words (the planner never changes yours)."""
+    per = per_rank_batch(ctx.cfg)
+    lo, hi, best, one = 1, per - 1, None, None  # memory grows with the batch: bisect for the largest that fits
+    while lo <= hi:
+        m = (lo + hi) // 2
+        choice = _search(fused_plan.context(ctx, m))
+        if choice.verdict == "fits":
+            lo, best = m + 1, (m, choice)
+        else:
+            hi, one = m - 1, (choice if m == 1 else one)
+    if best is not None:
+        m, choice = best
+        return (f"with the optimizer step fused into backward, the largest effective batch that fits in one "
+                f"micro-batch is {m} (peak {gib(choice.peak)}; {level_words(choice_level(choice)) or 'no other saver'}): "
+                f"set training.effective_batch_size: {m} to train that way (the planner keeps your "
+                f"{ctx.cfg.training.effective_batch_size})")
+    if one is None and per > 1:
+        one = _search(fused_plan.context(ctx, 1))
+    at_one = f" (it would need {gib(one.peak)})" if one is not None else ""
+    return f"with the optimizer step fused into backward not even an effective batch of 1 fits{at_one}"
+
+
+def choice_level(choice: "Choice") -> Level:
+    """The level a choice was made at."""
+    return choice.ds, choice.offload, choice.optimizer
+
+
+def _search(ctx: Context) -> Choice:
+    """For each candidate loss kernel the layers' variant (tiled MLP, LoRA dropout: ``kernels``), then the loss kernel
+    decided among the candidates' results (``loss_kernel``)."""
     candidates = loss_kernel.candidates(ctx.cfg, family(ctx), ctx.liger)
     best = {k: _best_variant(with_loss(ctx, k)) for k in candidates}
     outcomes = {k: o for k, (_, _, o, _) in best.items()}
     decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger, ctx.device)
     vctx, b, _, words = best[decision.kernel]
     choice = _choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
+    if fused_of(vctx) and vctx.cfg.method.type == "full":  # (a LoRA run may fuse its step too: no buffer to speak of)
+        at = len(choice.reasons) - (choice.verdict != "fits")
+        choice.reasons[at:at] = fused_plan.reasons(vctx, b.micro, b.ckpt, b.level, b.est)
     at = min(2, len(choice.reasons))
     choice.reasons[at:at] = ([decision.why] if decision.why else []) + words
     if ctx.cfg.speed.loss_kernel == "auto":
@@ -222,6 +283,10 @@ def _outcome(ctx: Context, b: _Best) -> loss_kernel.Outcome:
                                zero3=bool(ds[0] and ds[1] == 3))
 
 
+OPTIMIZER_WORDS = {"paged_adamw_32bit": "fp32 AdamW states paged to host RAM", "adamw_8bit": "8-bit AdamW",
+                   "paged_adamw_8bit": "8-bit AdamW states paged to host RAM"}
+
+
 def level_words(level: Level) -> str:
     """The memory savers of a level in words ("" for none)."""
     (on, stage, opt_off, par_off), offload, optimizer = level
@@ -229,7 +294,7 @@ def level_words(level: Level) -> str:
     if offload:
         words.append("activation offload")
     if optimizer != "adamw" and not on:
-        words.append("8-bit AdamW")
+        words.append(OPTIMIZER_WORDS[optimizer])
     if on:
         extra = " + parameter offload" if par_off else (" + optimizer offload" if opt_off else "")
         words.append(f"DeepSpeed ZeRO-{stage}{extra}")
@@ -412,6 +477,7 @@ def alternatives(ctx: Context) -> list[dict]:
             else "micro-batch, accumulation and checkpointing"
         out.append(_alt(ctx, _auto(ctx), f"let the planner choose {words}"))
     if c.method.type == "full" and ctx.device == "cuda":
+        out += _fused_alternatives(ctx)
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
         out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
@@ -425,6 +491,20 @@ def alternatives(ctx: Context) -> list[dict]:
     out.append(_smaller_model(ctx))
     alts = [a for a in out if a]
     return sorted(alts, key=lambda a: not a["fits"])
+
+
+def _fused_alternatives(ctx: Context) -> list[Optional[dict]]:
+    """The step fused into backward with its states paged to host RAM (fp32: exact; 8-bit: approximate), where
+    the plan does not already use that placement and the fused step can run (``fused_plan.unavailable``)."""
+    if fused_plan.unavailable(ctx) is not None or not capabilities.installed("bitsandbytes"):
+        return []
+    out = []
+    for optimizer in ("paged_adamw_32bit", "paged_adamw_8bit"):
+        changes = fused_plan.alternative_changes(ctx, optimizer)
+        if all(get_in(config_mod.to_dict(ctx.cfg), k) == v for k, v in changes.items()):
+            continue
+        out.append(_alt(ctx, changes, fused_plan.alternative_words(optimizer)))
+    return out
 
 
 def _zero3_offload(ctx: Context) -> Optional[dict]:

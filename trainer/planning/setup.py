@@ -18,7 +18,9 @@ class TrainSetup:
     method: str = "full"  # full | lora | qlora
     precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
     weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
-    optimizer: str = "adamw"  # adamw | adamw_8bit | paged_adamw_8bit
+    optimizer: str = "adamw"  # adamw | paged_adamw_32bit | adamw_8bit | paged_adamw_8bit (where AdamW's states live)
+    fused_step: bool = False  # the optimizer step runs in backward (training.optimizer_in_backward): no gradient buffer
+    paged_on_gpu: bool = False  # managed memory cannot oversubscribe the GPU here (Windows): paged states stay on it
     checkpointing: bool = False
     loss_kernel: str = "hf"  # hf | chunked | liger (planning/loss_kernel.py); the last two never hold full logits
     activation_offload: bool = False  # saved activations in pinned host RAM (TRL's activation offloading)
@@ -95,6 +97,12 @@ class TrainSetup:
         """Bytes per element of the residual stream between decoder layers (what a checkpointed layer keeps as
         its input): 4 when training in fp32, or in a full fine-tune over fp32 weights under autocast; else 2."""
         return 4 if self.precision == "fp32" or (not self.weights_16bit and self.method == "full") else 2
+
+    @property
+    def paged_to_host(self) -> bool:
+        """Optimizer states in CUDA managed memory planned in host RAM (bitsandbytes' paged AdamW, where the driver
+        can page them out: Linux; on Windows managed memory cannot oversubscribe the GPU, ``paged_on_gpu``)."""
+        return self.optimizer.startswith("paged_") and not self.paged_on_gpu and self.device == "cuda"
 
     def mlp_tiled(self, spec: ModelSpec) -> bool:
         """Whether the memory formulas plan the MLP tiled here ("tiled here"): asked for (``tiled_mlp``) and

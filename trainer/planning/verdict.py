@@ -114,3 +114,74 @@ def _one(cfg, hardware, method: str, seq: int) -> MethodVerdict:
         return method_verdict(plan_run(variant, hardware, alternatives=False), hardware)  # a verdict needs none
     except (UserError, config_mod.ConfigError) as exc:  # a combination the config cannot express
         return MethodVerdict(method, "unknown", reasons=(str(exc),))
+
+
+# -- a full fine-tune's optimizer: the separate step, or the step fused into backward with each state placement ------
+@dataclasses.dataclass(frozen=True)
+class StepOption:
+    """One way to run a full fine-tune's optimizer (issue 39): ``changes`` (dotted keys) make a config run it;
+    ``verdict``/``peak_bytes``/``budget_bytes`` are the planner's for it; ``approximate`` where its states are 8-bit;
+    ``consequence`` what it changes, in words."""
+
+    key: str
+    words: str
+    changes: dict
+    approximate: bool
+    consequence: str
+    verdict: str = "unknown"
+    peak_bytes: Optional[int] = None
+    budget_bytes: Optional[int] = None
+    host_ram_bytes: Optional[int] = None  # host RAM the plan needs (paged states live there)
+    host_ram_available_bytes: Optional[int] = None
+
+
+FUSED = {"training.optimizer_in_backward": True, "training.max_grad_norm": 0.0,
+         "training.gradient_accumulation_steps": 1, "training.micro_batch_size": "auto", "deepspeed.enabled": False}
+FUSED_WORDS = "the step fused into backward: no gradient clipping, the whole batch in one micro-batch"
+STEP_OPTIONS = (
+    ("separate", "optimizer step after backward", {"training.optimizer_in_backward": False}, False,
+     "the usual step: every gradient kept until it runs"),
+    ("adamw", "step fused into backward, states on the GPU", {**FUSED, "training.optimizer": "adamw"}, False,
+     f"exact; {FUSED_WORDS}"),
+    ("paged_adamw_32bit", "step fused into backward, fp32 states paged to host RAM",
+     {**FUSED, "training.optimizer": "paged_adamw_32bit"}, False, f"exact; {FUSED_WORDS}; PCIe time for the states"),
+    ("adamw_8bit", "step fused into backward, 8-bit states on the GPU", {**FUSED, "training.optimizer": "adamw_8bit"},
+     True, f"approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW); {FUSED_WORDS}"),
+    ("paged_adamw_8bit", "step fused into backward, 8-bit states paged to host RAM",
+     {**FUSED, "training.optimizer": "paged_adamw_8bit"}, True,
+     f"approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW); {FUSED_WORDS}; PCIe time for "
+     "the states"),
+)
+
+
+def step_options(cfg, hardware) -> list[StepOption]:
+    """For a full fine-tune of ``cfg`` on ``hardware``: the verdict of the separate step and of the step fused into
+    backward with each state placement (bitsandbytes' on a GPU only). Empty for LoRA/QLoRA. Seconds for big models:
+    call it off the GUI thread."""
+    if cfg.method.type != "full":
+        return []
+    gpu = bool(getattr(hardware, "gpus", None)) and cfg.device != "cpu"
+    out = []
+    for key, words, changes, approximate, consequence in STEP_OPTIONS:
+        if key not in ("separate", "adamw") and not gpu:
+            continue
+        option = StepOption(key, words, changes, approximate, consequence)
+        try:
+            plan = plan_run(config_mod.replace(cfg, **changes), hardware, alternatives=False)
+        except (UserError, config_mod.ConfigError):  # your settings rule it out (clipping, DeepSpeed, several GPUs)
+            out.append(option)
+            continue
+        out.append(dataclasses.replace(option, verdict=plan.verdict, peak_bytes=plan.predicted_peak_bytes,
+                                       budget_bytes=plan.budget_bytes, host_ram_bytes=plan.host_ram_needed_bytes,
+                                       host_ram_available_bytes=plan.host_ram_available_bytes))
+    return out
+
+
+def approximate_offer(options: list[StepOption]) -> Optional[StepOption]:
+    """The approximate option to offer in one click: the first that fits, else the one with the smallest peak (None
+    when there is none, or an exact one already fits)."""
+    if any(o.verdict == "fits" and not o.approximate for o in options):
+        return None
+    approx = [o for o in options if o.approximate and o.peak_bytes is not None]
+    fitting = [o for o in approx if o.verdict == "fits"]
+    return (fitting or sorted(approx, key=lambda o: o.peak_bytes) or [None])[0]

@@ -13,6 +13,7 @@ from app.model.planning import TRAIN_VISION_WORDS, longest_words, picture_cost_w
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
+from app.views.wizard.step_options import StepOptions
 from trainer import config as tc
 from trainer.planning.verdict import method_verdict
 
@@ -77,6 +78,7 @@ class PlanPage(QtWidgets.QWizardPage):
                                 "--max-seq)")
         self.longest.hide()  # shown with the first answer
         self.bar = MemoryBar()
+        self.step_options = StepOptions(state)  # a full fine-tune's optimizer step and states (issue 39)
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
@@ -86,7 +88,8 @@ class PlanPage(QtWidgets.QWizardPage):
         self.advanced_toggle.toggled.connect(self._toggle_advanced)
         body = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(body)
-        for w in (self.verdict, self.longest, self.picture_cost, self.bar, self.details, self.advanced_toggle,
+        for w in (self.verdict, self.step_options, self.longest, self.picture_cost, self.bar, self.details,
+                  self.advanced_toggle,
                   self.advanced):
             lay.addWidget(w)
         lay.addStretch(1)
@@ -199,6 +202,7 @@ class PlanPage(QtWidgets.QWizardPage):
             self.longest.setText("Longest context with these settings: working it out…")
         cfg = plan.resolved or getattr(plan, "config_in", None)
         self.details.setText(plan_details_html(d, cfg.method.type if cfg is not None else None))
+        self.step_options.show_options(getattr(plan, "step_options", None) or [])
         pictures = d.get("pictures") or {}
         self._show_pictures(bool(pictures))
         self.picture_cost.setText(picture_cost_words(pictures, (d.get("settings") or {}).get(
@@ -227,6 +231,7 @@ class PlanPage(QtWidgets.QWizardPage):
             self.bar.hide()
             self.picture_cost.setText("")
             self.longest.hide()
+            self.step_options.show_options([])
             self.verdict.setText("<span style='color:#d62728'>Fix these settings:</span>")
             self.details.setText("<br>".join(f"<b>{label_for(k)}</b>: {user_words(m)}" if k else user_words(m)
                                              for k, m in problems))

@@ -34,7 +34,8 @@ from trainer.worker.loading import fused_step
 from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 
 # "STEP:MIN_MICRO[:NEEDS]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO, or while the run lacks what
-# NEEDS names: "chunked" (HF's full-logits loss runs), "deepspeed" (plain PyTorch), "zero3" (not ZeRO-3);
+# NEEDS names: "chunked" (HF's full-logits loss runs), "deepspeed" (plain PyTorch), "zero3" (not ZeRO-3), "fused" (the
+# optimizer step runs after backward, not in it);
 # "+STEP" counts from the step each attempt starts at (so each attempt trains, and checkpoints, before its OOM).
 # "STEP:MIN_GEN:sampling": GRPO only, OOM while sampling as long as grpo.generation_batch_size > MIN_GEN (raised by
 # grpo.TrainPilotGRPOTrainer)
@@ -112,8 +113,8 @@ class TrainPilotMixin:
             base = self.accelerator.unwrap_model(model)
             base = base.get_base_model() if hasattr(base, "get_base_model") else base
             return getattr(base, "tp_loss_kernel", "hf") == "hf"  # HF's full-logits loss
-        return {"deepspeed": not self.tp_meta.get("deepspeed"),
-                "zero3": self.tp_meta.get("zero_stage") != 3}.get(needs, False)
+        return {"deepspeed": not self.tp_meta.get("deepspeed"), "zero3": self.tp_meta.get("zero_stage") != 3,
+                "fused": not self.tp_optimizer_in_backward}.get(needs, False)
 
     def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
         """HF's set-up (engine, optimizer, scheduler, then its own resume). A checkpoint another engine wrote is not

@@ -1,0 +1,166 @@
+"""The optimizer step fused into backward, as the planner plans it (``training.optimizer_in_backward``; the worker:
+trainer/worker/loading/fused_step.py; the memory: ``optimizer_memory``).
+
+When: a full fine-tune that does not fit with the separate step (a plan that fits without it stays as it was), or one
+whose config asks for it. What it takes: one micro-batch per optimizer step (the whole per-GPU effective batch at
+once: accumulation would need every gradient kept), no gradient clipping (``max_grad_norm: 0``: the global norm needs
+every gradient at once), one GPU, no DeepSpeed, no fp16 loss scaling — the worker's cross-checks
+(trainer/config/cross_checks.py), which the settings written here pass. It never changes the effective batch: where
+one micro-batch of it does not fit, the plan says the largest effective batch the fused step keeps exact.
+
+State placements, in the order tried (``placements``): fp32 states on the GPU, fp32 states paged to host RAM
+(bitsandbytes' PagedAdamW32bit: exact), then — only under ``plan_allow_approximate`` — 8-bit states on the GPU and
+paged. An explicit ``training.optimizer`` is the only placement tried.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from trainer import config as config_mod
+from trainer.config.loading import explicit_keys
+from trainer.core import capabilities
+from trainer.core.dotted import get_in
+from trainer.core.units import count, gib
+from trainer.planning.context import Context, make_setup, per_rank_batch
+from trainer.planning.memory import Estimate, estimate
+from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS, largest_param, paging_bytes_per_step
+from trainer.planning.optimizer_memory import state_words as states_named
+from trainer.planning.speed import PCIE_EFFICIENCY
+
+EXACT_PLACEMENTS = ("adamw", "paged_adamw_32bit")
+APPROXIMATE_PLACEMENTS = ("adamw_8bit", "paged_adamw_8bit")
+
+
+def runs_fused(cfg, precision: Optional[str] = None) -> bool:
+    """Whether the fused step can run for ``cfg`` and is worth it: a full fine-tune (a LoRA run's gradients are
+    small), not GRPO, one GPU (or the CPU), no DeepSpeed (its own step), no fp16 (loss scaling unscales every
+    gradient at once)."""
+    t = cfg.training
+    return (cfg.method.type == "full" and t.objective != "grpo" and cfg.world_size == 1
+            and cfg.deepspeed.enabled is not True and (precision or cfg.speed.precision) != "fp16")
+
+
+def unavailable(ctx: Context) -> Optional[str]:
+    """Why the planner may not fuse the step for this config (None: it may). The user's own values are never
+    overridden: explicit clipping, accumulation or micro-batch that the fused step cannot keep."""
+    c, t = ctx.cfg, ctx.cfg.training
+    mine = explicit_keys(c)
+    if t.optimizer_in_backward is False:
+        return "training.optimizer_in_backward is false"
+    if ctx.spec is None or not runs_fused(c, ctx.precision):
+        return "it runs for a full fine-tune (not GRPO) on one GPU, without DeepSpeed or fp16"
+    if "training.max_grad_norm" in mine and t.max_grad_norm > 0:
+        return f"your training.max_grad_norm {t.max_grad_norm} asks for clipping, which needs every gradient at once"
+    per = per_rank_batch(c)
+    if t.gradient_accumulation_steps not in ("auto", 1) or t.micro_batch_size not in ("auto", per):
+        return "your micro-batch and accumulation split the effective batch over several micro-batches"
+    return None
+
+
+def placements(ctx: Context) -> list[str]:
+    """Where the states may live, in the order tried: an explicit ``training.optimizer`` alone; else fp32 on the
+    GPU, then paged (bitsandbytes, CUDA), then 8-bit (``plan_allow_approximate``)."""
+    c = ctx.cfg
+    chosen = "training.optimizer" in explicit_keys(c) or (c.training.optimizer_in_backward and c.training.optimizer != "adamw")
+    if chosen or ctx.device != "cuda":  # (an alternative names its optimizer beside the fused step)
+        return [c.training.optimizer]
+    if not capabilities.installed("bitsandbytes"):
+        return ["adamw"]
+    return list(EXACT_PLACEMENTS) + (list(APPROXIMATE_PLACEMENTS) if c.plan_allow_approximate else [])
+
+
+def context(ctx: Context, effective: Optional[int] = None) -> Context:
+    """``ctx`` planning the fused step: one micro-batch of the per-GPU batch (``effective``: another effective
+    batch, for the largest one that fits), accumulation 1."""
+    changes: dict = {"training.gradient_accumulation_steps": 1}  # your micro-batch, if you set one, is the batch's
+    if effective is not None:
+        changes.update({"training.effective_batch_size": effective, "training.micro_batch_size": "auto"})
+    cfg = config_mod.replace(ctx.cfg, **changes)
+    return replace(ctx, cfg=cfg, fused_step=True)
+
+
+def settings(ctx: Context, micro: int, optimizer: str) -> dict:
+    """The values the fused step writes (those the user left to the planner): the step in backward, no clipping,
+    the whole per-GPU batch in one micro-batch, the states' optimizer."""
+    c, mine = ctx.cfg, explicit_keys(ctx.cfg)
+    batch = {"training.optimizer_in_backward": True, "training.micro_batch_size": micro,
+             "training.gradient_accumulation_steps": 1}
+    yours = config_mod.to_dict(c)
+    out = {k: v for k, v in batch.items() if k not in mine or get_in(yours, k) == "auto"}  # yours say so already
+    if c.training.max_grad_norm > 0 and "training.max_grad_norm" not in mine:
+        out["training.max_grad_norm"] = 0.0
+    if optimizer != c.training.optimizer:
+        out["training.optimizer"] = optimizer
+    return out
+
+
+def state_words(ctx: Context, optimizer: str, est: Estimate) -> str:
+    """Where the states live, in the plan's numbers."""
+    s = make_setup(ctx, 1, False, (False, 2, False, False), None, optimizer)
+    what = states_named(s)
+    if not optimizer.startswith("paged_"):
+        return f"optimizer states: {what} on the GPU ({gib(est.breakdown.get('optimizer_states', 0))})"
+    if s.paged_on_gpu:
+        return (f"optimizer states: {what} in CUDA managed memory, planned on the GPU "
+                f"({gib(est.breakdown.get('optimizer_states', 0))}): on Windows managed memory cannot oversubscribe "
+                "the GPU (CUDA programming guide, unified memory on Windows), so nothing is paged out")
+    host = est.host_breakdown.get("paged_optimizer_states", 0)
+    words = (f"optimizer states: {what} paged to host RAM ({gib(host)} of host RAM in CUDA managed memory); the GPU "
+             f"holds the states of the parameter being updated ({gib(est.breakdown.get('paged_states_working_set', 0))}"
+             f", the largest parameter's)")
+    link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
+    if link:
+        moved = paging_bytes_per_step(est.host_breakdown)
+        words += (f"; at most {gib(moved)} cross PCIe per optimizer step (each state in and out), "
+                  f"≈ {moved / (link * PCIE_EFFICIENCY):.1f} s at ≈{link / 1e9:.0f} GB/s")
+    return words
+
+
+def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[str]:
+    """The fused step in words: what it saves against the separate step (same settings), the batch it keeps exact,
+    clipping off, where the states live, what is approximate."""
+    ds, off, opt = level
+    fused = make_setup(ctx, micro, ckpt, ds, off, opt)
+    separate = estimate(ctx.spec, replace(fused, fused_step=False))
+    n = largest_param(ctx.spec)
+    kept = est.breakdown.get("gradients", 0) + est.breakdown.get("fused_step_workspace", 0)
+    out = [f"optimizer step fused into backward (training.optimizer_in_backward): each parameter is updated as soon "
+           f"as its gradient is complete and that gradient is freed, so the {gib(separate.breakdown['gradients'])} "
+           f"gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {count(n)} elements, with the "
+           f"fp32 copy its norm is measured on); peak {gib(separate.peak_bytes)} → {gib(est.peak_bytes)}",
+           f"effective batch {ctx.cfg.training.effective_batch_size} kept exact in one micro-batch of {micro} "
+           f"(accumulation 1: the fused step cannot add gradients over micro-batches)",
+           "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
+           "once; the gradient norm is still measured and logged",
+           state_words(ctx, opt, est)]
+    if opt in EIGHT_BIT_OPTIMIZERS:
+        out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' stay 32-bit) — updates differ "
+                   "slightly from fp32 AdamW" + (" (plan_allow_approximate allows it)" if ctx.cfg.plan_allow_approximate
+                                                  else " (your training.optimizer)"))
+    elif opt == "paged_adamw_32bit":
+        out.append("exact: bitsandbytes' fp32 AdamW gives PyTorch AdamW's update within fp32 rounding "
+                   "(tests/test_optimizer_in_backward.py)")
+    else:
+        out.append("exact: the same AdamW update as the separate step")
+    return out
+
+
+def alternative_changes(ctx: Context, optimizer: str) -> dict:
+    """The config changes an alternative with the fused step and these states makes."""
+    out = {"training.optimizer_in_backward": True, "training.gradient_accumulation_steps": 1,
+           "training.micro_batch_size": per_rank_batch(ctx.cfg), "training.optimizer": optimizer,
+           "speed.gradient_checkpointing": "auto", "deepspeed.enabled": False,
+           "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
+    if "training.max_grad_norm" not in explicit_keys(ctx.cfg):
+        out["training.max_grad_norm"] = 0.0
+    return out
+
+
+def alternative_words(optimizer: str) -> str:
+    """An alternative's description (the issue's words)."""
+    where = "paged to host RAM" if optimizer.startswith("paged_") else "on the GPU"
+    bits = "8-bit" if optimizer in EIGHT_BIT_OPTIMIZERS else "fp32"
+    tail = " — approximate: 8-bit optimizer states" if bits == "8-bit" else " — exact"
+    return f"full fine-tune with {bits} states {where} and the step fused into backward{tail}"
+

@@ -1,0 +1,95 @@
+"""A full fine-tune's gradients and AdamW states without DeepSpeed (bytes): where the states live and whether the
+optimizer step runs after backward (a full gradient buffer) or inside it (``training.optimizer_in_backward``,
+trainer/worker/loading/fused_step.py). No torch.
+
+- **The separate step** keeps every parameter's gradient until the step: ``weight_width`` bytes per parameter.
+- **The fused step** updates each parameter from its post-accumulate-grad hook and frees the gradient at once, so
+  only the gradient being applied is alive: the largest parameter's (the embedding or the LM head). Its hook first
+  measures the gradient's norm in fp32 (``vector_norm(grad, dtype=float32)``: an fp32 copy of the gradient, 4 bytes
+  per element, measured with PyTorch's memory profiler on the CPU), then steps: PyTorch's foreach AdamW takes one
+  temporary of the state's size (``sqrt(exp_avg_sq)``), bitsandbytes' kernels none; the fp32 copy is the larger and is
+  freed before the step. Where the chunked loss (or Liger's) computes the LM head's gradient in the loss's forward
+  and holds it until backward (``memory._chunked_logits_bytes`` counts it), that held gradient is the one the head's
+  hook applies: not counted twice.
+- **States** (``TrainSetup.optimizer``): PyTorch's AdamW keeps two in the parameters' dtype; bitsandbytes'
+  32-bit AdamW two fp32 ones whatever the parameters' dtype; its 8-bit AdamW 8-bit ones, with HF's override keeping
+  the embeddings' in 32 bits (``saver_memory.eight_bit_state_bytes``). Under the fused step each parameter has its
+  own bitsandbytes optimizer, and that override still holds: HF registers it on bitsandbytes' global manager before
+  the per-parameter optimizers exist, and each one's first step (``check_overrides``) finds the embedding among its
+  parameters. Read in bitsandbytes' optim/optimizer.py; not measured on a GPU yet.
+- **Paged states** (``paged_*``: CUDA managed memory) are planned in host RAM, where the driver pages them under
+  memory pressure, with a working set on the GPU: the largest parameter's states, which bitsandbytes prefetches
+  whole (``prefetch_state``) before that parameter's update kernel reads them. Smaller working sets run but fault
+  page by page (thrashing); larger ones are not needed, since one parameter is updated at a time. On Windows managed
+  memory cannot oversubscribe the GPU (CUDA C++ Programming Guide, unified memory on Windows and WSL: no
+  oversubscription, no on-demand page migration), so there paged states are planned on the GPU
+  (``TrainSetup.paged_on_gpu``).
+"""
+from __future__ import annotations
+
+from trainer.models.spec import ModelSpec
+from trainer.planning import saver_memory
+from trainer.planning.setup import TrainSetup
+
+EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
+NORM_COPY_WIDTH = 4  # the fused step's fp32 copy of the gradient it measures (bytes per element)
+STATE_WORDS = {"paged_adamw_32bit": "fp32 AdamW states (bitsandbytes' PagedAdamW32bit)",
+               "adamw_8bit": "8-bit AdamW states (bitsandbytes' AdamW8bit)",
+               "paged_adamw_8bit": "8-bit AdamW states (bitsandbytes' PagedAdamW8bit)"}
+
+
+def state_words(s: TrainSetup) -> str:
+    """The states of ``s.optimizer`` in words: PyTorch's AdamW keeps them in the weights' dtype."""
+    if s.optimizer in STATE_WORDS:
+        return STATE_WORDS[s.optimizer]
+    return f"PyTorch AdamW's states in the weights' dtype ({'16-bit' if s.weight_width == 2 else 'fp32'})"
+
+
+def largest_param(spec: ModelSpec) -> int:
+    """Elements of the largest single trained parameter: the embedding or the LM head, or a larger Linear or fused
+    expert tensor."""
+    tensors = saver_memory.quantized_linears(spec) + saver_memory.fused_experts(spec)
+    return max([spec.largest_layer_params, *tensors])
+
+
+def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """Every trained parameter's AdamW states under ``s.optimizer`` (bytes)."""
+    if s.optimizer in EIGHT_BIT_OPTIMIZERS:
+        return saver_memory.eight_bit_state_bytes(spec)
+    if s.optimizer == "paged_adamw_32bit":
+        return 8 * spec.trainable_params
+    return 2 * s.weight_width * spec.trainable_params
+
+
+def largest_state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """The states of the parameter with the most (bytes): the paged states' working set on the GPU. Under 8-bit
+    AdamW the embeddings keep 32-bit states (HF's override), so theirs usually are the largest."""
+    n = largest_param(spec)
+    if s.optimizer in EIGHT_BIT_OPTIMIZERS:
+        return max(8 * spec.embedding_params, saver_memory.adam8_bytes(n))
+    return 8 * n if s.optimizer == "paged_adamw_32bit" else 2 * s.weight_width * n
+
+
+def gradient_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
+    """The gradients on the GPU: the whole buffer for the separate step; for the fused step the largest parameter's
+    gradient (unless the loss already holds it) and the hook's fp32 norm copy (``fused_step_workspace``)."""
+    if not s.fused_step:
+        return {"gradients": s.weight_width * spec.trainable_params}
+    n = largest_param(spec)
+    held_by_loss = s.objective == "sft" and not s.full_logits and spec.vocab * spec.hidden >= n
+    return {"gradients": 0 if held_by_loss else s.weight_width * n, "fused_step_workspace": NORM_COPY_WIDTH * n}
+
+
+def full_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:
+    """(device bytes, host bytes) of a full fine-tune's weights, gradients and optimizer states without DeepSpeed."""
+    device = {"weights": s.weight_width * spec.trainable_params, **gradient_bytes(spec, s)}
+    states = state_bytes(spec, s)
+    if s.paged_to_host:
+        return {**device, "paged_states_working_set": largest_state_bytes(spec, s)}, {"paged_optimizer_states": states}
+    return {**device, "optimizer_states": states}, {}
+
+
+def paging_bytes_per_step(est_host: dict) -> int:
+    """Bytes the paged states cross PCIe per optimizer step when they live in host RAM: each parameter's states
+    come in for its update and go back out (the planner's upper bound: every page, both ways)."""
+    return 2 * est_host.get("paged_optimizer_states", 0)
