@@ -331,3 +331,37 @@ def test_adamw_moments_carry_into_bitsandbytes_fp32_states_of_the_fused_step(tmp
         own = paged.optimizer.optimizer_dict[dict(paged.model.named_parameters())[name]].state
         state = next(iter(own.values()))
         assert torch.equal(moments["exp_avg"], state["state1"]) and torch.equal(moments["exp_avg_sq"], state["state2"])
+
+
+def test_the_fused_step_measures_a_large_gradient_in_chunks(monkeypatch):
+    """The hook's gradient norm is taken NORM_CHUNK elements at a time (its fp32 copy is one chunk, which is what the
+    planner counts), and it is the whole gradient's norm."""
+    from trainer.worker.loading import fused_step
+
+    grad = torch.randn(10_000, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    whole = torch.linalg.vector_norm(grad, dtype=torch.float32).square()
+    monkeypatch.setattr(fused_step, "NORM_CHUNK", 1_000)
+    chunked = fused_step.squared_norm(grad)
+    assert chunked.dtype == torch.float32 and torch.allclose(chunked, whole, rtol=1e-5)  # fp32 sums, reordered
+
+
+def test_the_fused_steps_8bit_states_are_8bit_for_the_embeddings_too():
+    """HF registers each nn.Embedding for 32-bit states on bitsandbytes' global manager; under the fused step that
+    override is dropped (torchtune's recipe, and what the planner counts): bitsandbytes keys what it finds by the
+    parameter's (group, index), (0, 0) in every per-parameter optimizer, so it would not stay with the embedding."""
+    import bitsandbytes as bnb
+
+    from trainer.worker.loading.fused_step import FusedStep
+
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    saved = (list(manager.module_weight_config_triple), dict(manager.pid2config), dict(manager.index2config))
+    try:
+        model = _model()
+        manager.register_module_override(model[0], "weight", {"optim_bits": 32})  # as HF's create_optimizer does
+        step = FusedStep(bnb.optim.AdamW8bit(_groups(model), lr=1e-2))
+        _train(model, step, 2, fused=True)
+        widths = {name: step.optimizer_dict[p].state[p]["state1"].dtype for name, p in model.named_parameters()
+                  if p.numel() >= 4096}
+        assert widths == {"0.weight": torch.uint8, "1.weight": torch.uint8, "3.weight": torch.uint8}
+    finally:
+        manager.module_weight_config_triple, manager.pid2config, manager.index2config = saved

@@ -128,14 +128,14 @@ def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[
     out = [f"optimizer step fused into backward (training.optimizer_in_backward): each parameter is updated as soon "
            f"as its gradient is complete and that gradient is freed, so the {gib(separate.breakdown['gradients'])} "
            f"gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {count(n)} elements, with the "
-           f"fp32 copy its norm is measured on); peak {gib(separate.peak_bytes)} → {gib(est.peak_bytes)}",
+           f"fp32 copy of the part its norm is measured on); peak {gib(separate.peak_bytes)} → {gib(est.peak_bytes)}",
            f"effective batch {ctx.cfg.training.effective_batch_size} kept exact in one micro-batch of {micro} "
            f"(accumulation 1: the fused step cannot add gradients over micro-batches)",
            "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
            "once; the gradient norm is still measured and logged",
            state_words(ctx, opt, est)]
     if opt in EIGHT_BIT_OPTIMIZERS:
-        out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' stay 32-bit) — updates differ "
+        out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' too, as torchtune's recipe) — updates differ "
                    "slightly from fp32 AdamW" + (" (plan_allow_approximate allows it)" if ctx.cfg.plan_allow_approximate
                                                   else " (your training.optimizer)"))
     elif opt == "paged_adamw_32bit":

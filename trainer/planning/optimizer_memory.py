@@ -5,18 +5,18 @@ trainer/worker/loading/fused_step.py). No torch.
 - **The separate step** keeps every parameter's gradient until the step: ``weight_width`` bytes per parameter.
 - **The fused step** updates each parameter from its post-accumulate-grad hook and frees the gradient at once, so
   only the gradient being applied is alive: the largest parameter's (the embedding or the LM head). Its hook first
-  measures the gradient's norm in fp32 (``vector_norm(grad, dtype=float32)``: an fp32 copy of the gradient, 4 bytes
-  per element, measured with PyTorch's memory profiler on the CPU), then steps: PyTorch's foreach AdamW takes one
-  temporary of the state's size (``sqrt(exp_avg_sq)``), bitsandbytes' kernels none; the fp32 copy is the larger and is
-  freed before the step. Where the chunked loss (or Liger's) computes the LM head's gradient in the loss's forward
+  measures the gradient's norm in fp32, ``NORM_CHUNK`` elements at a time (``vector_norm(chunk, dtype=float32)``
+  makes an fp32 copy of what it measures, 4 bytes per element: measured with PyTorch's memory profiler on the CPU;
+  whole, that copy was 2.0 GiB for Llama-3.1-8B's embedding), then steps: PyTorch's foreach AdamW takes one
+  temporary of the state's size (``sqrt(exp_avg_sq)``), bitsandbytes' kernels none. Where the chunked loss (or Liger's) computes the LM head's gradient in the loss's forward
   and holds it until backward (``memory._chunked_logits_bytes`` counts it), that held gradient is the one the head's
   hook applies: not counted twice.
 - **States** (``TrainSetup.optimizer``): PyTorch's AdamW keeps two in the parameters' dtype; bitsandbytes'
   32-bit AdamW two fp32 ones whatever the parameters' dtype; its 8-bit AdamW 8-bit ones, with HF's override keeping
-  the embeddings' in 32 bits (``saver_memory.eight_bit_state_bytes``). Under the fused step each parameter has its
-  own bitsandbytes optimizer, and that override still holds: HF registers it on bitsandbytes' global manager before
-  the per-parameter optimizers exist, and each one's first step (``check_overrides``) finds the embedding among its
-  parameters. Read in bitsandbytes' optim/optimizer.py; not measured on a GPU yet.
+  the embeddings' in 32 bits (``saver_memory.eight_bit_state_bytes``) under the separate step. Under the fused step
+  the embeddings' states are 8-bit too, as in torchtune's recipe (the fused step drops HF's override: bitsandbytes'
+  manager keys an override by the parameter's place in its optimizer, (0, 0) for every per-parameter optimizer, so
+  the embedding's would reach every optimizer initialised after it; fused_step.py).
 - **Paged states** (``paged_*``: CUDA managed memory) are planned in host RAM, where the driver pages them under
   memory pressure, with a working set on the GPU: the largest parameter's states, which bitsandbytes prefetches
   whole (``prefetch_state``) before that parameter's update kernel reads them. Smaller working sets run but fault
@@ -33,6 +33,7 @@ from trainer.planning.setup import TrainSetup
 
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 NORM_COPY_WIDTH = 4  # the fused step's fp32 copy of the gradient it measures (bytes per element)
+NORM_CHUNK = 1 << 24  # elements the fused step measures at a time (its fp32 copy: 64 MiB at most); the worker reads it
 STATE_WORDS = {"paged_adamw_32bit": "fp32 AdamW states (bitsandbytes' PagedAdamW32bit)",
                "adamw_8bit": "8-bit AdamW states (bitsandbytes' AdamW8bit)",
                "paged_adamw_8bit": "8-bit AdamW states (bitsandbytes' PagedAdamW8bit)"}
@@ -55,7 +56,7 @@ def largest_param(spec: ModelSpec) -> int:
 def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Every trained parameter's AdamW states under ``s.optimizer`` (bytes)."""
     if s.optimizer in EIGHT_BIT_OPTIMIZERS:
-        return saver_memory.eight_bit_state_bytes(spec)
+        return _fused_eight_bit_bytes(spec) if s.fused_step else saver_memory.eight_bit_state_bytes(spec)
     if s.optimizer == "paged_adamw_32bit":
         return 8 * spec.trainable_params
     return 2 * s.weight_width * spec.trainable_params
@@ -63,10 +64,12 @@ def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
 
 def largest_state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """The states of the parameter with the most (bytes): the paged states' working set on the GPU. Under 8-bit
-    AdamW the embeddings keep 32-bit states (HF's override), so theirs usually are the largest."""
+    AdamW with the separate step the embeddings keep 32-bit states (HF's override), so theirs usually are the
+    largest; under the fused step they are 8-bit like the rest."""
     n = largest_param(spec)
     if s.optimizer in EIGHT_BIT_OPTIMIZERS:
-        return max(8 * spec.embedding_params, saver_memory.adam8_bytes(n))
+        eight = saver_memory.adam8_bytes(n)
+        return eight if s.fused_step else max(8 * spec.embedding_params, eight)
     return 8 * n if s.optimizer == "paged_adamw_32bit" else 2 * s.weight_width * n
 
 
@@ -77,7 +80,15 @@ def gradient_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
         return {"gradients": s.weight_width * spec.trainable_params}
     n = largest_param(spec)
     held_by_loss = s.objective == "sft" and not s.full_logits and spec.vocab * spec.hidden >= n
-    return {"gradients": 0 if held_by_loss else s.weight_width * n, "fused_step_workspace": NORM_COPY_WIDTH * n}
+    return {"gradients": 0 if held_by_loss else s.weight_width * n,
+            "fused_step_workspace": NORM_COPY_WIDTH * min(n, NORM_CHUNK)}
+
+
+def _fused_eight_bit_bytes(spec: ModelSpec) -> int:
+    """8-bit AdamW's states under the fused step: HF's 32-bit embedding override dropped, the embeddings' states are
+    8-bit like every large tensor (``saver_memory.eight_bit_state_bytes`` with the embeddings moved across)."""
+    return saver_memory.eight_bit_state_bytes(spec) - 8 * spec.embedding_params + \
+        saver_memory.adam8_bytes(spec.embedding_params)
 
 
 def full_states(spec: ModelSpec, s: TrainSetup) -> tuple[dict, dict]:

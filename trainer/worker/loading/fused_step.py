@@ -31,6 +31,8 @@ import inspect
 import torch
 from transformers.trainer_pt_utils import LayerWiseDummyOptimizer
 
+from trainer.planning.optimizer_memory import NORM_CHUNK
+
 
 class FusedStep(LayerWiseDummyOptimizer):
     """The Trainer's optimizer when the step runs in backward: one optimizer per parameter, stepped by hooks."""
@@ -43,6 +45,7 @@ class FusedStep(LayerWiseDummyOptimizer):
         with torch.random.fork_rng(devices=[]):  # the scaffolding draws a dummy tensor: keep the run's random stream
             super().__init__(optimizer_dict=inner, lr=layout.defaults["lr"])
         self._squares = None  # Σ ‖gradient‖² of this step so far (fp32, on the gradients' device)
+        _drop_overrides(layout, self.params)
         self._hooks = [p.register_post_accumulate_grad_hook(self._step_one) for p in self.params]
 
     @torch.no_grad()
@@ -50,7 +53,7 @@ class FusedStep(LayerWiseDummyOptimizer):
         """The parameter's gradient is complete: measure it, step its optimizer at the schedule's rate, free it."""
         if param.grad is None:
             return
-        square = torch.linalg.vector_norm(param.grad, dtype=torch.float32).square()
+        square = squared_norm(param.grad)
         self._squares = square if self._squares is None else self._squares + square.to(self._squares.device)
         inner = self.optimizer_dict[param]
         inner.param_groups[0]["lr"] = self.layout.param_groups[self._group[param]]["lr"]
@@ -100,3 +103,27 @@ def of(optimizer) -> FusedStep | None:
     """The ``FusedStep`` behind the Trainer's optimizer (accelerate wraps it), or None for a separate step."""
     inner = getattr(optimizer, "optimizer", optimizer)
     return inner if isinstance(inner, FusedStep) else None
+
+
+def squared_norm(grad: torch.Tensor) -> torch.Tensor:
+    """‖grad‖² in fp32, ``NORM_CHUNK`` elements at a time: ``vector_norm(dtype=float32)`` copies what it measures into
+    fp32, and whole that copy was 4 bytes per element of the gradient (2.0 GiB for an 8B model's
+    embedding; the planner counts one chunk's copy)."""
+    flat = grad.reshape(-1)
+    if flat.numel() <= NORM_CHUNK:
+        return torch.linalg.vector_norm(flat, dtype=torch.float32).square()
+    return sum(torch.linalg.vector_norm(c, dtype=torch.float32).square() for c in flat.split(NORM_CHUNK))
+
+
+def _drop_overrides(layout: torch.optim.Optimizer, params: list) -> None:
+    """HF registers each ``nn.Embedding`` for 32-bit states on bitsandbytes' global manager before an 8-bit
+    optimizer; the manager keys what it finds by the parameter's (group, index) in its optimizer, which is (0, 0) for
+    every per-parameter optimizer here, so the embedding's override would reach every optimizer initialised after it.
+    The fused step drops the overrides of this model's parameters: its 8-bit states are 8-bit throughout, as in
+    torchtune's recipe (the plan says so: approximate either way)."""
+    manager = getattr(layout, "mng", None)  # bitsandbytes' optimizers hold the global manager; PyTorch's do not
+    if manager is None:
+        return
+    ours = {id(p) for p in params}
+    manager.module_weight_config_triple = [t for t in manager.module_weight_config_triple
+                                           if id(getattr(t[0], t[1])) not in ours]
