@@ -183,7 +183,8 @@ def test_plan_reasons_say_what_the_objective_costs(tmp_path):
         plan = plan_run(config_mod.validate(raw), hw)
         text = " ".join(plan.reasons)
         assert needle in text and "two sequences" in text, text
-    raw = {"model": {"source": "google/flan-t5-xl"}, "method": {"type": "full"},
+    raw = {"model": {"source": "google/flan-t5-xl"}, "method": {"type": "full"},  # the separate optimizer step
+           "training": {"optimizer_in_backward": False},
            "data": {"seq_len": 512, "prompt_template": "{q}", "response_template": "{a}"}}
     plan = plan_run(config_mod.validate(raw), hw)
     assert any("cross-attention" in r for r in plan.reasons)

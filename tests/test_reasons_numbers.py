@@ -200,6 +200,7 @@ def test_checkpointing_off_on_a_plan_that_does_not_fit_says_why(tmp_path, capsys
     """Issue 41 walkthrough 4: a Llama-3.1-8B full fine-tune at 64.1 of 12.8 GiB said checkpointing was "not
     needed"; it is off because it would not lower the peak, and the reason says so with both figures."""
     d = _cli_plan(tmp_path, capsys, {"model": _model("llama-3.1-8b"), "method": {"type": "full"},
+                                     "training": {"optimizer_in_backward": False},  # the separate optimizer step
                                      "data": {"seq_len": 512}})
     assert d["verdict"] == "does_not_fit" and d["settings"]["speed.gradient_checkpointing"] is False
     said = _said(d, "gradient checkpointing")

@@ -45,7 +45,7 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
         out.append(Requirement("method.type", "bitsandbytes", f"QLoRA needs bitsandbytes, which is not installed; "
                                                               f"{bnb}, or use method.type: lora"))
-    if str(cfg.training.optimizer).endswith("8bit") and not caps.has("bitsandbytes"):
+    if cfg.training.optimizer != "adamw" and not caps.has("bitsandbytes"):  # every other one is bitsandbytes'
         out.append(Requirement("training.optimizer", "bitsandbytes",
                                f"{cfg.training.optimizer} needs bitsandbytes, which is not installed; {bnb}, or use "
                                "adamw"))
@@ -122,7 +122,9 @@ def unused_packages(cfg) -> tuple[str, ...]:
     if _model_asks_for_packages(cfg.model.source):
         return ()
     planned = isinstance(cfg, ResolvedRunConfig)
-    eight_bit = str(cfg.training.optimizer).endswith("8bit") or (cfg.plan_allow_approximate and not planned)
+    # bitsandbytes' optimizers: every training.optimizer but adamw (paged fp32 too); the planner may still pick 8-bit
+    # ones under plan_allow_approximate (supervise.py takes a standby worker only where its set is the resolved run's)
+    eight_bit = cfg.training.optimizer != "adamw" or (cfg.plan_allow_approximate and not planned)
     out = []
     if cfg.deepspeed.enabled is False:
         out.append("deepspeed")

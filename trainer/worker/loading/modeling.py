@@ -16,7 +16,8 @@ from trainer.data import conversations
 from trainer.data.readers import bundled_demo_path
 from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_source
 from trainer.worker.datapipe import tokenizer as model_tokenizer
-from trainer.worker.datapipe.tokenizer import corpus_tokenizer, demo_tokenizer
+from trainer.worker.datapipe.corpus import corpus_tokenizer
+from trainer.worker.datapipe.tokenizer import demo_tokenizer
 from trainer.worker.loading import kbit, model_parts
 
 

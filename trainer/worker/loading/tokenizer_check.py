@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from trainer.models.sources import tokenizer_source
 from trainer.worker.datapipe import tokenizer as model_tokenizer
 
 PROBE_TEXTS = (
@@ -144,8 +145,6 @@ def _piece(sp, tok, i: int) -> str:
 
 def source_label(cfg) -> str:
     """What ``check`` is told of the run's tokenizer: ``demo``/``corpus``, or the tokenizer's source."""
-    from trainer.models.sources import tokenizer_source
-
     return str(tokenizer_source(cfg))
 
 
