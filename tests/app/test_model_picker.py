@@ -166,9 +166,8 @@ def test_clicking_a_row_fills_the_model_field_with_the_rows_verdicts(qtbot, loca
     hw.stop()
 
 
-def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hub, monkeypatch):
-    """Walkthrough (issue 41, 3): a row clicked, then another hub id typed in the Model field: the facts say "press
-    Download…", and Download… asks about (and would fetch) the typed model, not the row still highlighted."""
+def _model_page(qtbot):
+    """The wizard's Model page on the replayed laptop recording, shown and initialised, and its hardware monitor."""
     from app.views.wizard.page_model import ModelPage
 
     hw = HardwareMonitor(LAPTOP)
@@ -178,6 +177,13 @@ def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hu
     qtbot.addWidget(page)
     page.show()
     page.initializePage()
+    return page, hw
+
+
+def test_download_takes_the_typed_hub_id_not_the_highlighted_row(qtbot, local_hub, monkeypatch):
+    """Walkthrough (issue 41, 3): a row clicked, then another hub id typed in the Model field: the facts say "press
+    Download…", and Download… asks about (and would fetch) the typed model, not the row still highlighted."""
+    page, hw = _model_page(qtbot)
     table = page.picker.table
     qtbot.waitUntil(lambda: table.topLevelItemCount() > 5, timeout=60000)
     item = next(table.topLevelItem(i) for i in range(table.topLevelItemCount())
@@ -220,15 +226,7 @@ def test_qlora_on_a_cpu_only_pytorch_gives_the_environment_pages_answer(monkeypa
 
 def test_a_hub_id_not_downloaded_is_said_plainly(qtbot, offline):
     """Walkthrough 8: a typed hub id that is not downloaded listed 40 architecture names."""
-    from app.views.wizard.page_model import ModelPage
-
-    hw = HardwareMonitor(LAPTOP)
-    hw.start()
-    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
-    page = ModelPage(WizardState(hw))
-    qtbot.addWidget(page)
-    page.show()
-    page.initializePage()
+    page, hw = _model_page(qtbot)
     page.source.setText("someorg/some-model")
     qtbot.waitUntil(lambda: "some-model" in page.facts.text() and "Reading" not in page.facts.text(), timeout=30000)
     text = page.facts.text()
