@@ -39,13 +39,15 @@ def _fields(spec) -> dict:
 def test_every_shipped_architecture_has_a_current_record():
     wanted = set()
     for path in MODELS_DIR.glob("*.json"):
-        key = structure.config_hash(json.loads(path.read_text()))
+        cfg = json.loads(path.read_text())
+        key = structure.config_hash(cfg)
         wanted.add(f"{key}.json")
         rec = json.loads((STRUCTURES_DIR / f"{key}.json").read_text()) if (STRUCTURES_DIR / f"{key}.json").exists() \
             else None
-        assert rec is not None and rec["format"] == structure.FORMAT, \
+        # what the planner accepts without a probe (a vision-language record without its vision part was probed
+        # again on every user's machine: 17 s of CPU for Qwen3.5-0.8B the first time the picker judged it)
+        assert structure.is_current(rec, cfg), \
             f"{path.stem}: no current structure record; run python tools/make_structures.py"
-        assert rec.get("activations") or rec["encoder_decoder"], path.stem
     assert {p.name for p in STRUCTURES_DIR.glob("*.json")} == wanted  # no stale record
 
 

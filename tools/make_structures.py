@@ -2,7 +2,7 @@
 architecture in ``trainer/resources/models/``: one structure probe child each (``python -m
 trainer.worker.probes.structure_probe``), then the records no shipped config names any more are removed.
 
-    python tools/make_structures.py            # only the missing or stale ones
+    python tools/make_structures.py            # only the missing or stale ones (structure.is_current)
     python tools/make_structures.py --all      # every one again (after a probe change: bump structure.FORMAT)
 
 tests/test_structure.py fails when a shipped config has no current record, naming this script.
@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         key = structure.config_hash(cfg)
         wanted.add(f"{key}.json")
         target = STRUCTURES_DIR / f"{key}.json"
-        if target.exists() and not args.all:
+        shipped = json.loads(target.read_text(encoding="utf-8")) if target.exists() else None
+        if not args.all and structure.is_current(shipped, cfg):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "record.json"

@@ -73,14 +73,22 @@ def cached_record(cfg: dict, measured: bool = True) -> tuple[Optional[dict], str
     key = config_hash(cfg)
     for origin, folder in (("shipped", STRUCTURES_DIR), ("cache", user_records_dir())):
         rec = _read(folder / f"{key}.json")
-        if rec is not None and rec.get("format") == FORMAT and (rec.get("activations") or not measured
-                                                                 or rec.get("encoder_decoder")) and \
-                _has_vision_part(rec, cfg):
+        if is_current(rec, cfg, measured):
             return rec, origin
     refusal = _read(user_records_dir() / f"{key}.refused.json")
     if refusal and refusal.get("transformers") == transformers_version():
         raise ArchitectureUnknown(refusal["message"])
     return None, ""
+
+
+def is_current(rec: Optional[dict], cfg: dict, measured: bool = True) -> bool:
+    """Whether ``rec`` is a record this code plans ``cfg`` with, without a probe: this FORMAT, measured activations
+    (when ``measured``; an encoder-decoder has none) and, for a vision-language config, its ``vision`` part. A
+    shipped record that is not current costs every user a probe (seconds of CPU) the first time the model is judged:
+    tests/test_structure.py holds every shipped one to this."""
+    return (rec is not None and rec.get("format") == FORMAT
+            and bool(rec.get("activations") or not measured or rec.get("encoder_decoder"))
+            and _has_vision_part(rec, cfg))
 
 
 def _has_vision_part(rec: dict, cfg: dict) -> bool:
