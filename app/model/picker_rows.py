@@ -4,10 +4,13 @@ this machine (``trainer.planning.verdict.model_verdict``: the Model and Plan pag
 it is on this computer."""
 from __future__ import annotations
 
+from typing import Callable
+
 from huggingface_hub import HfApi, hf_hub_download
 
 from app.model import hub
 from trainer import config as tc
+from trainer.core import capabilities
 from trainer.models import catalog
 from trainer.planning.verdict import METHODS, model_verdict
 
@@ -26,17 +29,28 @@ def row(repo: str, base_cfg: tc.RunConfig, snapshot) -> dict:
     return out
 
 
-def popular_rows(base_cfg: tc.RunConfig, snapshot) -> list[dict]:
-    """The popular models with sizes and verdicts (no network: their shapes are shipped)."""
-    return [row(repo, base_cfg, snapshot) for repo, _arch in catalog.popular()]
+def popular_rows(base_cfg: tc.RunConfig, snapshot, wanted: Callable[[], bool] = lambda: True) -> list[dict]:
+    """The popular models with sizes and verdicts (no network: their shapes are shipped). Stops at the next model
+    once ``wanted()`` is False (a newer listing was asked for, or the window closed)."""
+    rows = []
+    with capabilities.one_look():  # one look at the installed packages for the whole listing
+        for repo, _arch in catalog.popular():
+            if not wanted():
+                break
+            rows.append(row(repo, base_cfg, snapshot))
+    return rows
 
 
-def search_rows(text: str, base_cfg: tc.RunConfig, snapshot, limit: int = SEARCH_LIMIT) -> list[dict]:
+def search_rows(text: str, base_cfg: tc.RunConfig, snapshot, limit: int = SEARCH_LIMIT,
+                wanted: Callable[[], bool] = lambda: True) -> list[dict]:
     """Hub search results; each one's config.json is fetched (a few KB: "config first") so its size and
-    verdicts are real. Weights download only when the user asks. Raises HubOffline at once offline."""
+    verdicts are real. Weights download only when the user asks. Raises HubOffline at once offline. Stops at the
+    next result once ``wanted()`` is False."""
     hub.require_online()
     rows = []
     for m in HfApi().list_models(search=text, limit=limit):
+        if not wanted():
+            break
         try:
             hf_hub_download(m.id, "config.json")
         except Exception as exc:

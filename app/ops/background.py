@@ -1,7 +1,10 @@
 """Run a function off the GUI thread and get its result back on the GUI thread.
 
 Used for work that may take a moment (planning, reading a dataset, finding a model's config):
-the GUI stays responsive, and only the newest request of a ``Latest`` is delivered.
+the GUI stays responsive, and only the newest request of a ``Latest`` is delivered. Work submitted with
+``submit_abandonable`` is handed a ``wanted()`` to ask between its items (a verdict per model): once a newer
+request of the same ``Latest`` came, it was cancelled, or ``abandon_background`` ran (windows closing for good), it
+stops there instead of judging the rest for nobody.
 """
 from __future__ import annotations
 
@@ -37,17 +40,29 @@ def _bridge() -> _Bridge:
     return _BRIDGE
 
 
+_GENERATION = [0]  # bumped by abandon_background: every task started before it is no longer wanted
+
+
 class _Task(QtCore.QRunnable):
     def __init__(self, fn: Callable[[], Any], latest: "Latest", token: object):
         super().__init__()
         self.fn, self.ref, self.token, self.bridge = fn, weakref.ref(latest), token, _bridge()
+        self.generation = _GENERATION[0]
+
+    def wanted(self) -> bool:
+        """Whether the result can still be delivered: its ``Latest`` is alive, has asked nothing newer, and
+        nothing abandoned the app's background work since it was submitted (any thread may ask)."""
+        latest = self.ref()
+        return (self.generation == _GENERATION[0] and latest is not None and shiboken6.isValid(latest)
+                and latest._token == self.token)
 
     def run(self) -> None:
         try:
             result, error = self.fn(), None
         except Exception as exc:  # delivered to the GUI, which shows it
             result, error = None, exc
-        self.bridge.done.emit(self.ref, self.token, result, error)
+        if self.generation == _GENERATION[0]:
+            self.bridge.done.emit(self.ref, self.token, result, error)
 
 
 class Latest(QtCore.QObject):
@@ -67,6 +82,15 @@ class Latest(QtCore.QObject):
         self._token += 1
         self.busy = True
         (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self, self._token))
+
+    def submit_abandonable(self, fn: Callable[[Callable[[], bool]], Any]) -> None:
+        """Like ``submit``, for work of many items: ``fn(wanted)`` asks ``wanted()`` between them and returns at
+        once when it is False (what it returns then is never delivered)."""
+        self._token += 1
+        self.busy = True
+        task = _Task(lambda: None, self, self._token)
+        task.fn = lambda: fn(task.wanted)
+        (self._pool or QtCore.QThreadPool.globalInstance()).start(task)
 
     def cancel(self) -> None:
         """Drop the result of any pending call (it still runs to completion)."""
@@ -97,9 +121,20 @@ def own_pool(threads: int = 1) -> QtCore.QThreadPool:
     return pool
 
 
+def _pools() -> list[QtCore.QThreadPool]:
+    return [QtCore.QThreadPool.globalInstance(), *[p for p in _POOLS if shiboken6.isValid(p)]]
+
+
+def abandon_background() -> None:
+    """Windows are closing for good: tasks not started yet are dropped, abandonable ones running stop at their next
+    item, and nothing submitted so far is delivered."""
+    _GENERATION[0] += 1
+    for pool in _pools():
+        pool.clear()
+
+
 def wait_for_background(timeout_ms: int = 10000) -> bool:
     """Wait until the global pool and every private pool are idle (True) or ``timeout_ms`` passed (False).
-    Called when windows close for good (the app quitting, a test's teardown): a task still running could
-    otherwise deliver into widgets that are being deleted."""
-    pools = [QtCore.QThreadPool.globalInstance(), *[p for p in _POOLS if shiboken6.isValid(p)]]
-    return all(pool.waitForDone(timeout_ms) for pool in pools)
+    Called when windows close for good (the app quitting, a test's teardown), after ``abandon_background``: a task
+    still running could otherwise deliver into widgets that are being deleted."""
+    return all(pool.waitForDone(timeout_ms) for pool in _pools())

@@ -13,7 +13,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from app.model import advice
 from app.model import failed_start
 from trainer.rundir.runstate import read_run_state
-from app.ops import settings
+from app.ops import background, settings
 from app.views.export_dialog import ExportDialog
 from app.views.export_model_dialog import ExportModelDialog, VerifyExportDialog
 from app.ops.hardware_feed import HardwareMonitor
@@ -363,6 +363,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 return
         settings.settings().setValue("geometry", self.saveGeometry())
         self.hardware.stop()
+        background.abandon_background()  # verdicts still being judged are for nobody now: quitting does not wait
         event.accept()
 
 

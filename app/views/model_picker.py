@@ -90,7 +90,7 @@ class ModelPicker(QtWidgets.QWidget):
             return
         self._asked = "popular"
         self.status.setText("Popular open models — checking what fits this GPU…")
-        self._rows.submit(lambda: popular_rows(cfg, snap))
+        self._rows.submit_abandonable(lambda wanted: popular_rows(cfg, snap, wanted))
 
     def run_search(self) -> None:
         """Search the hub for the text in the search box (says "offline" at once when it cannot)."""
@@ -102,7 +102,7 @@ class ModelPicker(QtWidgets.QWidget):
             return
         self._asked = "search"
         self.status.setText(f"Searching the hub for “{text}”…")
-        self._rows.submit(lambda: search_rows(text, cfg, snap))
+        self._rows.submit_abandonable(lambda wanted: search_rows(text, cfg, snap, wanted=wanted))
 
     def _config(self):
         try:

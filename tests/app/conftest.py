@@ -43,7 +43,8 @@ def quiet_background():
     from app.ops import background, hardware_feed
 
     hardware_feed.stop_all()  # (windows are not closed here: a window with a live run would ask what to do)
-    background.wait_for_background(120_000)  # returns when idle: judging every shipped model takes seconds
+    background.abandon_background()  # as the app quitting does: the verdicts nobody will read stop at their next model
+    background.wait_for_background(120_000)  # returns when what is running (one plan, one child) is done
     app.processEvents()
 
 

@@ -72,3 +72,53 @@ def test_pages_closed_while_their_tasks_finish_get_nothing_and_nothing_crashes()
                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert out.stdout.split() == ["delivered", "0"]
+
+
+def _items(log: list, n: int = 200):
+    """Work of ``n`` items (a verdict per model) that asks ``wanted()`` between them; ``log`` counts the items."""
+    def work(wanted):
+        for i in range(n):
+            if not wanted():
+                return "partial"
+            log.append(i)
+            time.sleep(0.01)
+        return "all"
+    return work
+
+
+def test_a_newer_request_stops_the_older_abandonable_work_at_its_next_item():
+    """Judging every shipped model takes seconds: a listing asked again (a setting changed) must not first judge
+    the rest of the old one for nobody (they queued one behind another in the picker's one thread)."""
+    _app()
+    got, old, new = [], [], []
+    latest = Latest(got.append, got.append, pool=own_pool(1))
+    latest.submit_abandonable(_items(old))
+    assert _wait(lambda: len(old) >= 3)
+    latest.submit_abandonable(_items(new, 5))
+    assert _wait(lambda: not latest.busy)
+    assert got == ["all"] and new == list(range(5))
+    assert len(old) < 100, f"the old work went on for {len(old)} of 200 items"
+
+
+def test_abandoning_stops_running_work_drops_queued_work_and_delivers_nothing():
+    """Windows closing for good (the app quitting, a test's teardown): what runs stops at its next item, what waits
+    in a queue never starts, and nothing submitted before is delivered — even plain ``submit`` work."""
+    from app.ops.background import abandon_background, wait_for_background
+
+    _app()
+    got, running, queued = [], [], []
+    pool = own_pool(1)
+    first = Latest(got.append, got.append, pool=pool)
+    second = Latest(got.append, got.append, pool=pool)
+    first.submit_abandonable(_items(running))
+    second.submit_abandonable(_items(queued))
+    plain = Latest(got.append, got.append, pool=own_pool(1))
+    plain.submit(lambda: (time.sleep(0.2), "plain")[1])
+    assert _wait(lambda: len(running) >= 3)
+    abandon_background()
+    assert wait_for_background(10_000)
+    time.sleep(0.05)
+    QtCore.QCoreApplication.processEvents()
+    assert got == [] and queued == [] and len(running) < 100
+    first.submit_abandonable(_items([], 2))  # work submitted afterwards is delivered as ever
+    assert _wait(lambda: not first.busy) and got == ["all"]

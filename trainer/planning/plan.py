@@ -67,7 +67,8 @@ class Plan:
 
 def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alternatives: bool = True) -> Plan:
     """Resolve every "auto" in ``cfg`` for ``hardware`` and explain the decision (cheap: no torch).
-    ``alternatives`` False skips the "what would fit instead" search (a verdict needs none: the picker).
+    ``alternatives`` False skips the "what would fit instead" searches — the alternatives and whether closing the
+    other programs would make it fit — (a verdict needs neither: the picker judges ~100 plans a listing).
 
     The tier's preset is the base layer under ``cfg`` (machine settings the user left unset); the
     plan starts from it, keeps its values when they fit and says which it changed and why."""
@@ -147,7 +148,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 pictures=picture_plan.for_choice(ctx, choice))
     if choice.verdict != "fits" and alternatives:
         plan.alternatives = ps.alternatives(ctx)
-    if plan.close_apps and choice.verdict != "fits":
+    if plan.close_apps and choice.verdict != "fits" and alternatives:  # a search of its own, like the alternatives
         plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
     plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))

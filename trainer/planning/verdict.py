@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Optional
 
 from trainer import config as config_mod
+from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.models.spec import load_model_spec
 from trainer.planning import requirements
@@ -103,8 +104,9 @@ def model_verdict(cfg, hardware, source: Optional[str] = None, methods=METHODS) 
         return ModelVerdict(base.model.source, None, None, None, {}, str(exc))
     seq = min(base.data.seq_len, spec.max_positions or base.data.seq_len)
     out = {}
-    for method in methods:
-        out[method] = _one(base, hardware, method, seq)
+    with capabilities.one_look():  # the methods' plans and requirement checks see one look at the packages
+        for method in methods:
+            out[method] = _one(base, hardware, method, seq)
     return ModelVerdict(base.model.source, spec.params, spec.encoder_decoder, seq, out)
 
 

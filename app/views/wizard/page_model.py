@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Callable
 
 from PySide6 import QtCore, QtWidgets
 
@@ -13,6 +14,7 @@ from app.model.planning import proposed_seq_len, seq_len_limit, vision_words
 from app.ops.background import Latest
 from app.views.model_picker import ModelPicker
 from trainer import config as tc
+from trainer.core import capabilities
 from trainer.core.paths import MODELS_DIR
 from trainer.models import catalog, sources
 from trainer.models.spec import ModelSpecNotFound, load_model_spec, needs_probe, spec_for_run
@@ -25,17 +27,21 @@ def fits_table(cfg: tc.RunConfig, snapshot) -> dict:
     return {"spec": spec_for_run(cfg), "verdict": model_verdict(cfg, snapshot), "limit": seq_len_limit(cfg)}
 
 
-def shipped_that_fit(base_cfg, snapshot) -> list[tuple[str, int, str]]:
-    """(name, parameters, best method) for each shipped test architecture that fits (random weights)."""
+def shipped_that_fit(base_cfg, snapshot, wanted: Callable[[], bool] = lambda: True) -> list[tuple[str, int, str]]:
+    """(name, parameters, best method) for each shipped test architecture that fits (random weights). Stops at the
+    next architecture once ``wanted()`` is False (a newer request, the page gone): ~40 of them take seconds."""
     out = []
-    for path in sorted(MODELS_DIR.glob("*.json")):
-        try:
-            spec = load_model_spec(path.stem)
-        except Exception:
-            continue
-        best = model_verdict(base_cfg, snapshot, source=path.stem).best()
-        if best is not None:
-            out.append((path.stem, spec.params, best.method))
+    with capabilities.one_look():  # one look at the installed packages for the whole listing
+        for path in sorted(MODELS_DIR.glob("*.json")):
+            if not wanted():
+                return []
+            try:
+                spec = load_model_spec(path.stem)
+            except Exception:
+                continue
+            best = model_verdict(base_cfg, snapshot, source=path.stem).best()
+            if best is not None:
+                out.append((path.stem, spec.params, best.method))
     return sorted(out, key=lambda r: -r[1])
 
 
@@ -123,7 +129,7 @@ class ModelPage(QtWidgets.QWizardPage):
             cfg = self.state.config()
         except tc.ConfigError:
             return  # _look_up shows the problem
-        self._shipped_job.submit(lambda: shipped_that_fit(cfg, snap))
+        self._shipped_job.submit_abandonable(lambda wanted: shipped_that_fit(cfg, snap, wanted))
         self.picker.refresh()
 
     def use_architecture(self, name: str) -> None:
