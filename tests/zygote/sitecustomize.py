@@ -12,11 +12,11 @@ import sys
 # either forked (the three names below) or started as usual (STARTED_AS_USUAL, with why).
 CLI = "trainer"  # forked for CLI_COMMANDS only
 WORKER = "trainer.worker"  # a training worker with --run-dir, and a standby worker (from the Trainer-level variant)
-# Modules that import torch whatever they are given (their run then starts from the server's torch): the probes and
-# the export's check.
+# Modules that import torch whatever they are given (their run then starts from the server's torch): the probes, and
+# the export's converter (llama.cpp's convert_hf_to_gguf.py, ~30 a session: 2 s of torch import each) and its check.
 BASE_MODULES = {"trainer.worker.probes.structure_probe", "trainer.worker.probes.grpocheck",
                 "trainer.worker.probes.data_stats", "trainer.worker.probes.doctor_checks",
-                "trainer.worker.export.verify"}
+                "trainer.worker.export.verify", "trainer.worker.export.gguf_convert"}
 CLI_COMMANDS = {"export-model", "chat"}  # the CLI commands that import torch
 STARTED_AS_USUAL = {
     "trainer.worker.datapipe.producer": "the worker's tokenizing child: tokenizers and datasets, no torch",
@@ -24,7 +24,6 @@ STARTED_AS_USUAL = {
     "trainer.worker.probes.hubcheck": "preflight of a hub dataset: datasets, no torch",
     "trainer.worker.probes.reward_preview": "the wizard's reward preview: started by a few GUI tests only",
     "app.model.hub_download": "the GUI's model download: huggingface_hub, no torch",
-    "trainer.worker.export.gguf_convert": "llama.cpp's converter: started by the GGUF export tests only",
 }
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
