@@ -9,7 +9,7 @@ keeps its towers frozen (16-bit weights, no gradients, no optimizer states, no a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
@@ -264,7 +264,7 @@ def activation_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     if spec.encoder_decoder:
         return seq2seq_activation_bytes(spec, s)
     if s.sequences_per_sample > 1:  # chosen and rejected go through the model in one batch
-        s = replace(s, micro_batch=s.micro_batch * s.sequences_per_sample)
+        s = s.but(micro_batch=s.micro_batch * s.sequences_per_sample)
     acts = _text_activation_bytes(spec, s)
     if s.pictures:  # the vision tower's saved tensors; its checkpointed block rebuilt in backward (not beside the
         # text layer's: the tower's backward runs after the text model's)
@@ -302,7 +302,7 @@ def _mask_in_layers(spec: ModelSpec, s: TrainSetup, acts: dict, breakdown: dict)
     the churn are unchanged (offloaded layers: the share of the one layer in flight on the GPU)."""
     if not packed_mask.applies(s) or spec.encoder_decoder:
         return 0
-    plain = activation_bytes(spec, replace(s, packed_mask=False))
+    plain = activation_bytes(spec, s.but(packed_mask=False))
     layers = acts["layers"] - plain["layers"]
     if offloaded_activation_bytes(spec, s, acts):
         on_gpu = (offload_device_bytes(spec, s, a)["activations"] for a in (acts, plain))

@@ -49,8 +49,8 @@ def state_words(s: TrainSetup) -> str:
 def largest_param(spec: ModelSpec) -> int:
     """Elements of the largest single trained parameter: the embedding or the LM head, or a larger Linear or fused
     expert tensor."""
-    tensors = saver_memory.quantized_linears(spec) + saver_memory.fused_experts(spec)
-    return max([spec.largest_layer_params, *tensors])
+    return saver_memory.of_spec(spec, "largest_param", lambda: max(
+        [spec.largest_layer_params, *saver_memory.quantized_linears(spec), *saver_memory.fused_experts(spec)]))
 
 
 def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:

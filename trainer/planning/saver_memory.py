@@ -88,10 +88,27 @@ def nf4_weight_bytes(n: int) -> int:
     return _ceil(n, 2) + blocks + 4 * _ceil(blocks, NESTED_BLOCK) + NF4_TABLE_BYTES + OFFSET_BYTES + NESTED_MAP_BYTES
 
 
+def of_spec(spec, key: str, make):
+    """``make()``, once per ModelSpec object: a search calls the sums below over every Linear ~100,000 times for one
+    unchanging spec (a third of a verdict's time). Kept on the spec itself (its fields are frozen; a spec changed with
+    ``dataclasses.replace`` is a new object without the memo); treat what it returns as read-only."""
+    memo = spec.__dict__.get("_planner_memo")
+    if memo is None:
+        memo = {}
+        object.__setattr__(spec, "_planner_memo", memo)
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 def quantized_linears(spec) -> list[int]:
     """Elements of every Linear weight bitsandbytes quantises: each decoder layer's, of every layer kind its
     structure record lists (a hybrid's linear-attention and convolution layers have their own); fused 3-D expert
     parameters are no Linears and lm_head stays 16-bit."""
+    return of_spec(spec, "quantized_linears", lambda: _quantized_linears(spec))
+
+
+def _quantized_linears(spec) -> list[int]:
     if spec.groups:
         stacks = spec.groups + spec.decoder_groups
         return [i * o for g in stacks for _ in range(g.count) for _, i, o in g.linears]
@@ -101,20 +118,22 @@ def quantized_linears(spec) -> list[int]:
 
 def fused_experts(spec) -> list[int]:
     """Elements of every fused 3-D expert parameter (MoE layers: all experts of one projection in one tensor)."""
-    return [math.prod(shape) for g in spec.groups + spec.decoder_groups for _ in range(g.count) for _, shape in g.experts]
+    return of_spec(spec, "fused_experts", lambda: [math.prod(shape) for g in spec.groups + spec.decoder_groups
+                                                   for _ in range(g.count) for _, shape in g.experts])
 
 
 def qlora_weight_bytes(spec, width: int = 2) -> int:
     """Bytes of a prepared QLoRA base: the 4-bit Linears with their quantisation state, and every other
     parameter (embedding, lm_head, norms, biases) in the ``width``-byte compute dtype."""
     linears = quantized_linears(spec)
-    return sum(nf4_weight_bytes(n) for n in linears) + width * (spec.params - sum(linears))
+    nf4 = of_spec(spec, "nf4_bytes", lambda: sum(nf4_weight_bytes(n) for n in linears))
+    return nf4 + width * (spec.params - of_spec(spec, "quantized_sum", lambda: sum(linears)))
 
 
 def dequant_buffer_bytes(spec, width: int = 2) -> int:
     """The largest Linear dequantised while it runs (forward, and again for its input's gradient): its 16-bit
     weight and its fp32 block absmax."""
-    n = max(quantized_linears(spec))
+    n = of_spec(spec, "largest_quantized", lambda: max(quantized_linears(spec)))
     return width * n + 4 * _ceil(n, NF4_BLOCK)
 
 
@@ -130,6 +149,10 @@ def eight_bit_state_bytes(spec) -> int:
     for the embeddings (token, and GPT-2's positions; a tied lm_head is the embedding) and for tensors under 4096
     elements (norms and biases: counted at 32-bit, a few MiB high where they are larger); fused MoE experts are
     large tensors too."""
+    return of_spec(spec, "eight_bit_state_bytes", lambda: _eight_bit_state_bytes(spec))
+
+
+def _eight_bit_state_bytes(spec) -> int:
     linears = quantized_linears(spec) + fused_experts(spec)  # MoE: every expert tensor is a large one
     head = spec.vocab * spec.hidden if spec.lm_head_params else 0
     # the frozen towers of a multimodal checkpoint trained on text have no optimizer state
