@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         key = structure.config_hash(cfg)
         wanted.add(f"{key}.json")
         target = STRUCTURES_DIR / f"{key}.json"
-        shipped = json.loads(target.read_text(encoding="utf-8")) if target.exists() else None
-        if not args.all and structure.is_current(shipped, cfg):
+        if not args.all and structure.is_current(structure.read_record(target), cfg):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "record.json"

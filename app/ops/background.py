@@ -44,7 +44,9 @@ _GENERATION = [0]  # bumped by abandon_background: every task started before it 
 
 
 class _Task(QtCore.QRunnable):
-    def __init__(self, fn: Callable[[], Any], latest: "Latest", token: object):
+    """Runs ``fn(wanted)`` in a pool and delivers its result (or exception) through the bridge."""
+
+    def __init__(self, fn: Callable[[Callable[[], bool]], Any], latest: "Latest", token: object):
         super().__init__()
         self.fn, self.ref, self.token, self.bridge = fn, weakref.ref(latest), token, _bridge()
         self.generation = _GENERATION[0]
@@ -58,7 +60,7 @@ class _Task(QtCore.QRunnable):
 
     def run(self) -> None:
         try:
-            result, error = self.fn(), None
+            result, error = self.fn(self.wanted), None
         except Exception as exc:  # delivered to the GUI, which shows it
             result, error = None, exc
         if self.generation == _GENERATION[0]:
@@ -79,18 +81,14 @@ class Latest(QtCore.QObject):
 
     def submit(self, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` in the global thread pool (older pending results will be dropped)."""
-        self._token += 1
-        self.busy = True
-        (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self, self._token))
+        self.submit_abandonable(lambda _wanted: fn())
 
     def submit_abandonable(self, fn: Callable[[Callable[[], bool]], Any]) -> None:
         """Like ``submit``, for work of many items: ``fn(wanted)`` asks ``wanted()`` between them and returns at
         once when it is False (what it returns then is never delivered)."""
         self._token += 1
         self.busy = True
-        task = _Task(lambda: None, self, self._token)
-        task.fn = lambda: fn(task.wanted)
-        (self._pool or QtCore.QThreadPool.globalInstance()).start(task)
+        (self._pool or QtCore.QThreadPool.globalInstance()).start(_Task(fn, self, self._token))
 
     def cancel(self) -> None:
         """Drop the result of any pending call (it still runs to completion)."""

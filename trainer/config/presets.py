@@ -5,6 +5,7 @@ import copy
 import functools
 import json
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import yaml
@@ -24,7 +25,7 @@ def load_preset(name: str) -> dict:
         stat = path.stat()
     except OSError:
         stat = None
-    if stat is None or not path.is_file():
+    if stat is None or not S_ISREG(stat.st_mode):
         known = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))) or "none"
         raise UserError(f"unknown preset '{name}' (no {path}); available: {known}", path=str(path))
     return copy.deepcopy(_parsed(str(path), stat.st_mtime_ns, stat.st_size))

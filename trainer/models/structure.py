@@ -50,7 +50,8 @@ def user_records_dir() -> Path:
     return cache_dir() / "structures"
 
 
-def _read(path: Path) -> Optional[dict]:
+def read_record(path: Path) -> Optional[dict]:
+    """The JSON object in ``path`` (a record or a refusal), or None when it is missing, unreadable or not an object."""
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -72,10 +73,10 @@ def cached_record(cfg: dict, measured: bool = True) -> tuple[Optional[dict], str
     transformers) raises ArchitectureUnknown again."""
     key = config_hash(cfg)
     for origin, folder in (("shipped", STRUCTURES_DIR), ("cache", user_records_dir())):
-        rec = _read(folder / f"{key}.json")
+        rec = read_record(folder / f"{key}.json")
         if is_current(rec, cfg, measured):
             return rec, origin
-    refusal = _read(user_records_dir() / f"{key}.refused.json")
+    refusal = read_record(user_records_dir() / f"{key}.refused.json")
     if refusal and refusal.get("transformers") == transformers_version():
         raise ArchitectureUnknown(refusal["message"])
     return None, ""
@@ -156,7 +157,7 @@ def _probe_result(proc, out: Path, cfg: dict, key: str, name: str, seconds: floa
         _atomic_write(user_records_dir() / f"{key}.refused.json",
                       {"message": message, "transformers": transformers_version()})
         raise ArchitectureUnknown(message)
-    rec = _read(out) if proc.returncode == 0 else None
+    rec = read_record(out) if proc.returncode == 0 else None
     out.unlink(missing_ok=True)
     if rec is None:
         why = lines[-1] if lines else f"exit code {proc.returncode}"

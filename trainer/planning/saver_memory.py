@@ -125,9 +125,9 @@ def fused_experts(spec) -> list[int]:
 def qlora_weight_bytes(spec, width: int = 2) -> int:
     """Bytes of a prepared QLoRA base: the 4-bit Linears with their quantisation state, and every other
     parameter (embedding, lm_head, norms, biases) in the ``width``-byte compute dtype."""
-    linears = quantized_linears(spec)
-    nf4 = of_spec(spec, "nf4_bytes", lambda: sum(nf4_weight_bytes(n) for n in linears))
-    return nf4 + width * (spec.params - of_spec(spec, "quantized_sum", lambda: sum(linears)))
+    nf4, quantized = of_spec(spec, "nf4_bytes", lambda: (sum(map(nf4_weight_bytes, quantized_linears(spec))),
+                                                         sum(quantized_linears(spec))))
+    return nf4 + width * (spec.params - quantized)
 
 
 def dequant_buffer_bytes(spec, width: int = 2) -> int:
