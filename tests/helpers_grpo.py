@@ -7,11 +7,10 @@ names the right one about once in twelve, so most groups of 8 hold a rewarded an
 """
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-from helpers_train import tiny_config
+from helpers_train import tiny_config, write_jsonl
 
 WORDS = ["red", "green", "blue", "black", "white", "gold", "grey", "brown"]
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -53,11 +52,6 @@ def last_word_records(n: int = 64, seed: int = 3) -> list[dict]:
         words = rng.sample(WORDS, 3)
         out.append({"prompt": "last: " + " ".join(words), "answer": words[-1]})
     return out
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def grpo_config(tmp: Path, rows: list[dict] | None = None, method: str = "full", chat: bool = False,

@@ -2,10 +2,9 @@
 kind of answer), so DPO's reward accuracy must rise and its margin grow."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from helpers_train import tiny_config
+from helpers_train import tiny_config, write_jsonl
 
 COLOURS = ["red", "green", "blue", "black", "white", "brown", "grey", "gold"]
 THINGS = ["house", "river", "tree", "road", "garden", "window", "market", "city", "forest", "bridge"]
@@ -29,11 +28,6 @@ def kto_records(n: int = 64) -> list[dict]:
         good = i % 2 == 0
         out.append({"prompt": p["prompt"], "completion": p["chosen"] if good else p["rejected"], "label": good})
     return out
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def pref_config(tmp: Path, objective: str = "dpo", method: str = "lora", **sections) -> dict:

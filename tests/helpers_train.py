@@ -271,3 +271,9 @@ def trained_runs() -> dict[str, Path]:
 
     root = shared_once("after-runs", build)
     return {name: root / "runs" / name for name in ("full", "lora")}
+
+
+def write_jsonl(path: Path, rows: list[dict], repeat: int = 1) -> Path:
+    """``rows`` as a JSON-lines file at ``path`` (``repeat`` times over); returns ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for _ in range(repeat) for r in rows), encoding="utf-8")
+    return path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub
-from helpers_train import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_workspace_config
+from helpers_train import CLI, PREFLIGHT_TIMEOUT, REPO, tree_digest, write_jsonl, write_workspace_config
 
 from trainer.config.sections import RunConfig
 from trainer.core.errors import UserError
@@ -32,11 +32,6 @@ SAMPLES = {"text": [{"text": "The cat sleeps near the river."}, {"text": "A dog 
            "preference": [PREFERENCE], "kto": [KTO, dict(KTO, label=False)], "template": [TEMPLATE],
            "prompt_response": [PAIR, {"prompt": "And the dog?", "response": "In the park."}]}
 TEMPLATES = {"data.prompt_template": "Q: {question}\nA: ", "data.response_template": "{answer}"}
-
-
-def write_jsonl(path: Path, rows: list[dict], repeat: int = 1) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for _ in range(repeat) for r in rows), encoding="utf-8")
-    return path
 
 
 def data_cfg(**fields):
@@ -355,3 +350,13 @@ def test_uncached_hub_dataset_offline_exits_2_with_one_message(tmp_path):
         assert "offline" in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     assert tree_digest(tmp_path) == before and not (tmp_path / "runs").exists()
+
+
+def test_the_configs_record_formats_are_the_formats_the_data_room_reads_and_describes():
+    """The config's ``data.record_format`` choices are spelled in the schema (the config room cannot import the data
+    room); this ties them: every choice but ``auto`` is a format ``formats`` trains or previews and describes, and
+    every such format is a choice."""
+    from typing import get_args
+    choices = set(get_args(RunConfig.model_fields["data"].annotation.model_fields["record_format"].annotation))
+    assert choices - {"auto"} == set(formats.TRAINABLE_FORMATS) | set(formats.PAIR_FORMATS)
+    assert all(formats.describe(f) for f in choices - {"auto"})

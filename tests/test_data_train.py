@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_train import cli, events, losses, tiny_config, write_config
-from test_data_formats import SAMPLES, write_jsonl
+from helpers_train import cli, events, losses, tiny_config, write_config, write_jsonl
+from test_data_formats import SAMPLES
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers_grpo import grpo_config, last_word_records, write_jsonl
-from helpers_train import cli, events, write_config
+from helpers_grpo import grpo_config, last_word_records
+from helpers_train import cli, events, write_config, write_jsonl
 
 from trainer.rundir.events import read_status
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers_pref import pairs, pref_config, write_jsonl
-from helpers_train import cli, write_config
+from helpers_pref import pairs, pref_config
+from helpers_train import cli, write_config, write_jsonl
 from trainer import config as C
 from trainer.data import token_stats
 from trainer.hardware.source import open_probe

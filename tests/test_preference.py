@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers_pref import kto_records, pairs, pref_config, t5_config, write_jsonl
-from helpers_train import cli, events, losses, write_config
+from helpers_pref import kto_records, pairs, pref_config, t5_config
+from helpers_train import cli, events, losses, write_config, write_jsonl
 
 from trainer.core.errors import UserError
 from trainer.data.preference import read_preference_records

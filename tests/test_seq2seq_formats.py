@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers_pref import pairs, t5_config, write_jsonl
-from helpers_train import cli, events, run_cli, tiny_config, write_config
+from helpers_pref import pairs, t5_config
+from helpers_train import cli, events, run_cli, tiny_config, write_config, write_jsonl
 from trainer import config as config_mod
 from trainer.data import formats
 from trainer.supervisor import preflight

@@ -26,8 +26,8 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
     data = _drop_legacy_keys(data)
     model = data.get("model")
     extra = model.get("hub_token_env") if isinstance(model, dict) else None
-    secret_values = _secret_env_values((extra,) if isinstance(extra, str) else ())
-    tokens = find_tokens(data, secret_values)
+    known = _secret_env_values((extra,) if isinstance(extra, str) else ())
+    tokens = find_tokens(data, known)
     problems = [(path, "looks like a secret token; never put tokens in a config: set the "
                  "HF_TOKEN environment variable (or model.hub_token_env) instead")
                 for path, _ in tokens]
@@ -41,7 +41,7 @@ def validate(data: Any, source: str | None = None) -> RunConfig:
                 continue
             problems.append((".".join(e["loc"]), fix_for(e)))
         # messages echo the offending input ("got '...'"): a token put in the wrong field must not be echoed
-        hidden = [v for _, v in tokens] + secret_values
+        hidden = [v for _, v in tokens] + known
         raise ConfigError([(loc, redact(msg, hidden)) for loc, msg in problems], source) from None
     if problems:
         raise ConfigError(problems, source)
@@ -89,16 +89,16 @@ def _secret_env_values(extra_names: tuple[str, ...] = ()) -> list[str]:
     return secret_values(extra_names, keyring=False)
 
 
-def find_tokens(data: Any, secret_values: list[str] = (), path: str = "") -> list[tuple[str, str]]:
+def find_tokens(data: Any, known: list[str] = (), path: str = "") -> list[tuple[str, str]]:
     """``(field path, value)`` of strings that are token-shaped or contain a secret from the environment."""
     found = []
     if isinstance(data, dict):
         for k, v in data.items():
-            found += find_tokens(v, secret_values, f"{path}.{k}" if path else str(k))
+            found += find_tokens(v, known, f"{path}.{k}" if path else str(k))
     elif isinstance(data, list):
         for i, v in enumerate(data):
-            found += find_tokens(v, secret_values, f"{path}[{i}]")
-    elif isinstance(data, str) and (TOKEN_PATTERN.search(data) or any(v in data for v in secret_values)):
+            found += find_tokens(v, known, f"{path}[{i}]")
+    elif isinstance(data, str) and (TOKEN_PATTERN.search(data) or any(v in data for v in known)):
         found.append((path, data))
     return found
 

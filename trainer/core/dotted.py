@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-_MISSING = object()
-
-
 def set_in(data: dict, key: str, value: Any) -> dict:
     """Set ``data[a][b] = value`` for ``key`` "a.b" in place (creating or replacing inner mappings); returns data."""
     *head, last = key.split(".")

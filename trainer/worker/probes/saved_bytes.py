@@ -20,7 +20,6 @@ import contextlib
 
 from trainer.core.errors import UserError
 
-SETUPS = ("bf16", "lora", "fp32", "amp")
 TOKENS = 256  # the measured sequence length; (1, 2·TOKENS) and (2, TOKENS) are the other points
 KIND_ATTRS = ("layer_type", "attention_type", "sliding_window", "is_sliding", "use_rope", "is_causal", "block_type",
               "is_attention_layer")
