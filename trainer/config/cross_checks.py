@@ -1,8 +1,11 @@
 """Checks of the run config that span fields (torchtune-style: every problem at once). Each returns
 ``(field path, message with the fix)`` pairs; ``RunConfig``'s validator raises them together.
-Light module, importing nothing: ``RunConfig`` (``sections``) calls it, so it names that type only in annotations.
+Light module, importing only the placement table: ``RunConfig`` (``sections``) calls it, so it names that type only
+in annotations.
 """
 from __future__ import annotations
+
+from trainer.config.placements import DEFAULT, placement
 
 
 class CrossCheckError(ValueError):
@@ -66,9 +69,9 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     p += _optimizer_in_backward_checks(cfg)
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
-    if cfg.device == "cpu" and t.optimizer != "adamw":
+    if cfg.device == "cpu" and placement(t.optimizer).cuda_only:
         p.append(("training.optimizer", f"{t.optimizer} is bitsandbytes' AdamW for NVIDIA GPUs (paged states live in "
-                  f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use adamw"))
+                  f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use {DEFAULT}"))
     return p
 
 

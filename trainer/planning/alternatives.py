@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Optional
 
 from trainer import config as config_mod
+from trainer.config.placements import PLACEMENTS
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.units import count, gib
@@ -83,10 +84,10 @@ def alternatives(ctx: Context) -> list[dict]:
 def _fused_alternatives(ctx: Context) -> list[Optional[dict]]:
     """The step fused into backward with its states paged to host RAM (fp32: exact; 8-bit: approximate), where
     the plan does not already use that placement and the fused step can run (``fused_plan.unavailable``)."""
-    if fused_plan.unavailable(ctx) is not None or not capabilities.installed("bitsandbytes"):
+    if fused_plan.unavailable(ctx) is not None:
         return []
     out = []
-    for optimizer in ("paged_adamw_32bit", "paged_adamw_8bit"):
+    for optimizer in (p.name for p in PLACEMENTS if p.paged and capabilities.installed(p.package)):
         changes = fused_plan.alternative_changes(ctx, optimizer)
         if all(get_in(config_mod.to_dict(ctx.cfg), k) == v for k, v in changes.items()):
             continue

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from trainer import config as config_mod
+from trainer.config.placements import DEFAULT
 from trainer.models.spec import ModelSpec
 from trainer.planning.context import Context, DsOption, fits, make_setup, need
 from trainer.planning.memory import Estimate, fragmentation_share
@@ -29,7 +30,7 @@ class Choice:
     settings: dict
     reasons: list
     offload: bool = False  # activation offload
-    optimizer: str = "adamw"
+    optimizer: str = DEFAULT  # where AdamW's states live (config.placements)
     savings: list = None  # what each memory saver in this choice saves (planning.savings)
     generation: int = 0  # GRPO: completions sampled at once per GPU (0: not GRPO)
     loss_kernel: str = "hf"  # the loss the run computes (planning.loss_kernel)

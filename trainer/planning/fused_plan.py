@@ -21,16 +21,13 @@ from trainer import config as config_mod
 from trainer.config.loading import explicit_keys
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
+from trainer.config.placements import DEFAULT, PLACEMENTS, placement
 from trainer.core.units import count, gib
 from trainer.planning.context import Context, make_setup, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
-from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS, largest_param, paging_bytes_per_step
+from trainer.planning.optimizer_memory import largest_param, paging_bytes_per_step
 from trainer.planning.optimizer_memory import state_words as states_named
 from trainer.planning.speed import PCIE_EFFICIENCY
-
-EXACT_PLACEMENTS = ("adamw", "paged_adamw_32bit")
-APPROXIMATE_PLACEMENTS = ("adamw_8bit", "paged_adamw_8bit")
-
 
 def runs_fused(cfg, precision: Optional[str] = None) -> bool:
     """Whether the fused step can run for ``cfg`` and is worth it: a full fine-tune (a LoRA run's gradients are
@@ -62,12 +59,11 @@ def placements(ctx: Context) -> list[str]:
     """Where the states may live, in the order tried: an explicit ``training.optimizer`` alone; else fp32 on the
     GPU, then paged (bitsandbytes, CUDA), then 8-bit (``plan_allow_approximate``)."""
     c = ctx.cfg
-    chosen = "training.optimizer" in explicit_keys(c) or (c.training.optimizer_in_backward and c.training.optimizer != "adamw")
+    chosen = "training.optimizer" in explicit_keys(c) or (c.training.optimizer_in_backward and c.training.optimizer != DEFAULT)
     if chosen or ctx.device != "cuda":  # (an alternative names its optimizer beside the fused step)
         return [c.training.optimizer]
-    if not capabilities.installed("bitsandbytes"):
-        return ["adamw"]
-    return list(EXACT_PLACEMENTS) + (list(APPROXIMATE_PLACEMENTS) if c.plan_allow_approximate else [])
+    return [p.name for p in PLACEMENTS if (p.exact or c.plan_allow_approximate)
+            and (p.package is None or capabilities.installed(p.package))]  # the table's order: exact ones first
 
 
 def context(ctx: Context, effective: Optional[int] = None) -> Context:
@@ -99,7 +95,7 @@ def state_words(ctx: Context, optimizer: str, est: Estimate) -> str:
     """Where the states live, in the plan's numbers."""
     s = make_setup(ctx, 1, False, (False, 2, False, False), None, optimizer)
     what = states_named(s)
-    if not optimizer.startswith("paged_"):
+    if not placement(optimizer).paged:
         return f"optimizer states: {what} on the GPU ({gib(est.breakdown.get('optimizer_states', 0))})"
     if s.paged_on_gpu:
         return (f"optimizer states: {what} in CUDA managed memory, planned on the GPU "
@@ -134,11 +130,12 @@ def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[
            "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
            "once; the gradient norm is still measured and logged",
            state_words(ctx, opt, est)]
-    if opt in EIGHT_BIT_OPTIMIZERS:
+    p = placement(opt)
+    if p.eight_bit:
         out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' too, as torchtune's recipe) — updates differ "
                    "slightly from fp32 AdamW" + (" (plan_allow_approximate allows it)" if ctx.cfg.plan_allow_approximate
                                                   else " (your training.optimizer)"))
-    elif opt == "paged_adamw_32bit":
+    elif p.package is not None:
         out.append("exact: bitsandbytes' fp32 AdamW gives PyTorch AdamW's update within fp32 rounding "
                    "(tests/test_optimizer_in_backward.py)")
     else:
@@ -159,8 +156,7 @@ def alternative_changes(ctx: Context, optimizer: str) -> dict:
 
 def alternative_words(optimizer: str) -> str:
     """An alternative's description (the issue's words)."""
-    where = "paged to host RAM" if optimizer.startswith("paged_") else "on the GPU"
-    bits = "8-bit" if optimizer in EIGHT_BIT_OPTIMIZERS else "fp32"
-    tail = " — approximate: 8-bit optimizer states" if bits == "8-bit" else " — exact"
-    return f"full fine-tune with {bits} states {where} and the step fused into backward{tail}"
+    p = placement(optimizer)
+    tail = " — exact" if p.exact else " — approximate: 8-bit optimizer states"
+    return f"full fine-tune with {p.placed} and the step fused into backward{tail}"
 

@@ -28,6 +28,7 @@ from typing import Iterator
 
 from trainer import config as config_mod
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import DEFAULT, EIGHT_BIT, placement
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.errors import UserError
@@ -180,10 +181,11 @@ def _activation_offload_rung(cfg) -> tuple[dict, str] | None:
 
 def _eight_bit_rung(cfg) -> tuple[dict, str] | None:
     """CUDA only, approximate: 8-bit AdamW where plan_allow_approximate allows it and bitsandbytes is installed."""
+    eight = placement(EIGHT_BIT)
     if (cfg.device != "cuda" or cfg.deepspeed.enabled is True or not cfg.plan_allow_approximate
-            or cfg.training.optimizer != "adamw" or cfg.method.type != "full" or not capabilities.installed("bitsandbytes")):
+            or cfg.training.optimizer != DEFAULT or cfg.method.type != "full" or not capabilities.installed(eight.package)):
         return None
-    return ({"training.optimizer": "adamw_8bit"},
+    return ({"training.optimizer": eight.name},
             "keep AdamW's states in 8 bits (bitsandbytes; plan_allow_approximate allows it; updates differ slightly "
             "from 32-bit AdamW)")
 

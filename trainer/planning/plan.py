@@ -16,6 +16,7 @@ from trainer import config as config_mod
 from trainer.config import presets
 from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import placement
 from trainer.core.dotted import get_in
 from trainer.core import capabilities
 from trainer.core.units import GIB, count
@@ -134,7 +135,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     if cfg.device == "cuda" and gpu is None:
         choice.verdict = "does_not_fit"
         choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")
-    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer != "adamw"
+    if device == "cpu" and (cfg.method.type == "qlora" or placement(cfg.training.optimizer).cuda_only
                             or cfg.speed.activation_offload is True):
         choice.verdict = "does_not_fit"
         choice.reasons.append("QLoRA, 8-bit AdamW (bitsandbytes) and activation offload (to host RAM from the GPU) "

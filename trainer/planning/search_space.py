@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import DEFAULT, EIGHT_BIT, placement
 from trainer.core import capabilities
 from trainer.planning import fused_plan
 from trainer.planning.context import (
@@ -55,9 +56,9 @@ def optimizer_options(ctx: Context) -> list[str]:
     c = ctx.cfg
     mine = c.training.optimizer if "training.optimizer" in explicit_keys(c) else None
     if mine or not c.plan_allow_approximate or ctx.device != "cuda" or c.method.type != "full" or \
-            c.training.optimizer != "adamw":
+            c.training.optimizer != DEFAULT:
         return [c.training.optimizer]
-    return ["adamw", "adamw_8bit"]
+    return [DEFAULT, EIGHT_BIT]
 
 
 Level = tuple[DsOption, bool, str]  # (DeepSpeed option, activation offload, optimizer)
@@ -92,18 +93,14 @@ def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = N
     return None
 
 
-OPTIMIZER_WORDS = {"paged_adamw_32bit": "fp32 AdamW states paged to host RAM", "adamw_8bit": "8-bit AdamW",
-                   "paged_adamw_8bit": "8-bit AdamW states paged to host RAM"}
-
-
 def level_words(level: Level) -> str:
     """The memory savers of a level in words ("" for none)."""
     (on, stage, opt_off, par_off), offload, optimizer = level
     words = []
     if offload:
         words.append("activation offload")
-    if optimizer != "adamw" and not on:
-        words.append(OPTIMIZER_WORDS[optimizer])
+    if placement(optimizer).saver and not on:
+        words.append(placement(optimizer).saver)
     if on:
         extra = " + parameter offload" if par_off else (" + optimizer offload" if opt_off else "")
         words.append(f"DeepSpeed ZeRO-{stage}{extra}")
