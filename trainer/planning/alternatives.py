@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Optional
 
 from trainer import config as config_mod
+from trainer.config.in_backward import NO_DEEPSPEED
 from trainer.config.placements import PLACEMENTS
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
@@ -58,7 +59,6 @@ def alternatives(ctx: Context) -> list[dict]:
     """What would fit instead (fitting ones first): auto settings, full DeepSpeed offload
     (with the host RAM it needs), LoRA, QLoRA, a shorter sequence, a smaller model."""
     c, out = ctx.cfg, []
-    no_ds = {"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
     mine = config_mod.to_dict(c)
     if any(get_in(mine, k) != "auto" for k in _auto(ctx)):
         words = "micro-batch, accumulation, checkpointing and the generation batch" if c.training.objective == "grpo" \
@@ -68,13 +68,13 @@ def alternatives(ctx: Context) -> list[dict]:
         out += _fused_alternatives(ctx)
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
-        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
+        out.append(_alt(ctx, {**_auto(ctx), **NO_DEEPSPEED, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
     if c.method.type == "qlora":  # 16-bit weights: more memory, but no bitsandbytes and no GPU needed
         out.append(_alt(ctx, {**_auto(ctx), "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) on 16-bit weights "
                                                                     "instead of QLoRA's 4-bit ones"))
     if c.method.type != "qlora" and ctx.device == "cuda":
         bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
-        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
+        out.append(_alt(ctx, {**_auto(ctx), **NO_DEEPSPEED, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
     out.append(_shorter(ctx))
     out.append(_smaller_model(ctx))
     alts = [a for a in out if a]

@@ -16,6 +16,7 @@ from trainer.planning import throughput
 from trainer.planning.kernels import DROPOUT
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
 from trainer.planning.memory import Estimate, TrainSetup, estimate
+from trainer.planning.speed import offload_copies, pcie_seconds
 
 WORDS = {"chunked_loss": "chunked loss (exact)", "liger_loss": "Liger's fused loss (exact)",
          "gradient_checkpointing": "gradient checkpointing", "tiled_mlp": "tiled MLP (exact)",
@@ -72,11 +73,11 @@ def _offload_cost(ctx: Context, mb: int, est: Estimate) -> dict:
     """Host RAM held and PCIe traffic of activation offload, per optimizer step (an estimate)."""
     per_micro = est.host_breakdown.get("offloaded_activations", 0)
     steps = max(1, per_rank_batch(ctx.cfg) // mb)
-    moved = 2 * per_micro * steps  # out in forward, back in backward
+    moved = offload_copies(per_micro) * steps
     rate = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
     row = {"host_ram_bytes": per_micro, "pcie_bytes_per_step": moved, "pcie_seconds_per_step": None}
     if rate:
-        row["pcie_seconds_per_step"] = round(moved / rate, 3)
+        row["pcie_seconds_per_step"] = round(pcie_seconds(moved, rate), 3)
         row["pcie_bytes_per_second"] = int(rate)
     return row
 

@@ -42,7 +42,7 @@ from trainer.planning.search_space import (
     offload_options,
 )
 from trainer.planning.tiled_memory import tiles_mlp
-from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, offload_copies, step_seconds
 
 
 @dataclass
@@ -82,7 +82,7 @@ def search(ctx: Context) -> Choice:
 
 def _fused(ctx: Context) -> Choice:
     """The search with the step fused into backward: one micro-batch of the whole per-GPU batch."""
-    choice = _search(fused_plan.context(ctx))
+    choice = _search(fused_plan.planned_context(ctx))
     choice.settings.update(fused_plan.settings(ctx, choice.micro, choice.optimizer))
     return choice
 
@@ -93,7 +93,7 @@ def _largest_fused_batch(ctx: Context) -> str:
     lo, hi, best, one = 1, per - 1, None, None  # memory grows with the batch: bisect for the largest that fits
     while lo <= hi:
         m = (lo + hi) // 2
-        choice = _search(fused_plan.context(ctx, m))
+        choice = _search(fused_plan.planned_context(ctx, m))
         if choice.verdict == "fits":
             lo, best = m + 1, (m, choice)
         else:
@@ -105,7 +105,7 @@ def _largest_fused_batch(ctx: Context) -> str:
                 f"set training.effective_batch_size: {m} to train that way (the planner keeps your "
                 f"{ctx.cfg.training.effective_batch_size})")
     if one is None and per > 1:
-        one = _search(fused_plan.context(ctx, 1))
+        one = _search(fused_plan.planned_context(ctx, 1))
     at_one = f" (it would need {gib(one.peak)})" if one is not None else ""
     return f"with the optimizer step fused into backward not even an effective batch of 1 fits{at_one}"
 
@@ -121,7 +121,7 @@ def _search(ctx: Context) -> Choice:
     choice = make_choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
     if fused_of(vctx) and vctx.cfg.method.type == "full":  # (a LoRA run may fuse its step too: no buffer to speak of)
         at = len(choice.reasons) - (choice.verdict != "fits")
-        choice.reasons[at:at] = fused_plan.reasons(vctx, b.micro, b.ckpt, b.level, b.est)
+        choice.reasons[at:at] = fused_plan.in_words(vctx, b.micro, b.ckpt, b.level, b.est)
     at = min(2, len(choice.reasons))
     choice.reasons[at:at] = ([decision.why] if decision.why else []) + words
     if ctx.cfg.speed.loss_kernel == "auto":
@@ -204,7 +204,7 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
                                     f"this GPU (its PCIe link or its compute peak is not known), so the planner keeps "
                                     f"the one that needs no host RAM"]
     step_c, step_o = t_c["total"] * (per // mb_c), t_o["total"] * (per // mb_o)
-    moved = 2 * est_o.host_breakdown.get("offloaded_activations", 0) * (per // mb_o)
+    moved = offload_copies(est_o.host_breakdown.get("offloaded_activations", 0)) * (per // mb_o)
     link = ctx.gpu.pcie_bytes_per_second  # unknown only where nothing is moved (step_seconds needs it otherwise)
     words = (f"checkpointing's recompute ≈ {step_c:.2f} s per optimizer step (micro-batch {mb_c}) against activation "
              f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe"

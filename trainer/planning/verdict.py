@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Optional
 
 from trainer import config as config_mod
+from trainer.config import in_backward
 from trainer.config.placements import PLACEMENTS, Placement, placement
 from trainer.core import capabilities
 from trainer.core.errors import UserError
@@ -145,8 +146,7 @@ class StepOption:
         return "needs " + " and ".join(self.needs) if self.verdict == "needs" else WORDS[self.verdict]
 
 
-FUSED = {"training.optimizer_in_backward": True, "training.max_grad_norm": 0.0,
-         "training.gradient_accumulation_steps": 1, "training.micro_batch_size": "auto", "deepspeed.enabled": False}
+FUSED = {**in_backward.changes("auto"), "deepspeed.enabled": False}  # the planner makes the micro-batch the batch
 FUSED_WORDS = "the step fused into backward: no gradient clipping, the whole batch in one micro-batch"
 APPROXIMATE_WORDS = "approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW)"
 
