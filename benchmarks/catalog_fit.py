@@ -25,6 +25,7 @@ from trainer.core.units import GIB  # noqa: E402
 from trainer.hardware.source import open_probe  # noqa: E402
 from trainer.models import catalog  # noqa: E402
 from trainer.models.spec import load_model_spec  # noqa: E402
+from trainer.config.placements import placement  # noqa: E402
 from trainer.planning.plan import plan_run  # noqa: E402
 
 HARDWARE = {"laptop 16 GB": "rtx4090_laptop_16gb.jsonl", "desktop 24 GB": "desktop_24gb.jsonl"}
@@ -59,9 +60,7 @@ def row(repo: str, snaps: dict) -> dict:
 def how(resolved) -> str:
     """A full fine-tune's optimizer in words: the step fused into backward or not, and where the states live."""
     t = resolved.training
-    states = {"adamw": "AdamW states on the GPU", "paged_adamw_32bit": "fp32 states paged to host RAM",
-              "adamw_8bit": "8-bit states on the GPU", "paged_adamw_8bit": "8-bit states paged to host RAM"}
-    return ("step fused into backward, " if t.optimizer_in_backward else "") + states[t.optimizer]
+    return ("step fused into backward, " if t.optimizer_in_backward else "") + placement(t.optimizer).placed
 
 
 def largest_full(rows: list[dict]) -> list[str]:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer import config as config_mod  # noqa: E402
+from trainer.config.placements import DEFAULT  # noqa: E402
 from trainer.hardware.source import open_probe  # noqa: E402
 from trainer.models.spec import load_model_spec  # noqa: E402
 from trainer.planning import search as ps  # noqa: E402
@@ -162,7 +163,7 @@ def largest_table(data: list[dict]) -> str:
             if not b:
                 cells.append("–")
                 continue
-            opt = b["settings"]["training.optimizer"] or "adamw"
+            opt = b["settings"]["training.optimizer"] or DEFAULT
             cells.append(f"{b['model']} ({b['peak_bytes'] / 2**30:.1f} GiB"
                          + (f", fused, {opt}" if b["settings"]["training.optimizer_in_backward"] else "") + ")")
         lines.append(f"| {r['machine']} | " + " | ".join(cells) + " |")

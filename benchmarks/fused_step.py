@@ -9,7 +9,7 @@
    in units of the last place (ulp) of the weight, and whether it is within the bound tests/test_optimizer_in_backward.py
    holds the CPU kernel to (``rounding_bound``).
 2. ``fused_equals_separate``: ``trainer.worker.loading.fused_step.FusedStep`` against the separate step of the same class
-   (adamw, paged_adamw_32bit, adamw_8bit, paged_adamw_8bit) on a small Llama in bf16: bit-identical weights?
+   (every placement of trainer/config/placements.py) on a small Llama in bf16: bit-identical weights?
 3. ``memory``: peak allocated memory of a training step (forward, backward, update; states already made) of
    ``--arch`` (random weights, bf16, micro-batch 1, ``--seq`` tokens, gradient checkpointing), separate and fused,
    beside the gradients' bytes: what the planner's memory model counts for the fused step.
@@ -28,17 +28,18 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from trainer.config.placements import NAMES, placement  # noqa: E402
 from trainer.worker.loading.fused_step import FusedStep  # noqa: E402
 
-KINDS = ("adamw", "paged_adamw_32bit", "adamw_8bit", "paged_adamw_8bit")
+KINDS = NAMES
 
 
 def optimizer_class(kind: str):
     """training.optimizer → the class the worker builds (HF's mapping: torch's AdamW, bitsandbytes' AdamW variants)."""
     import bitsandbytes as bnb
 
-    return {"adamw": torch.optim.AdamW, "paged_adamw_32bit": bnb.optim.PagedAdamW32bit,
-            "adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[kind]
+    cls = placement(kind).bnb_class  # config.placements
+    return getattr(bnb.optim, cls) if cls else torch.optim.AdamW
 
 
 def arithmetic(device: str, steps: int, numel: int, lr: float = 1e-3) -> list[dict]:
@@ -101,7 +102,7 @@ def fused_equals_separate(device: str, steps: int) -> list[dict]:
         cls = optimizer_class(kind)
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         plain, fused = small_llama(device, dtype), small_llama(device, dtype)
-        kwargs = {"fused": True} if kind == "adamw" and device == "cuda" else {}
+        kwargs = {"fused": True} if placement(kind).bnb_class is None and device == "cuda" else {}
         separate, step = cls(groups(plain), lr=1e-3, **kwargs), FusedStep(cls(groups(fused), lr=1e-3, **kwargs))
         train(plain, separate, False, steps, 64, device)
         train(fused, step, True, steps, 64, device)

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer import config as config_mod  # noqa: E402
+from trainer.config.placements import DEFAULT, find  # noqa: E402
 from trainer.core import entrypoints  # noqa: E402
 from trainer.core.units import GIB  # noqa: E402
 from trainer.hardware.source import open_probe  # noqa: E402
@@ -134,8 +135,8 @@ ROWS = [
     row("full-4b-fused", "qwen3-4b", cards=("rtx4090_laptop_16gb",), plan_allow_approximate=True,
         training={"effective_batch_size": 8}),
     row("full-1.5b-paged32", "qwen2.5-1.5b", cards=("rtx4090_laptop_16gb",),
-        training={"effective_batch_size": 8, "optimizer": "paged_adamw_32bit", "optimizer_in_backward": True,
-                  "max_grad_norm": 0}),
+        training={"effective_batch_size": 8, "optimizer": find(paged=True, eight_bit=False).name,
+                  "optimizer_in_backward": True, "max_grad_norm": 0}),
 ]
 LONG_DOC_WORDS = 160_000  # words per synthetic document: more tokens than any planned length (131,072 at most)
 
@@ -313,7 +314,7 @@ def _settings(r: dict) -> str:
     st = r["settings"]
     return (f"micro {st['micro']} × {st['accumulation']}" + (" ckpt" if st["checkpointing"] else "") +
             (" tiled" if r.get("tiled_mlp") else "") + (f" seq {r['seq_len']:,}" if r.get("seq_len", 2048) != 2048 else "") +
-            (" offload" if st["offload"] else "") + (f" {st['optimizer']}" if st["optimizer"] != "adamw" else "") +
+            (" offload" if st["offload"] else "") + (f" {st['optimizer']}" if st["optimizer"] != DEFAULT else "") +
             (" fused step" if r.get("fused") else "") +
             (" DeepSpeed" if st["deepspeed"] else ""))
 

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trainer import config as config_mod  # noqa: E402
+from trainer.config.placements import DEFAULT  # noqa: E402
 from trainer.rundir.events import EVENTS_FILE, read_events  # noqa: E402
 
 TARGET = 0.98
@@ -71,7 +72,7 @@ def run_config(args) -> dict:
         "training": {"max_steps": args.steps, "effective_batch_size": args.micro_batch * args.accumulation,
                      "micro_batch_size": args.micro_batch, "gradient_accumulation_steps": args.accumulation,
                      "learning_rate": 3e-3, "lr_scheduler": "cosine", "warmup_steps": 5, "weight_decay": 0.0,
-                     "max_grad_norm": 1.0, "optimizer": "adamw", "seed": 42},
+                     "max_grad_norm": 1.0, "optimizer": DEFAULT, "seed": 42},
         "speed": {"precision": precision, "gradient_checkpointing": False, "fused_adamw": True,
                   "torch_compile": False},
         "deepspeed": {"enabled": False},

@@ -1,6 +1,7 @@
 """The run config, split by job: the typed sections (``sections``), the checks that span fields (``cross_checks``),
 reading, overrides and validation (``loading``), bad input in words (``messages``), every field for the
-reference and the form (``fields``), presets (``presets``) and the README reference (``docgen``).
+reference and the form (``fields``), presets (``presets``), the README reference (``docgen``) and where
+AdamW's states live (``placements``: the one table of ``training.optimizer`` values).
 ``trainer.config`` itself re-exports the public names."""
 from trainer.config.cross_checks import cross_check  # noqa: F401
 from trainer.config.messages import ConfigError, known_keys  # noqa: F401

@@ -1,8 +1,12 @@
 """Checks of the run config that span fields (torchtune-style: every problem at once). Each returns
 ``(field path, message with the fix)`` pairs; ``RunConfig``'s validator raises them together.
-Light module, importing nothing: ``RunConfig`` (``sections``) calls it, so it names that type only in annotations.
+Light module, importing only the placement table and the fused step's rules (``in_backward``): ``RunConfig``
+(``sections``) calls it, so it names that type only in annotations.
 """
 from __future__ import annotations
+
+from trainer.config import in_backward
+from trainer.config.placements import DEFAULT, placement
 
 
 class CrossCheckError(ValueError):
@@ -66,9 +70,9 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     p += _optimizer_in_backward_checks(cfg)
     if cfg.device == "cpu" and cfg.speed.precision == "fp16":
         p.append(("speed.precision", "fp16 mixed precision needs a GPU; use fp32 or bf16 on the CPU"))
-    if cfg.device == "cpu" and t.optimizer != "adamw":
+    if cfg.device == "cpu" and placement(t.optimizer).cuda_only:
         p.append(("training.optimizer", f"{t.optimizer} is bitsandbytes' AdamW for NVIDIA GPUs (paged states live in "
-                  f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use adamw"))
+                  f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use {DEFAULT}"))
     return p
 
 
@@ -95,15 +99,7 @@ def _optimizer_in_backward_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         p.append(("training.max_grad_norm", f"{t.max_grad_norm}: clipping by the global gradient norm needs every "
                   f"gradient at once, and {fused} each parameter is updated (and its gradient freed) as soon as that "
                   f"gradient is complete; set training.max_grad_norm: 0 (no clipping), {off}"))
-    if cfg.deepspeed.enabled is True:
-        p.append(("deepspeed.enabled", f"DeepSpeed runs its own optimizer step, which cannot also run inside backward "
-                  f"as training.optimizer_in_backward: true asks; set deepspeed.enabled: false, {off}"))
-    if ranks > 1:
-        p.append(("distributed.num_gpus", f"{ranks} GPUs: {fused} a parameter would be updated from this GPU's "
-                  f"gradient before the GPUs average theirs; train on one GPU, {off}"))
-    if cfg.speed.precision == "fp16":
-        p.append(("speed.precision", f"fp16 scales the loss and unscales every gradient at once before the step, "
-                  f"which {fused} has already happened; use bf16 or fp32, {off}"))
+    p += [(field, f"{why}, {off}") for field, why in in_backward.blockers(cfg)]
     return p
 
 

@@ -12,6 +12,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from trainer.config import placements
 from trainer.config.cross_checks import CrossCheckError, cross_check
 
 SCHEMA_VERSION = 1
@@ -200,13 +201,7 @@ class TrainingConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, ge=0.0, description="Gradient clipping norm (0 disables).")
-    optimizer: Literal["adamw", "paged_adamw_32bit", "adamw_8bit", "paged_adamw_8bit"] = Field(
-        "adamw", description="Where AdamW's states live. adamw: fp32 states on the GPU (PyTorch's AdamW, fused when "
-        "speed.fused_adamw); paged_adamw_32bit: the same fp32 states and update in CUDA managed memory, paged to host "
-        "RAM under memory pressure (bitsandbytes' PagedAdamW32bit); adamw_8bit, paged_adamw_8bit: 8-bit states "
-        "(bitsandbytes; approximate), on the GPU or paged. bitsandbytes' optimizers need an NVIDIA GPU. The planner "
-        "proposes 8-bit states only under plan_allow_approximate: true."
-    )
+    optimizer: Literal[placements.NAMES] = Field(placements.DEFAULT, description=placements.description())
     optimizer_in_backward: Optional[bool] = Field(
         None, description="Fuse the optimizer step into the backward pass: each parameter is updated as soon as its "
         "gradient is complete, and that gradient is freed at once, so no full set of gradients is ever held. The same "

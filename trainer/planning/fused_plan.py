@@ -4,9 +4,10 @@ trainer/worker/loading/fused_step.py; the memory: ``optimizer_memory``).
 When: a full fine-tune that does not fit with the separate step (a plan that fits without it stays as it was), or one
 whose config asks for it. What it takes: one micro-batch per optimizer step (the whole per-GPU effective batch at
 once: accumulation would need every gradient kept), no gradient clipping (``max_grad_norm: 0``: the global norm needs
-every gradient at once), one GPU, no DeepSpeed, no fp16 loss scaling — the worker's cross-checks
-(trainer/config/cross_checks.py), which the settings written here pass. It never changes the effective batch: where
-one micro-batch of it does not fit, the plan says the largest effective batch the fused step keeps exact.
+every gradient at once), one GPU, no DeepSpeed, no fp16 loss scaling. Those rules and the settings that follow them
+are written once in trainer/config/in_backward.py (the worker's cross-checks read them too). It never changes the
+effective batch: where one micro-batch of it does not fit, the plan says the largest effective batch the fused step
+keeps exact.
 
 State placements, in the order tried (``placements``): fp32 states on the GPU, fp32 states paged to host RAM
 (bitsandbytes' PagedAdamW32bit: exact), then — only under ``plan_allow_approximate`` — 8-bit states on the GPU and
@@ -18,28 +19,16 @@ from dataclasses import replace
 from typing import Optional
 
 from trainer import config as config_mod
+from trainer.config import in_backward
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import DEFAULT, PLACEMENTS, placement
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.units import count, gib
 from trainer.planning.context import Context, make_setup, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
-from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS, largest_param, paging_bytes_per_step
-from trainer.planning.optimizer_memory import state_words as states_named
-from trainer.planning.speed import PCIE_EFFICIENCY
-
-EXACT_PLACEMENTS = ("adamw", "paged_adamw_32bit")
-APPROXIMATE_PLACEMENTS = ("adamw_8bit", "paged_adamw_8bit")
-
-
-def runs_fused(cfg, precision: Optional[str] = None) -> bool:
-    """Whether the fused step can run for ``cfg`` and is worth it: a full fine-tune (a LoRA run's gradients are
-    small), not GRPO, one GPU (or the CPU), no DeepSpeed (its own step), no fp16 (loss scaling unscales every
-    gradient at once)."""
-    t = cfg.training
-    return (cfg.method.type == "full" and t.objective != "grpo" and cfg.world_size == 1
-            and cfg.deepspeed.enabled is not True and (precision or cfg.speed.precision) != "fp16")
-
+from trainer.planning.optimizer_memory import largest_param, paging_bytes_per_step, state_words
+from trainer.planning.speed import pcie_seconds
 
 def unavailable(ctx: Context) -> Optional[str]:
     """Why the planner may not fuse the step for this config (None: it may). The user's own values are never
@@ -48,7 +37,7 @@ def unavailable(ctx: Context) -> Optional[str]:
     mine = explicit_keys(c)
     if t.optimizer_in_backward is False:
         return "training.optimizer_in_backward is false"
-    if ctx.spec is None or not runs_fused(c, ctx.precision):
+    if ctx.spec is None or not in_backward.runs(c, ctx.precision):
         return "it runs for a full fine-tune (not GRPO) on one GPU, without DeepSpeed or fp16"
     if "training.max_grad_norm" in mine and t.max_grad_norm > 0:
         return f"your training.max_grad_norm {t.max_grad_norm} asks for clipping, which needs every gradient at once"
@@ -62,15 +51,14 @@ def placements(ctx: Context) -> list[str]:
     """Where the states may live, in the order tried: an explicit ``training.optimizer`` alone; else fp32 on the
     GPU, then paged (bitsandbytes, CUDA), then 8-bit (``plan_allow_approximate``)."""
     c = ctx.cfg
-    chosen = "training.optimizer" in explicit_keys(c) or (c.training.optimizer_in_backward and c.training.optimizer != "adamw")
+    chosen = "training.optimizer" in explicit_keys(c) or (c.training.optimizer_in_backward and c.training.optimizer != DEFAULT)
     if chosen or ctx.device != "cuda":  # (an alternative names its optimizer beside the fused step)
         return [c.training.optimizer]
-    if not capabilities.installed("bitsandbytes"):
-        return ["adamw"]
-    return list(EXACT_PLACEMENTS) + (list(APPROXIMATE_PLACEMENTS) if c.plan_allow_approximate else [])
+    return [p.name for p in PLACEMENTS if (p.exact or c.plan_allow_approximate)
+            and (p.package is None or capabilities.installed(p.package))]  # the table's order: exact ones first
 
 
-def context(ctx: Context, effective: Optional[int] = None) -> Context:
+def planned_context(ctx: Context, effective: Optional[int] = None) -> Context:
     """``ctx`` planning the fused step: one micro-batch of the per-GPU batch (``effective``: another effective
     batch, for the largest one that fits), accumulation 1."""
     changes: dict = {"training.gradient_accumulation_steps": 1}  # your micro-batch, if you set one, is the batch's
@@ -84,10 +72,9 @@ def settings(ctx: Context, micro: int, optimizer: str) -> dict:
     """The values the fused step writes (those the user left to the planner): the step in backward, no clipping,
     the whole per-GPU batch in one micro-batch, the states' optimizer."""
     c, mine = ctx.cfg, explicit_keys(ctx.cfg)
-    batch = {"training.optimizer_in_backward": True, "training.micro_batch_size": micro,
-             "training.gradient_accumulation_steps": 1}
     yours = config_mod.to_dict(c)
-    out = {k: v for k, v in batch.items() if k not in mine or get_in(yours, k) == "auto"}  # yours say so already
+    out = {k: v for k, v in in_backward.changes(micro).items() if k != "training.max_grad_norm"
+           and (k not in mine or get_in(yours, k) == "auto")}  # yours say so already
     if c.training.max_grad_norm > 0 and "training.max_grad_norm" not in mine:
         out["training.max_grad_norm"] = 0.0
     if optimizer != c.training.optimizer:
@@ -95,11 +82,11 @@ def settings(ctx: Context, micro: int, optimizer: str) -> dict:
     return out
 
 
-def state_words(ctx: Context, optimizer: str, est: Estimate) -> str:
+def where_states_live(ctx: Context, optimizer: str, est: Estimate) -> str:
     """Where the states live, in the plan's numbers."""
     s = make_setup(ctx, 1, False, (False, 2, False, False), None, optimizer)
-    what = states_named(s)
-    if not optimizer.startswith("paged_"):
+    what = state_words(s)
+    if not placement(optimizer).paged:
         return f"optimizer states: {what} on the GPU ({gib(est.breakdown.get('optimizer_states', 0))})"
     if s.paged_on_gpu:
         return (f"optimizer states: {what} in CUDA managed memory, planned on the GPU "
@@ -113,11 +100,11 @@ def state_words(ctx: Context, optimizer: str, est: Estimate) -> str:
     if link:
         moved = paging_bytes_per_step(est.host_breakdown)
         words += (f"; at most {gib(moved)} cross PCIe per optimizer step (each state in and out), "
-                  f"≈ {moved / (link * PCIE_EFFICIENCY):.1f} s at ≈{link / 1e9:.0f} GB/s")
+                  f"≈ {pcie_seconds(moved, link):.1f} s at ≈{link / 1e9:.0f} GB/s")
     return words
 
 
-def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[str]:
+def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[str]:
     """The fused step in words: what it saves against the separate step (same settings), the batch it keeps exact,
     clipping off, where the states live, what is approximate."""
     ds, off, opt = level
@@ -133,12 +120,13 @@ def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[
            f"(accumulation 1: the fused step cannot add gradients over micro-batches)",
            "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
            "once; the gradient norm is still measured and logged",
-           state_words(ctx, opt, est)]
-    if opt in EIGHT_BIT_OPTIMIZERS:
+           where_states_live(ctx, opt, est)]
+    p = placement(opt)
+    if p.eight_bit:
         out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' too, as torchtune's recipe) — updates differ "
                    "slightly from fp32 AdamW" + (" (plan_allow_approximate allows it)" if ctx.cfg.plan_allow_approximate
                                                   else " (your training.optimizer)"))
-    elif opt == "paged_adamw_32bit":
+    elif p.package is not None:
         out.append("exact: bitsandbytes' fp32 AdamW gives PyTorch AdamW's update within fp32 rounding "
                    "(tests/test_optimizer_in_backward.py)")
     else:
@@ -148,19 +136,16 @@ def reasons(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list[
 
 def alternative_changes(ctx: Context, optimizer: str) -> dict:
     """The config changes an alternative with the fused step and these states makes."""
-    out = {"training.optimizer_in_backward": True, "training.gradient_accumulation_steps": 1,
-           "training.micro_batch_size": per_rank_batch(ctx.cfg), "training.optimizer": optimizer,
-           "speed.gradient_checkpointing": "auto", "deepspeed.enabled": False,
-           "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
-    if "training.max_grad_norm" not in explicit_keys(ctx.cfg):
-        out["training.max_grad_norm"] = 0.0
+    out = {**in_backward.changes(per_rank_batch(ctx.cfg)), "training.optimizer": optimizer,
+           "speed.gradient_checkpointing": "auto", **in_backward.NO_DEEPSPEED}
+    if "training.max_grad_norm" in explicit_keys(ctx.cfg):  # yours (0: unavailable refuses clipping) stays
+        del out["training.max_grad_norm"]
     return out
 
 
 def alternative_words(optimizer: str) -> str:
     """An alternative's description (the issue's words)."""
-    where = "paged to host RAM" if optimizer.startswith("paged_") else "on the GPU"
-    bits = "8-bit" if optimizer in EIGHT_BIT_OPTIMIZERS else "fp32"
-    tail = " — approximate: 8-bit optimizer states" if bits == "8-bit" else " — exact"
-    return f"full fine-tune with {bits} states {where} and the step fused into backward{tail}"
+    p = placement(optimizer)
+    tail = " — exact" if p.exact else " — approximate: 8-bit optimizer states"
+    return f"full fine-tune with {p.placed} and the step fused into backward{tail}"
 

@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from trainer import config as config_mod
+from trainer.config import in_backward
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import DEFAULT, EIGHT_BIT, placement
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
 from trainer.core.errors import UserError
 from trainer.models.spec import spec_for_run
 from trainer.core.units import GIB
-from trainer.planning import fused_plan, loss_kernel
-from trainer.planning.context import Context, generation_candidates, make_setup
+from trainer.planning import loss_kernel
+from trainer.planning.context import Context, generation_candidates, make_setup, per_rank_batch
 from trainer.planning.memory import estimate
 from trainer.planning.search import can_tile
 
@@ -94,7 +96,7 @@ def _loss_rung(cfg) -> tuple[dict, str] | None:
 def _micro_rung(cfg) -> tuple[dict, str] | None:
     """Halve the micro-batch (a divisor of the per-GPU batch, and of GRPO's generation batch), doubling accumulation."""
     t = cfg.training
-    per_rank = t.effective_batch_size // cfg.world_size
+    per_rank = per_rank_batch(cfg)
     mb = t.micro_batch_size
     floor = 2 if t.objective == "kto" else 1  # KTO estimates its KL term within a micro-batch
     gen = cfg.grpo.generation_batch_size if t.objective == "grpo" else per_rank
@@ -116,7 +118,7 @@ def _generation_rung(cfg) -> tuple[dict, str] | None:
     if not smaller:
         return None
     new = max(smaller)
-    per_rank = cfg.training.effective_batch_size // cfg.world_size
+    per_rank = per_rank_batch(cfg)
     return ({"grpo.generation_batch_size": new},
             f"sample {new} completions at once instead of {gen} (a smaller KV cache; {per_rank // new} sampling "
             f"passes per optimizer step instead of {per_rank // gen}; the effective batch stays "
@@ -180,24 +182,24 @@ def _activation_offload_rung(cfg) -> tuple[dict, str] | None:
 
 def _eight_bit_rung(cfg) -> tuple[dict, str] | None:
     """CUDA only, approximate: 8-bit AdamW where plan_allow_approximate allows it and bitsandbytes is installed."""
+    eight = placement(EIGHT_BIT)
     if (cfg.device != "cuda" or cfg.deepspeed.enabled is True or not cfg.plan_allow_approximate
-            or cfg.training.optimizer != "adamw" or cfg.method.type != "full" or not capabilities.installed("bitsandbytes")):
+            or cfg.training.optimizer != DEFAULT or cfg.method.type != "full" or not capabilities.installed(eight.package)):
         return None
-    return ({"training.optimizer": "adamw_8bit"},
+    return ({"training.optimizer": eight.name},
             "keep AdamW's states in 8 bits (bitsandbytes; plan_allow_approximate allows it; updates differ slightly "
             "from 32-bit AdamW)")
 
 
 def _fused_step_rung(cfg) -> tuple[dict, str] | None:
-    """Before DeepSpeed: the optimizer step fused into backward, where it can run (``fused_plan.runs_fused``) and the
+    """Before DeepSpeed: the optimizer step fused into backward, where it can run (``config.in_backward.runs``) and the
     planner predicts it needs less memory than ``cfg``: each parameter updated as its gradient completes (no full
     gradient buffer), which takes the whole per-GPU batch in one micro-batch (the effective batch stays exact) and
     no clipping (the global norm needs every gradient at once)."""
-    if cfg.training.optimizer_in_backward is not None or not fused_plan.runs_fused(cfg):
+    if cfg.training.optimizer_in_backward is not None or not in_backward.runs(cfg):
         return None
-    per_rank = cfg.training.effective_batch_size // cfg.world_size
-    changes = {"training.optimizer_in_backward": True, "training.micro_batch_size": per_rank,
-               "training.gradient_accumulation_steps": 1, "training.max_grad_norm": 0.0}
+    per_rank = per_rank_batch(cfg)
+    changes = in_backward.changes(per_rank)
     try:
         now, fused = (_need(c) for c in (cfg, config_mod.replace(cfg, **changes)))
     except (UserError, config_mod.ConfigError):

@@ -1,6 +1,6 @@
 """Which sequence lengths the planner tries when it looks for the longest that fits: one grid, one home (issue 40),
 so ``plan --max-seq``, the wizard's longest context (``planning.longest``) and a plan's "shorter sequences"
-alternative (``planning.search``) give one answer for one run. Tokens. No torch.
+alternative (``planning.alternatives``) give one answer for one run. Tokens. No torch.
 
 The lengths are multiples of ``step`` (``STEP`` unless ``plan --seq-step`` says otherwise), searched by bisection
 (a longer sequence never needs less memory); where not even ``step`` tokens fit (or the search must stay below

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainer.config.placements import placement
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
 from trainer.planning import adapters, grpo_memory, measured, optimizer_memory, packed_mask, saver_memory
-from trainer.planning.optimizer_memory import EIGHT_BIT_OPTIMIZERS
 from trainer.planning import picture_memory as pictures
 from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
@@ -442,7 +442,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         host["training"] = sum(breakdown.values())
     trainable = spec.trainable_params if s.method == "full" else lora_params(spec, s) + pictures.trainable(spec, s)[0]
     notes = []
-    if s.deepspeed and s.optimizer in EIGHT_BIT_OPTIMIZERS:
+    if s.deepspeed and placement(s.optimizer).eight_bit:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
                     int(sum(host.values())), trainable, tuple(notes), phases, by_phase)

@@ -11,7 +11,7 @@ trainer/worker/loading/fused_step.py). No torch.
   temporary of the state's size (``sqrt(exp_avg_sq)``), bitsandbytes' kernels none. Where the chunked loss (or Liger's) computes the LM head's gradient in the loss's forward
   and holds it until backward (``memory._chunked_logits_bytes`` counts it), that held gradient is the one the head's
   hook applies: not counted twice.
-- **States** (``TrainSetup.optimizer``): PyTorch's AdamW keeps two in the parameters' dtype; bitsandbytes'
+- **States** (``TrainSetup.optimizer``, a row of ``config.placements``): PyTorch's AdamW keeps two in the parameters' dtype; bitsandbytes'
   32-bit AdamW two fp32 ones whatever the parameters' dtype; its 8-bit AdamW 8-bit ones, with HF's override keeping
   the embeddings' in 32 bits (``saver_memory.eight_bit_state_bytes``) under the separate step. Under the fused step
   the embeddings' states are 8-bit too, as in torchtune's recipe (the fused step drops HF's override: bitsandbytes'
@@ -27,23 +27,21 @@ trainer/worker/loading/fused_step.py). No torch.
 """
 from __future__ import annotations
 
+from trainer.config.placements import placement
 from trainer.models.spec import ModelSpec
 from trainer.planning import saver_memory
 from trainer.planning.setup import TrainSetup
 
-EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 NORM_COPY_WIDTH = 4  # the fused step's fp32 copy of the gradient it measures (bytes per element)
 NORM_CHUNK = 1 << 24  # elements the fused step measures at a time (its fp32 copy: 64 MiB at most); the worker reads it
-STATE_WORDS = {"paged_adamw_32bit": "fp32 AdamW states (bitsandbytes' PagedAdamW32bit)",
-               "adamw_8bit": "8-bit AdamW states (bitsandbytes' AdamW8bit)",
-               "paged_adamw_8bit": "8-bit AdamW states (bitsandbytes' PagedAdamW8bit)"}
 
 
 def state_words(s: TrainSetup) -> str:
-    """The states of ``s.optimizer`` in words: PyTorch's AdamW keeps them in the weights' dtype."""
-    if s.optimizer in STATE_WORDS:
-        return STATE_WORDS[s.optimizer]
-    return f"PyTorch AdamW's states in the weights' dtype ({'16-bit' if s.weight_width == 2 else 'fp32'})"
+    """The states of ``s.optimizer`` in words (``config.placements``): PyTorch AdamW's in the weights' dtype."""
+    p = placement(s.optimizer)
+    if p.state_width is None:
+        return f"{p.states} ({'16-bit' if s.weight_width == 2 else 'fp32'})"
+    return p.states
 
 
 def largest_param(spec: ModelSpec) -> int:
@@ -55,22 +53,21 @@ def largest_param(spec: ModelSpec) -> int:
 
 def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Every trained parameter's AdamW states under ``s.optimizer`` (bytes)."""
-    if s.optimizer in EIGHT_BIT_OPTIMIZERS:
+    p = placement(s.optimizer)
+    if p.eight_bit:
         return _fused_eight_bit_bytes(spec) if s.fused_step else saver_memory.eight_bit_state_bytes(spec)
-    if s.optimizer == "paged_adamw_32bit":
-        return 8 * spec.trainable_params
-    return 2 * s.weight_width * spec.trainable_params
+    return 2 * (p.state_width or s.weight_width) * spec.trainable_params
 
 
 def largest_state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """The states of the parameter with the most (bytes): the paged states' working set on the GPU. Under 8-bit
     AdamW with the separate step the embeddings keep 32-bit states (HF's override), so theirs usually are the
     largest; under the fused step they are 8-bit like the rest."""
-    n = largest_param(spec)
-    if s.optimizer in EIGHT_BIT_OPTIMIZERS:
+    n, p = largest_param(spec), placement(s.optimizer)
+    if p.eight_bit:
         eight = saver_memory.adam8_bytes(n)
         return eight if s.fused_step else max(8 * spec.embedding_params, eight)
-    return 8 * n if s.optimizer == "paged_adamw_32bit" else 2 * s.weight_width * n
+    return 2 * (p.state_width or s.weight_width) * n
 
 
 def gradient_bytes(spec: ModelSpec, s: TrainSetup) -> dict:

@@ -16,12 +16,14 @@ from trainer import config as config_mod
 from trainer.config import presets
 from trainer.config.resolved import ResolvedRunConfig, as_resolved, resolve_launcher
 from trainer.config.loading import explicit_keys
+from trainer.config.placements import placement
 from trainer.core.dotted import get_in
 from trainer.core import capabilities
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
 from trainer.planning import ladder, loss_kernel, picture_plan
-from trainer.planning import search as ps
+from trainer.planning import alternatives as alts, search as ps, settings_writer
+from trainer.planning.choice import model_summary
 from trainer.planning.budget import classify, close_apps
 from trainer.planning.context import Context, attention, family
 
@@ -133,7 +135,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
     if cfg.device == "cuda" and gpu is None:
         choice.verdict = "does_not_fit"
         choice.reasons.append("device is set to cuda but this machine has no usable NVIDIA GPU")
-    if device == "cpu" and (cfg.method.type == "qlora" or cfg.training.optimizer != "adamw"
+    if device == "cpu" and (cfg.method.type == "qlora" or placement(cfg.training.optimizer).cuda_only
                             or cfg.speed.activation_offload is True):
         choice.verdict = "does_not_fit"
         choice.reasons.append("QLoRA, 8-bit AdamW (bitsandbytes) and activation offload (to host RAM from the GPU) "
@@ -143,15 +145,15 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 close_apps(gpu) if gpu and device == "cuda" else [], [], notes + list(choice.estimate.notes),
                 goal=goal, device=device, gpu=gpu.name if gpu else None,
                 host_ram_available_bytes=hardware.host.ram_available_bytes,
-                host_breakdown=choice.estimate.host_breakdown, model=ps.model_summary(ctx.spec),
+                host_breakdown=choice.estimate.host_breakdown, model=model_summary(ctx.spec),
                 savings=choice.savings or [], phases=_phases(choice.estimate),
                 pictures=picture_plan.for_choice(ctx, choice))
     if choice.verdict != "fits" and alternatives:
-        plan.alternatives = ps.alternatives(ctx)
+        plan.alternatives = alts.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits" and alternatives:  # a search of its own, like the alternatives
         plan.reasons.append(_close_apps_reason(ctx, plan.close_apps))
     plan.resolved = _resolve(cfg, device, ctx, choice.settings)
-    plan.settings = dict(choice.settings, **ps.device_settings(cfg, ctx))
+    plan.settings = dict(choice.settings, **settings_writer.device_settings(cfg, ctx))
     return plan
 
 
@@ -253,7 +255,7 @@ def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str
 def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
     """The config with every planner-owned "auto" replaced by this plan's value."""
     changes = dict(settings)
-    changes.update(ps.device_settings(cfg, ctx))
+    changes.update(settings_writer.device_settings(cfg, ctx))
     out = config_mod.replace(cfg, **changes)
     if out.training.objective == "grpo" and out.grpo.generation_batch_size == "auto":  # unknown model: one pass per step
         t = out.training
@@ -265,7 +267,7 @@ def _resolve(cfg, device: str, ctx, settings: dict) -> ResolvedRunConfig:
 
 def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
     """No config.json for the model: safe concrete values and a "fits unknown" verdict."""
-    settings = ps.fallback_settings(cfg, ctx)
+    settings = settings_writer.fallback_settings(cfg, ctx)
     notes = notes + [ctx.spec_error + "; the memory cannot be predicted, so the plan uses safe values "
                      "(micro-batch 1, checkpointing on a GPU) and the verdict is unknown"]
     plan = Plan(preset, tier, form, "unknown", ctx.budget, None, {}, None, settings,
@@ -273,5 +275,5 @@ def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
                 goal=ctx.goal, device=ctx.device, gpu=ctx.gpu.name if ctx.gpu else None,
                 host_ram_available_bytes=ctx.hardware.host.ram_available_bytes)
     plan.resolved = _resolve(cfg, ctx.device, ctx, settings)
-    plan.settings = dict(settings, **ps.device_settings(cfg, ctx))
+    plan.settings = dict(settings, **settings_writer.device_settings(cfg, ctx))
     return plan

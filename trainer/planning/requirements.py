@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.config.placements import DEFAULT, placement
 from trainer.config.resolved import ResolvedRunConfig
 from trainer.core import capabilities
 from trainer.core.errors import UserError
@@ -45,10 +46,11 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     elif cfg.method.type == "qlora" and not caps.has("bitsandbytes"):
         out.append(Requirement("method.type", "bitsandbytes", f"QLoRA needs bitsandbytes, which is not installed; "
                                                               f"{bnb}, or use method.type: lora"))
-    if cfg.training.optimizer != "adamw" and not caps.has("bitsandbytes"):  # every other one is bitsandbytes'
-        out.append(Requirement("training.optimizer", "bitsandbytes",
-                               f"{cfg.training.optimizer} needs bitsandbytes, which is not installed; {bnb}, or use "
-                               "adamw"))
+    states = placement(cfg.training.optimizer)
+    if states.package is not None and not caps.has(states.package):
+        out.append(Requirement("training.optimizer", states.package,
+                               f"{states.name} needs {states.package}, which is not installed; "
+                               f"{caps.packages[states.package].install}, or use {DEFAULT}"))
     if cfg.model.attn_implementation == "flash_attention_2" and not caps.has("flash-attn"):
         out.append(Requirement("model.attn_implementation", "flash-attn",
                                "flash_attention_2 needs flash-attn, which is not installed; "
@@ -122,9 +124,10 @@ def unused_packages(cfg) -> tuple[str, ...]:
     if _model_asks_for_packages(cfg.model.source):
         return ()
     planned = isinstance(cfg, ResolvedRunConfig)
-    # bitsandbytes' optimizers: every training.optimizer but adamw (paged fp32 too); the planner may still pick 8-bit
-    # ones under plan_allow_approximate (supervise.py takes a standby worker only where its set is the resolved run's)
-    eight_bit = cfg.training.optimizer != "adamw" or (cfg.plan_allow_approximate and not planned)
+    # bitsandbytes' optimizers (config.placements: paged fp32 too); the planner may still pick 8-bit ones under
+    # plan_allow_approximate (supervise.py takes a standby worker only where its set is the resolved run's)
+    eight_bit = placement(cfg.training.optimizer).package == "bitsandbytes" or \
+        (cfg.plan_allow_approximate and not planned)
     out = []
     if cfg.deepspeed.enabled is False:
         out.append("deepspeed")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainer.config.placements import DEFAULT, placement
 from trainer.core.units import LEAST_PRINTED, gib
 from trainer.planning import throughput
 from trainer.planning.kernels import DROPOUT
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
-from trainer.planning.memory import EIGHT_BIT_OPTIMIZERS, Estimate, TrainSetup, estimate
+from trainer.planning.memory import Estimate, TrainSetup, estimate
+from trainer.planning.speed import offload_copies, pcie_seconds
 
 WORDS = {"chunked_loss": "chunked loss (exact)", "liger_loss": "Liger's fused loss (exact)",
          "gradient_checkpointing": "gradient checkpointing", "tiled_mlp": "tiled MLP (exact)",
@@ -37,8 +39,8 @@ def _without(s: TrainSetup, dropout_chosen: bool = False) -> list[tuple[str, Tra
         out.append(("gradient_checkpointing", replace(s, checkpointing=False)))
     if s.activation_offload and s.device == "cuda":
         out.append(("activation_offload", replace(s, activation_offload=False)))
-    if s.optimizer in EIGHT_BIT_OPTIMIZERS and not s.deepspeed and s.method == "full":
-        out.append(("optimizer_8bit", replace(s, optimizer="adamw")))
+    if placement(s.optimizer).eight_bit and not s.deepspeed and s.method == "full":
+        out.append(("optimizer_8bit", replace(s, optimizer=DEFAULT)))
     if s.deepspeed and (s.offload_optimizer or s.offload_params):
         out.append(("deepspeed_offload", replace(s, deepspeed=False, offload_optimizer=False, offload_params=False)))
     return out
@@ -71,11 +73,11 @@ def _offload_cost(ctx: Context, mb: int, est: Estimate) -> dict:
     """Host RAM held and PCIe traffic of activation offload, per optimizer step (an estimate)."""
     per_micro = est.host_breakdown.get("offloaded_activations", 0)
     steps = max(1, per_rank_batch(ctx.cfg) // mb)
-    moved = 2 * per_micro * steps  # out in forward, back in backward
+    moved = offload_copies(per_micro) * steps
     rate = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
     row = {"host_ram_bytes": per_micro, "pcie_bytes_per_step": moved, "pcie_seconds_per_step": None}
     if rate:
-        row["pcie_seconds_per_step"] = round(moved / rate, 3)
+        row["pcie_seconds_per_step"] = round(pcie_seconds(moved, rate), 3)
         row["pcie_bytes_per_second"] = int(rate)
     return row
 

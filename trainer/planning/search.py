@@ -9,23 +9,16 @@ HF's loss and the chunked loss) and ``loss_kernel.decide`` picks, with the throu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
-from trainer import config as config_mod
-from trainer.config.resolved import resolve_dtype
-from trainer.config.loading import explicit_keys
-from trainer.core import capabilities
-from trainer.core.dotted import get_in
-from trainer.core.units import count, gib
-from trainer.models import catalog
-from trainer.models.spec import ModelSpec, load_model_spec
+from trainer.core.units import gib
+from trainer.planning.choice import Choice, choice_level, make_choice
 from trainer.planning.context import (
     SMALL_TOKENS,
     Context,
     DsOption,
     family,
-    fits,
     generation_options,
     make_setup,
     micro_options,
@@ -37,103 +30,19 @@ from trainer.planning.context import (
     with_loss,
     with_variant,
 )
-from trainer.planning import fused_plan, kernels, lengths, loss_kernel, requirements, throughput
+from trainer.planning import fused_plan, kernels, loss_kernel, throughput
 from trainer.planning.kernels import Variant
-from trainer.planning.budget import usable_host_words
-from trainer.planning.memory import Estimate, estimate, fragmentation_share
+from trainer.planning.memory import Estimate, estimate
+from trainer.planning.search_space import (
+    Level,
+    best_micro,
+    ckpt_options,
+    level_words,
+    levels,
+    offload_options,
+)
 from trainer.planning.tiled_memory import tiles_mlp
-from trainer.planning.reasons import reasons
-from trainer.planning.saver_memory import margin_notes
-from trainer.planning.savings import mask_reason, savings, savings_reasons
-from trainer.planning.speed import OFFLOAD_MIN_GAIN, step_seconds
-
-
-def ckpt_options(ctx: Context) -> list[bool]:
-    v = ctx.cfg.speed.gradient_checkpointing
-    if isinstance(v, bool):
-        return [v]
-    return [False] if ctx.device == "cpu" else [False, True]
-
-
-def ds_options(ctx: Context) -> list[DsOption]:
-    d = ctx.cfg.deepspeed
-    if d.enabled is True:
-        return [(True, d.zero_stage, d.offload_optimizer, d.offload_params)]
-    no_deepspeed = d.enabled is False or not capabilities.installed("deepspeed")
-    if no_deepspeed or ctx.device == "cpu" or ctx.cfg.method.type == "qlora":
-        return [(False, d.zero_stage, False, False)]
-    opts: list[DsOption] = [(False, d.zero_stage, False, False)]
-    if ctx.cfg.world_size > 1:  # sharding only saves memory across several GPUs
-        opts += [(True, 2, False, False), (True, 3, False, False)]
-    return opts + [(True, 2, True, False), (True, 3, True, False), (True, 3, True, True)]
-
-
-def offload_options(ctx: Context) -> list[bool]:
-    """Activation offload as set, else off and then on (CUDA only: TRL offloads from the GPU to the host)."""
-    v = ctx.cfg.speed.activation_offload
-    if isinstance(v, bool):
-        return [v]
-    return [False, True] if ctx.device == "cuda" else [False]
-
-
-def optimizer_options(ctx: Context) -> list[str]:
-    """The configured optimizer, then 8-bit AdamW where the user allows approximate savings
-    (``plan_allow_approximate``), did not choose the optimizer, trains all weights, and bitsandbytes can run (CUDA)."""
-    c = ctx.cfg
-    mine = c.training.optimizer if "training.optimizer" in explicit_keys(c) else None
-    if mine or not c.plan_allow_approximate or ctx.device != "cuda" or c.method.type != "full" or \
-            c.training.optimizer != "adamw":
-        return [c.training.optimizer]
-    return ["adamw", "adamw_8bit"]
-
-
-Level = tuple[DsOption, bool, str]  # (DeepSpeed option, activation offload, optimizer)
-
-
-def levels(ctx: Context) -> list[Level]:
-    """The memory savers in the order they are tried: plain, activation offload, 8-bit AdamW (if allowed),
-    then DeepSpeed's (its own optimizer: the configured optimizer, no activation offload unless set)."""
-    out: list[Level] = []
-    offload, optims = offload_options(ctx), optimizer_options(ctx)
-    if fused_of(ctx):  # the step in backward: no DeepSpeed; each state placement, activation offload off then on
-        return [((False, ctx.cfg.deepspeed.zero_stage, False, False), off, opt)
-                for opt in fused_plan.placements(ctx) for off in offload]
-    for ds in ds_options(ctx):
-        if ds[0]:
-            out.append((ds, offload[0] if len(offload) == 1 else False, optims[0]))
-            continue
-        out += [(ds, off, optims[0]) for off in offload]
-        out += [(ds, offload[-1], opt) for opt in optims[1:]]
-    return out
-
-
-@dataclass
-class Choice:
-    micro: int
-    ckpt: bool
-    ds: DsOption
-    estimate: Estimate
-    peak: int
-    verdict: str
-    settings: dict
-    reasons: list
-    offload: bool = False  # activation offload
-    optimizer: str = "adamw"
-    savings: list = None  # what each memory saver in this choice saves (planning.savings)
-    generation: int = 0  # GRPO: completions sampled at once per GPU (0: not GRPO)
-    loss_kernel: str = "hf"  # the loss the run computes (planning.loss_kernel)
-
-
-def best_micro(ctx: Context, ckpt: bool, ds: DsOption, budget: Optional[int] = None, offload: Optional[bool] = None,
-               optimizer: Optional[str] = None) -> Optional[tuple[int, Estimate, int]]:
-    """The largest micro-batch (of the allowed ones) that fits with these settings, with (GRPO) the largest
-    generation batch that fits beside it: (micro-batch, estimate, generation batch or 0)."""
-    for mb in micro_options(ctx.cfg):
-        for gen in generation_options(ctx.cfg, mb):
-            est = estimate(ctx.spec, make_setup(ctx, mb, ckpt, ds, offload, optimizer, gen or None))
-            if fits(ctx, est, budget):
-                return mb, est, gen
-    return None
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, offload_copies, step_seconds
 
 
 @dataclass
@@ -173,7 +82,7 @@ def search(ctx: Context) -> Choice:
 
 def _fused(ctx: Context) -> Choice:
     """The search with the step fused into backward: one micro-batch of the whole per-GPU batch."""
-    choice = _search(fused_plan.context(ctx))
+    choice = _search(fused_plan.planned_context(ctx))
     choice.settings.update(fused_plan.settings(ctx, choice.micro, choice.optimizer))
     return choice
 
@@ -184,7 +93,7 @@ def _largest_fused_batch(ctx: Context) -> str:
     lo, hi, best, one = 1, per - 1, None, None  # memory grows with the batch: bisect for the largest that fits
     while lo <= hi:
         m = (lo + hi) // 2
-        choice = _search(fused_plan.context(ctx, m))
+        choice = _search(fused_plan.planned_context(ctx, m))
         if choice.verdict == "fits":
             lo, best = m + 1, (m, choice)
         else:
@@ -196,14 +105,9 @@ def _largest_fused_batch(ctx: Context) -> str:
                 f"set training.effective_batch_size: {m} to train that way (the planner keeps your "
                 f"{ctx.cfg.training.effective_batch_size})")
     if one is None and per > 1:
-        one = _search(fused_plan.context(ctx, 1))
+        one = _search(fused_plan.planned_context(ctx, 1))
     at_one = f" (it would need {gib(one.peak)})" if one is not None else ""
     return f"with the optimizer step fused into backward not even an effective batch of 1 fits{at_one}"
-
-
-def choice_level(choice: "Choice") -> Level:
-    """The level a choice was made at."""
-    return choice.ds, choice.offload, choice.optimizer
 
 
 def _search(ctx: Context) -> Choice:
@@ -214,10 +118,10 @@ def _search(ctx: Context) -> Choice:
     outcomes = {k: o for k, (_, _, o, _) in best.items()}
     decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger, ctx.device)
     vctx, b, _, words = best[decision.kernel]
-    choice = _choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
+    choice = make_choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
     if fused_of(vctx) and vctx.cfg.method.type == "full":  # (a LoRA run may fuse its step too: no buffer to speak of)
         at = len(choice.reasons) - (choice.verdict != "fits")
-        choice.reasons[at:at] = fused_plan.reasons(vctx, b.micro, b.ckpt, b.level, b.est)
+        choice.reasons[at:at] = fused_plan.in_words(vctx, b.micro, b.ckpt, b.level, b.est)
     at = min(2, len(choice.reasons))
     choice.reasons[at:at] = ([decision.why] if decision.why else []) + words
     if ctx.cfg.speed.loss_kernel == "auto":
@@ -283,24 +187,6 @@ def _outcome(ctx: Context, b: _Best) -> loss_kernel.Outcome:
                                zero3=bool(ds[0] and ds[1] == 3))
 
 
-OPTIMIZER_WORDS = {"paged_adamw_32bit": "fp32 AdamW states paged to host RAM", "adamw_8bit": "8-bit AdamW",
-                   "paged_adamw_8bit": "8-bit AdamW states paged to host RAM"}
-
-
-def level_words(level: Level) -> str:
-    """The memory savers of a level in words ("" for none)."""
-    (on, stage, opt_off, par_off), offload, optimizer = level
-    words = []
-    if offload:
-        words.append("activation offload")
-    if optimizer != "adamw" and not on:
-        words.append(OPTIMIZER_WORDS[optimizer])
-    if on:
-        extra = " + parameter offload" if par_off else (" + optimizer offload" if opt_off else "")
-        words.append(f"DeepSpeed ZeRO-{stage}{extra}")
-    return ", ".join(words)
-
-
 def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Level, bool, dict, list[str]]:
     """Checkpointing fits; so may activation offload without it. Keep the faster per optimizer step (recompute
     against PCIe time, ``planning.speed``): (level, checkpointing, found, the reason in words)."""
@@ -318,7 +204,7 @@ def _recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Leve
                                     f"this GPU (its PCIe link or its compute peak is not known), so the planner keeps "
                                     f"the one that needs no host RAM"]
     step_c, step_o = t_c["total"] * (per // mb_c), t_o["total"] * (per // mb_o)
-    moved = 2 * est_o.host_breakdown.get("offloaded_activations", 0) * (per // mb_o)
+    moved = offload_copies(est_o.host_breakdown.get("offloaded_activations", 0)) * (per // mb_o)
     link = ctx.gpu.pcie_bytes_per_second  # unknown only where nothing is moved (step_seconds needs it otherwise)
     words = (f"checkpointing's recompute ≈ {step_c:.2f} s per optimizer step (micro-batch {mb_c}) against activation "
              f"offload without checkpointing ≈ {step_o:.2f} s (micro-batch {mb_o}: {gib(moved)} over PCIe"
@@ -345,201 +231,3 @@ def _pick_ckpt(ctx: Context, found: dict) -> bool:
     if True in found and found[False][0] * ctx.seq < SMALL_TOKENS and found[True][0] >= 4 * found[False][0]:
         return True
     return False
-
-
-def verdict_of(ctx: Context, est: Estimate) -> str:
-    if fits(ctx, est):
-        return "fits"
-    host_ok = ctx.device == "cpu" or est.host_ram_bytes <= ctx.host_budget
-    return "tight" if host_ok and need(ctx, est) <= ctx.usable else "does_not_fit"
-
-
-def _choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict, gen: int = 0,
-            tradeoff: Optional[list] = None) -> Choice:
-    ds, off, opt = level
-    settings = _auto_settings(ctx.cfg, mb, ckpt, ds, off, opt, gen)
-    verdict = verdict_of(ctx, est)
-    judged = _with_generation(ctx, gen)  # the reasons' what-ifs keep this generation batch
-    saved = savings(judged, mb, ckpt, level, est)
-    why = reasons(judged, mb, ckpt, ds, est, verdict, found, off, opt)
-    if tradeoff:  # after the budget and the model, before the batch and the checkpointing sentences
-        why[2:2] = tradeoff
-        if off:  # checkpointing is off because offload is estimated faster, not because it is "not needed"
-            why = [r for r in why if not r.startswith("gradient checkpointing off: not needed")]
-    at = len(why) - (verdict != "fits")  # the verdict's sentence stays last
-    setup = make_setup(ctx, mb, ckpt, ds, off, opt)
-    why[at:at] = savings_reasons(judged, saved) + mask_reason(judged, setup, est) + \
-        margin_notes(est.breakdown, setup, fragmentation_share(setup))
-    return Choice(mb, ckpt, ds, est, need(ctx, est), verdict, settings, why, off, opt, saved, gen)
-
-
-def _with_generation(ctx: Context, gen: int) -> Context:
-    """``ctx`` whose config names the chosen GRPO generation batch (itself when there is none to name)."""
-    if not gen or ctx.cfg.grpo.generation_batch_size != "auto":
-        return ctx
-    return replace(ctx, cfg=config_mod.replace(ctx.cfg, **{"grpo.generation_batch_size": gen}))
-
-
-def _auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False, optimizer: Optional[str] = None,
-                   generation: int = 0) -> dict:
-    """The search's values for the fields the config leaves "auto" (the effective batch kept exact)."""
-    settings: dict = {}
-    if cfg.training.micro_batch_size == "auto":
-        settings["training.micro_batch_size"] = mb
-    if cfg.training.gradient_accumulation_steps == "auto":
-        settings["training.gradient_accumulation_steps"] = max(1, per_rank_batch(cfg) // mb)
-    if cfg.speed.gradient_checkpointing == "auto":
-        settings["speed.gradient_checkpointing"] = ckpt
-    if cfg.deepspeed.enabled == "auto":
-        settings.update({"deepspeed.enabled": ds[0], "deepspeed.zero_stage": ds[1],
-                         "deepspeed.offload_optimizer": ds[2], "deepspeed.offload_params": ds[3]})
-    if cfg.speed.activation_offload == "auto":
-        settings["speed.activation_offload"] = offload
-    if optimizer and optimizer != cfg.training.optimizer:
-        settings["training.optimizer"] = optimizer
-    if generation and cfg.grpo.generation_batch_size == "auto":
-        settings["grpo.generation_batch_size"] = generation
-    return settings
-
-
-def device_settings(cfg, ctx: Context) -> dict:
-    """The auto values that follow the machine rather than the memory search: device, precision and
-    the weights' dtype."""
-    out = {}
-    if cfg.device == "auto":
-        out["device"] = ctx.device
-    if cfg.speed.precision == "auto":
-        out["speed.precision"] = ctx.precision
-    if cfg.model.dtype == "auto":
-        out["model.dtype"] = resolve_dtype("auto", ctx.precision)
-    return out
-
-
-def fallback_settings(cfg, ctx: Context) -> dict:
-    """Safe values when the memory cannot be predicted: the smallest micro-batch, checkpointing on a
-    GPU, no DeepSpeed; for GRPO the smallest generation batch (whole groups, one micro-batch's multiple)."""
-    mb = micro_options(cfg)[-1]
-    out = _auto_settings(cfg, mb, ctx.device == "cuda", (False, cfg.deepspeed.zero_stage, False, False),
-                         generation=min(generation_options(cfg, mb)))
-    if cfg.speed.loss_kernel == "auto":
-        out["speed.loss_kernel"] = loss_kernel.resolve_unplanned(cfg)
-    return {**out, **kernels.resolve_unplanned(cfg)}
-
-
-def model_summary(spec: ModelSpec) -> dict:
-    return {"name": spec.name, "family": spec.family, "params": spec.params, "layers": spec.layers,
-            "hidden": spec.hidden, "vocab": spec.vocab, "config": spec.source}
-
-
-# -- alternatives: the nearest things that fit ---------------------------------------------------
-def _variant(ctx: Context, changes: dict) -> Optional[Context]:
-    try:
-        cfg = config_mod.replace(ctx.cfg, **changes)
-    except config_mod.ConfigError:
-        return None
-    return replace(Context.build(cfg, ctx.hardware, ctx.gpu, ctx.device, ctx.goal), liger=ctx.liger)
-
-
-def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:
-    """An alternative: ``fits`` when its memory fits AND this machine can run it (``needs``: what it lacks, the
-    verdict's rule: QLoRA on the CPU or without bitsandbytes is no alternative that fits, for any model)."""
-    v = _variant(ctx, changes)
-    if v is None or v.spec is None:
-        return None
-    choice = search(v)
-    settings = dict(changes, **choice.settings)
-    machine = config_mod.replace(v.cfg, device=ctx.device)
-    needs = list(dict.fromkeys(r.needs for r in requirements.unmet(machine, ctx.hardware) if not r.every_method))
-    return {"description": description, "settings": settings, "predicted_peak_bytes": choice.peak,
-            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits" and not needs,
-            "needs": needs}
-
-
-AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": "auto",
-        "speed.gradient_checkpointing": "auto"}
-
-
-def _auto(ctx: Context) -> dict:
-    """The batch-shaping values an alternative hands back to the planner (GRPO's generation batch too)."""
-    if ctx.cfg.training.objective == "grpo":
-        return {**AUTO, "grpo.generation_batch_size": "auto"}
-    return dict(AUTO)
-
-
-def alternatives(ctx: Context) -> list[dict]:
-    """What would fit instead (fitting ones first): auto settings, full DeepSpeed offload
-    (with the host RAM it needs), LoRA, QLoRA, a shorter sequence, a smaller model."""
-    c, out = ctx.cfg, []
-    no_ds = {"deepspeed.enabled": False, "deepspeed.offload_optimizer": False, "deepspeed.offload_params": False}
-    mine = config_mod.to_dict(c)
-    if any(get_in(mine, k) != "auto" for k in _auto(ctx)):
-        words = "micro-batch, accumulation, checkpointing and the generation batch" if c.training.objective == "grpo" \
-            else "micro-batch, accumulation and checkpointing"
-        out.append(_alt(ctx, _auto(ctx), f"let the planner choose {words}"))
-    if c.method.type == "full" and ctx.device == "cuda":
-        out += _fused_alternatives(ctx)
-        out.append(_zero3_offload(ctx))
-    if c.method.type == "full":
-        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
-    if c.method.type == "qlora":  # 16-bit weights: more memory, but no bitsandbytes and no GPU needed
-        out.append(_alt(ctx, {**_auto(ctx), "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) on 16-bit weights "
-                                                                    "instead of QLoRA's 4-bit ones"))
-    if c.method.type != "qlora" and ctx.device == "cuda":
-        bnb = "" if capabilities.installed("bitsandbytes") else " (needs bitsandbytes: pip install bitsandbytes)"
-        out.append(_alt(ctx, {**_auto(ctx), **no_ds, "method.type": "qlora"}, f"QLoRA: 4-bit base weights with LoRA adapters{bnb}"))
-    out.append(_shorter(ctx))
-    out.append(_smaller_model(ctx))
-    alts = [a for a in out if a]
-    return sorted(alts, key=lambda a: not a["fits"])
-
-
-def _fused_alternatives(ctx: Context) -> list[Optional[dict]]:
-    """The step fused into backward with its states paged to host RAM (fp32: exact; 8-bit: approximate), where
-    the plan does not already use that placement and the fused step can run (``fused_plan.unavailable``)."""
-    if fused_plan.unavailable(ctx) is not None or not capabilities.installed("bitsandbytes"):
-        return []
-    out = []
-    for optimizer in ("paged_adamw_32bit", "paged_adamw_8bit"):
-        changes = fused_plan.alternative_changes(ctx, optimizer)
-        if all(get_in(config_mod.to_dict(ctx.cfg), k) == v for k, v in changes.items()):
-            continue
-        out.append(_alt(ctx, changes, fused_plan.alternative_words(optimizer)))
-    return out
-
-
-def _zero3_offload(ctx: Context) -> Optional[dict]:
-    changes = {**_auto(ctx), "deepspeed.enabled": True, "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": True,
-               "deepspeed.offload_params": True}
-    if ctx.cfg.deepspeed.enabled is True and ctx.cfg.deepspeed.offload_params:
-        return None
-    alt = _alt(ctx, changes, "DeepSpeed ZeRO-3 offloading parameters and optimizer states to host RAM")
-    if alt and not alt["fits"]:
-        have = ctx.hardware.host.ram_available_bytes
-        alt["description"] += (f": fits in VRAM only with {gib(alt['host_ram_needed_bytes'])} of host RAM "
-                               f"({usable_host_words(have)})")
-    return alt
-
-
-def _shorter(ctx: Context) -> Optional[dict]:
-    """The longest sequence below ``data.seq_len`` that fits, on the planner's one grid of lengths
-    (``planning.lengths``, as ``plan --max-seq`` finds it), no longer than the model reads."""
-    def fits(seq: int) -> Optional[dict]:
-        alt = _alt(ctx, {**_auto(ctx), "data.seq_len": seq}, f"shorter sequences: data.seq_len {seq}")
-        return alt if alt and alt["fits"] else None
-
-    top = min(ctx.cfg.data.seq_len - 1, ctx.spec.max_positions or ctx.cfg.data.seq_len)
-    return lengths.longest_fitting(fits, top)[1]
-
-
-def _smaller_model(ctx: Context) -> Optional[dict]:
-    """The largest real model of the same kind (causal or encoder-decoder; never a random-weight test
-    architecture) smaller than this one that fits as configured. Its hub id is the source: real weights."""
-    candidates = [(load_model_spec(arch), repo) for arch, repo in catalog.real_models(ctx.spec.encoder_decoder)]
-    for spec, repo in sorted(candidates, key=lambda c: -c[0].params):
-        if spec.params >= ctx.spec.params:
-            continue
-        alt = _alt(ctx, {**_auto(ctx), "model.source": repo, "model.architecture": None},
-                   f"a smaller model: {repo} ({count(spec.params)} parameters)")
-        if alt and alt["fits"]:
-            return alt
-    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from trainer.config.placements import DEFAULT, placement
 from trainer.models.spec import ModelSpec
 from trainer.planning.tiled_memory import tiles_mlp
 
@@ -18,7 +19,7 @@ class TrainSetup:
     method: str = "full"  # full | lora | qlora
     precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
     weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
-    optimizer: str = "adamw"  # adamw | paged_adamw_32bit | adamw_8bit | paged_adamw_8bit (where AdamW's states live)
+    optimizer: str = DEFAULT  # where AdamW's states live: a name of config.placements' table
     fused_step: bool = False  # the optimizer step runs in backward (training.optimizer_in_backward): no gradient buffer
     paged_on_gpu: bool = False  # managed memory cannot oversubscribe the GPU here (Windows): paged states stay on it
     checkpointing: bool = False
@@ -113,7 +114,7 @@ class TrainSetup:
     def paged_to_host(self) -> bool:
         """Optimizer states in CUDA managed memory planned in host RAM (bitsandbytes' paged AdamW, where the driver
         can page them out: Linux; on Windows managed memory cannot oversubscribe the GPU, ``paged_on_gpu``)."""
-        return self.optimizer.startswith("paged_") and not self.paged_on_gpu and self.device == "cuda"
+        return placement(self.optimizer).paged and not self.paged_on_gpu and self.device == "cuda"
 
     def mlp_tiled(self, spec: ModelSpec) -> bool:
         """Whether the memory formulas plan the MLP tiled here ("tiled here"): asked for (``tiled_mlp``) and

@@ -51,5 +51,15 @@ def step_seconds(spec, s, gpu_name: Optional[str], pcie_bytes_per_second: Option
     tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
     flops = tokens * flops_per_token(spec, s)  # with checkpointing's recompute and the tiled MLP's
     compute = flops / (peak * MFU)
-    pcie = 2.0 * offloaded / (pcie_bytes_per_second * PCIE_EFFICIENCY) if offloaded else 0.0
+    pcie = pcie_seconds(offload_copies(offloaded), pcie_bytes_per_second) if offloaded else 0.0
     return {"compute": compute, "pcie": pcie, "total": max(compute, pcie)}
+
+
+def offload_copies(offloaded: int) -> int:
+    """Bytes activation offload moves over PCIe for ``offloaded`` saved bytes: out in forward, back in backward."""
+    return 2 * offloaded
+
+
+def pcie_seconds(moved: int, pcie_bytes_per_second: float) -> float:
+    """The time ``moved`` bytes take over the PCIe link (pinned copies at ``PCIE_EFFICIENCY`` of its rate)."""
+    return moved / (pcie_bytes_per_second * PCIE_EFFICIENCY)

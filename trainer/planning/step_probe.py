@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_OOM, UserError
-from trainer.planning.context import Context, make_setup, micro_options
+from trainer.planning.context import Context, make_setup, micro_options, per_rank_batch
 from trainer.planning.memory import CUDA_CONTEXT_BYTES, estimate
 from trainer.planning.plan import Plan
 from trainer.core import entrypoints
@@ -71,7 +71,7 @@ def measure_plan(plan: Plan, hardware, probe: Callable[[object, int], dict] = ru
 
 
 def _one(ctx: Context, cfg, mb: int, probe) -> dict:
-    accum = cfg.training.effective_batch_size // (mb * cfg.world_size)
+    accum = per_rank_batch(cfg) // mb
     res = probe(config_mod.replace(cfg, **{"training.micro_batch_size": mb,
                                            "training.gradient_accumulation_steps": accum}), mb)
     est = estimate(ctx.spec, _setup(ctx, cfg, mb))
@@ -110,7 +110,7 @@ def _apply(plan: Plan, cfg, corrected: Optional[int], report: dict) -> None:
         plan.notes.append("measured: the planned settings do not fit this GPU (out of memory)" if last_oom else
                           "measured: even the smallest micro-batch does not fit this GPU")
         return
-    per = cfg.training.effective_batch_size // cfg.world_size
+    per = per_rank_batch(cfg)
     changes = {"training.micro_batch_size": corrected, "training.gradient_accumulation_steps": per // corrected}
     plan.resolved = config_mod.replace(cfg, **changes)
     if "training.micro_batch_size" in plan.settings:

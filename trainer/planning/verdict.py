@@ -13,6 +13,8 @@ import dataclasses
 from typing import Any, Optional
 
 from trainer import config as config_mod
+from trainer.config import in_backward
+from trainer.config.placements import PLACEMENTS, Placement, placement
 from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.models.spec import load_model_spec
@@ -122,8 +124,9 @@ def _one(cfg, hardware, method: str, seq: int) -> MethodVerdict:
 @dataclasses.dataclass(frozen=True)
 class StepOption:
     """One way to run a full fine-tune's optimizer (issue 39): ``changes`` (dotted keys) make a config run it;
-    ``verdict``/``peak_bytes``/``budget_bytes`` are the planner's for it; ``approximate`` where its states are 8-bit;
-    ``consequence`` what it changes, in words."""
+    ``verdict``/``peak_bytes``/``budget_bytes`` are the planner's for it, judged as ``method_verdict`` judges a plan
+    (verdict 'needs' with ``needs``: what this machine lacks, as bitsandbytes for its placements); ``approximate``
+    where its states are 8-bit; ``consequence`` what it changes, in words."""
 
     key: str
     words: str
@@ -135,24 +138,31 @@ class StepOption:
     budget_bytes: Optional[int] = None
     host_ram_bytes: Optional[int] = None  # host RAM the plan needs (paged states live there)
     host_ram_available_bytes: Optional[int] = None
+    needs: tuple[str, ...] = ()
+
+    @property
+    def verdict_words(self) -> str:
+        """'fits', 'fits (tight)', 'does not fit', 'needs bitsandbytes', 'unknown'."""
+        return "needs " + " and ".join(self.needs) if self.verdict == "needs" else WORDS[self.verdict]
 
 
-FUSED = {"training.optimizer_in_backward": True, "training.max_grad_norm": 0.0,
-         "training.gradient_accumulation_steps": 1, "training.micro_batch_size": "auto", "deepspeed.enabled": False}
+FUSED = {**in_backward.changes("auto"), "deepspeed.enabled": False}  # the planner makes the micro-batch the batch
 FUSED_WORDS = "the step fused into backward: no gradient clipping, the whole batch in one micro-batch"
+APPROXIMATE_WORDS = "approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW)"
+
+
+def _fused_option(p: Placement) -> tuple:
+    """The Method page's option for the step fused into backward with ``p``'s states."""
+    consequence = ("exact" if p.exact else APPROXIMATE_WORDS) + f"; {FUSED_WORDS}" + \
+        ("; PCIe time for the states" if p.paged else "")
+    return p.name, f"step fused into backward, {p.placed}", {**FUSED, "training.optimizer": p.name}, not p.exact, \
+        consequence
+
+
 STEP_OPTIONS = (
     ("separate", "optimizer step after backward", {"training.optimizer_in_backward": False}, False,
      "the usual step: every gradient kept until it runs"),
-    ("adamw", "step fused into backward, states on the GPU", {**FUSED, "training.optimizer": "adamw"}, False,
-     f"exact; {FUSED_WORDS}"),
-    ("paged_adamw_32bit", "step fused into backward, fp32 states paged to host RAM",
-     {**FUSED, "training.optimizer": "paged_adamw_32bit"}, False, f"exact; {FUSED_WORDS}; PCIe time for the states"),
-    ("adamw_8bit", "step fused into backward, 8-bit states on the GPU", {**FUSED, "training.optimizer": "adamw_8bit"},
-     True, f"approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW); {FUSED_WORDS}"),
-    ("paged_adamw_8bit", "step fused into backward, 8-bit states paged to host RAM",
-     {**FUSED, "training.optimizer": "paged_adamw_8bit"}, True,
-     f"approximate: 8-bit optimizer states (updates differ slightly from fp32 AdamW); {FUSED_WORDS}; PCIe time for "
-     "the states"),
+    *(_fused_option(p) for p in PLACEMENTS),
 )
 
 
@@ -165,7 +175,7 @@ def step_options(cfg, hardware) -> list[StepOption]:
     gpu = bool(getattr(hardware, "gpus", None)) and cfg.device != "cpu"
     out = []
     for key, words, changes, approximate, consequence in STEP_OPTIONS:
-        if key not in ("separate", "adamw") and not gpu:
+        if key != "separate" and placement(key).cuda_only and not gpu:
             continue
         option = StepOption(key, words, changes, approximate, consequence)
         try:
@@ -173,8 +183,10 @@ def step_options(cfg, hardware) -> list[StepOption]:
         except (UserError, config_mod.ConfigError):  # your settings rule it out (clipping, DeepSpeed, several GPUs)
             out.append(option)
             continue
-        out.append(dataclasses.replace(option, verdict=plan.verdict, peak_bytes=plan.predicted_peak_bytes,
-                                       budget_bytes=plan.budget_bytes, host_ram_bytes=plan.host_ram_needed_bytes,
+        judged = method_verdict(plan, hardware)  # the one verdict's rule: a placement needing bitsandbytes "needs" it
+        out.append(dataclasses.replace(option, verdict=judged.verdict, needs=judged.needs,
+                                       peak_bytes=plan.predicted_peak_bytes, budget_bytes=plan.budget_bytes,
+                                       host_ram_bytes=plan.host_ram_needed_bytes,
                                        host_ram_available_bytes=plan.host_ram_available_bytes))
     return out
 
@@ -184,6 +196,6 @@ def approximate_offer(options: list[StepOption]) -> Optional[StepOption]:
     when there is none, or an exact one already fits)."""
     if any(o.verdict == "fits" and not o.approximate for o in options):
         return None
-    approx = [o for o in options if o.approximate and o.peak_bytes is not None]
+    approx = [o for o in options if o.approximate and o.peak_bytes is not None and o.verdict != "needs"]
     fitting = [o for o in approx if o.verdict == "fits"]
     return (fitting or sorted(approx, key=lambda o: o.peak_bytes) or [None])[0]

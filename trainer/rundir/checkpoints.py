@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from trainer.config.placements import DEFAULT, NAMES, Placement, placement
+
 MARKER = "trainpilot_checkpoint.json"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
@@ -105,18 +107,24 @@ def _engine_key(meta: dict) -> tuple:
     return "plain", None, _moments(meta), _implementation(meta)
 
 
+def _states(meta: dict) -> Placement:
+    """Where the marker's run kept AdamW's states (``config.placements``; a marker without one: the default)."""
+    name = meta.get("optimizer")
+    return placement(name if name in NAMES else DEFAULT)
+
+
 def _moments(meta: dict) -> str:
-    return "8bit" if "8bit" in str(meta.get("optimizer") or "adamw") else "adamw"
+    return "8bit" if _states(meta).eight_bit else "32bit"
 
 
 def _implementation(meta: dict) -> str:
     """Whose state format: PyTorch's AdamW (exp_avg, exp_avg_sq) or bitsandbytes' (state1, state2)."""
-    return "torch" if str(meta.get("optimizer") or "adamw") == "adamw" else "bitsandbytes"
+    return "torch" if _states(meta).bnb_class is None else "bitsandbytes"
 
 
 def engine_label(meta: dict) -> str:
     """An engine in words: 'plain PyTorch (AdamW)', 'DeepSpeed ZeRO-2 with optimizer offload (CPU Adam)'."""
-    paged = not meta.get("deepspeed") and meta.get("optimizer") == "paged_adamw_32bit"
+    paged = not meta.get("deepspeed") and _states(meta).paged
     optimizer = "8-bit AdamW" if _moments(meta) == "8bit" else "paged AdamW" if paged else "AdamW"
     if not meta.get("deepspeed"):
         return f"plain PyTorch ({optimizer})"
@@ -137,7 +145,7 @@ def engine_change(marker: dict, cfg) -> dict | None:
     carried = ["weights", "learning-rate schedule", "data position (the next step trains the next samples)",
                "random state"]
     not_carried = []
-    if _moments(old) == _moments(now) == "adamw":
+    if _moments(old) == _moments(now) == "32bit":
         carried.insert(1, "AdamW moments and step count (per parameter)")
     else:
         not_carried.append("optimizer moments: 8-bit and 32-bit AdamW states do not convert, so they restart from "

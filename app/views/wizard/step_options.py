@@ -8,7 +8,7 @@ import html
 from PySide6 import QtWidgets
 
 from app.model.fmt import gib
-from trainer.planning.verdict import WORDS, approximate_offer
+from trainer.planning.verdict import approximate_offer
 
 COLORS = {"fits": "#2ca02c", "tight": "#ff7f0e", "does_not_fit": "#d62728"}
 
@@ -51,5 +51,5 @@ def _verdict(o) -> str:
     host = ""
     if o.verdict == "does_not_fit" and o.peak_bytes <= (o.budget_bytes or 0) and o.host_ram_bytes:
         host = f"; needs {gib(o.host_ram_bytes)} of host RAM, {gib(o.host_ram_available_bytes)} available"
-    return (f"<span style='color:{COLORS.get(o.verdict, '#333')}'>{WORDS.get(o.verdict, o.verdict)}</span> "
+    return (f"<span style='color:{COLORS.get(o.verdict, '#333')}'>{o.verdict_words}</span> "
             f"({gib(o.peak_bytes)} of {gib(o.budget_bytes)}{host})")

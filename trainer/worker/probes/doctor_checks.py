@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainer.config.placements import EIGHT_BIT
 from trainer.core import capabilities
 from trainer.core.checks import check
 
@@ -86,7 +87,7 @@ def _loss_kernel_check(torch, gpu: str | None) -> dict:
 def _bnb_check(torch, gpu: str | None, four_bit: bool) -> dict:
     name = "4-bit (QLoRA)" if four_bit else "8-bit AdamW"
     install = capabilities.OPTIONAL["bitsandbytes"].install
-    what = "QLoRA (method.type: qlora)" if four_bit else "8-bit AdamW (training.optimizer: adamw_8bit)"
+    what = "QLoRA (method.type: qlora)" if four_bit else f"8-bit AdamW (training.optimizer: {EIGHT_BIT})"
     if not capabilities.installed("bitsandbytes"):
         return check(name, False, f"bitsandbytes is not installed, so {what} is not available"
                      f"{_why_missing('bitsandbytes')}", install, required=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import config as config_mod
+from trainer.config.placements import placement
 from trainer.config.resolved import ResolvedRunConfig, load_resolved
 from trainer.core import secrets
 from trainer.core.errors import (
@@ -365,12 +366,6 @@ def _checkpoint_meta(cfg) -> dict:
             "effective_batch_size": t.effective_batch_size, **engine_meta(cfg)}
 
 
-# training.optimizer → HF's ``optim`` for bitsandbytes' AdamW (paged: CUDA managed memory; 8-bit: quantised states);
-# adamw is PyTorch's (fused kernel when speed.fused_adamw on CUDA). The fused step takes the same class per parameter.
-HF_OPTIMIZERS = {"paged_adamw_32bit": "paged_adamw_32bit", "adamw_8bit": "adamw_bnb_8bit",
-                 "paged_adamw_8bit": "paged_adamw_8bit"}
-
-
 def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=None, **extra):
     """HF TrainingArguments (or ``cls``, a subclass such as TRL's DPOConfig, with ``extra`` fields) for the run."""
     from transformers import TrainingArguments
@@ -378,7 +373,9 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=
     cls = cls or TrainingArguments
     t, s = cfg.training, cfg.speed
     ds_path = run_dir / "ds_config.json"
-    optim = HF_OPTIMIZERS.get(t.optimizer) or ("adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
+    # training.optimizer → HF's ``optim`` (config.placements; None: PyTorch's AdamW, its fused kernel when
+    # speed.fused_adamw on CUDA). The fused step takes the same class per parameter.
+    optim = placement(t.optimizer).hf_optim or ("adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
     eval_on = bool(t.eval_every_steps)
     return cls(
         output_dir=str(run_dir / "checkpoints"),
