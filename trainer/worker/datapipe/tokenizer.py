@@ -29,18 +29,22 @@ PIPELINE_PARTS = ("normalizer", "pre_tokenizer", "decoder")  # what a rebuilding
 
 
 def load_pretrained(src, revision: str | None = None, token: str | None = None, trust_remote_code: bool = False,
-                    sentencepiece_file: Path | None = None):
+                    sentencepiece_file: Path | None = None, as_written: bool = False):
     """The tokenizer of ``src`` (a folder or hub id) as its files describe it: ``AutoTokenizer``'s class, unless
     that class rebuilt the normalizer, pre-tokenizer or decoder differently from the shipped tokenizer.json (then
-    tokenizer.json as written). Every save writes the SentencePiece ``tokenizer.model`` shipped with ``src`` (or
-    ``sentencepiece_file``: a folder saved before the run kept it). Raises what ``from_pretrained`` raises."""
+    tokenizer.json as written; ``as_written``: always, a fresh object whose pipeline the caller may replace). Every
+    save writes the SentencePiece ``tokenizer.model`` shipped with ``src`` (or ``sentencepiece_file``: a folder saved
+    before the run kept it). Raises what ``from_pretrained`` raises."""
     from transformers import AutoTokenizer, TokenizersBackend
 
     kwargs = dict(revision=revision, token=token, trust_remote_code=trust_remote_code)
-    tok = AutoTokenizer.from_pretrained(str(src), **kwargs)
     shipped = shipped_file(src, "tokenizer.json", revision)
-    if shipped is not None and _rebuilds_pipeline(tok) and rebuilt_parts(tok, shipped):
+    if as_written and shipped is not None:
         tok = TokenizersBackend.from_pretrained(str(src), **kwargs)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(src), **kwargs)
+        if shipped is not None and _rebuilds_pipeline(tok) and rebuilt_parts(tok, shipped):
+            tok = TokenizersBackend.from_pretrained(str(src), **kwargs)
     keep_sentencepiece_model(tok, shipped_file(src, "tokenizer.model", revision) or sentencepiece_file)
     return tok
 
