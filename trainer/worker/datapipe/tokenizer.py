@@ -10,6 +10,8 @@ normalizer (prepend "▁", spaces to "▁") is rewritten to a Metaspace that pre
 after a special token (``<s>[INST]``) and a leading space tokenize differently from SentencePiece, from llama.cpp and
 from the model's pre-training (transformers issues #47017, #48219). Where the class rebuilt something the file says
 otherwise, the file is loaded as written (``TokenizersBackend``, transformers' own class for "tokenizer.json as is").
+Where the file itself reads text unlike the model's tokenizer.model (Mistral v0.3's and Phi-3's style), the run
+reads it as SentencePiece does instead (trainer/worker/loading/sentencepiece_reading.py, over ``as_written``).
 
 A fast tokenizer's ``save_pretrained`` does not write the SentencePiece ``tokenizer.model``, and llama.cpp's converter
 reads SentencePiece vocabularies only from it: ``keep_sentencepiece_model`` makes every save (``final/``, checkpoints,

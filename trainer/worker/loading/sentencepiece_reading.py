@@ -7,11 +7,13 @@ loses the prefix space after a special token (``<s>[INST]`` reads ``[`` where Se
 ``▁[``) and drops a leading space. Training on that reading trains text the model was not pre-trained on, and a GGUF
 export cannot verify (llama.cpp reads tokenizer.model).
 
-transformers 5 offers no usable reading of tokenizer.model itself here: ``LlamaTokenizer`` built from it sets that
-same "first" Metaspace (models/llama/tokenization_llama.py), the slow-to-fast ``SpmConverter`` fails on every
-BPE-type SentencePiece model (convert_slow_tokenizer.py hands the piece scores to ``SentencePieceExtractor.extract``
-as its ``model_type``), and the Python ``SentencePieceBackend`` gives no offset mapping, which the data pipeline
-labels tokens by. So the reading is rebuilt here, with ``tokenizers``' own parts: tokenizer.json's vocabulary,
+transformers 5 (5.23) offers no usable reading of tokenizer.model itself: ``LlamaTokenizer`` built from it sets that
+same start-only Metaspace (models/llama/tokenization_llama.py ``__init__``; 17 of Llama 2's 26 probes differ, 10 with
+``legacy=True``, whose Metaspace skips the "▁" before a leading space), the slow-to-fast ``LlamaConverter`` and
+``SpmConverter`` fail on every BPE-type SentencePiece model (convert_slow_tokenizer.py ``SpmConverter.tokenizer``
+hands the piece scores to ``SentencePieceExtractor.extract`` as its ``model_type``: "'list' object has no attribute
+'__name__'"), and the Python ``SentencePieceBackend`` returns no ``offset_mapping``, which the data pipeline labels
+tokens by. So the reading is rebuilt here, with ``tokenizers``' own parts: tokenizer.json's vocabulary,
 merges and added tokens as shipped, under the normalizer and decoder the SentencePiece model's own
 ``normalizer_spec`` implies (its character map, extra-whitespace removal, dummy prefix "▁" on every piece of text
 between special tokens, spaces as "▁"; no pre-tokenizer), and used only when it reads every probe text of
