@@ -46,9 +46,10 @@ def test_rendered_ids_equal_the_training_tokenization(runs):
     from trainer import config as config_mod
     from trainer.worker.generate import generation as chat
     from trainer.worker.datapipe.rendering import Encoder
+    from trainer.worker.loading import modeling
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
-    tok = chat.load_tokenizer(cfg, runs["lora"] / "final")
+    tok = modeling.load_tokenizer(cfg, runs["lora"] / "final")
     record = {"question": ["What is 5 plus 2?"], "answer": ["5 plus 2 is 7."]}
     trained = Encoder(cfg, tok, "template", "test records")(record, [0])  # how the worker tokenizes template records
     ids, labels = trained["input_ids"][0], trained["labels"][0]
@@ -61,10 +62,11 @@ def test_greedy_merged_and_base_plus_adapter_give_the_same_tokens(runs):
     from trainer import config as config_mod
     from trainer.worker.generate import generation as chat
     from trainer.worker.export import model_export as export_model
+    from trainer.worker.loading import modeling
 
     cfg = config_mod.load(runs["lora"] / "config.yaml")
     source = runs["lora"] / "final"
-    tok = chat.load_tokenizer(cfg, source)
+    tok = modeling.load_tokenizer(cfg, source)
     ids = chat.prompt_ids(cfg, tok, "What is 6 plus 1?")
     greedy = dict(max_new_tokens=16, temperature=0.0, top_p=1.0)
     peft_out = chat.generate(chat.load_model(cfg, source), tok, ids, **greedy)

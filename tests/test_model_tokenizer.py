@@ -5,7 +5,12 @@ the run and ``trainpilot-cli data`` say whether it agrees with the model's token
 transformers 5's ``LlamaTokenizer`` rebuilds a Metaspace pre-tokenizer over the Llama 2 tokenizer.json it is given:
 on llama.cpp's own test strings of Llama 2's vocabulary it read 32 of 47 as SentencePiece does (text after a special
 token lost its "▁", a leading space was dropped). The families are tests/real_models.py's, whose tokenizer_config.json
-names the hub repos' classes (``LlamaTokenizer`` for Llama 2 and Phi-3, ``GemmaTokenizer`` for Gemma 2)."""
+names the hub repos' classes (``LlamaTokenizer`` for Llama 2 and Phi-3, ``GemmaTokenizer`` for Gemma 2).
+
+A tokenizer.json that itself reads text unlike its tokenizer.model (Mistral v0.3's and Phi-3's style: no normalizer, a
+Metaspace prepending "▁" only at the start) is read as SentencePiece reads text
+(trainer/worker/loading/sentencepiece_reading.py): the run trains on that reading, says so at its start, and its GGUF
+export verifies."""
 from __future__ import annotations
 
 import json
@@ -17,12 +22,29 @@ import real_models as rm
 from helpers_train import cli, events, tiny_config, write_config
 
 SENTENCEPIECE = {"llama-2": "llama-spm", "phi-3.5": "phi-3"}  # family -> llama.cpp vocab of its test strings
+FIRST_ONLY = {"mistral-v0.3-style": "llama-2", "phi-3-style": "phi-3.5"}  # tokenizer.json style -> family of its vocab
 
 
 def _cfg(source, **data):
     from trainer.config.sections import RunConfig
 
     return RunConfig.model_validate({"model": {"source": str(source)}, "data": {"path": "x.jsonl", **data}})
+
+
+def _first_only(folder, family: str, drop_merge: str | None = None):
+    """A copy of ``family``'s model whose tokenizer.json has Mistral v0.3's and Phi-3's pipeline (no normalizer, a
+    Metaspace that prepends "▁" only at the start of the text: what transformers writes for legacy=False) beside
+    the SentencePiece tokenizer.model; ``drop_merge`` also removes that merge (a vocabulary unlike tokenizer.model's)."""
+    shutil.copytree(rm.family_dir(family), folder)
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["normalizer"] = None
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+    if drop_merge:
+        merges = spec["model"]["merges"]
+        spec["model"]["merges"] = [m for m in merges if (m if isinstance(m, str) else " ".join(m)) != drop_merge]
+        assert len(spec["model"]["merges"]) == len(merges) - 1
+    (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return folder
 
 
 @pytest.mark.parametrize("name", sorted(SENTENCEPIECE))
@@ -53,6 +75,67 @@ def test_the_check_agrees_for_the_shipped_sentencepiece_tokenizers(name):
     assert checked["status"] == "agrees", checked
     assert checked["probes"] >= 20 and checked["reference"].endswith("tokenizer.model")
     assert checked["message"].startswith("the tokenizer agrees with the model's tokenizer.model")
+    assert checked["reading"] == "tokenizer.json" and tokenizer_check.warning_events(checked) == []
+
+
+@pytest.mark.parametrize("style", sorted(FIRST_ONLY))
+def test_a_tokenizer_json_that_reads_unlike_tokenizer_model_is_read_as_sentencepiece(tmp_path, style):
+    """The shipped tokenizer.json differs from tokenizer.model on the probes; the run's tokenizer reads as
+    SentencePiece and llama.cpp do (47 of 47 of llama.cpp's test strings, text after a special token), keeps
+    the offsets the data pipeline labels tokens by, decodes back, and saves that reading (final/, checkpoints)."""
+    import sentencepiece as spm
+
+    from trainer.worker.datapipe.tokenizer import load_pretrained
+    from trainer.worker.loading import modeling, tokenizer_check
+
+    family = FIRST_ONLY[style]
+    folder = _first_only(tmp_path / "model", family)
+    cfg = _cfg(folder)
+    as_shipped = tokenizer_check.check(load_pretrained(folder), str(folder))
+    assert as_shipped.status == "differs" and as_shipped.differing > 0, "the style really reads otherwise"
+    tok = modeling.load_tokenizer(cfg)
+    checked = tokenizer_check.report(tok, cfg)
+    assert checked["status"] == "agrees" and checked["reading"] == "sentencepiece", checked
+    assert checked["shipped"]["differing"] == as_shipped.differing and checked["shipped"]["probes"] == checked["probes"]
+    assert "the shipped tokenizer.json reads" in checked["message"]
+    [(code, message)] = tokenizer_check.warning_events(checked)
+    assert code == "tokenizer_sentencepiece"
+    assert message.startswith(f"the shipped tokenizer.json reads {as_shipped.differing} of {checked['probes']} probe "
+                              f"texts unlike tokenizer.model") and "training uses SentencePiece's reading" in message
+
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+    vectors = rm.test_vectors(SENTENCEPIECE[family])
+    assert [tok(t, add_special_tokens=False)["input_ids"] for t, _ in vectors] == [want for _, want in vectors]
+    marker = "<s>[INST]" if family == "llama-2" else "<|user|>\nHi"
+    want = [tok.bos_token_id, sp.piece_to_id("▁[")] if family == "llama-2" else [32010, *sp.encode("\nHi")]
+    assert tok(marker, add_special_tokens=False)["input_ids"][:len(want)] == want, "a prefix space after a special"
+    text = "Hi there\n  two spaces, naïve 🙂"
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert len(enc["offset_mapping"]) == len(enc["input_ids"]) and enc["offset_mapping"][-1][1] == len(text)
+    assert tok.decode(enc["input_ids"]) == text
+
+    saved = tmp_path / "final"
+    tok.save_pretrained(str(saved))
+    assert (saved / "tokenizer.model").read_bytes() == (folder / "tokenizer.model").read_bytes()
+    again = modeling.load_tokenizer(cfg, saved)  # chat, Try it and the export load final/ so
+    texts = [t for t, _ in vectors] + [marker]
+    assert [again(t)["input_ids"] for t in texts] == [tok(t)["input_ids"] for t in texts]
+    assert tokenizer_check.check(again, str(folder)).status == "agrees"
+
+
+def test_a_rebuilt_reading_that_still_differs_is_not_used_and_the_run_is_warned(tmp_path):
+    """tokenizer.json's own vocabulary unlike tokenizer.model's (a merge missing): SentencePiece's reading over it
+    differs too, so the shipped tokenizer.json stays, and the check says both."""
+    from trainer.worker.loading import modeling, tokenizer_check
+
+    folder = _first_only(tmp_path / "model", "llama-2", drop_merge="▁H ello")
+    cfg = _cfg(folder)
+    checked = tokenizer_check.report(modeling.load_tokenizer(cfg), cfg)
+    assert checked["status"] == "differs" and checked["reading"] == "tokenizer.json", checked
+    assert 0 < checked["rebuilt"]["differing"] < checked["differing"]
+    [(code, message)] = tokenizer_check.warning_events(checked)
+    assert code == "tokenizer_differs" and "a GGUF export will not verify" in message
+    assert "read as tokenizer.model describes differs too" in message
 
 
 def test_the_check_names_what_a_rebuilt_tokenizer_reads_differently():
@@ -71,7 +154,7 @@ def test_the_check_names_what_a_rebuilt_tokenizer_reads_differently():
     assert result.status == "differs" and 0 < result.differing < result.probes
     assert result.example == {"text": " Hello", "training": ["▁Hello"], "reference": ["▁", "▁Hello"]}
     assert "a GGUF export will not verify" in result.message()
-    assert tokenizer_check.warnings(result.as_dict())[0][0] == "tokenizer_differs"
+    assert tokenizer_check.warning_events(result.as_dict())[0][0] == "tokenizer_differs"
 
 
 def test_a_tokenizer_without_tokenizer_model_is_not_checked_and_says_why():
@@ -131,17 +214,20 @@ def test_data_report_says_whether_the_tokenizer_agrees(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_whose_tokenizer_json_differs_from_tokenizer_model_warns_at_start(tmp_path):
-    """Mistral v0.3's tokenizer.json style (a Metaspace that prepends "▁" only at the start, no normalizer) beside a
-    SentencePiece tokenizer.model: the run trains with the tokenizer.json as shipped and warns, at its start, that
-    it differs from tokenizer.model (and what a GGUF export will do)."""
-    model = tmp_path / "model"
-    shutil.copytree(rm.family_dir("llama-2"), model)
-    spec = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))
-    spec["normalizer"] = None
-    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
-    (model / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+@pytest.mark.parametrize("style", sorted(FIRST_ONLY))
+def test_a_run_trains_on_sentencepieces_reading_says_so_and_its_gguf_export_verifies(tmp_path, style):
+    """Mistral v0.3's and Phi-3's tokenizer.json style beside a SentencePiece tokenizer.model (the walkthrough's
+    "15 of 26 probe texts", then an export refused: "'▁[' (518) where training has '[' (29961)"): the run trains on
+    SentencePiece's reading, says so in its first lines, and ``export-model --gguf`` verifies in llama.cpp."""
+    import importlib.util
+
+    from helpers_family import RECORDS
+
+    model = _first_only(tmp_path / "model", FIRST_ONLY[style])
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS), encoding="utf-8")
     config = write_config(tmp_path / "c.yaml", tiny_config(model={"source": str(model)},
+                                                            data={"path": str(data), "seq_len": 256},
                                                             training={"max_steps": 1, "effective_batch_size": 2,
                                                                       "micro_batch_size": 2,
                                                                       "gradient_accumulation_steps": 1},
@@ -150,8 +236,22 @@ def test_a_run_whose_tokenizer_json_differs_from_tokenizer_model_warns_at_start(
     proc = cli("run", config, "--run-dir", tmp_path / "run", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     started = events(tmp_path / "run", "run_started")[0]
-    assert started["tokenizer"]["status"] == "differs", started["tokenizer"]  # LlamaTokenizer builds this very pipeline
-    assert started["tokenizer"]["example"]["reference"][:1] == ["▁"], "SentencePiece keeps the leading space"
-    warned = [e for e in events(tmp_path / "run", "warning") if e["code"] == "tokenizer_differs"]
-    assert len(warned) == 1 and "a GGUF export will not verify" in warned[0]["message"]
-    assert (tmp_path / "run" / "final" / "tokenizer.model").is_file()
+    assert started["tokenizer"]["reading"] == "sentencepiece", started["tokenizer"]
+    assert started["tokenizer"]["status"] == "agrees" and started["tokenizer"]["shipped"]["differing"] > 0
+    warned = {e["code"]: e["message"] for e in events(tmp_path / "run", "warning")}
+    assert "tokenizer_differs" not in warned and "training uses SentencePiece's reading" in warned["tokenizer_sentencepiece"]
+    log = (tmp_path / "run" / "train.log").read_text(encoding="utf-8")
+    assert "trainpilot: the shipped tokenizer.json reads" in log
+    final = tmp_path / "run" / "final"
+    assert (final / "tokenizer.model").is_file()
+    saved = json.loads((final / "tokenizer.json").read_text(encoding="utf-8"))
+    assert saved["pre_tokenizer"] is None and {"type": "Prepend", "prepend": "▁"} in saved["normalizer"]["normalizers"]
+
+    proc = cli("export-model", tmp_path / "run", "--to", tmp_path / "out", "--gguf", "f16", env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    verification = json.loads((tmp_path / "out" / "verification.json").read_text(encoding="utf-8"))
+    if importlib.util.find_spec("llama_cpp") is None:
+        assert verification["verified"] is None and "pip install" in verification["summary"]
+        rm.missing("llama-cpp-python is not installed: the export was written and says 'not verified'")
+    assert verification["verified"] is True, verification
+    assert verification["summary"].startswith("verified in llama.cpp: prompt ids equal"), verification["summary"]

@@ -10,6 +10,8 @@ normalizer (prepend "▁", spaces to "▁") is rewritten to a Metaspace that pre
 after a special token (``<s>[INST]``) and a leading space tokenize differently from SentencePiece, from llama.cpp and
 from the model's pre-training (transformers issues #47017, #48219). Where the class rebuilt something the file says
 otherwise, the file is loaded as written (``TokenizersBackend``, transformers' own class for "tokenizer.json as is").
+Where the file itself reads text unlike the model's tokenizer.model (Mistral v0.3's and Phi-3's style), the run
+reads it as SentencePiece does instead (trainer/worker/loading/sentencepiece_reading.py, over ``as_written``).
 
 A fast tokenizer's ``save_pretrained`` does not write the SentencePiece ``tokenizer.model``, and llama.cpp's converter
 reads SentencePiece vocabularies only from it: ``keep_sentencepiece_model`` makes every save (``final/``, checkpoints,
@@ -29,18 +31,22 @@ PIPELINE_PARTS = ("normalizer", "pre_tokenizer", "decoder")  # what a rebuilding
 
 
 def load_pretrained(src, revision: str | None = None, token: str | None = None, trust_remote_code: bool = False,
-                    sentencepiece_file: Path | None = None):
+                    sentencepiece_file: Path | None = None, as_written: bool = False):
     """The tokenizer of ``src`` (a folder or hub id) as its files describe it: ``AutoTokenizer``'s class, unless
     that class rebuilt the normalizer, pre-tokenizer or decoder differently from the shipped tokenizer.json (then
-    tokenizer.json as written). Every save writes the SentencePiece ``tokenizer.model`` shipped with ``src`` (or
-    ``sentencepiece_file``: a folder saved before the run kept it). Raises what ``from_pretrained`` raises."""
+    tokenizer.json as written; ``as_written``: always, a fresh object whose pipeline the caller may replace). Every
+    save writes the SentencePiece ``tokenizer.model`` shipped with ``src`` (or ``sentencepiece_file``: a folder saved
+    before the run kept it). Raises what ``from_pretrained`` raises."""
     from transformers import AutoTokenizer, TokenizersBackend
 
     kwargs = dict(revision=revision, token=token, trust_remote_code=trust_remote_code)
-    tok = AutoTokenizer.from_pretrained(str(src), **kwargs)
     shipped = shipped_file(src, "tokenizer.json", revision)
-    if shipped is not None and _rebuilds_pipeline(tok) and rebuilt_parts(tok, shipped):
+    if as_written and shipped is not None:
         tok = TokenizersBackend.from_pretrained(str(src), **kwargs)
+    else:
+        tok = AutoTokenizer.from_pretrained(str(src), **kwargs)
+        if shipped is not None and _rebuilds_pipeline(tok) and rebuilt_parts(tok, shipped):
+            tok = TokenizersBackend.from_pretrained(str(src), **kwargs)
     keep_sentencepiece_model(tok, shipped_file(src, "tokenizer.model", revision) or sentencepiece_file)
     return tok
 

@@ -30,7 +30,7 @@ from trainer.models import gguf_support
 from trainer.worker.export import gguf_convert, projector, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
-from trainer.worker.loading import lean, model_parts
+from trainer.worker.loading import lean, model_parts, modeling
 
 
 merged_model = chat.merged_model  # the trained model as one full model (fp32, CPU); kept here for its callers
@@ -83,7 +83,7 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     checking = bool(gguf_type) and verify_export
     progress = Progress(json_progress, 3 + bool(gguf_type) + (gguf_type == "q4_k_m") + ollama + checking)
     progress.step(f"loading {source}")
-    tok = chat.load_tokenizer(cfg, source)
+    tok = modeling.load_tokenizer(cfg, source)
     is_adapter = (source / "adapter_config.json").is_file()
     model = merged_model(cfg, source) if merge or not is_adapter else chat.load_model(cfg, source)
     chat.template_or_run_rendering(cfg, tok)

@@ -100,9 +100,10 @@ def _checks(folder: Path, record: dict, run: Path, source: Path, reference: str 
 
     from trainer.worker.export import llama_checks, run_records
     from trainer.worker.generate import generation
+    from trainer.worker.loading import modeling
 
     generation.quiet_libraries()
-    tok = generation.load_tokenizer(cfg, source)
+    tok = modeling.load_tokenizer(cfg, source)
     generation.template_or_run_rendering(cfg, tok)
     model = _reference_model(cfg, folder, source, reference)
     chat = generation.chat_rules(cfg, tok, model)

@@ -17,7 +17,6 @@ from trainer import config as config_mod
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import conversations, run_template
-from trainer.worker.datapipe import tokenizer as model_tokenizer
 from trainer.worker.generate import picture_prompt
 from trainer.worker.loading import lean, model_parts, modeling
 
@@ -83,19 +82,6 @@ def template_or_run_rendering(cfg, tok) -> str:
         bos = tok.bos_token if training_bos(tok) else None
         tok.chat_template = run_template.chat_template(cfg.data, bos, tok.eos_token)
     return tok.chat_template
-
-
-def load_tokenizer(cfg, source: Path | None):
-    """The tokenizer saved with ``source`` (it carries the chat template), else the run's own."""
-    if source is not None and (source / "tokenizer_config.json").is_file():
-        # a folder saved before TrainPilot kept tokenizer.model (a fast tokenizer's save drops it): the source's
-        tok = model_tokenizer.load_pretrained(source, sentencepiece_file=modeling.source_sentencepiece_model(cfg))
-        conversations.pin_date(tok, cfg.data.chat_date)
-    else:
-        tok = modeling.load_tokenizer(cfg)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
 
 
 def training_bos(tok) -> list[int]:
@@ -216,7 +202,7 @@ def run_chat(run_dir: Path, source: Path, *, base: bool, prompt: str | None, mod
     quiet_libraries()
     use_cuda = cfg.device != "cpu" and torch.cuda.is_available()
     started = time.perf_counter()
-    tok = load_tokenizer(cfg, source)
+    tok = modeling.load_tokenizer(cfg, source)
     model = load_model(cfg, source, base=base, use_cuda=use_cuda)
     where = "base model" if base else str(source)
     meta = {"model": where, "checkpoint": source.name, "base": base}

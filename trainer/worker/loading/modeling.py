@@ -18,28 +18,41 @@ from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_sour
 from trainer.worker.datapipe import tokenizer as model_tokenizer
 from trainer.worker.datapipe.corpus import corpus_tokenizer
 from trainer.worker.datapipe.tokenizer import demo_tokenizer
-from trainer.worker.loading import kbit, model_parts
+from trainer.worker.loading import kbit, model_parts, sentencepiece_reading
 
 
-def load_tokenizer(cfg):
-    """The tokenizer the run trains with, with a pad token (eos when the model has none): the demo's or the corpus'
-    (trained here), else the model's own as its files describe it (``model_tokenizer.load_pretrained``)."""
-    src = tokenizer_source(cfg)
-    if src == "demo":
-        tok = demo_tokenizer(bundled_demo_path())
-    elif src == "corpus":
-        tok = corpus_tokenizer(cfg)
+def load_tokenizer(cfg, saved: Path | None = None):
+    """The tokenizer of a run, with a pad token (eos when the model has none) and the run's date pinned in its chat
+    template: the one saved in ``saved`` (``final/``, a checkpoint: what training read, with its chat template),
+    else the run's own, as training, generation, chat and export all load it (``run_tokenizer``)."""
+    if saved is not None and (saved / "tokenizer_config.json").is_file():
+        # a folder saved before TrainPilot kept tokenizer.model (a fast tokenizer's save drops it): the source's
+        tok = model_tokenizer.load_pretrained(saved, sentencepiece_file=source_sentencepiece_model(cfg))
     else:
-        try:
-            tok = model_tokenizer.load_pretrained(src, revision=cfg.model.revision, token=secrets.hub_token(cfg),
-                                                  trust_remote_code=cfg.model.trust_remote_code)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"model.tokenizer: cannot load a tokenizer from '{src}' ({secrets.redact(str(exc)).splitlines()[0]}); "
-                            f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
+        tok = run_tokenizer(cfg)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     conversations.pin_date(tok, cfg.data.chat_date)  # a template printing today's date prints the run's
     return tok
+
+
+def run_tokenizer(cfg):
+    """The tokenizer the run trains with: the demo's or the corpus' (trained here), else the model's own as its
+    files describe it (``model_tokenizer.load_pretrained``), read as its SentencePiece model reads text where the
+    shipped tokenizer.json reads it otherwise (``sentencepiece_reading.choose``)."""
+    src = tokenizer_source(cfg)
+    if src == "demo":
+        return demo_tokenizer(bundled_demo_path())
+    if src == "corpus":
+        return corpus_tokenizer(cfg)
+    kwargs = dict(revision=cfg.model.revision, token=secrets.hub_token(cfg), trust_remote_code=cfg.model.trust_remote_code)
+    try:
+        tok = model_tokenizer.load_pretrained(src, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model.tokenizer: cannot load a tokenizer from '{src}' ({secrets.redact(str(exc)).splitlines()[0]}); "
+                        f"set model.tokenizer to a folder or hub id with tokenizer files", field="model.tokenizer") from None
+    return sentencepiece_reading.choose(tok, str(src), lambda: model_tokenizer.load_pretrained(src, as_written=True,
+                                                                                              **kwargs))
 
 
 def source_sentencepiece_model(cfg) -> Path | None:

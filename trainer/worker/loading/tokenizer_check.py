@@ -8,11 +8,14 @@ encode a conversation turn by turn. The probe texts cover what SentencePiece con
 text right after a special token, newlines, runs of spaces, digits, bytes outside the vocabulary, and the model's own
 chat template rendered.
 
-A difference is reported, not refused: both files are the model's, a run cannot choose between them for the user, and
-training still works; but a GGUF export's verification will refuse the model (llama.cpp reads tokenizer.model), and
-the training reads text unlike the pre-training did. A model without ``tokenizer.model`` (byte-level BPE: Qwen,
-Llama 3, GPT-style) has nothing to compare with: its tokenizer.json, loaded as shipped, is its only description, and
-the check says it was not made.
+Where the shipped tokenizer.json reads the probes unlike tokenizer.model, the run reads text as SentencePiece does
+(``sentencepiece_reading.choose``: tokenizer.json's vocabulary under tokenizer.model's normalizer), when that reading
+agrees on every probe; the check then agrees, with ``reading: sentencepiece`` and the shipped file's own count
+(``shipped``), and the run warns ``tokenizer_sentencepiece``. A difference that remains (that rebuilt reading
+differs too) is reported, not refused: training still works, but a GGUF export's verification will refuse the model
+(llama.cpp reads tokenizer.model), and the training reads text unlike the pre-training did. A model without
+``tokenizer.model`` (byte-level BPE: Qwen, Llama 3, GPT-style) has nothing to compare with: its tokenizer.json,
+loaded as shipped, is its only description, and the check says it was not made.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ PROBE_TEXTS = (
 ADJACENT = ("{s}[INST] Hi", "Hi{s} there", "{s} leading space", "{s}\nnewline", "end{s}")
 MAX_SPECIALS = 6  # special tokens probed (BOS, EOS and the first chat markers): enough to see the rule, not 200 probes
 CHAT = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": " It is 4.\nAnything else?"}]
+READING_ATTR = "_trainpilot_reading"  # set by sentencepiece_reading.choose: how the tokenizer reads text, and why
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,11 @@ class TokenizerCheck:
     """The check's result (JSON-able through ``as_dict``). ``status``: ``agrees``, ``differs`` or ``not_checked``;
     ``reference``: the tokenizer.model compared with; ``probes``/``differing``: texts compared / that differ;
     ``example``: the first differing text with both tokenizations (tokens as strings); ``why``: why not checked;
-    ``loaded``: how the tokenizer was loaded (its class; ``TokenizersBackend`` = tokenizer.json as shipped)."""
+    ``loaded``: how the tokenizer was loaded (its class; ``TokenizersBackend`` = tokenizer.json as shipped);
+    ``reading``: ``tokenizer.json`` (its pipeline as loaded) or ``sentencepiece`` (tokenizer.json's vocabulary read
+    as tokenizer.model reads text: ``sentencepiece_reading``); ``shipped``: with ``sentencepiece``, how the shipped
+    tokenizer.json read the probes (``summary``); ``rebuilt``: where it differs and SentencePiece's reading was
+    tried, how that one read them."""
 
     status: str
     loaded: str
@@ -54,27 +62,54 @@ class TokenizerCheck:
     differing: int = 0
     example: dict | None = None
     why: str | None = None
+    reading: str = "tokenizer.json"
+    shipped: dict | None = None
+    rebuilt: dict | None = None
 
     def as_dict(self) -> dict:
         return {**asdict(self), "message": self.message()}
+
+    def summary(self) -> dict:
+        """``probes``, ``differing`` and ``example``: what another check says of this one."""
+        return {"probes": self.probes, "differing": self.differing, "example": self.example}
 
     def message(self) -> str:
         """One plain sentence for logs, the data report and the run's events."""
         if self.status == "not_checked":
             return f"the tokenizer was not checked against the model's files: {self.why}"
         if self.status == "agrees":
-            return f"the tokenizer agrees with the model's tokenizer.model (SentencePiece) on all {self.probes} probe texts"
+            said = f"the tokenizer agrees with the model's tokenizer.model (SentencePiece) on all {self.probes} probe texts"
+            if self.reading == "sentencepiece":
+                said += (f", read as SentencePiece reads text (the shipped tokenizer.json reads "
+                         f"{(self.shipped or {}).get('differing')} of them otherwise)")
+            return said
         ex = self.example or {}
-        return (f"the tokenizer differs from the model's tokenizer.model (SentencePiece) on {self.differing} of "
+        said = (f"the tokenizer differs from the model's tokenizer.model (SentencePiece) on {self.differing} of "
                 f"{self.probes} probe texts, e.g. {ex.get('text')!r}: training reads {ex.get('training')} where "
                 f"SentencePiece and llama.cpp read {ex.get('reference')}; the model was pre-trained on SentencePiece's "
-                f"reading, and a GGUF export will not verify (check the model's tokenizer.json and tokenizer_config.json)")
+                f"reading, and a GGUF export will not verify")
+        if self.rebuilt:
+            said += (f"; tokenizer.json's vocabulary read as tokenizer.model describes differs too (on "
+                     f"{self.rebuilt['differing']}), so the run keeps tokenizer.json as shipped")
+        return said + " (check the model's tokenizer.json and tokenizer_config.json)"
+
+    def sentencepiece_message(self) -> str:
+        """What a run reading text as SentencePiece does says at its start (``warning_events``)."""
+        shipped = self.shipped or {}
+        ex = shipped.get("example") or {}
+        return (f"the shipped tokenizer.json reads {shipped.get('differing')} of {shipped.get('probes')} probe texts "
+                f"unlike tokenizer.model, e.g. {ex.get('text')!r}: tokenizer.json reads {ex.get('training')} where "
+                f"SentencePiece and llama.cpp read {ex.get('reference')}; training uses SentencePiece's reading "
+                f"(tokenizer.json's vocabulary under the normalizer tokenizer.model describes: it agrees on all "
+                f"{self.probes}), the reading the model was pre-trained on; final/ and the checkpoints save it, so "
+                f"chat and a GGUF export read text as training did")
 
 
 def check(tok, source_label: str) -> TokenizerCheck:
     """Compare ``tok`` with the SentencePiece model kept for it (``model_tokenizer.keep_sentencepiece_model``).
     ``source_label``: ``demo``/``corpus`` for a tokenizer this program trained, else the model's source."""
     loaded = type(tok).__name__
+    chosen = getattr(tok, READING_ATTR, None) or {}
     if source_label in ("demo", "corpus"):
         return TokenizerCheck("not_checked", loaded, why="the tokenizer was trained by TrainPilot on the data "
                                                          "(byte-level BPE): there is no model file to compare with")
@@ -99,7 +134,8 @@ def check(tok, source_label: str) -> TokenizerCheck:
         example = {"text": text, "training": tok.convert_ids_to_tokens(ids),
                    "reference": [_piece(sp, tok, i) for i in ref]}
     return TokenizerCheck("differs" if wrong else "agrees", loaded, reference=str(sp_file), probes=len(texts),
-                          differing=len(wrong), example=example)
+                          differing=len(wrong), example=example, reading=chosen.get("reading", "tokenizer.json"),
+                          shipped=chosen.get("shipped"), rebuilt=chosen.get("rebuilt"))
 
 
 def probe_texts(tok) -> list[str]:
@@ -158,6 +194,12 @@ def report(tok, cfg) -> dict:
                               why=f"the check itself failed ({type(exc).__name__}: {exc})").as_dict()
 
 
-def warnings(checked: dict) -> list[tuple[str, str]]:
-    """The run's ``warning`` events for a check (``report``'s dict): one ``tokenizer_differs`` when it differs."""
-    return [("tokenizer_differs", checked["message"])] if checked["status"] == "differs" else []
+def warning_events(checked: dict) -> list[tuple[str, str]]:
+    """The run's ``warning`` events for a check (``report``'s dict): ``tokenizer_differs`` when it differs,
+    ``tokenizer_sentencepiece`` when the run reads text as SentencePiece instead of as the shipped tokenizer.json."""
+    if checked["status"] == "differs":
+        return [("tokenizer_differs", checked["message"])]
+    if checked.get("reading") == "sentencepiece":
+        fields = {k: v for k, v in checked.items() if k != "message"}
+        return [("tokenizer_sentencepiece", TokenizerCheck(**fields).sentencepiece_message())]
+    return []

@@ -74,11 +74,12 @@ def preview(cfg, records: list[dict], rewards: list, completions: int, seed: int
     import torch
 
     from trainer.worker.generate import generation
+    from trainer.worker.loading import modeling
 
     started = time.perf_counter()
     generation.quiet_libraries()
     use_cuda = cfg.device != "cpu" and torch.cuda.is_available()
-    tok = generation.load_tokenizer(cfg, None)
+    tok = modeling.load_tokenizer(cfg)
     model = generation.base_model(cfg, use_cuda)
     model.eval()
     torch.manual_seed(seed)

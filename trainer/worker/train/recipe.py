@@ -332,7 +332,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     checked = tokenizer_check.report(tokenizer, cfg)
     return WorkerSetup(trainer=trainer, steps=steps, data_info=info, device="cuda" if use_cuda else "cpu",
                        precision=precision, tokenizer_check=checked,
-                       warnings=model_parts.part_warnings(cfg, trainer.model) + tokenizer_check.warnings(checked))
+                       warnings=model_parts.part_warnings(cfg, trainer.model) + tokenizer_check.warning_events(checked))
 
 
 def _kernel_info(cfg, model, use_cuda: bool) -> dict:
