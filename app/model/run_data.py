@@ -28,6 +28,7 @@ from app.model.grpo_metrics import GrpoSeries, grpo_columns, is_grpo_step
 from app.model.series import Series
 from app.model.telemetry import GAP_S, GPU_FIELDS, Columns, TelemetryColumns  # noqa: F401 (GAP_S re-exported)
 from trainer.rundir import events as ev
+from trainer.rundir.checkpoints import checkpoint_step
 from trainer.rundir.runstate import RunState, read_run_state
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -56,6 +57,7 @@ class Batch:
     status: dict | None = None
     run_state: RunState | None = None                  # the effective state, when asked this read
     plan: dict | None = None
+    resumed_at: float | None = None                    # a resumed attempt began at this step: later points go
     more: bool = False                                 # a backlog remains: read again soon
 
     def empty(self) -> bool:
@@ -140,12 +142,31 @@ class RunReader:
         if kind == "run_started":
             self._attempts += 1
             self._break_pending = self._attempts > 1  # a resumed attempt: a gap, not a straight line
+            if self._attempts > 1:
+                _resumed(b, resume_step(e))
         b.events.append(e)
 
     def _telemetry(self, b: Batch, snaps: list[dict]) -> None:
         b.telemetry = self._columns.parse(snaps)
         if b.telemetry is not None and b.telemetry.throttle_changed:
             b.throttle_periods = [list(p) for p in self._columns.throttle]
+
+
+def resume_step(e: dict) -> int:
+    """The step a later attempt's ``run_started`` continues from: its checkpoint's, 0 when it starts over."""
+    return max(checkpoint_step(e["resume_from"]), 0) if isinstance(e.get("resume_from"), str) else 0
+
+
+def _resumed(b: Batch, step: int) -> None:
+    """A resumed attempt redoes the steps after ``step``: the step-indexed points of earlier attempts beyond it go
+    (those of this batch here, those already shown in ``RunData.apply``), so the charts draw one lineage."""
+    b.resumed_at = step if b.resumed_at is None else min(b.resumed_at, step)
+    keep = [i for i, x in enumerate(b.step_x) if x <= step]
+    b.step_x, b.loss, b.lr = ([col[i] for i in keep] for col in (b.step_x, b.loss, b.lr))
+    keep = [i for i, x in enumerate(b.reward_x) if x <= step]
+    b.reward_x, b.reward_accuracy, b.reward_margin = ([col[i] for i in keep]
+                                                      for col in (b.reward_x, b.reward_accuracy, b.reward_margin))
+    b.grpo_steps = [e for e in b.grpo_steps if _num(e.get("step")) <= step]
 
 
 class RunData:
@@ -201,6 +222,10 @@ class RunData:
             self.run_state = b.run_state
         if b.plan is not None:
             self.plan = b.plan
+        if b.resumed_at is not None:
+            for series in (self.loss, self.lr, self.reward_accuracy, self.reward_margin):
+                series.drop_after(b.resumed_at)
+            self.grpo.drop_after(b.resumed_at)
         for e in b.events:
             self._on_event(e)
         if b.step_x:
