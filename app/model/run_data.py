@@ -297,6 +297,17 @@ class RunData:
         """True while the run is effectively starting, running or stopping (Stop means something)."""
         return self.run_state is not None and self.run_state.live
 
+    def checkpoint_words(self) -> str:
+        """What Resume can do, as a run that is not live says it: "Resume continues from checkpoint 16"; a checkpoint
+        the run folder already holds while the run's processes are still exiting (seconds after a Stop that saved
+        it) is named as saved, never as missing; "no complete checkpoint to resume from" only when there is none."""
+        rs = self.run_state
+        if rs is not None and rs.resumable:
+            return f"Resume continues from checkpoint {rs.checkpoint_step}"
+        if rs is not None and rs.checkpoint is not None:
+            return f"checkpoint {rs.checkpoint_step} saved; Resume once the run has exited"
+        return "no complete checkpoint to resume from"
+
     def resumable(self) -> bool:
         """True when Resume can continue the run: nothing of it alive, not finished, a checkpoint."""
         return self.run_state is not None and self.run_state.resumable

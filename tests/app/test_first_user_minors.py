@@ -57,3 +57,40 @@ def test_a_run_resumed_from_an_older_checkpoint_charts_one_lineage(tmp_path):
         assert list(data.loss.y[8:]) == [1.0 - 0.01 * s for s in range(9, 12)]  # the resumed attempt's own losses
         assert list(data.lr.x) == list(range(1, 12))
         assert eval_points(data.notices) == ([8.0], [2.5])  # step 12's evaluation was of the abandoned attempt
+
+
+def test_a_stop_that_saved_a_checkpoint_says_so_while_the_run_is_still_exiting(tmp_path):
+    """After a Stop the supervisor writes 'stopped' and exits a moment (on a loaded machine, seconds) later: meanwhile
+    the headline named the saved checkpoint "no complete checkpoint"; it names it as soon as the folder holds it."""
+    import fcntl
+    import json
+    import os
+
+    from app.model.advice import failure_advice
+    from app.model.run_data import RunData
+    from app.views.headline import state_words
+    from trainer.rundir.checkpoints import MARKER
+    from trainer.rundir.runstate import LOCK_FILE
+
+    run = _resumed_run(tmp_path)
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 11, "max_steps": 20}))
+    folder = run / "checkpoints" / "checkpoint-11"
+    folder.mkdir(parents=True)
+    (folder / MARKER).write_text(json.dumps({"step": 11}))
+    lock = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # the supervisor, still exiting
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(lock, f"pid {os.getpid()}".encode())
+    data = RunData(run)
+    data.poll()
+    assert data.run_state.alive and not data.resumable()
+    assert state_words(data) == "stopped (checkpoint 11 saved; Resume once the run has exited)"
+    (run / "status.json").write_text(json.dumps({"state": "failed", "step": 11, "max_steps": 20}))
+    with open(run / "events.jsonl", "a") as fh:
+        fh.write(json.dumps({"type": "failed", "time": 50.0, "message": "boom"}) + "\n")
+    data.poll()
+    assert "no complete checkpoint" not in failure_advice(data).text
+    assert "checkpoint 11 once the run has exited" in failure_advice(data).text
+    os.close(lock)  # the supervisor exited
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 11, "max_steps": 20, "updated": 2.0}))
+    data.poll()
+    assert state_words(data) == "stopped (Resume continues from checkpoint 11)"
