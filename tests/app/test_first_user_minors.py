@@ -1,6 +1,7 @@
 """What a first-time user still tripped on (issue 45, item 5), each on real widgets or the real reader."""
 from __future__ import annotations
 
+import pytest
 from conftest import FIXTURES, SHOWN_MS, started_wizard
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
@@ -94,3 +95,19 @@ def test_a_stop_that_saved_a_checkpoint_says_so_while_the_run_is_still_exiting(t
     (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 11, "max_steps": 20, "updated": 2.0}))
     data.poll()
     assert state_words(data) == "stopped (Resume continues from checkpoint 11)"
+
+
+@pytest.mark.slow  # measured 15 s on the 2-core machine: the popular verdicts go first in the picker's pool
+def test_an_offline_search_error_goes_once_the_model_field_names_another_model(qtbot, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub cannot be reached (trainer.core.network reads it)
+    wiz = started_wizard(qtbot, NO_GPU)
+    wiz.next()
+    picker = wiz.model.picker
+    picker.search.setText("qwen")
+    picker.run_search()
+    qtbot.waitUntil(lambda: "offline" in picker.status.text().lower(), timeout=SHOWN_MS)
+    assert "#b00" in picker.status.text()
+    wiz.model.use_architecture("qwen2.5-0.5b")  # the user goes on with a model that is here
+    assert "offline" not in picker.status.text().lower() and "#b00" not in picker.status.text()
+    picker.run_search()  # asked again: said again
+    qtbot.waitUntil(lambda: "offline" in picker.status.text().lower(), timeout=SHOWN_MS)
