@@ -111,3 +111,30 @@ def test_an_offline_search_error_goes_once_the_model_field_names_another_model(q
     assert "offline" not in picker.status.text().lower() and "#b00" not in picker.status.text()
     picker.run_search()  # asked again: said again
     qtbot.waitUntil(lambda: "offline" in picker.status.text().lower(), timeout=SHOWN_MS)
+
+
+VLM_SUMMARY = ("verified in llama.cpp: prompt ids equal (6/6), greedy 48/48, stops at <end_of_utterance>; Ollama template "
+               "equal; projector mmproj-smolvlm-lora-20261201-101010-f16.gguf loads in llama.cpp (mtmd) and reads "
+               "pictures (the text model, on text prompts; answers to pictures are not compared)")
+
+
+def test_the_export_dialog_shows_a_vision_language_exports_whole_summary(qtbot, fixture_run):
+    from app.views.export_model_dialog import ExportModelDialog
+
+    dialog = ExportModelDialog(str(fixture_run("cpu_demo")))  # no final/ yet: every GGUF type says why (3 lines)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog._progress({"type": "done", "fraction": 1.0, "files": ["f"] * 14,
+                      "verification": {"verified": True, "summary": VLM_SUMMARY}})
+    dialog.folder.setText("/home/someone/TrainPilot/exports/smolvlm-lora-20261201-101010/export-gui-folder")
+    dialog._done(0, "", "")
+
+    def whole(label) -> bool:
+        return label.height() >= label.heightForWidth(label.width()) and label.geometry().bottom() <= dialog.height()
+
+    for label in (dialog.formats, dialog.status, dialog.verification):
+        qtbot.waitUntil(lambda label=label: whole(label), timeout=SHOWN_MS)
+    dialog.resize(460, dialog.height())  # narrower: more lines each, and still whole
+    for label in (dialog.formats, dialog.status, dialog.verification):
+        qtbot.waitUntil(lambda label=label: whole(label), timeout=SHOWN_MS)
