@@ -43,6 +43,7 @@ class Batch:
     step_x: list = field(default_factory=list)        # step numbers
     loss: list = field(default_factory=list)
     lr: list = field(default_factory=list)
+    grad_norm: list = field(default_factory=list)      # the gradient norm before clipping (NaN: not logged)
     tps_t: list = field(default_factory=list)          # event time of each step (a NaN tps: resume gap)
     tps: list = field(default_factory=list)
     reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
@@ -132,6 +133,7 @@ class RunReader:
             b.step_x.append(step)
             b.loss.append(_nan(e.get("loss")))
             b.lr.append(_nan(e.get("learning_rate")))
+            b.grad_norm.append(_nan(e.get("grad_norm")))
             if "rewards_margin" in e:  # preference objectives (docs/preference.md)
                 b.reward_x.append(step)
                 b.reward_accuracy.append(_nan(e.get("reward_accuracy")))
@@ -162,7 +164,7 @@ def _resumed(b: Batch, step: int) -> None:
     (those of this batch here, those already shown in ``RunData.apply``), so the charts draw one lineage."""
     b.resumed_at = step if b.resumed_at is None else min(b.resumed_at, step)
     keep = [i for i, x in enumerate(b.step_x) if x <= step]
-    b.step_x, b.loss, b.lr = ([col[i] for i in keep] for col in (b.step_x, b.loss, b.lr))
+    b.step_x, b.loss, b.lr, b.grad_norm = ([col[i] for i in keep] for col in (b.step_x, b.loss, b.lr, b.grad_norm))
     keep = [i for i, x in enumerate(b.reward_x) if x <= step]
     b.reward_x, b.reward_accuracy, b.reward_margin = ([col[i] for i in keep]
                                                       for col in (b.reward_x, b.reward_accuracy, b.reward_margin))
@@ -177,7 +179,7 @@ class RunData:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.reader = RunReader(self.run_dir) if self.run_dir is not None else None
         # step-indexed
-        self.loss, self.lr = Series(), Series()
+        self.loss, self.lr, self.grad_norm = Series(), Series(), Series()
         self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         self.grpo = GrpoSeries()  # GRPO: rewards per function and in total, no-signal share, lengths, KL
         self.objective: str | None = None  # run_started's objective (None: an older run, or not started yet)
@@ -223,7 +225,7 @@ class RunData:
         if b.plan is not None:
             self.plan = b.plan
         if b.resumed_at is not None:
-            for series in (self.loss, self.lr, self.reward_accuracy, self.reward_margin):
+            for series in (self.loss, self.lr, self.grad_norm, self.reward_accuracy, self.reward_margin):
                 series.drop_after(b.resumed_at)
             self.grpo.drop_after(b.resumed_at)
         for e in b.events:
@@ -231,6 +233,7 @@ class RunData:
         if b.step_x:
             self.loss.extend(b.step_x, b.loss)
             self.lr.extend(b.step_x, b.lr)
+            self.grad_norm.extend(b.step_x, b.grad_norm)
             self.last_step = b.last_step
         if b.reward_x:
             self.reward_accuracy.extend(b.reward_x, b.reward_accuracy)

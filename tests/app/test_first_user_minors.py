@@ -138,3 +138,30 @@ def test_the_export_dialog_shows_a_vision_language_exports_whole_summary(qtbot, 
     dialog.resize(460, dialog.height())  # narrower: more lines each, and still whole
     for label in (dialog.formats, dialog.status, dialog.verification):
         qtbot.waitUntil(lambda label=label: whole(label), timeout=SHOWN_MS)
+
+
+def test_the_dashboard_charts_the_gradient_norm_the_worker_logs(qtbot, fixture_run):
+    import json
+
+    import numpy as np
+
+    from app.model.run_data import RunData
+    from app.views.dashboard import Dashboard
+
+    run = fixture_run("cpu_demo")
+    steps = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
+             if '"type": "step"' in line]
+    logged = [e["grad_norm"] for e in steps]
+    assert len(logged) == 24 and all(isinstance(v, float) for v in logged)
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.resize(800, 600)
+    dash.show()
+    data = RunData(run)
+    data.poll()
+    dash.set_data(data)
+    curve = dash.curves["grad"]
+    assert list(curve.xData) == [e["step"] for e in steps] and np.allclose(curve.yData, logged)
+    plot = dash.plots["grad"]
+    assert plot.isVisible() and "Gradient norm" in plot.titleLabel.text
+    qtbot.waitUntil(lambda: plot.getViewBox().height() >= 4 * dash.fontMetrics().lineSpacing(), timeout=SHOWN_MS)
