@@ -157,3 +157,48 @@ def test_every_time_estimate_uses_the_one_count(setup):
     assert compute == pytest.approx(tokens * count / (speed.peak_flops("h100") * speed.MFU), rel=1e-12)
     busy = throughput.utilisation(tokens, throughput.half_busy_tokens(spec, setup))
     assert throughput.relative_speed(spec, setup) == pytest.approx(busy / count, rel=1e-12)
+
+
+# Configs on which the wizard (the structure record's number), Start (the top level of a composite config) and the
+# export (a 2,048 fallback) read different position limits before trainer.models.positions (issue 45).
+POSITION_CONFIGS = {
+    # a composite checkpoint's top level is not what its text model reads: Start read 4096, the others 8192
+    "composite": ({"model_type": "llava", "max_position_embeddings": 4096,
+                   "text_config": {"model_type": "llama", "max_position_embeddings": 8192}}, 8192),
+    # a text config that states no limit (the tests' SmolVLM): the wizard read transformers' default (2048) from the
+    # record, Start refused nothing, the export wrote 2048 into Ollama's num_ctx whatever the run trained at
+    "unstated": ({"model_type": "idefics3", "text_config": {"model_type": "llama"}}, None),
+    "gpt2": ({"model_type": "gpt2", "n_positions": 1024}, 1024),
+    "text": ({"model_type": "llama", "max_position_embeddings": 4096}, 4096),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POSITION_CONFIGS))
+def test_the_wizard_start_and_the_export_read_one_position_limit(tmp_path, name):
+    from app.model.planning import seq_len_limit
+    from trainer.core.errors import UserError
+    from trainer.planning import longest
+    from trainer.supervisor import preflight
+    from trainer.worker.export import model_export
+
+    config, limit = POSITION_CONFIGS[name]
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def run(seq_len: int):
+        return config_mod.validate({"model": {"source": str(folder)}, "data": {"seq_len": seq_len}})
+
+    cfg = run(512)
+    assert seq_len_limit(cfg) == limit  # the wizard's (Model and Method pages)
+    assert longest.model_limit(cfg) == limit  # the longest-context search's
+    assert model_export.context_length(cfg) == (limit or 512)  # Ollama's num_ctx: the limit, else the trained length
+    for seq_len in ([limit, limit + 1] if limit else [100_000]):
+        refused = preflight.seq_len_refusal(seq_len, seq_len_limit(cfg))
+        try:  # Start
+            preflight._seq_len(run(seq_len), None)
+            started = None
+        except UserError as exc:
+            started = str(exc)
+        assert (started is None) == (refused is None), (seq_len, started, refused)
+        assert (started is not None) == bool(limit and seq_len > limit), (seq_len, started)

@@ -59,7 +59,10 @@ def collect(data: RunData | None, snapshot: dict | None, run_pids: set[int] = fr
 
 def failure_advice(data: RunData) -> Advice:
     """The crash message plus how to continue (Resume only when there is a checkpoint to resume from)."""
+    rs = data.run_state
     then = ("then Resume continues from the last complete checkpoint." if data.resumable() else
+            f"then Resume continues from checkpoint {rs.checkpoint_step} once the run has exited."
+            if rs is not None and rs.checkpoint is not None else
             "then start it again: it has no complete checkpoint to resume from.")
     return Advice("failed", "error", f"Training failed: {data.error_text()}. See the Log tab; fix the cause, {then}")
 

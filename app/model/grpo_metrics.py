@@ -114,6 +114,16 @@ class GrpoSeries:
         self._steps += len(xs)
         self.version += 1
 
+    def drop_after(self, step: float) -> None:
+        """Drop every point beyond ``step`` (a run resumed from an older checkpoint redoes those steps)."""
+        for band in (self.total, self.validation, *self.functions.values()):
+            for series in (band.mean, band.low, band.high):
+                series.drop_after(step)
+        for series in (self.no_signal, self.clipped, self.completion_length, self.kl, self.entropy):
+            series.drop_after(step)
+        self._steps = len(self.total.mean)
+        self.version += 1
+
     def evaluated(self, e: dict) -> None:
         """An ``eval`` event: GRPO's validation reward at its step (events without a reward are not GRPO's)."""
         step, reward = _num(e.get("step")), _num(e.get("reward"))

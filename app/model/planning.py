@@ -9,7 +9,7 @@ from trainer.models import vision
 from trainer.planning import picture_memory as pictures
 from trainer.planning.ladder import record_kept_settings
 from trainer.planning.longest import LongestContext, longest_context
-from trainer.planning.longest import model_limit as seq_len_limit  # the model's positions: one home (the wizard's name)
+from trainer.models.positions import run_position_limit as seq_len_limit  # the one reader (the wizard's name)
 from trainer.planning.plan import plan_run
 from trainer.planning.verdict import method_verdict, step_options
 from trainer.supervisor import preflight

@@ -28,6 +28,7 @@ from app.model.grpo_metrics import GrpoSeries, grpo_columns, is_grpo_step
 from app.model.series import Series
 from app.model.telemetry import GAP_S, GPU_FIELDS, Columns, TelemetryColumns  # noqa: F401 (GAP_S re-exported)
 from trainer.rundir import events as ev
+from trainer.rundir.checkpoints import checkpoint_step
 from trainer.rundir.runstate import RunState, read_run_state
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -42,6 +43,7 @@ class Batch:
     step_x: list = field(default_factory=list)        # step numbers
     loss: list = field(default_factory=list)
     lr: list = field(default_factory=list)
+    grad_norm: list = field(default_factory=list)      # the gradient norm before clipping (NaN: not logged)
     tps_t: list = field(default_factory=list)          # event time of each step (a NaN tps: resume gap)
     tps: list = field(default_factory=list)
     reward_x: list = field(default_factory=list)      # steps of preference objectives' reward metrics
@@ -56,6 +58,7 @@ class Batch:
     status: dict | None = None
     run_state: RunState | None = None                  # the effective state, when asked this read
     plan: dict | None = None
+    resumed_at: float | None = None                    # a resumed attempt began at this step: later points go
     more: bool = False                                 # a backlog remains: read again soon
 
     def empty(self) -> bool:
@@ -130,6 +133,7 @@ class RunReader:
             b.step_x.append(step)
             b.loss.append(_nan(e.get("loss")))
             b.lr.append(_nan(e.get("learning_rate")))
+            b.grad_norm.append(_nan(e.get("grad_norm")))
             if "rewards_margin" in e:  # preference objectives (docs/preference.md)
                 b.reward_x.append(step)
                 b.reward_accuracy.append(_nan(e.get("reward_accuracy")))
@@ -140,12 +144,31 @@ class RunReader:
         if kind == "run_started":
             self._attempts += 1
             self._break_pending = self._attempts > 1  # a resumed attempt: a gap, not a straight line
+            if self._attempts > 1:
+                _resumed(b, resume_step(e))
         b.events.append(e)
 
     def _telemetry(self, b: Batch, snaps: list[dict]) -> None:
         b.telemetry = self._columns.parse(snaps)
         if b.telemetry is not None and b.telemetry.throttle_changed:
             b.throttle_periods = [list(p) for p in self._columns.throttle]
+
+
+def resume_step(e: dict) -> int:
+    """The step a later attempt's ``run_started`` continues from: its checkpoint's, 0 when it starts over."""
+    return max(checkpoint_step(e["resume_from"]), 0) if isinstance(e.get("resume_from"), str) else 0
+
+
+def _resumed(b: Batch, step: int) -> None:
+    """A resumed attempt redoes the steps after ``step``: the step-indexed points of earlier attempts beyond it go
+    (those of this batch here, those already shown in ``RunData.apply``), so the charts draw one lineage."""
+    b.resumed_at = step if b.resumed_at is None else min(b.resumed_at, step)
+    keep = [i for i, x in enumerate(b.step_x) if x <= step]
+    b.step_x, b.loss, b.lr, b.grad_norm = ([col[i] for i in keep] for col in (b.step_x, b.loss, b.lr, b.grad_norm))
+    keep = [i for i, x in enumerate(b.reward_x) if x <= step]
+    b.reward_x, b.reward_accuracy, b.reward_margin = ([col[i] for i in keep]
+                                                      for col in (b.reward_x, b.reward_accuracy, b.reward_margin))
+    b.grpo_steps = [e for e in b.grpo_steps if _num(e.get("step")) <= step]
 
 
 class RunData:
@@ -156,7 +179,7 @@ class RunData:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.reader = RunReader(self.run_dir) if self.run_dir is not None else None
         # step-indexed
-        self.loss, self.lr = Series(), Series()
+        self.loss, self.lr, self.grad_norm = Series(), Series(), Series()
         self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         self.grpo = GrpoSeries()  # GRPO: rewards per function and in total, no-signal share, lengths, KL
         self.objective: str | None = None  # run_started's objective (None: an older run, or not started yet)
@@ -201,11 +224,16 @@ class RunData:
             self.run_state = b.run_state
         if b.plan is not None:
             self.plan = b.plan
+        if b.resumed_at is not None:
+            for series in (self.loss, self.lr, self.grad_norm, self.reward_accuracy, self.reward_margin):
+                series.drop_after(b.resumed_at)
+            self.grpo.drop_after(b.resumed_at)
         for e in b.events:
             self._on_event(e)
         if b.step_x:
             self.loss.extend(b.step_x, b.loss)
             self.lr.extend(b.step_x, b.lr)
+            self.grad_norm.extend(b.step_x, b.grad_norm)
             self.last_step = b.last_step
         if b.reward_x:
             self.reward_accuracy.extend(b.reward_x, b.reward_accuracy)
@@ -271,6 +299,17 @@ class RunData:
     def is_live(self) -> bool:
         """True while the run is effectively starting, running or stopping (Stop means something)."""
         return self.run_state is not None and self.run_state.live
+
+    def checkpoint_words(self) -> str:
+        """What Resume can do, as a run that is not live says it: "Resume continues from checkpoint 16"; a checkpoint
+        the run folder already holds while the run's processes are still exiting (seconds after a Stop that saved
+        it) is named as saved, never as missing; "no complete checkpoint to resume from" only when there is none."""
+        rs = self.run_state
+        if rs is not None and rs.resumable:
+            return f"Resume continues from checkpoint {rs.checkpoint_step}"
+        if rs is not None and rs.checkpoint is not None:
+            return f"checkpoint {rs.checkpoint_step} saved; Resume once the run has exited"
+        return "no complete checkpoint to resume from"
 
     def resumable(self) -> bool:
         """True when Resume can continue the run: nothing of it alive, not finished, a checkpoint."""

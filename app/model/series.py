@@ -52,6 +52,18 @@ class Series:
         self.n = need
         self.version += 1
 
+    def drop_after(self, x: float) -> None:
+        """Drop the points whose x is beyond ``x`` (the steps a run resumed from an older checkpoint redoes: the chart
+        shows one lineage, not both attempts)."""
+        keep = self._x[: self.n] <= x
+        if keep.all():
+            return
+        n = int(keep.sum())
+        self._x[:n], self._y[:n] = self._x[: self.n][keep], self._y[: self.n][keep]
+        self.n = n
+        self.has_nan = bool(np.isnan(self._y[:n]).any())
+        self.version += 1
+
     @property
     def x(self) -> np.ndarray:
         """View of the filled x values."""

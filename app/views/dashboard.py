@@ -22,8 +22,8 @@ PLOTS = (
     ("vram", "VRAM", "GiB", True, 0, 0, False), ("temp", "GPU temp.", "°C", True, 0, 1, False),
     ("power", "Power", "W", True, 1, 0, False), ("util", "GPU utilisation", "%", True, 1, 1, True),
     ("tps", "Throughput", "tokens/s", True, 2, 0, True), ("loss", "Loss", "", False, 2, 1, False),
-    ("lr", "Learning rate", "", False, 3, 1, True),
-    ("reward", "Reward accuracy (green) and margin (DPO/KTO/ORPO)", "", False, 3, 0, True),
+    ("lr", "Learning rate", "", False, 3, 1, True), ("grad", "Gradient norm (before clipping)", "", False, 3, 0, True),
+    ("reward", "Reward accuracy (green) and margin (DPO/KTO/ORPO)", "", False, 4, 0, False),
 )
 
 TITLES = {key: title for key, title, *_ in PLOTS}
@@ -34,7 +34,7 @@ EMPTY_TITLE = "{}: no data"
 MIN_TIME_SPAN_S = 10  # a wall-clock axis never spans less (sub-second ticks read as "00.250")
 
 # The first draw of a big run (more than STAGE_POINTS points) binds these groups one tick apart.
-STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss",), ("lr", "reward"))
+STAGES = (("vram",), ("power", "tps"), ("temp", "util"), ("loss", "grad"), ("lr", "reward"))
 STAGE_POINTS = 20_000
 
 
@@ -104,7 +104,8 @@ class Dashboard(QtWidgets.QWidget):
         for plot in self.plots.values():
             narrow_titles(plot)
         colors = {"vram": "#1f77b4", "temp": "#d62728", "power": "#ff7f0e",
-                  "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b", "reward": "#2ca02c"}
+                  "util": "#2ca02c", "tps": "#9467bd", "loss": "#1f77b4", "lr": "#8c564b", "grad": "#7f7f7f",
+                  "reward": "#2ca02c"}
         for name, color in colors.items():
             curve = self.plots[name].plot(pen=_pen(color), name=name)
             curve.setDownsampling(auto=True, method="peak")
@@ -133,6 +134,7 @@ class Dashboard(QtWidgets.QWidget):
         self.plots["temp"].addItem(self.throttle, ignoreBounds=True)
         self.plots["util"].setYRange(0, 100)
         self.plots["lr"].setLimits(yMin=0)  # a learning rate is never negative (a flat 0 autoranged to -0.4…0.4)
+        self.plots["grad"].setLimits(yMin=0)  # nor is a norm
         for key, _title, _unit, timed, *_ in PLOTS:
             if timed:  # time-indexed: a manual pan or zoom stops following the run's span
                 self.plots[key].getViewBox().sigRangeChangedManually.connect(self._user_moved_time)
@@ -192,12 +194,13 @@ class Dashboard(QtWidgets.QWidget):
         # A run with no GPU sample (a CPU run; a GPU run that failed before its first) charts what it has: at 800×600
         # under a failure banner, four empty GPU charts squeezed every chart's ticks into each other. A long run's
         # relayout gets a tick of its own, before the staged first draw.
+        rewarded = len(d.grpo) > 0 or len(d.reward_accuracy) > 0  # only runs with rewards get that chart
         if self._gpu_plots_shown(d.run_dir is None or (not d.on_cpu() and any(s.has_values() for s in
-                                                                                gpu_series.values()))) and big:
+                                                                                gpu_series.values())), rewarded) and big:
             return
         stage = self._stages.pop(0) if self._stages and big else [k for k, *_ in PLOTS]
         grpo = len(d.grpo) > 0  # GRPO charts its weighted total reward where preference runs chart accuracy
-        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr,
+        series = dict(gpu_series, tps=d.tokens_per_s, loss=d.loss, lr=d.lr, grad=d.grad_norm,
                       reward=d.grpo.total.mean if grpo else d.reward_accuracy)
         for name in stage:
             if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
@@ -236,25 +239,26 @@ class Dashboard(QtWidgets.QWidget):
             if prog is not None:
                 self.progress.set_progress(*prog)
 
-    def _gpu_plots_shown(self, shown: bool) -> bool:
-        """A CPU run's dashboard is its throughput, loss and learning rate: the GPU's four charts would stay empty
-        and take half the space (the machine view and GPU runs keep them). Without them and without a reward chart,
-        throughput takes the left column's whole height, beside loss over learning rate. True when the layout moved."""
-        tall = not shown and not self.plots["reward"].isVisible()
+    def _gpu_plots_shown(self, shown: bool, rewarded: bool) -> bool:
+        """A CPU run's dashboard is its throughput, gradient norm, loss and learning rate: the GPU's four charts would
+        stay empty and take half the space (the machine view and GPU runs keep them). Under throughput the gradient
+        norm; a run with rewards puts its reward chart between them, and the learning rate takes both rows beside
+        them. True when the layout moved."""
         moved = self._changed("gpu_plots", shown)
         if moved:
             for name in GPU_CHARTS:
                 self.plots[name].setVisible(shown)
             # Throughput leads the time axis itself while VRAM is hidden (a hidden plot's link maps by stale geometry).
             self.plots["tps"].setXLink(self.plots["vram"] if shown else None)
-        if self._changed("tps_tall", tall):  # the hidden reward chart leaves its cell to throughput, and takes it back
-            layout, tps, reward = self.graphs.ci, self.plots["tps"], self.plots["reward"]
-            for item in (tps, reward):
+        if self._changed("rewarded", rewarded):  # a hidden chart keeps its cell in the grid: it leaves the layout
+            layout, grad, reward, lr = self.graphs.ci, self.plots["grad"], self.plots["reward"], self.plots["lr"]
+            for item in (grad, reward, lr):
                 if item in layout.items:
                     layout.removeItem(item)
-            layout.addItem(tps, row=2, col=0, rowspan=2 if tall else 1)
-            if not tall:
+            if rewarded:
                 layout.addItem(reward, row=3, col=0)
+            layout.addItem(grad, row=4 if rewarded else 3, col=0)
+            layout.addItem(lr, row=3, col=1, rowspan=2 if rewarded else 1)
             moved = True
         return moved
 

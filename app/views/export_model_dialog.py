@@ -32,7 +32,35 @@ def export_model_args(run_dir: str, to: str, merge: bool, gguf: str | None, olla
 VERIFY_COLORS = {True: "#070", False: "#b00", None: "#a60"}  # verified, differs, not verified
 
 
-class ExportModelDialog(QtWidgets.QDialog):
+def grow_to_fit(dialog: QtWidgets.QDialog) -> None:
+    """Make ``dialog`` tall enough for its wrapped labels at its width. A window does not grow for a label that wraps
+    onto more lines (Qt sizes windows without height-for-width): a vision-language export's verification line, the
+    formats a run cannot export, a long folder were cut off at the dialog's bottom."""
+    lay = dialog.layout()
+    lay.activate()
+    need = lay.totalHeightForWidth(dialog.width()) if lay.hasHeightForWidth() else lay.totalSizeHint().height()
+    if need > dialog.height():
+        dialog.resize(dialog.width(), need)
+
+
+class _Fits:
+    """Mixin for the export dialogs: grown to their wrapped labels when shown, resized, and after each text."""
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        grow_to_fit(self)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (narrower: the labels take more lines)
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            QtCore.QTimer.singleShot(0, self, lambda: grow_to_fit(self))
+
+    def said(self) -> None:
+        """A label's text changed: grow when it needs more lines."""
+        grow_to_fit(self)
+
+
+class ExportModelDialog(_Fits, QtWidgets.QDialog):
     """Choices (folder, merge, GGUF type, Ollama), a progress bar fed by the child, the files written."""
 
     def __init__(self, run_dir: str, parent=None):
@@ -110,6 +138,7 @@ class ExportModelDialog(QtWidgets.QDialog):
         if why:
             self.status.setStyleSheet("color:#b00")
             self.status.setText(why)
+            self.said()
             return False
         args = export_model_args(self.run_dir, self.folder.text().strip(),
                                  self.adapter and self.merge.isChecked(),
@@ -134,16 +163,19 @@ class ExportModelDialog(QtWidgets.QDialog):
             self.files = msg.get("files", self.files)
         if isinstance(msg.get("verification"), dict):
             show_verification(self.verification, msg["verification"])
+        self.said()
 
     def _failed(self, message: str) -> None:
         self.status.setStyleSheet("color:#b00")
         self.status.setText(export_words(message))
+        self.said()
 
     def _done(self, code: int, _stdout: str, _stderr: str) -> None:
         self.export_button.setEnabled(True)
         if code == 0:
             self.progress.setValue(100)
             self.status.setText(f"Exported {len(self.files)} files to {self.folder.text().strip()}")
+        self.said()
 
 
 def show_verification(label: QtWidgets.QLabel, result: dict) -> None:
@@ -152,7 +184,7 @@ def show_verification(label: QtWidgets.QLabel, result: dict) -> None:
     label.setText(str(result.get("summary") or ""))
 
 
-class VerifyExportDialog(QtWidgets.QDialog):
+class VerifyExportDialog(_Fits, QtWidgets.QDialog):
     """An export folder checked again against the run it came from (``trainpilot-cli verify-export DIR --json``)."""
 
     def __init__(self, folder: str = "", parent=None):
@@ -203,9 +235,11 @@ class VerifyExportDialog(QtWidgets.QDialog):
     def _result(self, msg: dict) -> None:
         self.got = True
         show_verification(self.result, msg)
+        self.said()
 
     def _failed(self, message: str) -> None:
         if self.got:  # exit 4 (differs) or 2 (not verified) after the result line: the line says it
             return
         self.result.setStyleSheet("color:#b00")
         self.result.setText(export_words(message))
+        self.said()

@@ -96,10 +96,8 @@ def state_words(d: RunData) -> str:
     it) and what Resume can do for it."""
     state = d.state
     rs = d.run_state
-    if rs is not None and rs.resumable:
-        return f"{state} (Resume continues from checkpoint {rs.checkpoint_step})"
-    if d.run_dir is not None and state in ("stopped", "failed"):
-        return f"{state} (no complete checkpoint to resume from)"
+    if (rs is not None and rs.resumable) or (d.run_dir is not None and state in ("stopped", "failed")):
+        return f"{state} ({d.checkpoint_words()})"
     return state
 
 

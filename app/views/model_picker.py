@@ -73,6 +73,8 @@ class ModelPicker(QtWidgets.QWidget):
         self.rows: dict[str, dict] = {}  # repo id → its row (verdicts), for the rows shown
         self.snapshot = None  # the machine the verdicts judge (the Model page's one per visit); None: live
         self._listing = self._asked = "popular"
+        self._listed = self.status.text()  # what the status says of the listing shown, under any failure message
+        self._failed = False  # the status shows a failure (offline search, failed download) of the model typed then
 
     # -- listing --------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -114,7 +116,12 @@ class ModelPicker(QtWidgets.QWidget):
 
     def _rows_failed(self, exc: Exception) -> None:
         text = str(exc) if isinstance(exc, hub.HubOffline) else f"the search failed ({type(exc).__name__}: {exc})"
-        self.status.setText(f"<span style='color:#b00'>{html.escape(text[:1].upper() + text[1:])}</span>")
+        self._say_failure(html.escape(text[:1].upper() + text[1:]))
+
+    def _say_failure(self, text: str) -> None:
+        """A failure in red, until a listing succeeds or the Model field names another model (``follow``)."""
+        self.status.setText(f"<span style='color:#b00'>{text}</span>")
+        self._failed = True
 
     def _show_rows(self, rows: list[dict]) -> None:
         self.table.clear()
@@ -132,8 +139,10 @@ class ModelPicker(QtWidgets.QWidget):
             self.table.addTopLevelItem(item)
         for c in range(len(COLUMNS)):
             self.table.resizeColumnToContents(c)
-        self.status.setText(f"{len(rows)} model(s). Click one to use it: downloaded models are ready; others "
-                            "download after you agree (into the Hugging Face cache).")
+        self._listed = (f"{len(rows)} model(s). Click one to use it: downloaded models are ready; others "
+                        "download after you agree (into the Hugging Face cache).")
+        self.status.setText(self._listed)
+        self._failed = False
 
     def _selected(self) -> None:
         repo = self.current_repo()
@@ -147,6 +156,9 @@ class ModelPicker(QtWidgets.QWidget):
         """The Model field now says ``text``: Download… takes it (a hub id) or nothing (a folder, a shipped
         architecture), and a highlighted row for another model is let go, so what is typed is what downloads."""
         text = text.strip()
+        if self._failed and self.proc is None:  # an error about what the field said before is stale now
+            self.status.setText(self._listed)
+            self._failed = False
         if self.current_repo() not in (None, text):
             with QtCore.QSignalBlocker(self.table):
                 self.table.clearSelection()
@@ -238,8 +250,7 @@ class ModelPicker(QtWidgets.QWidget):
             self.progress.reset()
             self.progress.hide()
             why = self._failure or f"the download stopped with exit code {code}"
-            self.status.setText(f"<span style='color:#b00'>{html.escape(repo or '')} was not downloaded: "
-                                f"{html.escape(why)}</span>")
+            self._say_failure(f"{html.escape(repo or '')} was not downloaded: {html.escape(why)}")
             self._mark(repo)
             self._set_button(repo)
 

@@ -127,8 +127,9 @@ class RunView(QtWidgets.QWidget):
         err = d.error_text()
         if err:
             tail = "\n".join(d.log_tail(8))
-            then = (f" Resume continues from checkpoint {d.run_state.checkpoint_step}." if d.resumable() else
-                    " There is no complete checkpoint to resume from.")
+            words = d.checkpoint_words()
+            then = f" {words[:1].upper()}{words[1:]}." if d.resumable() or d.run_state.checkpoint is not None else \
+                " There is no complete checkpoint to resume from."
             self.failure.setText(f"Training failed: {err}.{then}\n\nLast log lines:\n{tail}")
             self.failure_box.show()
         else:

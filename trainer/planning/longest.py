@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from trainer import config as config_mod
-from trainer.core.errors import UserError
 from trainer.hardware.probe import MachineSnapshot
-from trainer.models.spec import spec_for_run
+from trainer.models.positions import run_position_limit
 from trainer.planning.budget import close_apps
 from trainer.planning.lengths import STEP, longest_fitting, next_up, shortest
 from trainer.planning.plan import Plan, plan_run
@@ -97,10 +96,7 @@ def _limit_words(found: Longest, where: str = "") -> str:
 def model_limit(cfg) -> Optional[int]:
     """The most positions the config's model reads (``max_position_embeddings``, tokens), None when unknown (no
     config.json here yet): where this search stops and what the wizard refuses a longer ``data.seq_len`` by."""
-    try:
-        return spec_for_run(cfg).max_positions or None
-    except UserError:
-        return None
+    return run_position_limit(cfg)  # the one reader, also Start's and the export's (trainer.models.positions)
 
 
 def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str] = None) -> Longest:

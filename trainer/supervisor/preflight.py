@@ -24,7 +24,7 @@ from trainer.data.preference import read_preference_records
 from trainer.data.prompts import read_prompt_records
 from trainer.data.readers import read_records
 from trainer.data.scan import scan
-from trainer.models import sources
+from trainer.models import positions, sources
 from trainer.models.spec import is_encoder_decoder
 from trainer.core import entrypoints, network
 from trainer.planning import requirements
@@ -330,11 +330,8 @@ def _model_config(cfg) -> dict | None:
 
 
 def _seq_len(cfg, hardware) -> None:
-    conf = _model_config(cfg)
-    if not conf:
-        return
-    conf = {**(conf.get("text_config") or {}), **conf}  # a multimodal checkpoint: the text model's positions
-    why = seq_len_refusal(cfg.data.seq_len, conf.get("max_position_embeddings") or conf.get("n_positions"))
+    _model_config(cfg)  # an unreadable config.json is refused here, with the fix
+    why = seq_len_refusal(cfg.data.seq_len, positions.run_position_limit(cfg))  # the wizard's and export's reader
     if why:
         raise UserError(f"data.seq_len: {why}", field="data.seq_len")
 

@@ -180,7 +180,9 @@ class ModelPage(QtWidgets.QWizardPage):
             self.state.propose("data.seq_len", proposed_seq_len(limit))  # the facts follow (values_changed)
             return
         seq = self.state.values.get("data.seq_len")
-        if limit and seq == limit and "data.seq_len" in self.state.proposed:
+        if limit and seq == limit < proposed_seq_len(None) and "data.seq_len" in self.state.proposed:
+            # only a model that reads fewer positions than the usual default has its limit proposed (smollm's 2,048 is
+            # the default itself: "the usual default, 2,048, is longer" contradicted its own number)
             lines.append(f"Sequence length {seq:,} tokens: the most this model reads (the usual default, "
                          f"{proposed_seq_len(None):,}, is longer); change it on the Method page.")
         elif limit and isinstance(seq, int) and seq > limit:

@@ -26,7 +26,7 @@ from trainer import config as config_mod
 from trainer.core import capabilities, entrypoints
 from trainer.core.errors import ExportDiffers, UserError
 from trainer.data import conversations, run_template
-from trainer.models import gguf_support
+from trainer.models import gguf_support, positions
 from trainer.worker.export import gguf_convert, projector, run_records, staging, verify
 from trainer.worker.export import ollama as ollama_mod
 from trainer.worker.generate import generation as chat
@@ -94,7 +94,7 @@ def export(run_dir: Path, source: Path, to: Path, *, merge: bool, gguf_type: str
     files, result = write_export(model, tok, to, name=cfg.name, gguf_type=gguf_type, ollama=ollama, progress=progress,
                                  merged=merge and is_adapter, system_mode=cfg.data.system_message, system=system,
                                  chat_date=cfg.data.chat_date, record=record, checking=checking, release=True,
-                                 companions=companion_files(cfg, source, model))
+                                 companions=companion_files(cfg, source, model), context_length=context_length(cfg))
     progress.finish(files, result)
     return files, result
 
@@ -112,7 +112,8 @@ def companion_files(cfg, source: Path, model) -> list[Path]:
 def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, ollama: bool, progress: Progress,
                  merged: bool = False, system_mode: str = "auto", system: str | None = None,
                  chat_date: str | None = None, record: dict | None = None, checking: bool = False,
-                 release: bool = False, companions: list[Path] = ()) -> tuple[list[Path], dict | None]:
+                 release: bool = False, companions: list[Path] = (),
+                 context_length: int = 2048) -> tuple[list[Path], dict | None]:
     """Write ``model`` (full, or a PEFT adapter) and ``tok`` (with its chat template) into ``to``; with a GGUF and
     ``record`` (where the export came from) write ``trainpilot-export.json``, and with ``checking`` verify the
     written files before they move into place. ``companions`` go beside them (processor files, tokenizer.model). Returns the files and the verification (or None). ``release``: free
@@ -120,14 +121,15 @@ def write_export(model, tok, to: Path, *, name: str, gguf_type: str | None, olla
 
     Every check that can refuse runs before a file is written; the files are written into a hidden folder beside
     ``to`` and moved into place at the end, so a refusal or failure leaves nothing; an export that differs from
-    training is set aside as ``<to>.unverified`` (ExportDiffers, exit 4)."""
+    training is set aside as ``<to>.unverified`` (ExportDiffers, exit 4). ``context_length``: Ollama's num_ctx
+    (tokens; a run's is ``context_length(cfg)``)."""
     llama_cpp = check_gguf(gguf_type, model) if gguf_type else None
     rules = conversations.for_tokenizer(tok, system_mode, chat.generation_eos_ids(model))
     eot = rules.end_of_turn_id()
     eot = eot if eot is not None else tok.eos_token_id
     shape = ollama_mod.check(tok) if ollama else None
     dated = bool(chat_date) and conversations.prints_date(tok.chat_template)
-    context = _context_length(model.config)
+    context = context_length
     config = model.config.to_dict() if model_parts.tower_prefixes(model) else None  # a vision-language model
     with staging.staged_folder(to) as tmp:
         progress.step("writing safetensors" + (" (merged)" if merged else ""))
@@ -274,10 +276,10 @@ def _record_special_tokens(tok, folder: Path) -> None:
     path.write_text(json.dumps(conf, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _context_length(config) -> int:
-    """The model's own context length in tokens (what it was pretrained for), for Ollama's num_ctx."""
-    config = getattr(config, "text_config", None) or config
-    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048))
+def context_length(cfg) -> int:
+    """Ollama's num_ctx for a run's export (tokens): the model's own position limit (``trainer.models.positions``, the
+    reader the wizard and Start ask), or, where its config states none, the sequence length it was trained at."""
+    return positions.run_position_limit(cfg) or cfg.data.seq_len
 
 
 def _write_generation_config(model, tok, eot: int | None, to: Path) -> None:
