@@ -43,6 +43,7 @@ from pathlib import Path
 
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
+from trainer.models.sources import architecture_file
 from trainer.planning import saver_memory
 
 GPU, HOST = "meta", "cpu"
@@ -73,14 +74,13 @@ def unsupported(cfg) -> str | None:
 
 
 def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 2) -> dict:
-    """Simulate ``steps`` optimizer steps of ``cfg`` (a resolved config: ``Plan.resolved``) at its micro-batch and
+    """Simulate ``steps`` optimizer steps (of two micro-batches each when the plan accumulates) of ``cfg`` (a resolved config: ``Plan.resolved``) at its micro-batch and
     sequence length. ``layers``: build this many decoder layers instead of the architecture's (the same per-layer
     shapes); ``packed``: the block-diagonal mask of packed documents. Returns bytes: ``peak_bytes`` (the GPU),
     ``at_peak`` (its categories at that moment), ``host_peak_bytes``, ``host_at_peak``, ``layers``, ``seconds``.
     UserError when the config cannot be simulated (``unsupported``)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     why = unsupported(cfg)
     if why:
@@ -89,29 +89,57 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
     model, depth = build(cfg, layers)
     mb, seq = cfg.training.micro_batch_size, cfg.data.seq_len
     vocab = model.config.get_text_config().vocab_size
+    # with accumulation the gradients of one micro-batch are held while the next runs forward: two show it
+    accumulation = 2 if (cfg.training.gradient_accumulation_steps or 1) > 1 else 1
     with FakeTensorMode(allow_non_fake_inputs=True), _kernels_cuda_would_choose():
         model.to_empty(device=GPU)
         _retie(model)
         _offload_checkpoints(cfg, model)
         optimizer = make_optimizer(cfg, model)
-        tracker = MemTracker()
+        tracker = _tracker()
         tracker.track_external(model, optimizer, *getattr(optimizer, "optimizer_dict", {}).values())
         with tracker:
             for _ in range(steps):
-                ids = torch.randint(0, vocab, (mb, seq), device=GPU)
-                batch = {"input_ids": ids, "labels": ids}
-                if packed:
-                    batch["attention_mask"] = torch.ones((mb, 1, seq, seq), dtype=torch.bool, device=GPU)
-                loss = model(**batch, use_cache=False).loss
-                loss.backward()
-                del loss, batch, ids
+                for _ in range(accumulation):
+                    ids = torch.randint(0, vocab, (mb, seq), device=GPU)
+                    batch = {"input_ids": ids, "labels": ids}
+                    if packed:
+                        batch["attention_mask"] = torch.ones((mb, 1, seq, seq), dtype=torch.bool, device=GPU)
+                    loss = model(**batch, use_cache=False).loss
+                    loss.backward()
+                    del loss, batch, ids
+                    tracker.reset_mod_stats()  # per-module stats only: the peak per device is kept across calls
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                tracker.reset_mod_stats()  # per-module stats only: the peak per device is kept across steps
         peak = tracker.get_tracker_snapshot("peak")
     gpu, host = _categories(peak, GPU), _categories(peak, HOST)
     return {"peak_bytes": gpu.pop("Total", 0), "at_peak": gpu, "host_peak_bytes": host.pop("Total", 0),
             "host_at_peak": host, "layers": depth, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _tracker():
+    """torch's MemTracker, which hooks every parameter for its gradient, frozen ones too (where torch refuses a
+    hook): here only the trained parameters are hooked."""
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    class Tracker(MemTracker):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            memory = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+            if not install_grad_hooks:
+                return memory
+            for param in module.parameters():
+                if not param.requires_grad or param in self._param_to_grad_hook_handles:
+                    continue
+
+                def grad_hook(grad, tracker=self):
+                    tracker._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+                self._param_to_grad_hook_handles[param] = (
+                    param.register_hook(grad_hook),
+                    param.register_post_accumulate_grad_hook(lambda p, hook=grad_hook: hook(p.grad)))
+            return memory
+
+    return Tracker()
 
 
 def _retie(model) -> None:
@@ -134,7 +162,7 @@ def build(cfg, layers: int | None = None):
     import torch
     from transformers import AutoConfig
 
-    from trainer.models.sources import architecture_file
+    from trainer.worker.kernels import chunked_loss
     from trainer.worker.loading import model_parts, modeling
 
     raw = {k: v for k, v in json.loads(architecture_file(cfg.model.architecture).read_text()).items()
@@ -148,8 +176,6 @@ def build(cfg, layers: int | None = None):
     with torch.device("meta"):
         model = modeling._with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw), common)
         model = modeling.prepare_built(cfg, model)
-    from trainer.worker.kernels import chunked_loss
-
     chunked_loss.install_kernel(model, cfg, "cuda")
     if cfg.speed.gradient_checkpointing is True:  # as HF's Trainer enables it when training starts
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -171,8 +197,6 @@ def _set_depth(text, layers: int | None) -> int:
 
 def period(cfg) -> int:
     """The fewest decoder layers whose pattern repeats (a hybrid's or sliding-window model's ``layer_types``)."""
-    from trainer.models.sources import architecture_file
-
     raw = json.loads(architecture_file(cfg.model.architecture).read_text())
     text = raw.get("text_config", raw)
     kinds = text.get("layer_types") or []
@@ -421,18 +445,16 @@ def simulate_full_depth(cfg, depth_cap: int | None = None, packed: bool = False)
     pattern) scaled to the full one (``scaled``)."""
     full = _depth(cfg)
     p = period(cfg)
-    if not depth_cap or full <= 2 * p or depth_cap >= full:
+    # two depths a pattern apart, the lower at least two layers (one layer alone is no line: the first layer takes
+    # the embedding's output, which needs no gradient)
+    high = max(2 * p, 3 if p == 1 else 0, (depth_cap or 0) // p * p)
+    low = high - p
+    if not depth_cap or high >= full:
         return simulate(cfg, packed=packed)
-    low = max(p, (depth_cap // 2) // p * p)
-    high = max(2 * p, depth_cap // p * p)
-    if high <= low:
-        high = low + p
     return scaled(simulate(cfg, low, packed), simulate(cfg, high, packed), full)
 
 
 def _depth(cfg) -> int:
-    from trainer.models.sources import architecture_file
-
     raw = json.loads(architecture_file(cfg.model.architecture).read_text())
     return raw.get("text_config", raw)["num_hidden_layers"]
 
