@@ -21,6 +21,7 @@ CLI_COMMANDS = {"export-model", "chat"}  # the CLI commands that import torch
 STARTED_AS_USUAL = {
     "trainer.worker.datapipe.producer": "the worker's tokenizing child: tokenizers and datasets, no torch",
     "trainer.worker.probes.memory_probe": "plan --measure: it measures on a GPU only",
+    "trainer.worker.probes.simulate": "plan --simulate: one child per plan, its time is torch's fake tensors",
     "trainer.worker.probes.hubcheck": "preflight of a hub dataset: datasets, no torch",
     "trainer.worker.probes.reward_preview": "the wizard's reward preview: started by a few GUI tests only",
     "app.model.hub_download": "the GUI's model download: huggingface_hub, no torch",

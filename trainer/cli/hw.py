@@ -7,6 +7,7 @@ import sys
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
+from trainer.cli import simulated
 from trainer.data import token_stats
 from trainer.data.scan import scan
 from trainer.hardware.recording import record
@@ -34,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--hardware", metavar="FILE", help="plan for a recording (JSONL) instead of this machine")
     p.add_argument("--json", action="store_true", help="print plan.json")
     p.add_argument("--measure", action="store_true", help="run 2-3 real steps on the GPU and correct the micro-batch")
+    p.add_argument("--simulate", action="store_true",
+                   help="run the plan's training step on fake tensors (no GPU needed) and print its peak beside the plan")
+    p.add_argument("--simulate-layers", type=int, default=4, metavar="N",
+                   help="--simulate builds at most N decoder layers and scales the per-layer part (0: every layer)")
     p.add_argument("--goal", choices=["fastest", "most_headroom"], help="override plan_goal")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--max-seq", action="store_true",
@@ -164,13 +169,20 @@ def cmd_plan(args) -> int:
                   "this machine has none, so only the prediction is available", file=sys.stderr)
             return EXIT_BAD_INPUT
         report = measure_plan(plan, snap)
+    sim = None
+    if args.simulate:
+        sim = simulated.compared(plan, simulated.run_simulation(plan, max(0, args.simulate_layers)))
     if args.json:
         d = dict(plan.to_dict(), method_verdict=verdict.to_dict())
         if report is not None:
             d["measured"] = report
+        if sim is not None:
+            d["simulated"] = sim
         print(json.dumps(d, indent=2))
     else:
         print(format_plan(plan, verdict))
+        if sim is not None:
+            print(simulated.format_simulation(sim))
     return 0
 
 

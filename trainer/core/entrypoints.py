@@ -12,6 +12,7 @@ CLI = "trainer"                                           # trainpilot-cli (the 
 WORKER = "trainer.worker"                                 # the training process (also the DeepSpeed --module)
 PRODUCER = "trainer.worker.datapipe.producer"             # tokenizes and packs chunks while the model trains
 MEMORY_PROBE = "trainer.worker.probes.memory_probe"       # plan --measure: real optimizer steps, peak memory
+SIMULATE = "trainer.worker.probes.simulate"               # plan --simulate: one step on fake tensors, live bytes
 STRUCTURE_PROBE = "trainer.worker.probes.structure_probe" # a new architecture's structure record (meta device)
 DOCTOR_CHECKS = "trainer.worker.probes.doctor_checks"     # doctor's torch-side checks
 HUBCHECK = "trainer.worker.probes.hubcheck"               # preflight of a hub dataset
@@ -22,7 +23,7 @@ HUB_DOWNLOAD = "app.model.hub_download"                   # the GUI's model down
 GGUF_CONVERT = "trainer.worker.export.gguf_convert"        # export-model --gguf: llama.cpp's convert_hf_to_gguf.py
 VERIFY_EXPORT = "trainer.worker.export.verify"            # an export checked in llama.cpp and Ollama's template
 
-ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, STRUCTURE_PROBE, DOCTOR_CHECKS, HUBCHECK, GRPOCHECK, DATA_STATS,
+ALL = (CLI, WORKER, PRODUCER, MEMORY_PROBE, SIMULATE, STRUCTURE_PROBE, DOCTOR_CHECKS, HUBCHECK, GRPOCHECK, DATA_STATS,
        REWARD_PREVIEW, HUB_DOWNLOAD, GGUF_CONVERT, VERIFY_EXPORT)
 
 

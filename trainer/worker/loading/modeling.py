@@ -115,6 +115,13 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
                             f"check the hub id, your access to it ({m.hub_token_env}) or the folder", field="model.source") from None
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
+    return prepare_built(cfg, model, apply_method, seq2seq)
+
+
+def prepare_built(cfg, model, apply_method: bool = True, seq2seq: bool = False):
+    """What ``load_model`` does to a built model, in its order: no KV cache, the towers frozen, the tiled MLP, then
+    the method (LoRA through ``lora_config``). The simulated step (``probes/simulate.py``) calls it on a model
+    built on the meta device, so it trains what the run trains."""
     model.config.use_cache = False
     model_parts.freeze_towers(model, cfg.method.train_vision)  # vision parts train only when asked
     if cfg.speed.tiled_mlp is True:  # before the adapters: tiling wraps the MLP's call, whatever is inside it later

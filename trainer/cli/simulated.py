@@ -1,0 +1,71 @@
+"""``plan --simulate``: the plan's step run on fake tensors in a child process (``python -m
+trainer.worker.probes.simulate``), printed beside the plan's components. Light: the child imports torch, this does not.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from trainer import config as config_mod
+from trainer.core import entrypoints
+from trainer.core.errors import EXIT_BAD_INPUT, UserError
+from trainer.core.units import GIB
+
+# The plan's components no simulation holds (the worker's simulate.NOT_SIMULATED, restated here without torch;
+# tests/test_simulate.py checks the two agree): the allocator's slack, the CUDA runtime, the unmeasured margins.
+NOT_SIMULATED = ("fragmentation", "cuda_context", "cuda_kernels", "offload_margin")
+HOST_NOT_SIMULATED = ("runtime", "loading")  # the interpreter's own RAM; the checkpoint's pass through host memory
+
+
+def run_simulation(plan, layers: int = 4, timeout: float = 1800) -> dict:
+    """Simulate ``plan.resolved`` in a child process (``layers``: at most this many decoder layers, scaled to the
+    model's depth; 0: every layer). The child's JSON; UserError with its one line when it cannot simulate."""
+    with tempfile.TemporaryDirectory(prefix="trainpilot-simulate-") as tmp:
+        cfg_path, out = Path(tmp) / "config.yaml", Path(tmp) / "simulated.json"
+        cfg_path.write_text(config_mod.dump_yaml(plan.resolved), encoding="utf-8")
+        argv = [str(cfg_path), "--out", str(out), "--layers", str(layers)]
+        if plan.breakdown.get("attention_mask"):
+            argv.append("--packed")
+        proc = subprocess.run(entrypoints.python_m(entrypoints.SIMULATE, *argv), capture_output=True, text=True,
+                              timeout=timeout)
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if proc.returncode == EXIT_BAD_INPUT:
+            raise UserError(tail)
+        if proc.returncode != 0 or not out.exists():
+            raise UserError(f"the simulated step failed: {tail}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def compared(plan, sim: dict) -> dict:
+    """The simulation beside the plan (bytes): ``planned_bytes`` (the components a simulation holds), the
+    simulated peak, ``error_pct`` (planned − simulated, of simulated), and the host side likewise."""
+    covered = {k: v for k, v in plan.breakdown.items() if k not in NOT_SIMULATED}
+    host = {k: v for k, v in plan.host_breakdown.items() if k not in HOST_NOT_SIMULATED}
+    planned, peak = sum(covered.values()), sim["peak_bytes"]
+    return {"planned_bytes": planned, "simulated_bytes": peak,
+            "error_pct": round(100.0 * (planned - peak) / peak, 1) if peak else None,
+            "planned_host_bytes": sum(host.values()), "simulated_host_bytes": sim["host_peak_bytes"],
+            "not_simulated": {k: v for k, v in plan.breakdown.items() if k in NOT_SIMULATED}, **sim}
+
+
+def format_simulation(c: dict) -> str:
+    """The comparison as text, for ``plan --simulate``."""
+    def g(n):
+        return f"{n / GIB:.2f} GiB"
+
+    layers = c["layers"]
+    how = (f"{layers} layers: {c['simulated_layers'][0]} and {c['simulated_layers'][1]} simulated, the per-layer "
+           f"part scaled" if c.get("simulated_layers") else f"all {layers} layers")
+    lines = [f"simulated step (fake tensors, two optimizer steps, {how}; {c['seconds']:.0f} s):",
+             f"  GPU peak         {g(c['simulated_bytes'])}   planned {g(c['planned_bytes'])} for the same components "
+             f"({c['error_pct']:+.1f}%)",
+             "  live at the peak: " + ", ".join(f"{k} {g(v)}" for k, v in sorted(c["at_peak"].items(),
+                                                                            key=lambda kv: -kv[1]) if v >= 2**20),
+             f"  host RAM peak    {g(c['simulated_host_bytes'])}   planned {g(c['planned_host_bytes'])}"
+             + ("  (" + ", ".join(f"{k} {g(v)}" for k, v in c["host_at_peak"].items() if v >= 2**20) + ")"
+                if c["host_at_peak"] else ""),
+             "  not simulated (the plan's margins): " + (", ".join(f"{k} {g(v)}" for k, v in c["not_simulated"].items())
+                                                         or "none")]
+    return "\n".join(lines)
