@@ -164,9 +164,18 @@ def _run(tmp_path, name: str, fused: bool, steps: int = 5, env: dict | None = No
     return run
 
 
+def _step_ran(run) -> dict:
+    """run_started's ``optimizer_step`` of the run's last attempt: what the worker built (its optimizer's class, the
+    fused step's hooks), so a fused step silently turned off fails the comparisons below."""
+    return events(run, "run_started")[-1]["optimizer_step"]
+
+
 def _same_run(plain, fused) -> None:
     """Equal weights after every step (the Finished event's fingerprint, final/), equal losses, and the gradient norm
-    the fused step measured from its hooks equals the separate step's (a different summation order: 1e-5)."""
+    the fused step measured from its hooks equals the separate step's (a different summation order: 1e-5); the
+    fused run's worker really stepped in backward, the plain one after it."""
+    assert _step_ran(plain) == {"step": "separate", "states": "adamw", "paged": False, "optimizer": "torch.AdamW"}
+    assert _step_ran(fused) == {"step": "fused", "states": "adamw", "paged": False, "optimizer": "torch.AdamW"}
     a, b = events(plain, "step"), events(fused, "step")
     assert [e["loss"] for e in a] == [e["loss"] for e in b]
     for x, y in zip(a, b):
@@ -205,6 +214,7 @@ def test_a_stopped_fused_run_resumes_exactly(tmp_path):
     assert events(part, "stopped")[-1]["step"] == 3
     proc = cli("resume", part, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _step_ran(full)["step"] == _step_ran(part)["step"] == "fused"
     assert losses(part) == losses(full)
     wa, wb = final_weights(full), final_weights(part)
     assert all(torch.equal(wa[n], wb[n]) for n in wa)
@@ -225,6 +235,7 @@ def test_a_separate_steps_checkpoint_resumes_into_the_fused_step(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     started = events(part, "run_started")[-1]
     assert started["resume_from"].endswith("checkpoint-3") and started["engine_change"] is None
+    assert [e["optimizer_step"]["step"] for e in events(part, "run_started")] == ["separate", "fused"]
     assert losses(part) == losses(full)
     wa, wb = final_weights(full), final_weights(part)
     assert all(torch.equal(wa[n], wb[n]) for n in wa)
@@ -247,6 +258,8 @@ def test_a_deepspeed_checkpoint_resumes_into_the_fused_step(tmp_path):
     proc = cli("resume", part, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     change = events(part, "run_started")[-1]["engine_change"]
+    assert [e["optimizer_step"]["step"] for e in events(part, "run_started")] == ["separate", "fused"]
+    assert events(part, "run_started")[0]["optimizer_step"]["states"] == "deepspeed"
     assert change["from"] == "DeepSpeed ZeRO-2 (AdamW)" and change["to"] == "plain PyTorch (AdamW)"
     assert "AdamW moments and step count (per parameter)" in change["carried"] and not change["not_carried"]
     a, b = losses(full), losses(part)
@@ -269,6 +282,7 @@ def test_fused_step_under_dpo_with_lora_is_the_separate_steps_update(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[fused] = run
     plain, fused = runs[False], runs[True]
+    assert (_step_ran(plain)["step"], _step_ran(fused)["step"]) == ("separate", "fused")
     assert [e["loss"] for e in events(plain, "step")] == [e["loss"] for e in events(fused, "step")]
     assert events(plain, "finished")[-1]["weights_sha256"] == events(fused, "finished")[-1]["weights_sha256"]
     assert all(e["grad_norm"] is not None for e in events(fused, "step"))
@@ -365,3 +379,19 @@ def test_the_fused_steps_8bit_states_are_8bit_for_the_embeddings_too():
         assert widths == {"0.weight": torch.uint8, "1.weight": torch.uint8, "3.weight": torch.uint8}
     finally:
         manager.module_weight_config_triple, manager.pid2config, manager.index2config = saved
+
+
+@pytest.mark.parametrize("optim,states", [("adamw_torch", "adamw"), ("adamw_bnb_8bit", "adamw_8bit"),
+                                          ("paged_adamw_8bit", "paged_adamw_8bit"),
+                                          ("paged_adamw_32bit", "paged_adamw_32bit")])
+def test_run_started_says_the_step_and_states_that_were_built(tmp_path, optim, states):
+    """``tp_optimizer_step`` (run_started's ``optimizer_step``) reads the optimizer HF built and the fused step's hooks:
+    a fused step with a parameter whose hook is gone is a fault, not a run that says "fused" and never updates it."""
+    for fused in (False, True):
+        trainer = _trainer(tmp_path, optim, fused)
+        said = trainer.tp_optimizer_step()
+        assert said == {"step": "fused" if fused else "separate", "states": states, "paged": "paged" in optim,
+                        "optimizer": "torch.AdamW" if optim == "adamw_torch" else "bitsandbytes.AdamW"}
+    trainer.optimizer._hooks[3].remove()
+    with pytest.raises(RuntimeError, match="no hook on 1 trained parameter"):
+        trainer.tp_optimizer_step()

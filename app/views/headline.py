@@ -88,7 +88,17 @@ def headline_text(d: RunData) -> str:
             parts.append(f"loss {s['loss']:.4g}")
     elif alive:
         parts.append("waiting for the first step")
-    return " · ".join([state_words(d), *parts])
+    return " · ".join([state_words(d), *parts, *optimizer_step_words(d)])
+
+
+def optimizer_step_words(d: RunData) -> list[str]:
+    """['optimizer step fused into backward, states paged_adamw_8bit'] when the run's latest attempt says its worker
+    built the fused step (run_started's ``optimizer_step``); [] for the separate step and older runs."""
+    started = next((e for e in reversed(d.notices) if e.get("type") == "run_started"), None)
+    said = (started or {}).get("optimizer_step")
+    if not isinstance(said, dict) or said.get("step") != "fused":
+        return []
+    return [f"optimizer step fused into backward, states {said.get('states')}"]
 
 
 def state_words(d: RunData) -> str:

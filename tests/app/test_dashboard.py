@@ -132,3 +132,28 @@ def test_a_cpu_runs_dashboard_is_its_own_charts_and_one_step_draws_a_point(qtbot
     qtbot.wait(50)
     assert all(dash.plots[name].isVisible() for name in ("vram", "temp", "power", "util"))
     assert dash.curves["loss"].opts["symbol"] is None  # 120 steps: a line
+
+
+def test_the_headline_says_when_the_optimizer_step_ran_in_backward(qtbot, fixture_run):
+    """run_started's ``optimizer_step`` (what the worker built): the fused step is named in the headline, with where
+    its states live; the separate step (the default) and runs recorded before the field add nothing."""
+    run = fixture_run("cpu_demo")
+    data = RunData(run)
+    data.poll()
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.set_data(data)
+    assert "optimizer step" not in dash.headline.text()
+    events = run / "events.jsonl"
+    said = {"step": "fused", "states": "paged_adamw_8bit", "paged": True, "optimizer": "bitsandbytes.AdamW"}
+    with open(events, "a") as fh:  # a resumed attempt whose worker built the fused step
+        fh.write(json.dumps({"type": "run_started", "time": 1.8e9, "optimizer_step": said}) + "\n")
+    assert data.poll()
+    dash.refresh()
+    assert dash.headline.text().endswith(" · optimizer step fused into backward, states paged_adamw_8bit")
+    with open(events, "a") as fh:  # the next attempt stepped after backward
+        fh.write(json.dumps({"type": "run_started", "time": 1.8e9 + 9, "optimizer_step": {**said, "step": "separate"}})
+                 + "\n")
+    assert data.poll()
+    dash.refresh()
+    assert "optimizer step" not in dash.headline.text()

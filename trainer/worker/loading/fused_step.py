@@ -60,6 +60,12 @@ class FusedStep(LayerWiseDummyOptimizer):
         inner.step()
         param.grad = None
 
+    def unhooked(self) -> list[torch.Tensor]:
+        """The parameters whose post-accumulate-grad hooks lack this step's (none, when it is wired as built)."""
+        return [p for p in self.params if not any(getattr(h, "__self__", None) is self and
+                                                   getattr(h, "__func__", None) is FusedStep._step_one
+                                                   for h in (p._post_accumulate_grad_hooks or {}).values())]
+
     def take_grad_norm(self) -> torch.Tensor | None:
         """The L2 norm of this step's whole gradient (a 0-d tensor; None before any gradient), and start the next."""
         squares, self._squares = self._squares, None

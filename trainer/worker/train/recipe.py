@@ -320,7 +320,10 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
         trainer._tp_offload_activations(cfg.speed.gradient_checkpointing is True)
     info.update(_kernel_info(cfg, trainer.model, use_cuda))
     info["data_seconds"] = round(time.time() - started, 3)  # load + tokenize + pack (or open the cache), or TRL's
-    trainer.tp_optimizer_in_backward = cfg.training.optimizer_in_backward is True  # before train() builds it
+    trainer.tp_optimizer_in_backward = cfg.training.optimizer_in_backward is True
+    if not trainer.is_deepspeed_enabled:  # built now (HF's train() keeps it): run_started says what was built
+        trainer.create_optimizer()
+    info["optimizer_step"] = trainer.tp_optimizer_step()
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     trainer.add_callback(PacedOutput())  # the per-step log lines reach train.log once a second, not a pipe write a step
