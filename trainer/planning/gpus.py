@@ -216,29 +216,49 @@ def best(options: list) -> int:
 def seconds(t: Optional[dict]) -> str:
     if not t:
         return "time unknown (a card's compute peak or PCIe link is not known)"
-    ex = f" + {t['exchange']:.2f} s exchanging {gib(t['bytes'])} over PCIe" if t["exchange"] else ""
+    moved = gib(t["bytes"]) if t["bytes"] >= 2**30 else f"{t['bytes'] / 2**20:.0f} MiB"
+    ex = f" + {t['exchange']:.2f} s exchanging {moved} over PCIe" if t["exchange"] else ""
     return f"≈ {t['total']:.2f} s per optimizer step ({t['compute']:.2f} s compute{ex})"
 
 
 def comparison(options: list, kept: int) -> str:
-    """The sets planned and why the kept one: each set's verdict, per-rank peak and step time."""
+    """The sets planned and why the kept one: each set's verdict, per-rank peak and step time, and which card binds
+    a set of uneven cards."""
     parts = []
     for i, (cards, plan, t) in enumerate(options):
+        binds = f" (the {cards.binding.name} binds every rank)" if cards.uneven else ""
         mark = " <- planned" if i == kept else ""
         parts.append(f"{cards.words()}: {plan.verdict.replace('_', ' ')}, {gib(plan.predicted_peak_bytes)} per card "
-                     f"of {gib(plan.budget_bytes)}, {seconds(t)}{mark}")
-    kept_cards, kept_plan, kept_t = options[kept]
-    single = options[0]
-    if len(kept_cards.cards) > 1 and single[1].verdict != "fits" and kept_plan.verdict == "fits":
-        why = "one card alone does not fit"
-    elif len(kept_cards.cards) > 1:
-        why = (f"the estimated step is at least {int(MORE_CARDS_MIN_GAIN * 100)}% shorter than with fewer cards")
-    elif len(options) > 1:
-        why = (f"more cards are not estimated at least {int(MORE_CARDS_MIN_GAIN * 100)}% faster (the gradient "
-               "exchange over PCIe and the smallest card bind them), or do not fit")
-    else:
-        why = ""
-    return "card sets planned: " + "; ".join(parts) + (f" — {why}" if why else "")
+                     f"of {gib(plan.budget_bytes)}{binds}, {seconds(t)}{mark}")
+    return "card sets planned: " + "; ".join(parts) + f" — {_why_kept(options, kept)}"
+
+
+def _why_kept(options: list, kept: int) -> str:
+    """Why ``gpus.best`` kept that set, in words: it fits where fewer cards do not, it is estimated faster, or more
+    cards do not fit, are slower, or are too little faster."""
+    cards, plan, t = options[kept]
+    fewest = options[0]
+    gain = int(MORE_CARDS_MIN_GAIN * 100)
+    if len(cards.cards) > len(fewest[0].cards):
+        if VERDICT_RANK[fewest[1].verdict] > VERDICT_RANK[plan.verdict]:
+            return f"{fewest[0].words()} alone does not fit as well ({fewest[1].verdict.replace('_', ' ')})"
+        return f"estimated at least {gain}% faster than fewer cards"
+    more = [(c, p, t2) for c, p, t2 in options if len(c.cards) > len(cards.cards)]
+    if not more:
+        return "the only set that fits this machine's cards"
+    out = []
+    for c, p, t2 in more:
+        if VERDICT_RANK[p.verdict] > VERDICT_RANK[plan.verdict]:
+            out.append(f"{c.words()} does not fit as well")
+        elif not t or not t2:
+            out.append(f"{c.words()}: the step times cannot be compared, so fewer cards (no gradient exchange)")
+        elif t2["total"] >= t["total"]:
+            slow = f"the {c.binding.name} binds its memory and speed" if c.uneven else "the exchange over PCIe costs more"
+            out.append(f"{c.words()} is estimated slower ({t2['total']:.2f} s against {t['total']:.2f} s: {slow})")
+        else:
+            out.append(f"{c.words()} is estimated only {int(100 * (1 - t2['total'] / t['total']))}% faster, "
+                       f"below the {gain}% that takes more cards")
+    return "; ".join(out)
 
 
 def skipped(cards: CardSet, effective_batch: int) -> str:

@@ -118,11 +118,18 @@ def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet"
 def _with_cards(cfg, cards: "gpus.CardSet", device: str):
     """``cfg`` naming the planned cards (``distributed.gpus`` by UUID, ``num_gpus`` their count); a CPU run's
     'auto' becomes [] (no card), a list of yours stays."""
-    if device != "cuda":
-        return config_mod.replace(cfg, **{"distributed.gpus": []}) if cfg.distributed.gpus == "auto" else cfg
+    listed = cfg.distributed.gpus != "auto"
+    if device != "cuda" and not listed:
+        return config_mod.replace(cfg, **{"distributed.gpus": []})
     if not cards.cards:
         return cfg
-    return config_mod.replace(cfg, **{"distributed.gpus": cards.ids, "distributed.num_gpus": len(cards.cards)})
+    if cfg.distributed.num_nodes > 1:  # the same cards on each machine, by index (a UUID names one machine's card)
+        ids = list(cfg.distributed.gpus) if listed else [g.index for g in cards.cards]
+    else:
+        ids = cards.ids  # yours or the planner's, by UUID
+    if device != "cuda":
+        return config_mod.replace(cfg, **{"distributed.gpus": ids})
+    return config_mod.replace(cfg, **{"distributed.gpus": ids, "distributed.num_gpus": len(cards.cards)})
 
 
 def _card_entry(g: GpuSnapshot, goal: str, plan: Plan) -> dict:
