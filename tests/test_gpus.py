@@ -120,6 +120,10 @@ def test_two_3090s_shard_a_full_fine_tune_with_zero3_each_rank_planned():
     words = " ".join(plan.reasons)
     assert "ZeRO-3 shards weights, gradients and optimizer states over 2 ranks: each rank's share is planned" in words
     assert "card sets planned: GPU 1 (NVIDIA GeForce RTX 3090)" in words and "<- planned" in words
+    # host RAM is planned per machine: both ranks run their own runtime and load the weights themselves
+    from trainer.planning.memory import RUNTIME_HOST_BYTES
+    assert plan.host_breakdown["runtime"] == 2 * RUNTIME_HOST_BYTES
+    assert plan.host_breakdown["loading"] == 2 * 2 * plan.ctx.spec.params
     # the effective batch stays exact over the ranks
     r = plan.resolved.training
     assert r.micro_batch_size * r.gradient_accumulation_steps * 2 == 16

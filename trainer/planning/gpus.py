@@ -151,8 +151,8 @@ def link_bytes_per_second(cards: CardSet) -> Optional[float]:
 
 def exchange_bytes(trainable: int, params: int, setup, micro_batches: int, ranks: int) -> int:
     """Bytes each rank sends (and receives) per optimizer step over the ring (a ring moves (N−1)/N of a tensor per
-    rank for a reduce-scatter or an all-gather, twice that for an all-reduce). Gradients and 16-bit weights are
-    2 bytes per parameter under bf16/fp16, 4 under fp32.
+    rank for a reduce-scatter or an all-gather, twice that for an all-reduce). DDP exchanges gradients in the
+    weights' dtype (``TrainSetup.weight_width``); DeepSpeed in the 16-bit compute dtype (``activation_width``).
 
     - DDP: one all-reduce of the trainable gradients per optimizer step (no exchange in the accumulation steps).
     - ZeRO-2: a reduce-scatter of the gradients every micro-batch, an all-gather of the updated weights per step.
@@ -160,7 +160,7 @@ def exchange_bytes(trainable: int, params: int, setup, micro_batches: int, ranks
       gradients; the step updates shards in place."""
     if ranks < 2:
         return 0
-    width = 4 if setup.precision == "fp32" else 2
+    width = setup.activation_width if setup.deepspeed else setup.weight_width
     share = (ranks - 1) / ranks
     grads = trainable * width
     if not setup.deepspeed:
