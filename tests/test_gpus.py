@@ -218,3 +218,16 @@ def test_the_run_worker_sees_only_the_chosen_card(tmp_path):
     assert started["cuda_visible_devices"] == uuid
     assert C.load(run / "config.yaml").distributed.gpus == [uuid]
     assert f"CUDA_VISIBLE_DEVICES={uuid} " in (run / "train.log").read_text()
+
+
+def test_a_run_folder_listing_a_card_this_machine_lacks_is_refused_before_start():
+    """Resume (or run) of a config whose cards are not in this machine: Start refuses it naming the key (the worker
+    would otherwise start with no GPU visible)."""
+    from trainer.supervisor import preflight
+
+    elsewhere = C.validate({"device": "cuda", "distributed": {"gpus": [snap(MIXED).gpus[0].uuid]}})
+    problems = dict(preflight.machine_problems(elsewhere, snap(DUAL)))
+    assert problems["distributed.gpus"].startswith("this machine has no GPU 'GPU-a469d2b2")
+    assert "trainpilot-cli probe" in problems["distributed.gpus"]
+    cpu = dict(preflight.machine_problems(C.replace(elsewhere, device="cpu"), snap(DUAL)))
+    assert "distributed.gpus" not in cpu  # a CPU run does not use them

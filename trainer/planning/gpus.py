@@ -80,15 +80,26 @@ def named(cfg, hardware: MachineSnapshot) -> Optional[tuple[GpuSnapshot, ...]]:
     wanted = cfg.distributed.gpus
     if not isinstance(wanted, list):
         return None
-    out = []
-    for w in wanted:
-        hit = next((g for g in hardware.gpus if (g.index == w if isinstance(w, int) else g.uuid == w)), None)
-        if hit is None:
-            raise UserError(f"distributed.gpus: this machine has no GPU {w!r} ({_inventory(hardware)}); list "
-                            "indices or UUIDs from that list (trainpilot-cli probe shows them), or set "
-                            "distributed.gpus: auto", field="distributed.gpus")
-        out.append(hit)
-    return tuple(out)
+    problem = missing(cfg, hardware)
+    if problem:
+        raise UserError(f"distributed.gpus: {problem}", field="distributed.gpus")
+    return tuple(_card(hardware, w) for w in wanted)
+
+
+def _card(hardware: MachineSnapshot, w) -> Optional[GpuSnapshot]:
+    return next((g for g in hardware.gpus if (g.index == w if isinstance(w, int) else g.uuid == w)), None)
+
+
+def missing(cfg, hardware: Optional[MachineSnapshot]) -> str:
+    """What is wrong with ``distributed.gpus`` on this machine, with the fix ("" when nothing): a card it lacks."""
+    wanted = cfg.distributed.gpus
+    if not isinstance(wanted, list) or hardware is None:
+        return ""
+    absent = [w for w in wanted if _card(hardware, w) is None]
+    if not absent:
+        return ""
+    return (f"this machine has no GPU {absent[0]!r} ({_inventory(hardware)}); list indices or UUIDs from that list "
+            "(trainpilot-cli probe shows them), or set distributed.gpus: auto")
 
 
 def _inventory(hardware: MachineSnapshot) -> str:
