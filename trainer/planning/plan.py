@@ -101,7 +101,7 @@ def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet"
     plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     if device == "cuda":
-        if cfg_in.distributed.gpus == "auto" and cards.cards:  # the planner's choice, shown with its settings
+        if cfg_in.distributed.gpus == "auto" and len(hardware.gpus) > 1:  # the planner's choice among several
             plan.settings["distributed.gpus"] = cards.ids
             if cfg_in.distributed.num_gpus != len(cards.cards):
                 plan.settings["distributed.num_gpus"] = len(cards.cards)
