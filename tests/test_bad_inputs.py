@@ -33,6 +33,8 @@ from helpers_train import (
 NO_DEEPSPEED = ("import sys; sys.modules['deepspeed'] = None; sys.argv[0] = 'trainpilot-cli'; "
                 "from trainer.cli.main import main; sys.exit(main(sys.argv[1:]))")
 NO_GPU = REPO / "tests" / "fixtures" / "hardware" / "no_gpu.jsonl"  # a recorded machine without an NVIDIA GPU
+MIXED = REPO / "tests" / "fixtures" / "hardware" / "rtx3060_display_rtx3090.jsonl"  # GPU 0: RTX 3060, GPU 1: RTX 3090
+TRIPLE = REPO / "tests" / "fixtures" / "hardware" / "triple_rtx5060ti_16gb.jsonl"  # 3x RTX 5060 Ti
 FAKE_TOKEN = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm1234"
 
 
@@ -215,6 +217,22 @@ CASES = [
          with_files(GOOD_DATA, lambda ws: {"distributed.num_nodes": 2, "distributed.hostfile": str(ws / "hosts"),
                                            "training.gradient_accumulation_steps": 1}),
          ("distributed.hostfile", "not found", "slots=")),
+    # which GPUs (docs/gpus.md): a card the machine lacks, more cards than it has, a batch the ranks cannot share
+    Case("gpu_index_machine_lacks", with_files(GOOD_DATA, lambda ws: {"distributed.gpus": [2]}, "--hardware", str(MIXED)),
+         ("distributed.gpus", "no GPU 2", "1 = NVIDIA GeForce RTX 3090", "trainpilot-cli probe")),
+    Case("gpu_uuid_machine_lacks",
+         with_files(GOOD_DATA, lambda ws: {"distributed.gpus": ["GPU-00000000-0000-0000-0000-000000000000"]},
+                    "--hardware", str(MIXED)), ("distributed.gpus", "GPU-00000000-0000-0000-0000-000000000000",
+                                               "list indices or UUIDs")),
+    Case("more_gpus_than_the_machine",
+         with_files(GOOD_DATA, lambda ws: {"device": "auto", "distributed.num_gpus": 3,
+                                           "training.effective_batch_size": 6}, "--hardware", str(MIXED)),
+         ("distributed.num_gpus", "this machine has 2", "distributed.num_gpus: 2 or fewer")),
+    Case("batch_not_divisible_by_the_gpus",
+         with_files(GOOD_DATA, lambda ws: {"device": "auto", "distributed.num_gpus": 3,
+                                           "training.effective_batch_size": 16, "training.micro_batch_size": "auto",
+                                           "training.gradient_accumulation_steps": "auto"}, "--hardware", str(TRIPLE)),
+         ("training.effective_batch_size", "16", "not divisible by 3", "multiple of 3")),
     # every problem at once: no dataset, QLoRA on the CPU, a sequence longer than the model
     Case("several_problems_at_once", run_with({"method.type": "qlora", "data.seq_len": 4096}),
          ("3 problems", "data.path", "method.type", "data.seq_len")),

@@ -137,7 +137,8 @@ def test_throttle_and_laptop_rules():
     assert not looks_like_laptop("NVIDIA GeForce RTX 4060", 115, 8 * 2**30)
 
 
-@pytest.mark.parametrize("name", ["rtx4090_laptop_16gb", "desktop_24gb", "rtx5090_32gb", "no_gpu"])
+@pytest.mark.parametrize("name", ["rtx4090_laptop_16gb", "desktop_24gb", "rtx5090_32gb", "no_gpu", "dual_rtx3090_24gb",
+                                  "rtx3060_display_rtx3090", "triple_rtx5060ti_16gb", "rtx4090_laptop_hybrid"])
 def test_fixtures_are_marked_and_replay(name):
     meta, snaps = read_recording(FIX / f"{name}.jsonl")
     assert meta["kind"] in ("real", "from_published_specs") and meta["description"]

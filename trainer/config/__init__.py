@@ -22,6 +22,7 @@ from trainer.config.loading import (  # noqa: F401
 from trainer.config.sections import (  # noqa: F401
     DETECTED,
     PLANNED_FOR_GRPO,
+    PLANNED_GPUS,
     SCHEMA_VERSION,
     YOUR_SETTINGS,
     Auto,

@@ -33,6 +33,11 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     elif isinstance(ga, int) and t.effective_batch_size % (ga * ranks):
         p.append(("training.gradient_accumulation_steps",
                   f"effective_batch_size {t.effective_batch_size} is not divisible by {ga} × {ranks} GPU(s); use 'auto'"))
+    gpus = cfg.distributed.gpus
+    if isinstance(gpus, list) and gpus and len(gpus) != cfg.distributed.num_gpus:
+        p.append(("distributed.gpus", f"names {len(gpus)} GPU(s) but distributed.num_gpus is "
+                  f"{cfg.distributed.num_gpus}; list {cfg.distributed.num_gpus} card(s), or remove distributed.num_gpus "
+                  "(the list then says how many)"))
     if cfg.distributed.launcher == "single" and ranks > 1:
         p.append(("distributed.launcher", f"'single' runs one process but {ranks} GPUs are configured; "
                   "set distributed.launcher: auto (or deepspeed / torchrun)"))

@@ -26,6 +26,9 @@ PLANNED_FOR_GRPO = {"auto": "planned for GRPO runs"}
 # Marks the field whose "auto" is the user's own settings, resolved when a run is created (the planner writes the list
 # into the run folder's config.yaml); a run folder made before the field existed keeps "auto".
 YOUR_SETTINGS = {"auto": "the settings your config gives a value"}
+# Marks the field whose "auto" is the planner's choice of GPUs: a run folder (or a hand-made resolved config) that
+# leaves it "auto" shows its worker every card, as runs did before the field existed.
+PLANNED_GPUS = {"auto": "the planner picks the cards"}
 # Marks a weight of a built-in GRPO reward (``rewards.<name>``): the reward names are read off these fields.
 REWARD_WEIGHT = {"reward": "built-in reward weight"}
 
@@ -389,7 +392,17 @@ class DeepSpeedConfig(_Section):
 
 class DistributedConfig(_Section):
     """More than one GPU or machine: the same config through the DeepSpeed launcher or torchrun."""
-    num_gpus: int = Field(1, gt=0, description="GPUs per machine (data-parallel ranks per node).")
+    num_gpus: int = Field(1, gt=0, description="GPUs per machine (data-parallel ranks per node). Left unset on a "
+                          "machine with several GPUs, the planner may choose to train on several (docs/gpus.md); "
+                          "set, it is the number of cards used. Unset with distributed.gpus as a list: that list's "
+                          "length.")
+    gpus: Union[list[Union[int, str]], Auto] = Field(
+        "auto", description="Which GPUs of this machine train: NVML indices as nvidia-smi numbers them (e.g. [1]) "
+        "or UUIDs ('GPU-…', stable across reboots and driver updates). 'auto': the card(s) with the most usable "
+        "memory, chosen and explained by the planner. The run's config.yaml records the chosen cards by UUID and "
+        "the worker(s) start with CUDA_VISIBLE_DEVICES set to exactly those; telemetry follows them. [] is a CPU run "
+        "(no card).", json_schema_extra=PLANNED_GPUS
+    )
     num_nodes: int = Field(1, gt=0, description="Machines; more than one needs a hostfile.")
     hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile ('host slots=N' lines) for several machines.")
     launcher: Literal["auto", "single", "deepspeed", "torchrun"] = Field(
@@ -397,6 +410,30 @@ class DistributedConfig(_Section):
         "torchrun otherwise. 'single' is one process (one GPU only)."
     )
     master_port: int = Field(29500, gt=0, lt=65536, description="Rendezvous port.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_count(cls, data):
+        """``gpus: [a, b]`` without ``num_gpus``: two GPUs per machine (the list says how many)."""
+        if isinstance(data, dict) and isinstance(data.get("gpus"), list) and data["gpus"] and "num_gpus" not in data:
+            data = dict(data, num_gpus=len(data["gpus"]))
+        return data
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_names(cls, v):
+        if not isinstance(v, list):
+            return v
+        for g in v:
+            if isinstance(g, bool) or (isinstance(g, int) and g < 0):
+                raise ValueError(f"{g!r} is not a GPU: list NVML indices (0, 1, …) or UUIDs ('GPU-…' as "
+                                 "'nvidia-smi -L' prints them)")
+            if isinstance(g, str) and not re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z-]+", g):
+                raise ValueError(f"{g!r} is not a GPU index or UUID: list NVML indices (0, 1, …) or UUIDs ('GPU-…' "
+                                 "as 'nvidia-smi -L' prints them)")
+        if len(set(map(str, v))) != len(v):
+            raise ValueError("names a GPU twice; list each card once")
+        return v
 
 
 class CheckpointConfig(_Section):

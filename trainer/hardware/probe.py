@@ -129,6 +129,15 @@ class MachineSnapshot:
             g["processes"] = [dict(p) for p in g["processes"]]
         return d
 
+    def only(self, cards) -> "MachineSnapshot":
+        """This snapshot with only the GPUs named in ``cards`` (UUIDs, or NVML indices), each keeping its index: a
+        run's telemetry. Itself when ``cards`` is empty, or names none of these GPUs (a run planned on a recording,
+        sampled on another machine)."""
+        keep = tuple(g for g in self.gpus if g.uuid in cards or g.index in cards)
+        if not cards or not keep:
+            return self
+        return replace(self, gpus=keep)
+
     @classmethod
     def from_dict(cls, d: dict) -> "MachineSnapshot":
         """Inverse of ``to_dict``; unknown keys are ignored so newer recordings still load."""

@@ -38,11 +38,28 @@ def allocator_env(env, platform: str = sys.platform) -> dict:
     return {ALLOCATOR_VARIABLE: ALLOCATOR_SETTING}
 
 
-def worker_env(base: dict) -> dict:
-    """The environment for the worker(s): ``base`` plus unbuffered output and the CUDA allocator's expandable
-    segments (``allocator_env``), without inherited rank variables."""
+# Which cards the worker(s) see (docs/gpus.md): the run's ``distributed.gpus``, by UUID (stable across reboots; NVML's
+# and CUDA's indices are not always the same order). PCI_BUS_ID makes an index, where a config gives one, mean the card
+# NVML and nvidia-smi number so (CUDA's own default order is fastest first).
+VISIBLE_VARIABLE = "CUDA_VISIBLE_DEVICES"
+ORDER_VARIABLE = "CUDA_DEVICE_ORDER"
+
+
+def visible_devices_env(cfg) -> dict:
+    """``{CUDA_VISIBLE_DEVICES: the run's cards, comma-separated; CUDA_DEVICE_ORDER: PCI_BUS_ID}`` where
+    ``distributed.gpus`` lists cards; {} where it is 'auto' (a hand-made config: every card) or [] (a CPU run)."""
+    gpus = cfg.distributed.gpus if cfg is not None else None
+    if not isinstance(gpus, list) or not gpus:
+        return {}
+    return {VISIBLE_VARIABLE: ",".join(str(g) for g in gpus), ORDER_VARIABLE: "PCI_BUS_ID"}
+
+
+def worker_env(base: dict, cfg=None) -> dict:
+    """The environment for the worker(s): ``base`` plus unbuffered output, the CUDA allocator's expandable
+    segments (``allocator_env``) and the run's cards (``visible_devices_env`` of ``cfg``, when given), without
+    inherited rank variables."""
     env = {k: v for k, v in base.items() if k not in RANK_VARIABLES}
-    env.update(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", **allocator_env(base))
+    env.update(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", **allocator_env(base), **visible_devices_env(cfg))
     return env
 
 
@@ -59,7 +76,12 @@ def rank_environment(cfg) -> None:
 
     Several ranks: the launcher (torchrun, deepspeed) set them; kept. One rank: the supervisor starts it
     without a launcher, so any rank variables here were inherited from elsewhere and are dropped; then
-    a DeepSpeed run becomes rank 0 of 1 on a free port, a plain run gets none (no process group)."""
+    a DeepSpeed run becomes rank 0 of 1 on a free port, a plain run gets none (no process group).
+
+    The run's cards are set again here, before CUDA starts: the DeepSpeed launcher gives its ranks
+    CUDA_VISIBLE_DEVICES=0,1,… of its own (by CUDA's index), and ranks on other machines start without the
+    supervisor's environment."""
+    os.environ.update(visible_devices_env(cfg))
     if launcher_for(cfg) != "single":
         return
     for name in RANK_VARIABLES:

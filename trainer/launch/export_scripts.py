@@ -64,16 +64,19 @@ def launch_texts(cfg) -> dict[str, str]:
     """Script name → text, for the variants that fit this config."""
     gpus = max(2, cfg.distributed.num_gpus)
     cuda = cfg.device != "cpu"
-    multi = f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set distributed.launcher=auto "
+    # the cards: GPUS='[0, 2]' (indices or UUIDs) picks them, else the planner takes the NUM_GPUS best (docs/gpus.md)
+    multi = (f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set \"distributed.gpus=${{GPUS:-auto}}\" "
+             "--set distributed.launcher=auto ")
     nodes = ("--set distributed.num_nodes=${NUM_NODES:-2} --set distributed.hostfile=\"$HERE/hostfile\" "
-             "--set distributed.launcher=deepspeed ")
+             "--set \"distributed.gpus=${GPUS:-auto}\" --set distributed.launcher=deepspeed ")
     return {
         "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda),
         "launch.bat": _bat("Run this training on this machine (Windows).", ""),
         "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
                                    f"effective batch stays {cfg.training.effective_batch_size}.", multi, cuda),
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
-                                     f"--set distributed.num_gpus={gpus} --set distributed.launcher=auto "),
+                                     f"--set distributed.num_gpus={gpus} --set distributed.gpus=auto "
+                                     "--set distributed.launcher=auto "),
         "launch_multi_node.sh": _sh("Several machines through the DeepSpeed launcher: edit hostfile "
                                     "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes,
                                     cuda),
@@ -151,7 +154,8 @@ def readme_text(out: Path, cfg) -> str:
     """The exact commands, for humans."""
     return (f"TrainPilot export of '{cfg.name}'\n\n"
             f"One GPU (or as configured):     {out / 'launch.sh'}      (Windows: {out / 'launch.bat'})\n"
-            f"Several GPUs on this machine:   NUM_GPUS=2 {out / 'launch_multi_gpu.sh'}\n"
+            f"Several GPUs on this machine:   NUM_GPUS=2 {out / 'launch_multi_gpu.sh'}   (GPUS='[0, 2]' picks the "
+            f"cards; else the planner takes the best)\n"
             f"Several machines:               cp hostfile.example hostfile; edit it; NUM_NODES=2 "
             f"{out / 'launch_multi_node.sh'}\n"
             f"Same thing by hand:             trainpilot-cli run {out / 'config.yaml'}\n"

@@ -433,13 +433,17 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     phases, by_phase = {}, {}
     if s.objective == "grpo" and not spec.encoder_decoder:
         breakdown, phases, by_phase = _grpo_phases(spec, s, states, breakdown)
-    host = {"runtime": RUNTIME_HOST_BYTES, **{k: int(v) for k, v in host_states.items()}}
+    # per machine: each of its ranks (gpus_per_node processes) has its own runtime and loads the weights itself;
+    # offloaded states are already the machine's share
+    ranks = max(1, s.gpus_per_node)
+    host = {"runtime": RUNTIME_HOST_BYTES * ranks, **{k: int(v) for k, v in host_states.items()}}
     # weights pass through host memory once while loading (16-bit checkpoint shards)
     host["loading"] = 2 * spec.params if s.method != "qlora" else saver_memory.qlora_weight_bytes(spec)
     if ref_device or ref_host:  # the reference copy is made from the loaded weights
         host["loading"] *= 2
+    host["loading"] *= ranks
     if s.device == "cpu":
-        host["training"] = sum(breakdown.values())
+        host["training"] = sum(breakdown.values()) * ranks
     trainable = spec.trainable_params if s.method == "full" else lora_params(spec, s) + pictures.trainable(spec, s)[0]
     notes = []
     if s.deepspeed and placement(s.optimizer).eight_bit:

@@ -19,12 +19,13 @@ from trainer.config.loading import explicit_keys
 from trainer.config.placements import placement
 from trainer.core.dotted import get_in
 from trainer.core import capabilities
+from trainer.core.errors import UserError
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
-from trainer.planning import ladder, loss_kernel, picture_plan
+from trainer.planning import gpus, ladder, loss_kernel, picture_plan
 from trainer.planning import alternatives as alts, search as ps, settings_writer
 from trainer.planning.choice import model_summary
-from trainer.planning.budget import classify, close_apps
+from trainer.planning.budget import budget_for, classify, close_apps
 from trainer.planning.context import Context, attention, family
 
 
@@ -57,13 +58,17 @@ class Plan:
     phases: dict = field(default_factory=dict)
     # vision-language runs: the pictures planned per sample and what one costs (planning/picture_plan.summary)
     pictures: dict = field(default_factory=dict)
+    # the cards the run trains on (planning/gpus): index, uuid, name, usable and budget bytes, each rank's peak
+    gpus: list = field(default_factory=list)
+    ctx: Any = field(repr=False, default=None)  # the search's context and choice (not in plan.json): what the
+    choice: Any = field(repr=False, default=None)  # comparison of card sets estimates step times from
 
     def to_dict(self) -> dict:
         """JSON-ready ``plan.json`` content."""
         keys = ("preset", "tier", "form_factor", "verdict", "budget_bytes", "predicted_peak_bytes", "breakdown",
                 "host_ram_needed_bytes", "host_ram_available_bytes", "host_breakdown", "settings", "reasons",
                 "close_apps", "alternatives", "notes", "goal", "device", "gpu", "model", "preset_values", "savings",
-                "phases", "pictures")
+                "phases", "pictures", "gpus")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -75,18 +80,109 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alterna
     The tier's preset is the base layer under ``cfg`` (machine settings the user left unset); the
     plan starts from it, keeps its values when they fit and says which it changed and why."""
     goal = goal or cfg.plan_goal
-    gpu = hardware.gpus[0] if hardware.gpus else None
+    sets = gpus.candidates(cfg, hardware, goal)  # UserError for a card the machine lacks, or more than it has
+    with capabilities.one_look():  # every candidate and alternative is judged against one look at the packages
+        if len(sets) == 1:
+            plan = _plan_cards(cfg, hardware, goal, sets[0], alternatives)
+            _judge_binding_card(cfg, hardware, goal, sets[0], plan)
+            return plan
+        return _plan_card_sets(cfg, hardware, goal, sets, alternatives)
+
+
+def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet", alternatives: bool) -> Plan:
+    """The plan for one set of cards: each rank planned against the set's smallest budget (``CardSet.binding``)."""
+    gpu = cards.binding
     device = _device(cfg, gpu)
     if device == "cuda" and gpu is None:
         device = "cpu"  # device: cuda without a GPU: estimate for the CPU, the verdict says it cannot run
+    cfg_in, cfg = cfg, _with_cards(cfg, cards, device)
     tier, form, preset = classify(gpu if device == "cuda" else None)
     # The preset's fitting choices (micro-batch, accumulation, checkpointing, DeepSpeed) are where the
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
     layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
-    with capabilities.one_look():  # every candidate and alternative is judged against one look at the packages
-        plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
+    plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
+    if device == "cuda":
+        if cfg_in.distributed.gpus == "auto" and len(hardware.gpus) > 1:  # the planner's choice among several
+            plan.settings["distributed.gpus"] = cards.ids
+            if cfg_in.distributed.num_gpus != len(cards.cards):
+                plan.settings["distributed.num_gpus"] = len(cards.cards)
+        plan.gpus = [_card_entry(g, goal, plan) for g in cards.cards]
+        why = gpus.why_this_card(cards, hardware)
+        if why:
+            plan.reasons.insert(0, why)
+        shares = gpus.ranks_words(plan, cards)
+        if shares:
+            plan.reasons.insert(0, shares)
     return plan
+
+
+def _with_cards(cfg, cards: "gpus.CardSet", device: str):
+    """``cfg`` naming the planned cards (``distributed.gpus`` by UUID, ``num_gpus`` their count); a CPU run's
+    'auto' becomes [] (no card), a list of yours stays."""
+    listed = cfg.distributed.gpus != "auto"
+    if device != "cuda" and not listed:
+        return config_mod.replace(cfg, **{"distributed.gpus": []})
+    if not cards.cards:
+        return cfg
+    if cfg.distributed.num_nodes > 1:  # the same cards on each machine, by index (a UUID names one machine's card)
+        ids = list(cfg.distributed.gpus) if listed else [g.index for g in cards.cards]
+    else:
+        ids = cards.ids  # yours or the planner's, by UUID
+    if device != "cuda":
+        return config_mod.replace(cfg, **{"distributed.gpus": ids})
+    return config_mod.replace(cfg, **{"distributed.gpus": ids, "distributed.num_gpus": len(cards.cards)})
+
+
+def _card_entry(g: GpuSnapshot, goal: str, plan: Plan) -> dict:
+    budget, usable, held = budget_for(g, goal)
+    return {"index": g.index, "uuid": g.uuid, "name": g.name, "usable_bytes": usable, "held_bytes": held,
+            "budget_bytes": budget, "rank_peak_bytes": plan.predicted_peak_bytes}
+
+
+def _plan_card_sets(cfg, hardware: MachineSnapshot, goal: str, sets: list, alternatives: bool) -> Plan:
+    """Several cards and the choice left to the planner: one card, the best two, … each planned; the kept one is
+    ``gpus.best``'s, with the comparison as its first reason (and the binding card's, where the cards differ)."""
+    options, not_planned = [], []
+    for cards in sets:
+        if cfg.training.effective_batch_size % len(cards.cards):
+            not_planned.append(gpus.skipped(cards, cfg.training.effective_batch_size))
+            continue
+        try:
+            plan = _plan_cards(cfg, hardware, goal, cards, alternatives=False)
+        except (config_mod.ConfigError, UserError) as exc:  # a micro-batch of yours the ranks cannot divide
+            not_planned.append(f"{cards.words()}: not planned ({exc})")
+            continue
+        options.append((cards, plan, gpus.step_time(plan, cards)))
+    kept = gpus.best(options)
+    cards, plan, t = options[kept]
+    if alternatives and plan.verdict != "fits":
+        plan = _plan_cards(cfg, hardware, goal, cards, alternatives=True)
+    plan.reasons.insert(0, gpus.comparison(options, kept) + "".join(f"; {n}" for n in not_planned))
+    if cards.uneven:
+        rest = cards.without(cards.binding)
+        other = next(((p, t2) for c, p, t2 in options if c.cards == rest.cards), None)
+        if other is not None:
+            plan.reasons.insert(1, gpus.left_out_words(cards, plan, t, rest, *other))
+    return plan
+
+
+def _judge_binding_card(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet", plan: Plan) -> None:
+    """Cards you chose (or asked for by number) that differ: the same set without the smallest one, planned and
+    compared in the reasons (your choice is kept)."""
+    if plan.device != "cuda" or not cards.uneven:
+        return
+    rest = cards.without(cards.binding)
+    if cfg.training.effective_batch_size % len(rest.cards):
+        plan.reasons.insert(1, f"the {cards.binding.name} (GPU {cards.binding.index}) binds; without it "
+                               f"{gpus.skipped(rest, cfg.training.effective_batch_size)}")
+        return
+    try:
+        other = _plan_cards(cfg, hardware, goal, rest, alternatives=False)
+    except (config_mod.ConfigError, UserError):
+        return
+    words = gpus.left_out_words(cards, plan, gpus.step_time(plan, cards), rest, other, gpus.step_time(other, rest))
+    plan.reasons.insert(1, words + f" (set distributed.gpus: {json.dumps(rest.ids)} to leave it out)")
 
 
 REASON_WORDS = {"training.micro_batch_size": "micro-batch", "training.gradient_accumulation_steps": "micro-batch",
@@ -148,6 +244,7 @@ def _plan_once(cfg, hardware: MachineSnapshot, goal: str, gpu, device: str, tier
                 host_breakdown=choice.estimate.host_breakdown, model=model_summary(ctx.spec),
                 savings=choice.savings or [], phases=_phases(choice.estimate),
                 pictures=picture_plan.for_choice(ctx, choice))
+    plan.ctx, plan.choice = ctx, choice
     if choice.verdict != "fits" and alternatives:
         plan.alternatives = alts.alternatives(ctx)
     if plan.close_apps and choice.verdict != "fits" and alternatives:  # a search of its own, like the alternatives
@@ -244,11 +341,6 @@ def _hardware_notes(hw: MachineSnapshot, gpu: Optional[GpuSnapshot], device: str
                          "expect lower speed until it cools")
         if gpu.is_laptop:
             notes.append("laptop GPU: keep the machine plugged in and ventilated; it slows down when hot")
-        if len(hw.gpus) > 1 and cfg.world_size == 1:
-            notes.append(f"{len(hw.gpus)} GPUs found; the plan uses GPU 0 (set distributed.num_gpus to use more)")
-        if cfg.distributed.num_gpus > len(hw.gpus):
-            notes.append(f"distributed.num_gpus is {cfg.distributed.num_gpus} but this machine has {len(hw.gpus)}; "
-                         "the plan assumes every GPU is like GPU 0")
     return notes
 
 
@@ -276,4 +368,5 @@ def _unknown_plan(cfg, ctx, tier, form, preset, notes) -> Plan:
                 host_ram_available_bytes=ctx.hardware.host.ram_available_bytes)
     plan.resolved = _resolve(cfg, ctx.device, ctx, settings)
     plan.settings = dict(settings, **settings_writer.device_settings(cfg, ctx))
+    plan.ctx = ctx
     return plan

@@ -15,7 +15,7 @@ from trainer.config.resolved import ResolvedRunConfig
 from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.models.spec import find_config, spec_for_run
-from trainer.planning import loss_kernel
+from trainer.planning import gpus, loss_kernel
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     kernel_problem = _loss_kernel_problem(cfg, caps)
     if kernel_problem:
         out.append(Requirement("speed.loss_kernel", kernel_problem.needs, kernel_problem.detail))
+    cards = gpus.missing(cfg, hardware) if cfg.device != "cpu" and getattr(hardware, "gpus", None) else ""
+    if cards:  # a run folder resumed on another machine, a card taken out: the worker would see no GPU
+        out.append(Requirement("distributed.gpus", "the listed GPUs", cards, True))
     if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
         out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
                                                                      "one 'host slots=N' line per machine"))

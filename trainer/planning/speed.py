@@ -25,13 +25,17 @@ OFFLOAD_MIN_GAIN = 0.10
 # Dense 16-bit tensor peaks with fp32 accumulation (FLOP/s), from NVIDIA's data sheets and architecture whitepapers
 # (GeForce cards accumulate in fp32 at half their fp16-accumulate rate). The RTX 4090 Laptop GPU has no published
 # figure: 76 SMs × 512 FLOP per clock (Ada, fp32 accumulate) × 2.04 GHz boost. The first name that is a substring of
-# the GPU's name wins, so longer names come first. A card not listed gets no time estimate.
+# the GPU's name wins, so longer names come first. A card not listed gets no time estimate. The RTX 3060 and the
+# RTX 5060 Ti have no published figure either: SMs × 512 FLOP per clock (Ampere and Blackwell GeForce, fp32
+# accumulate: the 3090's 71 TFLOPS are 82 SMs × 512 × 1.695 GHz, the 5090's 209.5 are 170 × 512 × 2.407 GHz) × the
+# rated boost clock: 28 × 512 × 1.777 GHz and 36 × 512 × 2.572 GHz.
 PEAK_16BIT = (
     ("h100 nvl", 835e12), ("h100 pcie", 756e12), ("h100", 989.4e12), ("h200", 989.4e12), ("b200", 2250e12),
     ("a100", 312e12), ("l40s", 362e12), ("l40", 181e12), ("l4", 121e12), ("rtx 6000 ada", 364.2e12),
     ("a6000", 154.8e12), ("a40", 149.7e12), ("a10", 125e12), ("v100", 125e12), ("t4", 65e12),
     ("rtx 5090 laptop", None), ("rtx 5090", 209.5e12), ("rtx 4090 laptop", 79.4e12), ("rtx 4090", 165.2e12), ("rtx 4080", 97.5e12),
-    ("rtx 3090 ti", 80e12), ("rtx 3090", 71e12), ("rtx 3080", 59.5e12),
+    ("rtx 5060 ti", 47.4e12), ("rtx 3090 ti", 80e12), ("rtx 3090", 71e12), ("rtx 3080", 59.5e12),
+    ("rtx 3060 ti", None), ("rtx 3060 laptop", None), ("rtx 3060", 25.5e12),
 )
 
 

@@ -23,13 +23,14 @@ from trainer.planning import requirements
 NO_STANDBY_ENV = "TRAINPILOT_NO_STANDBY"
 
 
-def spawn_worker(cmd: list[str], stdin=None) -> subprocess.Popen:
+def spawn_worker(cmd: list[str], stdin=None, cfg=None) -> subprocess.Popen:
     """Start ``cmd`` as the run's worker: its own process group (so a kill takes its whole tree), the worker's
-    environment, stdout and stderr piped apart (the supervisor pumps them into train.log)."""
+    environment (with the run's cards when ``cfg`` is given: ``argv.worker_env``), stdout and stderr piped apart
+    (the supervisor pumps them into train.log)."""
     kwargs = {"start_new_session": True} if os.name != "nt" else {
         "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "CREATE_NO_WINDOW", 0)}
     return subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=worker_env(dict(os.environ)), cwd=os.getcwd(), **kwargs)
+                            env=worker_env(dict(os.environ), cfg), cwd=os.getcwd(), **kwargs)
 
 
 class Standby:
@@ -53,12 +54,14 @@ class Standby:
         except OSError:
             return None  # the run starts its worker the usual way
 
-    def take(self, cmd: list[str], unused: tuple[str, ...] = ()) -> subprocess.Popen | None:
+    def take(self, cmd: list[str], unused: tuple[str, ...] = (), same_cards: bool = True) -> subprocess.Popen | None:
         """Give the standby the worker arguments of ``cmd`` (a single-process worker command) and return it; None
-        when it cannot serve (it died, ``cmd`` is another kind of command, or it left out a library the resolved
-        run uses: ``unused`` is what the run never uses): then start ``cmd`` afresh."""
+        when it cannot serve (it died, ``cmd`` is another kind of command, it left out a library the resolved
+        run uses: ``unused`` is what the run never uses, or it sees other cards than the run's: ``same_cards``
+        False, since CUDA reads CUDA_VISIBLE_DEVICES once, while the standby imported): then start ``cmd`` afresh."""
         prefix = entrypoints.python_m(entrypoints.WORKER)
-        if self.proc.poll() is not None or cmd[:len(prefix)] != prefix or not set(self.without) <= set(unused):
+        if self.proc.poll() is not None or cmd[:len(prefix)] != prefix or not set(self.without) <= set(unused) or \
+                not same_cards:
             self.cancel()
             return None
         try:

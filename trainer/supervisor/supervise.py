@@ -19,7 +19,7 @@ from trainer.core import secrets
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_OK, EXIT_OOM
 from trainer.core.processes import kill_tree
 from trainer.core.units import duration
-from trainer.launch.argv import worker_command
+from trainer.launch.argv import VISIBLE_VARIABLE, visible_devices_env, worker_command
 from trainer.planning import ladder, requirements
 from trainer.rundir.checkpoints import checkpoint_step, clean_staging, engine_change, latest_checkpoint, read_marker
 from trainer.rundir.events import (
@@ -51,6 +51,7 @@ class Supervisor:
         self.tail.poll()  # only events from now on drive this supervisor's decisions
         self.log_lines: collections.deque[str] = collections.deque(maxlen=40)
         self.probe = telemetry_probe
+        self.run_gpus: tuple = ()  # the cards the run trains on (distributed.gpus): telemetry follows them
         self.interrupts = 0
         self.proc: subprocess.Popen | None = None
         self._secrets = secrets.secret_values()
@@ -172,12 +173,16 @@ class Supervisor:
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
         standby, self.standby = self.standby, None
-        self.proc = (standby.take(cmd, requirements.unused_packages(cfg)) if standby is not None else None) or \
-            spawn_worker(cmd)
+        self.run_gpus = _listed(cfg.distributed.gpus)
+        same = self._standby_sees_the_cards(cfg)
+        self.proc = (standby.take(cmd, requirements.unused_packages(cfg), same) if standby is not None else None) or \
+            spawn_worker(cmd, cfg=cfg)
         log = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")
         started = " (started early, importing while the inputs were checked)" if self.proc is getattr(
             standby, "proc", None) else ""
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {' '.join(cmd)}{started}\n")
+        cards = visible_devices_env(cfg)
+        seen = f"{VISIBLE_VARIABLE}={cards[VISIBLE_VARIABLE]} " if cards else ""
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} worker: {seen}{' '.join(cmd)}{started}\n")
         log.flush()
         write_status(self.run_dir, worker_pid=self.proc.pid)
         lock = threading.Lock()
@@ -239,11 +244,25 @@ class Supervisor:
                 self._say(f"warning: {ev.get('message')}")
         return seen
 
+    def _standby_sees_the_cards(self, cfg) -> bool:
+        """Whether a standby (started with every card visible) sees what the run's worker must: the run lists no
+        card, or this machine has exactly the one card the run lists."""
+        wanted = self.run_gpus
+        if not wanted:
+            return True
+        if self.probe is None or len(wanted) != 1:
+            return False
+        try:
+            gpus = self.probe.snapshot().gpus
+        except Exception:  # a probe that fails: start the worker afresh with the run's cards
+            return False
+        return len(gpus) == 1 and wanted[0] in (gpus[0].uuid, gpus[0].index)
+
     def _sample_telemetry(self) -> None:
         if self.probe is None:
             return
         try:
-            snap = self.probe.sample()
+            snap = self.probe.sample().only(self.run_gpus)  # the run's cards (docs/gpus.md)
         except Exception as exc:  # telemetry must never take a run down
             self.log_lines.append(f"telemetry: {exc}")
             return
@@ -289,6 +308,11 @@ def _run_config(run_dir: Path):
     if cfg.recovery.ladder_keeps == "auto":
         cfg = config_mod.replace(cfg, **{"recovery.ladder_keeps": []})
     return cfg
+
+
+def _listed(gpus) -> tuple:
+    """``distributed.gpus`` as a tuple (empty for 'auto' or [])."""
+    return tuple(gpus) if isinstance(gpus, list) else ()
 
 
 def _json_line(obj: dict) -> str:

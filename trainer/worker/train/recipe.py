@@ -177,7 +177,8 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
     if rank == 0:
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
                                world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
-                               tokenizer=setup.tokenizer_check, extra=dict(info)))
+                               tokenizer=setup.tokenizer_check,
+                               extra=dict(info, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))))
         print(f"trainpilot: {setup.tokenizer_check['message']}", file=sys.stderr, flush=True)
         if info["skipped_lines"]:
             writer.emit(WarningEvent(code="skipped_lines",
