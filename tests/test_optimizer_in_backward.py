@@ -385,13 +385,13 @@ def test_the_fused_steps_8bit_states_are_8bit_for_the_embeddings_too():
                                           ("paged_adamw_8bit", "paged_adamw_8bit"),
                                           ("paged_adamw_32bit", "paged_adamw_32bit")])
 def test_run_started_says_the_step_and_states_that_were_built(tmp_path, optim, states):
-    """``tp_optimizer_step`` (run_started's ``optimizer_step``) reads the optimizer HF built and the fused step's hooks:
+    """``_tp_optimizer_step`` (run_started's ``optimizer_step``) reads the optimizer HF built and the fused step's hooks:
     a fused step with a parameter whose hook is gone is a fault, not a run that says "fused" and never updates it."""
     for fused in (False, True):
         trainer = _trainer(tmp_path, optim, fused)
-        said = trainer.tp_optimizer_step()
+        said = trainer._tp_optimizer_step()
         assert said == {"step": "fused" if fused else "separate", "states": states, "paged": "paged" in optim,
                         "optimizer": "torch.AdamW" if optim == "adamw_torch" else "bitsandbytes.AdamW"}
     trainer.optimizer._hooks[3].remove()
     with pytest.raises(RuntimeError, match="no hook on 1 trained parameter"):
-        trainer.tp_optimizer_step()
+        trainer._tp_optimizer_step()

@@ -92,7 +92,7 @@ def headline_text(d: RunData) -> str:
 
 
 def optimizer_step_words(d: RunData) -> list[str]:
-    """['optimizer step fused into backward, states paged_adamw_8bit'] when the run's latest attempt says its worker
+    """['optimizer step fused into backward, states <the placement>'] when the run's latest attempt says its worker
     built the fused step (run_started's ``optimizer_step``); [] for the separate step and older runs."""
     started = next((e for e in reversed(d.notices) if e.get("type") == "run_started"), None)
     said = (started or {}).get("optimizer_step")

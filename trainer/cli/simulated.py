@@ -14,7 +14,7 @@ from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
 
 # The plan's components no simulation holds (the worker's simulate.NOT_SIMULATED, restated here without torch;
-# tests/test_simulate.py checks the two agree): the allocator's slack, the CUDA runtime, the unmeasured margins.
+# the two must agree): the allocator's slack, the CUDA runtime, the unmeasured margins.
 NOT_SIMULATED = ("fragmentation", "cuda_context", "cuda_kernels", "offload_margin")
 HOST_NOT_SIMULATED = ("runtime", "loading")  # the interpreter's own RAM; the checkpoint's pass through host memory
 

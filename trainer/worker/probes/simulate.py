@@ -44,6 +44,7 @@ from pathlib import Path
 from trainer import config as config_mod
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.models.sources import architecture_file
+from trainer.config.placements import placement
 from trainer.planning import saver_memory
 
 GPU, HOST = "meta", "cpu"
@@ -310,7 +311,7 @@ def make_optimizer(cfg, model):
     groups = [g for g in groups if g["params"]]
     fused = cfg.training.optimizer_in_backward is True
     name = cfg.training.optimizer
-    if name == "adamw":
+    if placement(name).bnb_class is None:  # PyTorch's AdamW
         layout = FusedAdamW(groups, lr=cfg.training.learning_rate)
     else:
         import torch
@@ -457,11 +458,6 @@ def simulate_full_depth(cfg, depth_cap: int | None = None, packed: bool = False)
 def _depth(cfg) -> int:
     raw = json.loads(architecture_file(cfg.model.architecture).read_text())
     return raw.get("text_config", raw)["num_hidden_layers"]
-
-
-def planned_covered(breakdown: dict) -> dict:
-    """The plan's components that a simulation holds (the margins and the runtime left out: ``NOT_SIMULATED``)."""
-    return {k: v for k, v in breakdown.items() if k not in NOT_SIMULATED}
 
 
 def main(argv: list[str] | None = None) -> int:

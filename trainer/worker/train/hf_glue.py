@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback
 
+from trainer.config import placements
 from trainer.rundir.checkpoints import (
     MARKER,
     complete_checkpoints,
@@ -138,11 +139,11 @@ class TrainPilotMixin:
             self.optimizer = optimizer = fused_step.FusedStep(optimizer)
         return optimizer
 
-    def tp_optimizer_step(self) -> dict:
+    def _tp_optimizer_step(self) -> dict:
         """What ``run_started`` says of the optimizer step, read from the optimizer ``create_optimizer`` built (not
         from the config): ``step`` fused (``FusedStep``, its hook on every trained parameter) or separate, ``states``
-        (training.optimizer's name for what the built class keeps: adamw, paged_adamw_32bit, adamw_8bit,
-        paged_adamw_8bit), ``paged`` (bitsandbytes' managed memory) and ``optimizer`` (the class). Under DeepSpeed,
+        (training.optimizer's name for what the built class keeps: the placement table's row,
+        ``trainer.config.placements``), ``paged`` (bitsandbytes' managed memory) and ``optimizer`` (the class). Under DeepSpeed,
         whose engine builds its own optimizer as training starts: separate, states "deepspeed"."""
         if self.optimizer is None and self.is_deepspeed_enabled:
             return {"step": "separate", "states": "deepspeed", "paged": False, "optimizer": None}
@@ -153,7 +154,7 @@ class TrainPilotMixin:
         built = fused.layout if fused is not None else getattr(self.optimizer, "optimizer", self.optimizer)
         paged = bool(getattr(built, "is_paged", False))
         bits = getattr(getattr(built, "args", None), "optim_bits", 32) if hasattr(built, "is_paged") else None
-        states = "adamw" if bits is None else f"{'paged_' if paged else ''}adamw_{bits}bit"
+        states = placements.find(paged=paged, eight_bit=bits == 8).name
         return {"step": "fused" if fused is not None else "separate", "states": states, "paged": paged,
                 "optimizer": f"{type(built).__module__.split('.')[0]}.{type(built).__name__}"}
 

@@ -324,7 +324,7 @@ def _setup(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, rank: int
     trainer.tp_optimizer_in_backward = cfg.training.optimizer_in_backward is True
     if not trainer.is_deepspeed_enabled:  # built now (HF's train() keeps it): run_started says what was built
         trainer.create_optimizer()
-    info["optimizer_step"] = trainer.tp_optimizer_step()
+    info["optimizer_step"] = trainer._tp_optimizer_step()
     steps = StepEvents(writer, run_dir, trainer, cfg.training.effective_batch_size)
     trainer.add_callback(steps)
     trainer.add_callback(PacedOutput())  # the per-step log lines reach train.log once a second, not a pipe write a step
