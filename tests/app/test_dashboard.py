@@ -7,6 +7,19 @@ from app.views.dashboard import Dashboard
 from app.model.run_data import RunData
 
 
+def dashboard_on(qtbot, run, size: tuple[int, int] | None = None) -> tuple[Dashboard, RunData]:
+    """A Dashboard fed the run folder ``run`` read once; shown at ``size`` first when given (charts lay out)."""
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    if size:
+        dash.resize(*size)
+        dash.show()
+    data = RunData(run)
+    data.poll()
+    dash.set_data(data)
+    return dash, data
+
+
 def test_dashboard_shows_recorded_run(qtbot, fixture_run):
     run = fixture_run("laptop_run")
     data = RunData(run)
@@ -51,12 +64,7 @@ def test_half_written_last_line_breaks_nothing(qtbot, fixture_run):
 def test_dashboard_shows_real_cpu_demo_recording(qtbot, fixture_run):
     """tests/fixtures/run_dirs/cpu_demo was recorded from `python -m trainer demo --set training.max_steps=24
     --set checkpoints.every_steps=8` on this CPU-only machine (checkpoints and weights left out)."""
-    run = fixture_run("cpu_demo")
-    data = RunData(run)
-    data.poll()
-    dash = Dashboard()
-    qtbot.addWidget(dash)
-    dash.set_data(data)
+    dash, data = dashboard_on(qtbot, fixture_run("cpu_demo"))
     assert list(dash.curves["loss"].xData) == list(range(1, 25))
     assert len(dash.curves["tps"].xData) == 24 and min(dash.curves["tps"].yData) > 0
     assert dash.curves["vram"].xData is None or len(dash.curves["vram"].xData) == 0  # no GPU: nothing to draw, nothing breaks
@@ -138,11 +146,7 @@ def test_the_headline_says_when_the_optimizer_step_ran_in_backward(qtbot, fixtur
     """run_started's ``optimizer_step`` (what the worker built): the fused step is named in the headline, with where
     its states live; the separate step (the default) and runs recorded before the field add nothing."""
     run = fixture_run("cpu_demo")
-    data = RunData(run)
-    data.poll()
-    dash = Dashboard()
-    qtbot.addWidget(dash)
-    dash.set_data(data)
+    dash, data = dashboard_on(qtbot, run)
     assert "optimizer step" not in dash.headline.text()
     events = run / "events.jsonl"
     said = {"step": "fused", "states": "paged_adamw_8bit", "paged": True, "optimizer": "bitsandbytes.AdamW"}

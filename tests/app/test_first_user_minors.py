@@ -144,22 +144,14 @@ def test_the_dashboard_charts_the_gradient_norm_the_worker_logs(qtbot, fixture_r
     import json
 
     import numpy as np
-
-    from app.model.run_data import RunData
-    from app.views.dashboard import Dashboard
+    from test_dashboard import dashboard_on
 
     run = fixture_run("cpu_demo")
     steps = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
              if '"type": "step"' in line]
     logged = [e["grad_norm"] for e in steps]
     assert len(logged) == 24 and all(isinstance(v, float) for v in logged)
-    dash = Dashboard()
-    qtbot.addWidget(dash)
-    dash.resize(800, 600)
-    dash.show()
-    data = RunData(run)
-    data.poll()
-    dash.set_data(data)
+    dash, _ = dashboard_on(qtbot, run, size=(800, 600))
     curve = dash.curves["grad"]
     assert list(curve.xData) == [e["step"] for e in steps] and np.allclose(curve.yData, logged)
     plot = dash.plots["grad"]
