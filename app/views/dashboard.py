@@ -163,10 +163,15 @@ class Dashboard(QtWidgets.QWidget):
         steps = last.get("max_steps") if isinstance(last.get("max_steps"), int) else 10
         for key, _title, _unit, timed, *_ in PLOTS:
             plot = self.plots[key]
-            plot.setXRange(now - MIN_TIME_SPAN_S, now + MIN_TIME_SPAN_S, padding=0) if timed \
-                else plot.setXRange(0, max(steps, 4), padding=0)
+            # Only a plot that leads its x axis gets a range: pyqtgraph tells a follower's leader of the follower's
+            # new range through both plots' screen geometry, so a follower set here moved its leader (the loss
+            # chart of a finished run showed steps 6.7-10.7 of 24, via the gradient-norm chart beside it).
+            if plot.getViewBox().linkedView(0) is None:
+                plot.setXRange(now - MIN_TIME_SPAN_S, now + MIN_TIME_SPAN_S, padding=0) if timed \
+                    else plot.setXRange(0, max(steps, 4), padding=0)
+                plot.enableAutoRange(axis="x")
             plot.setYRange(0, 1, padding=0)
-            plot.enableAutoRange()
+            plot.enableAutoRange(axis="y")
 
     @property
     def data(self) -> RunData | None:

@@ -193,6 +193,10 @@ def test_at_800x600_nothing_is_cut_and_each_run_has_its_own_axes(qtbot, tmp_path
     left, right = dash.plots["tps"].viewRange()[0]
     width = tps.x[-1] - tps.x[0]
     assert right - tps.x[-1] <= 0.05 * width and tps.x[0] - left <= 0.05 * width  # the axis is the data's span
+    steps = dash.data.loss.x
+    for name in ("loss", "lr", "grad"):  # the step charts show every step (not the last four: a linked chart set once)
+        left, right = dash.plots[name].viewRange()[0]
+        assert left <= steps[0] and right >= steps[-1], (name, (left, right), (steps[0], steps[-1]))
     demo_axes = _axes(w)
     w.open_run(str(runs / "mine-20261125-170000"))  # failed before its first step: no data at all
     qtbot.waitUntil(lambda: dash.data is not None and "mine-2026" in str(dash.data.run_dir), timeout=SHOWN_MS)
