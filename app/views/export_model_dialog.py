@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
+from app.views.wheel_guard import ComboBox
 from app.model.exports import export_words, folder_problem, formats_text, gguf_formats, is_adapter_run
 from app.ops.commands import Job
 
@@ -72,7 +73,7 @@ class ExportModelDialog(_Fits, QtWidgets.QDialog):
         self.merge = QtWidgets.QCheckBox("Merge the LoRA adapter into the base weights (a full model)")
         self.merge.setChecked(True)
         self.adapter = is_adapter_run(run_dir)  # a full fine-tune has no adapter to merge
-        self.gguf = QtWidgets.QComboBox()
+        self.gguf = ComboBox()
         formats = gguf_formats(run_dir)
         for label, value in GGUF_LABELS:
             self.gguf.addItem(label, value)

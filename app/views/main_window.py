@@ -23,7 +23,6 @@ from app.ops.monitor import Monitor
 from app.ops.run_controller import RunController
 from app.views.run_list import RunList
 from app.views.run_view import RunView
-from app.views import wheel_guard
 from app.ops.stop_waiter import StopWaiter, close_question
 from app.views.wizard.wizard import SetupWizard
 
@@ -43,7 +42,6 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def __init__(self, hardware_file: str | None = None, parent=None, lazy: bool = False):
         super().__init__(parent)
-        wheel_guard.install()  # the wheel scrolls pages, never a setting under the pointer (once per app)
         self.setWindowTitle("TrainPilot")
         if ICON.exists():
             self.setWindowIcon(QtGui.QIcon(str(ICON)))

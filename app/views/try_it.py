@@ -19,6 +19,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from app.model.run_pictures import takes_pictures
 from app.ops.commands import Job
 from app.views.picture_box import PictureBox
+from app.views.wheel_guard import ComboBox
+from app.views.wizard.numbers import DoubleSpinBox, SpinBox
 from trainer.rundir.checkpoints import checkpoint_step, complete_checkpoints
 from trainer.rundir.runstate import RunState, read_run_state
 
@@ -127,11 +129,13 @@ class TryItTab(QtWidgets.QWidget):
         self._followed: tuple | None = None  # the RunState facts the tab last showed
         self.streams: list[ChatStream] = []
         self._prompts: dict[Path, str] = {}  # the question typed for each run shown (kept while the window lives)
-        self.checkpoint = QtWidgets.QComboBox()
+        self.checkpoint = ComboBox()
         self.picked: str | None = None  # the model the user picked (None: the newest, final once there is one)
         self.checkpoint.currentIndexChanged.connect(self._picked)
-        self.max_tokens = QtWidgets.QSpinBox(minimum=1, maximum=4096, value=128)
-        self.temperature = QtWidgets.QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.1, value=0.7)
+        self.max_tokens = SpinBox(1, 4096)
+        self.max_tokens.setValue(128)
+        self.temperature = DoubleSpinBox(0.0, 2.0, decimals=2, step=0.1)
+        self.temperature.setValue(0.7)
         self.temperature.setToolTip("0 answers greedily (the same every time)")
         self.prompt = QtWidgets.QPlainTextEdit(placeholderText="Ask the model something…")
         self.prompt.setFixedHeight(70)

@@ -2,68 +2,58 @@
 
 Qt's combo boxes, spin boxes and sliders take the wheel by default: scrolling the Method page over Advanced settings
 turned the Plan goal combo under the pointer (fastest → most_headroom, then a re-plan), with no sign but the combo's
-text. Here, app-wide and installed once (``install``):
+text. The app's own widgets (``ComboBox`` here, the number fields of ``app.views.wizard.numbers``) carry
+``WheelGuarded``:
 
-- every such widget gets ``Qt.StrongFocus`` when it is polished (a click or Tab focuses it, the wheel does not: Qt's
-  default ``WheelFocus`` would focus it on the first wheel turn and let that turn change it);
+- they take ``Qt.StrongFocus`` (a click or Tab focuses them, the wheel does not: Qt's default ``WheelFocus`` would
+  focus one on the first wheel turn and let that turn change it);
 - a wheel over one that does not have the focus goes to the scroll area around it (the page scrolls), or, where there
-  is none, to nobody: the widget's value never moves. A focused one (clicked, tabbed into) takes the wheel as usual.
+  is none, on to the parents as an ignored event: the widget's value never moves. A focused one (clicked, tabbed
+  into) takes the wheel as usual. The scroll area is sent the event itself, not left to Qt's propagation: Qt passes
+  an ignored wheel on to the parents only when it came from the window system, not when sent by code.
 
-Scroll bars are sliders too, and are left alone: they are what scrolls.
+The guard lives on the widgets, not as an application-wide event filter: such a filter runs Python for every event
+of every widget, and with a background thread busy in Python (a data scan) each event waited for the interpreter
+lock, so the event loop fell behind what the thread posted (a GUI test waited 12 minutes on CI). No module of app/
+builds a bare QComboBox, QSpinBox, QDoubleSpinBox or QSlider (tests/app/test_wheel.py holds it).
 """
 from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-GUARDED = (QtWidgets.QComboBox, QtWidgets.QAbstractSpinBox, QtWidgets.QAbstractSlider)
-_WHEEL, _POLISH = QtCore.QEvent.Type.Wheel, QtCore.QEvent.Type.Polish
 
+class WheelGuarded:
+    """Mixin for a QComboBox, QAbstractSpinBox or QAbstractSlider: the wheel changes it only while it has the focus."""
 
-def guarded(obj) -> bool:
-    """True for a widget whose value a wheel turn would change (combo box, spin box, slider; not a scroll bar)."""
-    return isinstance(obj, GUARDED) and not isinstance(obj, QtWidgets.QScrollBar)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.setFocusPolicy(QtCore.Qt.StrongFocus)
 
-
-class WheelGuard(QtCore.QObject):
-    """The application's event filter (see the module docstring)."""
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
-        kind = event.type()
-        if kind == _WHEEL:
-            if not guarded(obj) or obj.hasFocus():
-                return False
-            area = scroll_area_of(obj)
-            if area is not None:
-                QtCore.QCoreApplication.sendEvent(area.viewport(), event)
-            event.accept()  # taken here: neither the widget nor (for Qt's own propagation) its parents change
-            return True
-        if kind == _POLISH and guarded(obj) and obj.focusPolicy() == QtCore.Qt.WheelFocus:
-            obj.setFocusPolicy(QtCore.Qt.StrongFocus)
-        return False
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self.hasFocus():
+            super().wheelEvent(event)
+            return
+        area = scroll_area_of(self)
+        if area is None:
+            event.ignore()
+            return
+        QtCore.QCoreApplication.sendEvent(area.viewport(), event)
+        event.accept()  # taken here: the scroll area scrolled, the parents must not scroll it again
 
 
 def scroll_area_of(widget: QtWidgets.QWidget) -> QtWidgets.QAbstractScrollArea | None:
-    """The nearest scroll area ``widget`` sits in (a combo box's own list is not one it sits in), or None."""
+    """The nearest scroll area ``widget`` sits in, or None."""
     parent = widget.parentWidget()
     while parent is not None:
-        if isinstance(parent, QtWidgets.QAbstractScrollArea) and not guarded(parent):
+        if isinstance(parent, QtWidgets.QAbstractScrollArea):
             return parent
         parent = parent.parentWidget()
     return None
 
 
-def install(app: QtWidgets.QApplication | None = None) -> WheelGuard | None:
-    """Install the guard on ``app`` (default: the running QApplication) once; later calls return the same guard.
-    None when there is no application yet."""
-    app = app or QtWidgets.QApplication.instance()
-    if app is None:
-        return None
-    guard = app.findChild(WheelGuard, "wheel_guard")
-    if guard is None:
-        guard = WheelGuard(app)
-        guard.setObjectName("wheel_guard")
-        app.installEventFilter(guard)
-        for widget in app.allWidgets():  # widgets made before the guard (already polished)
-            if guarded(widget) and widget.focusPolicy() == QtCore.Qt.WheelFocus:
-                widget.setFocusPolicy(QtCore.Qt.StrongFocus)
-    return guard
+class ComboBox(WheelGuarded, QtWidgets.QComboBox):
+    """The app's combo box: the wheel scrolls the page over it unless it was clicked or tabbed into."""
+
+
+class Slider(WheelGuarded, QtWidgets.QSlider):
+    """The app's slider (the wheel rule of ``ComboBox``; scroll bars are not sliders of ours and keep scrolling)."""

@@ -1,17 +1,22 @@
 """The mouse wheel scrolls pages and never changes a setting that was not clicked or focused (issue 45, item 2):
-real widgets, real wheel events, the app-wide guard (app/views/wheel_guard.py) the windows install."""
+real widgets, real wheel events, the app's own guarded widgets (app/views/wheel_guard.py)."""
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 from conftest import FIXTURES, SHOWN_MS, started_wizard
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.views import wheel_guard
+from app.views.wheel_guard import ComboBox, Slider
+from app.views.wizard.numbers import DoubleSpinBox, SpinBox
 
 NO_GPU = str(FIXTURES / "hardware" / "no_gpu.jsonl")
 
 
 def _wheel(widget: QtWidgets.QWidget, down: bool = True) -> None:
-    """One notch of the wheel over the middle of ``widget``, delivered as Qt delivers it (through the app's filters)."""
+    """One notch of the wheel over the middle of ``widget``, delivered as Qt delivers it (an ignored wheel goes on to
+    the parents: QApplication.notify propagates it)."""
     pos = QtCore.QPointF(widget.rect().center())
     delta = QtCore.QPoint(0, -120 if down else 120)
     event = QtGui.QWheelEvent(pos, QtCore.QPointF(widget.mapToGlobal(pos.toPoint())), QtCore.QPoint(), delta,
@@ -20,7 +25,7 @@ def _wheel(widget: QtWidgets.QWidget, down: bool = True) -> None:
 
 
 def test_the_wheel_over_the_plan_goal_combo_scrolls_the_method_page_and_keeps_the_goal(qtbot):
-    wiz = started_wizard(qtbot, NO_GPU)  # the wizard installs the guard itself (as the app's main() does)
+    wiz = started_wizard(qtbot, NO_GPU)
     wiz.resize(900, 600)
     wiz.next(), wiz.next(), wiz.next()
     page = wiz.plan
@@ -50,15 +55,12 @@ def test_the_wheel_over_the_plan_goal_combo_scrolls_the_method_page_and_keeps_th
 
 
 def test_spin_boxes_and_sliders_keep_their_value_and_scroll_bars_still_scroll(qtbot):
-    wheel_guard.install()
-    assert wheel_guard.install() is wheel_guard.install()  # once per application
     area = QtWidgets.QScrollArea(widgetResizable=True)
     body = QtWidgets.QWidget()
     lay = QtWidgets.QVBoxLayout(body)
-    spin, double, slider, combo = (QtWidgets.QSpinBox(), QtWidgets.QDoubleSpinBox(),
-                                   QtWidgets.QSlider(QtCore.Qt.Horizontal), QtWidgets.QComboBox())
-    spin.setRange(0, 100), spin.setValue(50)
-    double.setRange(0, 100), double.setValue(50)
+    spin, double, slider, combo = SpinBox(0, 100), DoubleSpinBox(0, 100), Slider(QtCore.Qt.Horizontal), ComboBox()
+    spin.setValue(50)
+    double.setValue(50)
     slider.setRange(0, 100), slider.setValue(50)
     combo.addItems(["a", "b", "c"])
     combo.setCurrentIndex(1)
@@ -85,3 +87,18 @@ def test_spin_boxes_and_sliders_keep_their_value_and_scroll_bars_still_scroll(qt
     qtbot.waitUntil(spin.hasFocus, timeout=SHOWN_MS)
     _wheel(spin, down=False)
     assert spin.value() == 51
+
+
+BARE = {"QComboBox", "QSpinBox", "QDoubleSpinBox", "QSlider"}
+
+
+def test_no_module_of_the_app_builds_a_widget_the_wheel_would_change():
+    """Every combo box, spin box and slider the app builds is one of the guarded ones (wheel_guard's docstring);
+    a bare ``QtWidgets.QComboBox()`` would turn under a scrolling pointer again."""
+    app_dir = Path(__file__).resolve().parents[2] / "app"
+    found = []
+    for path in sorted(app_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BARE:
+                found.append(f"{path.relative_to(app_dir.parent)}:{node.lineno} {node.func.attr}")
+    assert not found, f"use app.views.wheel_guard.ComboBox/Slider or app.views.wizard.numbers' spin boxes: {found}"

@@ -1,4 +1,4 @@
-"""The wizard's number fields: spin boxes that keep what is typed.
+"""The app's number fields: spin boxes that keep what is typed (and take the wheel only when focused: wheel_guard).
 
 Two things rewrote a number while it was typed (select 1.000, type ``0.5`` → 0.000 saved):
 
@@ -14,6 +14,8 @@ Keyboard tracking stays on: every keystroke that makes a number is that number, 
 from __future__ import annotations
 
 from PySide6 import QtWidgets
+
+from app.views.wheel_guard import WheelGuarded
 
 INT_MAX = 2**31 - 1      # QSpinBox holds a C int
 FLOAT_MAX = 1e9          # far above any weight; the schema says what is too much
@@ -43,7 +45,7 @@ class _KeepsTyping:
             edit.setCursorPosition(cursor)
 
 
-class SpinBox(_KeepsTyping, QtWidgets.QSpinBox):
+class SpinBox(WheelGuarded, _KeepsTyping, QtWidgets.QSpinBox):
     """An integer field for a config key (``objectName`` is the dotted key, when it has one)."""
 
     def __init__(self, minimum: int = 0, maximum: int = INT_MAX, key: str = "", tip: str = "", parent=None):
@@ -53,7 +55,7 @@ class SpinBox(_KeepsTyping, QtWidgets.QSpinBox):
         self.setToolTip(tip)
 
 
-class DoubleSpinBox(_KeepsTyping, QtWidgets.QDoubleSpinBox):
+class DoubleSpinBox(WheelGuarded, _KeepsTyping, QtWidgets.QDoubleSpinBox):
     """A decimal field for a config key (``objectName`` is the dotted key, when it has one)."""
 
     def __init__(self, minimum: float = 0.0, maximum: float = FLOAT_MAX, decimals: int = 3, step: float = 0.1,

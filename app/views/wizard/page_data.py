@@ -21,6 +21,7 @@ from app.model.data_preview import (  # noqa: F401  (the styles and scan_picture
 )
 from app.views import thumbnails
 from app.model.grpo_setup import GRPO_USE, PromptData, describe_shape, look_at_data
+from app.views.wheel_guard import ComboBox
 from app.views.labels import WrappedLabel
 from app.views.wizard.schema_form import nested
 from app.ops import settings
@@ -55,7 +56,7 @@ class DataPage(QtWidgets.QWizardPage):
         self.skip_bad.toggled.connect(self._skip_toggled)
         browse = QtWidgets.QPushButton("File…", clicked=self._browse)
         sample = QtWidgets.QPushButton("Create a sample dataset", clicked=self.create_sample)
-        self.objective = QtWidgets.QComboBox()
+        self.objective = ComboBox()
         self.objective.setToolTip(tc.TrainingConfig.model_fields["objective"].description)
         self.objective.activated.connect(self._objective_chosen)
         self.objective_note = QtWidgets.QLabel()

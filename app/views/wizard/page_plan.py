@@ -10,6 +10,7 @@ from PySide6 import QtCore, QtWidgets
 from app.model.plan_settings import applicable
 from app.model.fmt import gib
 from app.model.planning import TRAIN_VISION_WORDS, longest_words, picture_cost_words
+from app.views.wheel_guard import ComboBox
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
@@ -41,7 +42,7 @@ class PlanPage(QtWidgets.QWizardPage):
         self.seq_len_error = _problem_label()
         self.batch = _spin("training.effective_batch_size", fields["effective_batch_size"])
         self.batch_error = _problem_label()
-        self.length_kind = QtWidgets.QComboBox()
+        self.length_kind = ComboBox()
         self.length_kind.addItem("steps", "steps")
         self.length_kind.addItem("epochs (passes over the data)", "epochs")
         self.length = FieldEdit(state.values["training.max_steps"])
@@ -104,7 +105,7 @@ class PlanPage(QtWidgets.QWizardPage):
     def _picture_fields(self, state) -> None:
         """What of the vision side trains (method.train_vision) and the largest picture (data.image_max_pixels)."""
         method = tc.MethodConfig.model_fields["train_vision"]
-        self.train_vision = QtWidgets.QComboBox()
+        self.train_vision = ComboBox()
         self.train_vision.setToolTip(method.description)
         for v in typing.get_args(method.annotation):
             self.train_vision.addItem(f"train {TRAIN_VISION_WORDS[v]}", v)

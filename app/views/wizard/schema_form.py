@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from PySide6 import QtCore, QtWidgets
 
 from trainer import config as tc
+from app.views.wheel_guard import ComboBox
 from trainer.core.dotted import nested as dotted_nested
 
 READ_ONLY = ("schema_version",)  # internal: the file format, not a setting
@@ -200,7 +201,7 @@ class SchemaForm(QtWidgets.QWidget):
             return w
         choices = _literal_choices(ann)
         if choices is not None:
-            w = QtWidgets.QComboBox()
+            w = ComboBox()
             for c in choices:
                 w.addItem(str(c), c)
             w.setCurrentIndex(choices.index(value) if value in choices else 0)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-from app.views import wheel_guard
 from app.views.export_dialog import ExportDialog
 from app.views.wizard.page_data import DataPage
 from app.views.wizard.page_env import EnvironmentPage
@@ -20,7 +19,6 @@ class SetupWizard(QtWidgets.QWizard):
 
     def __init__(self, hardware, parent=None):
         super().__init__(parent)
-        wheel_guard.install()  # the wheel scrolls the pages, never a setting under the pointer (once per app)
         self.setWindowTitle("New training run")
         self.setWizardStyle(QtWidgets.QWizard.ClassicStyle)
         self.setOption(QtWidgets.QWizard.NoCancelButtonOnLastPage, False)
