@@ -100,4 +100,4 @@ def test_step_options_say_needs_bitsandbytes_where_it_is_missing(monkeypatch, cu
             o = by_key[p.name]
             assert (o.verdict, o.needs, o.verdict_words) == ("needs", ("bitsandbytes",), "needs bitsandbytes"), o
             assert o.peak_bytes is not None  # the memory is still said
-    assert verdict.approximate_offer(options) is None
+    assert verdict.one_click_offer(options) is None

@@ -133,7 +133,9 @@ def format_plan(plan, verdict=None) -> str:
     if d["close_apps"]:
         lines.append("using VRAM now: " + ", ".join(f"{a['name']} ({_gb(a['used_memory_bytes'])})" for a in d["close_apps"]))
     for a in d["alternatives"]:
-        mark = "fits" if a["fits"] else "does not fit"
+        needs = a.get("needs") or []
+        mark = "fits" if a["fits"] else ("fits, but needs " + " and ".join(needs) if needs and
+                                         a["predicted_peak_bytes"] <= d["budget_bytes"] else "does not fit")
         lines.append(f"alternative ({mark}, peak {_gb(a['predicted_peak_bytes'])}): {a['description']}")
         lines.append("    --set " + " --set ".join(f"{k}={json.dumps(v)}" for k, v in a["settings"].items()))
     lines += [f"note: {n}" for n in d["notes"]]

@@ -17,6 +17,7 @@ from trainer.models import catalog
 from trainer.models.spec import load_model_spec
 from trainer.planning import fused_plan, lengths, requirements
 from trainer.planning.budget import usable_host_words
+from trainer.planning.choice import Choice
 from trainer.planning.context import Context
 from trainer.planning.search import search
 
@@ -32,16 +33,23 @@ def _variant(ctx: Context, changes: dict) -> Optional[Context]:
 def _alt(ctx: Context, changes: dict, description: str) -> Optional[dict]:
     """An alternative: ``fits`` when its memory fits AND this machine can run it (``needs``: what it lacks, the
     verdict's rule: QLoRA on the CPU or without bitsandbytes is no alternative that fits, for any model)."""
+    return _alt_and_choice(ctx, changes, description)[0]
+
+
+def _alt_and_choice(ctx: Context, changes: dict, description: str) -> tuple[Optional[dict], Optional[Choice]]:
+    """``_alt`` with the search's choice for it (None, None: the changes make no config or no known model)."""
     v = _variant(ctx, changes)
     if v is None or v.spec is None:
-        return None
+        return None, None
     choice = search(v)
     settings = dict(changes, **choice.settings)
     machine = config_mod.replace(v.cfg, device=ctx.device)
     needs = list(dict.fromkeys(r.needs for r in requirements.unmet(machine, ctx.hardware) if not r.every_method))
+    host = choice.estimate.host_ram_bytes
+    if choice.verdict != "fits" and v.device == "cuda" and host > v.host_budget:  # host RAM, not VRAM, is what is short
+        description += f": needs {gib(host)} of host RAM ({usable_host_words(ctx.hardware.host.ram_available_bytes)})"
     return {"description": description, "settings": settings, "predicted_peak_bytes": choice.peak,
-            "host_ram_needed_bytes": choice.estimate.host_ram_bytes, "fits": choice.verdict == "fits" and not needs,
-            "needs": needs}
+            "host_ram_needed_bytes": host, "fits": choice.verdict == "fits" and not needs, "needs": needs}, choice
 
 
 AUTO = {"training.micro_batch_size": "auto", "training.gradient_accumulation_steps": "auto",
@@ -91,8 +99,21 @@ def _fused_alternatives(ctx: Context) -> list[Optional[dict]]:
         changes = fused_plan.alternative_changes(ctx, optimizer)
         if all(get_in(config_mod.to_dict(ctx.cfg), k) == v for k, v in changes.items()):
             continue
-        out.append(_alt(ctx, changes, fused_plan.alternative_words(optimizer)))
+        alt, choice = _alt_and_choice(ctx, changes, fused_plan.alternative_words(optimizer))
+        if alt is not None and not alt["fits"] and not alt["needs"] and choice.largest_fused is not None:
+            alt = _at_largest_batch(ctx, changes, optimizer, choice.largest_fused[0]) or alt
+        out.append(alt)
     return out
+
+
+def _at_largest_batch(ctx: Context, changes: dict, optimizer: str, batch: int) -> Optional[dict]:
+    """The fused alternative at the largest effective batch it keeps exact in one micro-batch (the one-click must
+    never end in "does not fit"; your effective batch changes only where you take this alternative, and it says so)."""
+    mine = ctx.cfg.training.effective_batch_size
+    smaller = {**changes, "training.effective_batch_size": batch,
+               "training.micro_batch_size": batch // max(1, ctx.cfg.world_size)}
+    return _alt(ctx, smaller, fused_plan.alternative_words(
+        optimizer, f" at effective batch {batch} (yours: {mine}; the largest that fits in one micro-batch)"))
 
 
 def _zero3_offload(ctx: Context) -> Optional[dict]:
@@ -100,12 +121,7 @@ def _zero3_offload(ctx: Context) -> Optional[dict]:
                "deepspeed.offload_params": True}
     if ctx.cfg.deepspeed.enabled is True and ctx.cfg.deepspeed.offload_params:
         return None
-    alt = _alt(ctx, changes, "DeepSpeed ZeRO-3 offloading parameters and optimizer states to host RAM")
-    if alt and not alt["fits"]:
-        have = ctx.hardware.host.ram_available_bytes
-        alt["description"] += (f": fits in VRAM only with {gib(alt['host_ram_needed_bytes'])} of host RAM "
-                               f"({usable_host_words(have)})")
-    return alt
+    return _alt(ctx, changes, "DeepSpeed ZeRO-3 offloading parameters and optimizer states to host RAM")
 
 
 def _shorter(ctx: Context) -> Optional[dict]:

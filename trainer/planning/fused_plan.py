@@ -24,8 +24,8 @@ from trainer.config.loading import explicit_keys
 from trainer.config.placements import DEFAULT, PLACEMENTS, placement
 from trainer.core import capabilities
 from trainer.core.dotted import get_in
-from trainer.core.units import count, gib
-from trainer.planning.context import Context, make_setup, per_rank_batch
+from trainer.core.units import LEAST_PRINTED, count, gib
+from trainer.planning.context import Context, make_setup, need, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.optimizer_memory import largest_param, paging_bytes_per_step, state_words
 from trainer.planning.speed import pcie_seconds
@@ -87,7 +87,9 @@ def where_states_live(ctx: Context, optimizer: str, est: Estimate) -> str:
     s = make_setup(ctx, 1, False, (False, 2, False, False), None, optimizer)
     what = state_words(s)
     if not placement(optimizer).paged:
-        return f"optimizer states: {what} on the GPU ({gib(est.breakdown.get('optimizer_states', 0))})"
+        states = gib(est.breakdown.get("optimizer_states", 0))
+        on = f"on the GPU ({states})" if ctx.device == "cuda" else f"in host RAM (training on the CPU): {states}"
+        return f"optimizer states: {what} {on}"
     if s.paged_on_gpu:
         return (f"optimizer states: {what} in CUDA managed memory, planned on the GPU "
                 f"({gib(est.breakdown.get('optimizer_states', 0))}): on Windows managed memory cannot oversubscribe "
@@ -112,10 +114,16 @@ def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list
     separate = estimate(ctx.spec, replace(fused, fused_step=False))
     n = largest_param(ctx.spec)
     kept = est.breakdown.get("gradients", 0) + est.breakdown.get("fused_step_workspace", 0)
+    buffer = separate.breakdown["gradients"]
+    largest = f"{count(n)} elements, with the fp32 copy of the part its norm is measured on"
+    sizes = (f"the {gib(buffer)} gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {largest})"
+             if buffer >= LEAST_PRINTED else  # gib() would print 0.0 GiB → 0.0 GiB
+             f"the gradient buffer (under {gib(LEAST_PRINTED, 2)} for this model) becomes the largest parameter's "
+             f"gradient ({largest})")
+    where = "peak" if ctx.device == "cuda" else "host RAM"  # the headline's number: need() (the CPU's is host RAM)
     out = [f"optimizer step fused into backward (training.optimizer_in_backward): each parameter is updated as soon "
-           f"as its gradient is complete and that gradient is freed, so the {gib(separate.breakdown['gradients'])} "
-           f"gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {count(n)} elements, with the "
-           f"fp32 copy of the part its norm is measured on); peak {gib(separate.peak_bytes)} → {gib(est.peak_bytes)}",
+           f"as its gradient is complete and that gradient is freed, so {sizes}; {where} "
+           f"{gib(need(ctx, separate))} → {gib(need(ctx, est))}",
            f"effective batch {ctx.cfg.training.effective_batch_size} kept exact in one micro-batch of {micro} "
            f"(accumulation 1: the fused step cannot add gradients over micro-batches)",
            "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
@@ -143,9 +151,9 @@ def alternative_changes(ctx: Context, optimizer: str) -> dict:
     return out
 
 
-def alternative_words(optimizer: str) -> str:
-    """An alternative's description (the issue's words)."""
+def alternative_words(optimizer: str, at: str = "") -> str:
+    """An alternative's description (the issue's words); ``at``: the effective batch it is offered at, in words."""
     p = placement(optimizer)
     tail = " — exact" if p.exact else " — approximate: 8-bit optimizer states"
-    return f"full fine-tune with {p.placed} and the step fused into backward{tail}"
+    return f"full fine-tune with {p.placed} and the step fused into backward{at}{tail}"
 

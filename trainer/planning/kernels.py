@@ -101,28 +101,33 @@ def choose(outcomes: list) -> int:
     return best
 
 
-def why(cfg, chosen: Variant, tried: dict, gib, budget: int) -> list[str]:
+def why(cfg, chosen: Variant, tried: dict, gib, budget: int, usable: Optional[int] = None) -> list[str]:
     """The plan's sentences for what the planner chose for ``auto`` (none where it kept the cheapest variant):
     ``tried`` maps each variant the search ran to its ``loss_kernel.Outcome``; each choice is set against the
-    variant that differs from the chosen one in that choice alone."""
+    variant that differs from the chosen one in that choice alone. ``usable``: the budget with its margin (a need
+    up to it is 'tight', as the verdict says, not 'does not fit')."""
     out, ours = [], tried[chosen]
     untiled = tried.get(Variant(False, chosen.lora_dropout))
     if chosen.tiled_mlp and cfg.speed.tiled_mlp == "auto" and untiled is not None:
         out.append(f"tiled MLP on (speed.tiled_mlp: auto): each layer's MLP and norms run over tiles of the sequence, "
-                   f"keeping only their inputs for backward; without it the run {_outcome_words(untiled, gib, budget)}, "
-                   f"with it the run {_outcome_words(ours, gib)}")
+                   f"keeping only their inputs for backward; without it the run {_outcome_words(untiled, gib, budget, usable)}, "
+                   f"with it the run {_outcome_words(ours, gib, budget, usable)}")
     dropped = tried.get(Variant(chosen.tiled_mlp, DROPOUT))
     if chosen.lora_dropout == 0 and cfg.method.lora_dropout == "auto" and dropped is not None and dropped is not ours:
         out.append(f"LoRA dropout 0 (method.lora_dropout: auto): dropout keeps its own copy of every adapted input for "
                    f"backward; at {ours.tokens:,} tokens per micro-batch, with dropout {DROPOUT:g} the run "
-                   f"{_outcome_words(dropped, gib, budget)}, without dropout it {_outcome_words(ours, gib)}")
+                   f"{_outcome_words(dropped, gib, budget, usable)}, without dropout it "
+                   f"{_outcome_words(ours, gib, budget, usable)}")
     return out
 
 
-def _outcome_words(o, gib, budget: Optional[int] = None) -> str:
-    """"fits at micro-batch 1, checkpointing (12.1 GiB)" / "does not fit (needs 15.2 GiB of the 12.8 GiB budget)"."""
+def _outcome_words(o, gib, budget: Optional[int] = None, usable: Optional[int] = None) -> str:
+    """"fits at micro-batch 1, checkpointing (12.1 GiB)" / "does not fit (needs 15.2 GiB of the 12.8 GiB budget)" /
+    "is tight (needs 13.3 GiB of the 12.8 GiB budget, within its margin)" (the verdict's words for the same need)."""
     if not o.fits:
         of = f" of the {gib(budget)} budget" if budget is not None else ""
+        if usable is not None and o.need <= usable:
+            return f"is tight (needs {gib(o.need)}{of}, within its margin)"
         return f"does not fit (needs {gib(o.need)}{of})"
     parts = [f"micro-batch {o.micro}"] + (["checkpointing"] if o.ckpt else []) + ([o.savers] if o.savers else [])
     return f"fits at {', '.join(parts)} ({gib(o.need)})"

@@ -37,12 +37,13 @@ class Longest:
     at_limit: bool
     plan: Optional[Plan] = field(default=None, repr=False)
     limited_by: str = ""  # what the next step up runs out of: "positions" (the model's), "VRAM" or "host RAM"
+    tight: int = 0  # the next length up where its plan is 'tight' (within the margin, as the verdict says), else 0
 
     def to_dict(self) -> dict:
         """JSON-ready: the length, the step and limit, and the plan's peak, budget and chosen settings there."""
         p = self.plan
         return {"longest_seq_len": self.tokens, "step": self.step, "limit": self.limit, "at_limit": self.at_limit,
-                "limited_by": self.limited_by,
+                "limited_by": self.limited_by, "tight_seq_len": self.tight or None,
                 "predicted_peak_bytes": p.predicted_peak_bytes if p else None,
                 "budget_bytes": p.budget_bytes if p else None,
                 "host_ram_needed_bytes": p.host_ram_needed_bytes if p else None,
@@ -81,9 +82,11 @@ class LongestContext:
 
 
 def _tokens_words(found: Longest) -> str:
-    if not found.tokens:
-        return f"not even {shortest(found.step):,} tokens fit"
-    return f"{found.tokens:,} tokens{_limit_words(found)}"
+    text = f"{found.tokens:,} tokens" if found.tokens else f"not even {shortest(found.step):,} tokens fit"
+    if not found.tight:
+        return text + _limit_words(found)
+    more = "; with more host RAM it would fit" if found.limited_by == "host RAM" else ""
+    return text + f"; {found.tight:,} is tight (within the plan's margin{more})"
 
 
 def _limit_words(found: Longest, where: str = "") -> str:
@@ -110,9 +113,12 @@ def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str
 
     tokens, best = longest_fitting(fits, limit or UNKNOWN_LIMIT, step)
     at_limit = bool(limit) and tokens > 0 and next_up(tokens, step) > limit
-    over = next_up(tokens, step) if tokens else step  # the length that does not fit (the old grid's first)
+    over = next_up(tokens, step) if tokens else shortest(step)  # the length that does not fit
+    tight = 0
+    if not at_limit and (not limit or over <= limit):
+        tight = over if _plan_at(cfg, hardware, over, goal).verdict == "tight" else 0
     return Longest(tokens, step, limit, at_limit, best,
-                   "positions" if at_limit else _short_of(cfg, hardware, over, goal))
+                   "positions" if at_limit else _short_of(cfg, hardware, over, goal), tight)
 
 
 def _short_of(cfg, hardware: MachineSnapshot, tokens: int, goal: Optional[str]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from trainer.config.placements import placement
 from trainer.core.units import gib
 from trainer.planning.choice import Choice, choice_level, make_choice
 from trainer.planning.context import (
@@ -42,7 +43,8 @@ from trainer.planning.search_space import (
     offload_options,
 )
 from trainer.planning.tiled_memory import tiles_mlp
-from trainer.planning.speed import OFFLOAD_MIN_GAIN, offload_copies, step_seconds
+from trainer.planning.optimizer_memory import paging_bytes_per_step
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, offload_copies, pcie_seconds, step_seconds
 
 
 @dataclass
@@ -63,10 +65,12 @@ class _Best:
 def search(ctx: Context) -> Choice:
     """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit. A full fine-tune that
     does not fit with the separate optimizer step is searched again with the step fused into backward
-    (``fused_plan``), which the plan keeps when it fits; a config that asks for the fused step gets it."""
+    (``fused_plan``), which the plan keeps when it fits; a config that asks for the fused step gets it. Where the
+    answer does not fit and the step can be fused, the reasons say the largest effective batch the fused step keeps
+    exact in one micro-batch (``Choice.largest_fused``), whether the fused step came from the planner or from you."""
     why_not = fused_plan.unavailable(ctx)
     if ctx.cfg.training.optimizer_in_backward is True and why_not is None:
-        return _fused(ctx)
+        return _with_largest_fused(ctx, _fused(ctx))
     choice = _search(ctx)
     if choice.verdict == "fits" or why_not is not None:
         return choice
@@ -74,10 +78,7 @@ def search(ctx: Context) -> Choice:
     rank = {"fits": 0, "tight": 1, "does_not_fit": 2}
     if (rank[fused.verdict], fused.peak) < (rank[choice.verdict], choice.peak):  # fits, else nearer to fitting
         choice = fused
-    if choice.verdict != "fits":
-        at = len(choice.reasons) - 1  # before the verdict's sentence
-        choice.reasons[at:at] = [_largest_fused_batch(ctx)]
-    return choice
+    return _with_largest_fused(ctx, choice)
 
 
 def _fused(ctx: Context) -> Choice:
@@ -87,10 +88,24 @@ def _fused(ctx: Context) -> Choice:
     return choice
 
 
-def _largest_fused_batch(ctx: Context) -> str:
-    """The largest effective batch the fused step keeps exact here, in words (the planner never changes yours)."""
+def _with_largest_fused(ctx: Context, choice: Choice) -> Choice:
+    """``choice``, where it does not fit, with the largest fused effective batch in its reasons and numbers."""
+    if choice.verdict == "fits":
+        return choice
+    best, one = largest_fused_batch(ctx)
+    if best is not None:
+        choice.largest_fused = (best[0], best[1].peak)
+    at = len(choice.reasons) - 1  # before the verdict's sentence
+    choice.reasons[at:at] = [_largest_fused_words(ctx, best, one or (choice if per_rank_batch(ctx.cfg) == 1 else None))]
+    return choice
+
+
+def largest_fused_batch(ctx: Context) -> tuple[Optional[tuple[int, Choice]], Optional[Choice]]:
+    """The largest effective batch below this config's that fits with the step fused into backward (one
+    micro-batch of it), with its choice, or None; and where none does, the choice at effective batch 1 (None when
+    the batch is 1 already: the config's own choice is that one). Memory grows with the batch: a bisection."""
     per = per_rank_batch(ctx.cfg)
-    lo, hi, best, one = 1, per - 1, None, None  # memory grows with the batch: bisect for the largest that fits
+    lo, hi, best, one = 1, per - 1, None, None
     while lo <= hi:
         m = (lo + hi) // 2
         choice = _search(fused_plan.planned_context(ctx, m))
@@ -98,16 +113,26 @@ def _largest_fused_batch(ctx: Context) -> str:
             lo, best = m + 1, (m, choice)
         else:
             hi, one = m - 1, (choice if m == 1 else one)
+    if best is None and one is None and per > 1:
+        one = _search(fused_plan.planned_context(ctx, 1))
+    return best, (None if best is not None else one)
+
+
+def _largest_fused_words(ctx: Context, best: Optional[tuple[int, Choice]], one: Optional[Choice]) -> str:
+    """The largest fused effective batch in words (the planner never changes yours), naming where the states live:
+    'not even 1 fits' holds for the placements tried, not for the ones the alternatives offer."""
     if best is not None:
         m, choice = best
         return (f"with the optimizer step fused into backward, the largest effective batch that fits in one "
                 f"micro-batch is {m} (peak {gib(choice.peak)}; {level_words(choice_level(choice)) or 'no other saver'}): "
                 f"set training.effective_batch_size: {m} to train that way (the planner keeps your "
                 f"{ctx.cfg.training.effective_batch_size})")
-    if one is None and per > 1:
-        one = _search(fused_plan.planned_context(ctx, 1))
-    at_one = f" (it would need {gib(one.peak)})" if one is not None else ""
-    return f"with the optimizer step fused into backward not even an effective batch of 1 fits{at_one}"
+    if one is None:
+        return "with the optimizer step fused into backward not even an effective batch of 1 fits"
+    tried = [placement(o).placed for o in fused_plan.placements(fused_plan.planned_context(ctx))]
+    places = " or ".join(tried) if len(tried) < 3 else ", ".join(tried[:-1]) + " or " + tried[-1]
+    return (f"with the optimizer step fused into backward and {places}, not even an effective batch of 1 fits "
+            f"(the nearest: {gib(one.peak)} with {placement(one.optimizer).placed})")
 
 
 def _search(ctx: Context) -> Choice:
@@ -148,9 +173,56 @@ def _best_variant(ctx: Context) -> tuple[Context, "_Best", loss_kernel.Outcome, 
         if kernels.best_possible(tried[-1][2], max(micro_options(ctx.cfg))):
             break
     i = kernels.choose([t[2] for t in tried])
+    i, timed = _faster_untiled(ctx, options, tried, i)
     vctx, b, o = tried[i]
-    words = kernels.why(ctx.cfg, options[i], {v: t[2] for v, t in zip(options, tried)}, gib, ctx.budget)
-    return vctx, b, o, words
+    words = kernels.why(ctx.cfg, options[i], {v: t[2] for v, t in zip(options, tried)}, gib, ctx.budget, ctx.usable)
+    return vctx, b, o, (words if timed is None else [w for w in words if not w.startswith("tiled MLP on")] + [timed])
+
+
+def _faster_untiled(ctx: Context, options: list, tried: list, i: int) -> tuple[int, Optional[str]]:
+    """Where the tiled MLP was kept because without it the run needs its optimizer states paged to host RAM (a
+    level further), and both fit: the faster of the two by the one time model (``planning.speed``: compute with the tiled MLP's extra forward
+    against the other saver's PCIe copies per optimizer step), the other kept only where estimated faster by
+    ``OFFLOAD_MIN_GAIN`` (the estimates are rough). (the index to keep, the reason in words; None where there is
+    nothing to weigh or a time is unknown)."""
+    chosen = options[i]
+    if not chosen.tiled_mlp or ctx.cfg.speed.tiled_mlp != "auto":
+        return i, None
+    j = next((k for k, v in enumerate(options) if not v.tiled_mlp and v.lora_dropout == chosen.lora_dropout), None)
+    if j is None or not (tried[i][2].fits and tried[j][2].fits):
+        return i, None
+    (ds_i, off_i, opt_i), (ds_j, off_j, opt_j) = tried[i][1].level, tried[j][1].level
+    if (ds_i, off_i) != (ds_j, off_j) or opt_i == opt_j:  # only the states' placement is weighed by time: activation
+        return i, None  # offload measured 2.6x slower than its estimate on an H100 (test_long_context_plan)
+    t_tiled, t_plain = (_seconds_per_step(*tried[k][:2]) for k in (i, j))
+    if t_tiled is None or t_plain is None:
+        return i, None
+    (vi, bi, oi), (vj, bj, oj) = tried[i], tried[j]
+    extra = level_words(bj.level).replace(level_words(bi.level), "").strip(", ") or level_words(bj.level)
+    both = (f"without it the run fits only with {extra} ({gib(oj.need)}, ≈ {t_plain:.2f} s per optimizer step), "
+            f"with it, without {extra} ({gib(oi.need)}, ≈ {t_tiled:.2f} s: each tile's forward runs again in backward); "
+            "estimates from the card's published peak and its PCIe link")
+    if t_plain < (1.0 - OFFLOAD_MIN_GAIN) * t_tiled:
+        return j, f"tiled MLP off (speed.tiled_mlp: auto): {both}; the faster by more than the estimates' error is kept"
+    return i, (f"tiled MLP on (speed.tiled_mlp: auto): {both}; one memory saver fewer is kept unless the other is "
+               f"estimated at least {OFFLOAD_MIN_GAIN:.0%} faster (the rule checkpointing and activation offload "
+               "are weighed by)")
+
+
+def _seconds_per_step(ctx: Context, b: "_Best") -> Optional[float]:
+    """One optimizer step's estimated seconds for a search result: its micro-batches' compute or activation copies
+    (``speed.step_seconds``), plus the paged states' PCIe copies (each state in and out, an upper bound)."""
+    ds, off, opt = b.level
+    s = make_setup(ctx, b.micro, b.ckpt, ds, off, opt)
+    link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
+    times = step_seconds(ctx.spec, s, ctx.gpu.name if ctx.gpu else None, link,
+                         b.est.host_breakdown.get("offloaded_activations", 0))
+    if not times:
+        return None
+    paged = paging_bytes_per_step(b.est.host_breakdown)
+    if paged and not link:
+        return None
+    return times["total"] * (per_rank_batch(ctx.cfg) // b.micro) + (pcie_seconds(paged, link) if paged else 0.0)
 
 
 def _best(ctx: Context) -> _Best:

@@ -50,6 +50,13 @@ class MethodVerdict:
         """'fits', 'fits (tight)', 'does not fit', 'needs bitsandbytes', 'unknown'."""
         return "needs " + " and ".join(self.needs) if self.verdict == "needs" else WORDS[self.verdict]
 
+    @property
+    def click_changes(self) -> dict:
+        """What one click on this option writes: its changes, at the smaller effective batch where only that fits."""
+        if self.verdict == "fits" or self.smaller_batch is None:
+            return dict(self.changes)
+        return {**self.changes, "training.effective_batch_size": self.smaller_batch}
+
     def to_dict(self) -> dict:
         """JSON-ready (the plan left out)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "plan"}
@@ -139,11 +146,22 @@ class StepOption:
     host_ram_bytes: Optional[int] = None  # host RAM the plan needs (paged states live there)
     host_ram_available_bytes: Optional[int] = None
     needs: tuple[str, ...] = ()
+    # where it does not fit at your effective batch: the largest one the fused step keeps exact in one micro-batch
+    # (``planning.search.largest_fused_batch``) and the peak there; None where none fits (or it fits as it is)
+    smaller_batch: Optional[int] = None
+    smaller_batch_peak_bytes: Optional[int] = None
 
     @property
     def verdict_words(self) -> str:
         """'fits', 'fits (tight)', 'does not fit', 'needs bitsandbytes', 'unknown'."""
         return "needs " + " and ".join(self.needs) if self.verdict == "needs" else WORDS[self.verdict]
+
+    @property
+    def click_changes(self) -> dict:
+        """What one click on this option writes: its changes, at the smaller effective batch where only that fits."""
+        if self.verdict == "fits" or self.smaller_batch is None:
+            return dict(self.changes)
+        return {**self.changes, "training.effective_batch_size": self.smaller_batch}
 
 
 FUSED = {**in_backward.changes("auto"), "deepspeed.enabled": False}  # the planner makes the micro-batch the batch
@@ -184,18 +202,25 @@ def step_options(cfg, hardware) -> list[StepOption]:
             out.append(option)
             continue
         judged = method_verdict(plan, hardware)  # the one verdict's rule: a placement needing bitsandbytes "needs" it
+        smaller = getattr(plan.choice, "largest_fused", None) if judged.verdict not in ("fits", "needs") else None
         out.append(dataclasses.replace(option, verdict=judged.verdict, needs=judged.needs,
                                        peak_bytes=plan.predicted_peak_bytes, budget_bytes=plan.budget_bytes,
                                        host_ram_bytes=plan.host_ram_needed_bytes,
-                                       host_ram_available_bytes=plan.host_ram_available_bytes))
+                                       host_ram_available_bytes=plan.host_ram_available_bytes,
+                                       smaller_batch=smaller[0] if smaller else None,
+                                       smaller_batch_peak_bytes=smaller[1] if smaller else None))
     return out
 
 
-def approximate_offer(options: list[StepOption]) -> Optional[StepOption]:
-    """The approximate option to offer in one click: the first that fits, else the one with the smallest peak (None
-    when there is none, or an exact one already fits)."""
+def one_click_offer(options: list[StepOption]) -> Optional[StepOption]:
+    """The option to offer in one click where no exact one fits (None when one does, or nothing would fit): an
+    approximate one that fits at your effective batch, else the fused option that fits at the largest smaller
+    effective batch (exact before approximate at the same batch; the click sets that batch,
+    ``StepOption.click_changes``). Never a click whose plan does not fit."""
     if any(o.verdict == "fits" and not o.approximate for o in options):
         return None
-    approx = [o for o in options if o.approximate and o.peak_bytes is not None and o.verdict != "needs"]
-    fitting = [o for o in approx if o.verdict == "fits"]
-    return (fitting or sorted(approx, key=lambda o: o.peak_bytes) or [None])[0]
+    fitting = [o for o in options if o.approximate and o.verdict == "fits"]
+    if fitting:
+        return fitting[0]
+    smaller = [o for o in options if o.smaller_batch is not None and o.verdict != "needs"]
+    return max(smaller, key=lambda o: (o.smaller_batch, not o.approximate), default=None)

@@ -1,6 +1,8 @@
 """The Method page's full fine-tune options (issue 39): the verdict of the separate optimizer step and of the step
 fused into backward with each place AdamW's states can live (``trainer.planning.verdict.step_options``, worked out
-off the GUI thread with the plan), and one click that applies the approximate one, its consequence said beside it."""
+off the GUI thread with the plan), and one click that applies what fits where no exact option does (an approximate one,
+or a fused one at the largest effective batch it keeps exact: never a click that ends in "does not fit"), its
+consequence said beside it."""
 from __future__ import annotations
 
 import html
@@ -8,7 +10,8 @@ import html
 from PySide6 import QtWidgets
 
 from app.model.fmt import gib
-from trainer.planning.verdict import approximate_offer
+from trainer.planning.budget import HOST_RAM_USABLE
+from trainer.planning.verdict import one_click_offer
 
 COLORS = {"fits": "#2ca02c", "tight": "#ff7f0e", "does_not_fit": "#d62728"}
 
@@ -32,24 +35,36 @@ class StepOptions(QtWidgets.QLabel):
             self.hide()
             return
         rows = "".join(f"<li>{html.escape(o.words)}: {_verdict(o)}</li>" for o in options)
-        offer = approximate_offer(options)
+        offer = one_click_offer(options)
         link = "" if offer is None else (
-            f"<a href='apply:{offer.key}'>Use {html.escape(offer.words)}</a> — {html.escape(offer.consequence)}")
+            f"<a href='apply:{offer.key}'>Use {html.escape(offer.words)}{_at_batch(offer)}</a> — "
+            f"{html.escape(offer.consequence)}")
         self.setText(f"<b>Full fine-tune here</b>:<ul>{rows}</ul>{link}")
         self.show()
 
     def _apply(self, link: str) -> None:
         option = self._options.get(link.partition(":")[2])
         if option is not None:
-            self.state.update(dict(option.changes))
+            self.state.update(option.click_changes)
             self.state.replan()
+
+
+def _at_batch(o) -> str:
+    """' at effective batch N (yours: M)' where the click sets a smaller effective batch."""
+    batch = o.click_changes.get("training.effective_batch_size")
+    return "" if batch is None else f" at effective batch {batch}"
 
 
 def _verdict(o) -> str:
     if o.peak_bytes is None:
         return "<i>not with your settings</i>"
     host = ""
-    if o.verdict == "does_not_fit" and o.peak_bytes <= (o.budget_bytes or 0) and o.host_ram_bytes:
-        host = f"; needs {gib(o.host_ram_bytes)} of host RAM, {gib(o.host_ram_available_bytes)} available"
+    usable = None if o.host_ram_available_bytes is None else int(o.host_ram_available_bytes * HOST_RAM_USABLE)
+    if o.verdict == "does_not_fit" and o.host_ram_bytes and usable is not None and o.host_ram_bytes > usable:
+        host = f"; needs {gib(o.host_ram_bytes)} of host RAM, {gib(usable)} usable"
+    smaller = ""
+    if o.smaller_batch is not None:
+        smaller = (f"; <span style='color:{COLORS['fits']}'>fits at effective batch ≤ {o.smaller_batch}</span> "
+                   f"({gib(o.smaller_batch_peak_bytes)})")
     return (f"<span style='color:{COLORS.get(o.verdict, '#333')}'>{o.verdict_words}</span> "
-            f"({gib(o.peak_bytes)} of {gib(o.budget_bytes)}{host})")
+            f"({gib(o.peak_bytes)} of {gib(o.budget_bytes)}{host}){smaller}")
