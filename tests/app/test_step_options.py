@@ -39,6 +39,7 @@ def test_one_click_applies_8bit_paged_states_with_the_fused_step_and_review_show
         ("paged_adamw_8bit", True, 0.0)
     qtbot.waitUntil(lambda: wiz.plan.verdict.text().startswith("<span style='color:") and "Fits" in
                     wiz.plan.verdict.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "apply:" not in view.text(), timeout=60000)  # the plan runs what the click wrote
     wiz.next()
     assert wiz.currentPage() is wiz.review
     qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
@@ -89,3 +90,5 @@ def test_where_nothing_fits_at_your_batch_the_click_is_the_batch_that_fits(qtbot
     assert wiz.state.values["training.optimizer"] == key and wiz.state.values["training.optimizer_in_backward"] is True
     qtbot.waitUntil(lambda: wiz.plan.verdict.text().startswith("<span style='color:") and "Fits" in
                     wiz.plan.verdict.text(), timeout=60000)
+    qtbot.waitUntil(lambda: f"effective batch ≤ {batch}" not in view.text(), timeout=60000)  # the options re-judged
+    assert "apply:" not in view.text(), view.text()  # the plan runs what the click wrote: nothing left to click

@@ -36,6 +36,9 @@ class StepOptions(QtWidgets.QLabel):
             return
         rows = "".join(f"<li>{html.escape(o.words)}: {_verdict(o)}</li>" for o in options)
         offer = one_click_offer(options)
+        values = getattr(self.state, "values", {})
+        if offer is not None and all(values.get(k) == v for k, v in offer.click_changes.items()):
+            offer = None  # what the click would write is what the plan already runs: no link to click again
         link = "" if offer is None else (
             f"<a href='apply:{offer.key}'>Use {html.escape(offer.words)}{_at_batch(offer)}</a> — "
             f"{html.escape(offer.consequence)}")
