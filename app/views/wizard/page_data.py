@@ -15,7 +15,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model.data_preview import (  # noqa: F401  (the styles and scan_pictures: re-exported for the tests)
-    MASKED_STYLE, OBJECTIVE_WORDS, PICTURE_URL, PROMPT_SHAPES, SKIP_LABEL, TRAINED_STYLE, bar_spans, cell_text,
+    MASKED_STYLE, OBJECTIVE_WORDS, PICTURE_URL, PROMPT_SHAPES, SKIP_LABEL, TRAINED_STYLE, histogram_bars, cell_text,
     data_words, examples_html, grpo_examples_html, grpo_report_summary, needs_choice, objectives_for, picture_paths,
     report_summary, scan_pictures,
 )
@@ -356,14 +356,14 @@ class DataPage(QtWidgets.QWizardPage):
         edges, counts = r["histogram"]["edges"], r["histogram"]["counts"]
         if self.bars is not None:
             self.histogram.removeItem(self.bars)
-        x0, x1, right = bar_spans(edges, r["seq_len"])
-        self.bars = pg.BarGraphItem(x0=x0, x1=x1, height=counts, brush="#7aa6d8", pen=None)
+        x0, x1, heights, right = histogram_bars(edges, counts, r["seq_len"])
+        self.bars = pg.BarGraphItem(x0=x0, x1=x1, height=heights, brush="#7aa6d8", pen=None)
         self.histogram.addItem(self.bars)
         if self.seq_line.scene() is None:
             self.histogram.addItem(self.seq_line)
         self.seq_line.setValue(r["seq_len"])
         self.histogram.setXRange(0, right, padding=0)
-        self.histogram.setYRange(0, max(counts or [1]) * 1.1, padding=0)
+        self.histogram.setYRange(0, max(heights or [1]) * 1.1, padding=0)
 
 
     def _show_thumbnails(self, thumbs: list) -> None:
