@@ -68,6 +68,10 @@ def picture_cost_words(pictures: dict, micro_batch: int | None) -> str:
     size = f"≈{cost / 2**30:.2f} GiB</b> at micro-batch {micro_batch}" if cost is not None else \
         "as long as the whole sequence</b>"
     line = f"<b>A picture: {tokens:,} tokens, {size} ({source}); {per} per sample ({per * tokens:,} tokens)"
+    parts = pictures.get("bytes_per_picture_parts") or {}
+    shown = [(k, v) for k, v in parts.items() if v >= 2**30 / 100]  # (the bar's own hundredths of a GiB)
+    if cost is not None and shown:  # where it lies in the bar: its parts of the components drawn there
+        line += "; in the bar: " + ", ".join(f"{v / 2**30:.2f} GiB of {k.replace('_', ' ')}" for k, v in shown)
     if pictures.get("vision_activation_bytes"):
         line += f"; the vision side keeps {pictures['vision_activation_bytes'] / 2**30:.2f} GiB of activations"
     sizing = pictures.get("image_max_pixels") or pictures.get("processor")

@@ -200,8 +200,15 @@ def test_method_page_shows_what_a_picture_costs_and_binds_the_picture_settings(q
     page.train_vision.setCurrentIndex(page.train_vision.findData("projector"))
     page.train_vision.activated.emit(page.train_vision.currentIndex())
     assert state.config().data.image_max_pixels == 401408 and state.config().method.train_vision == "projector"
-    page.show_plan(plan_run(state.config(), laptop, alternatives=False))
+    plan = plan_run(state.config(), laptop, alternatives=False)
+    page.show_plan(plan)
     assert "A picture: 512 tokens" in page.picture_cost.text() and "fill the sequence" not in page.picture_cost.text()
+    # the picture's cost lies in the bar: its parts are components the bar draws, and they add up to it
+    parts = plan.pictures["bytes_per_picture_parts"]
+    assert parts and set(parts) <= set(plan.breakdown), (parts, plan.breakdown)
+    assert abs(sum(parts.values()) - plan.pictures["bytes_per_picture"]) <= 2**20, parts
+    biggest = next(iter(parts))
+    assert f"in the bar: {parts[biggest] / 2**30:.2f} GiB of {biggest.replace('_', ' ')}" in page.picture_cost.text()
     text_only = tc.replace(cfg, **{"model.source": "Qwen/Qwen2.5-0.5B"})
     page.show_plan(plan_run(text_only, laptop, alternatives=False))
     assert not page.max_pixels.isVisible() and not page.picture_cost.isVisible()

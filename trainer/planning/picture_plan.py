@@ -24,6 +24,20 @@ def per_picture_bytes(ctx: Context, s: TrainSetup) -> Optional[int]:
     return max(0, need(ctx, estimate(ctx.spec, s)) - need(ctx, estimate(ctx.spec, fewer)))
 
 
+def per_picture_parts(ctx: Context, s: TrainSetup) -> dict:
+    """Where ``per_picture_bytes`` lies in the plan's bar: each component one picture fewer shrinks, and by how much
+    (bytes, largest first; the components the memory bar draws: the GPU's breakdown, or host RAM's on the CPU).
+    Empty where ``per_picture_bytes`` is None."""
+    tokens = ctx.pictures.picture.tokens
+    if tokens >= s.seq_len or not s.pictures:
+        return {}
+    fewer = replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens)
+    a, b = estimate(ctx.spec, s), estimate(ctx.spec, fewer)
+    mine, less = (a.breakdown, b.breakdown) if ctx.device == "cuda" else (a.host_breakdown, b.host_breakdown)
+    parts = {k: v - less.get(k, 0) for k, v in mine.items() if v - less.get(k, 0) > 0}
+    return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+
+
 def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
     """plan.json's ``pictures``: the pictures planned per sample and per picture (tokens, vision units and positions),
     where the figures come from, the processor's settings and data.image_max_pixels, what trains, and bytes: one
@@ -37,6 +51,7 @@ def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
             "from_data": load.measured, "processor": vision.describe(load.processor),
             "processor_source": load.processor.source, "image_max_pixels": load.processor.cap_words,
             "train_vision": s.train_vision, "bytes_per_picture": per_picture_bytes(ctx, s),
+            "bytes_per_picture_parts": per_picture_parts(ctx, s),
             "vision_activation_bytes": est.breakdown.get("vision_activations", 0),
             "vision_forward_bytes": pictures.forward_bytes(ctx.spec, s),
             "vision_trained_params": full + adapter, "tokens_over_seq_len": over_seq_len(ctx),
