@@ -39,7 +39,8 @@ def test_one_click_applies_8bit_paged_states_with_the_fused_step_and_review_show
         ("paged_adamw_8bit", True, 0.0)
     qtbot.waitUntil(lambda: wiz.plan.verdict.text().startswith("<span style='color:") and "Fits" in
                     wiz.plan.verdict.text(), timeout=60000)
-    qtbot.waitUntil(lambda: "apply:" not in view.text(), timeout=60000)  # the plan runs what the click wrote
+    qtbot.waitUntil(lambda: "8-bit states paged to host RAM</b> (the plan's)" in view.text(), timeout=60000)
+    assert "apply:paged_adamw_8bit" not in view.text()  # the plan runs what the click wrote: nothing to click again
     wiz.next()
     assert wiz.currentPage() is wiz.review
     qtbot.waitUntil(lambda: wiz.review.result is not None, timeout=30000)
@@ -91,4 +92,36 @@ def test_where_nothing_fits_at_your_batch_the_click_is_the_batch_that_fits(qtbot
     qtbot.waitUntil(lambda: wiz.plan.verdict.text().startswith("<span style='color:") and "Fits" in
                     wiz.plan.verdict.text(), timeout=60000)
     qtbot.waitUntil(lambda: f"effective batch ≤ {batch}" not in view.text(), timeout=60000)  # the options re-judged
-    assert "apply:" not in view.text(), view.text()  # the plan runs what the click wrote: nothing left to click
+    assert f"apply:{key}" not in view.text() and "(the plan's)" in view.text(), view.text()
+
+
+def test_each_fitting_option_is_a_click_and_the_plans_own_is_marked(qtbot):
+    """Issue 45 item 5: the fused step was reachable only through Advanced settings (max grad norm 0 typed by
+    hand). Every option that fits and is not what the plan runs is a link that writes its settings; the plan's own
+    is marked; one that does not fit is no link."""
+    from app.views.wizard.step_options import StepOptions
+    from trainer.planning.verdict import STEP_OPTIONS, StepOption
+
+    class State:
+        values: dict = {}
+        applied: list = []
+
+        def update(self, changes):
+            self.applied.append(changes)
+
+        def replan(self):
+            pass
+
+    fits = {"separate": "fits", "adamw": "fits", "paged_adamw_32bit": "does_not_fit"}
+    options = [StepOption(k, w, c, a, q, verdict=fits.get(k, "fits"), peak_bytes=2**30, budget_bytes=2**31)
+               for k, w, c, a, q in STEP_OPTIONS]
+    state = State()
+    view = StepOptions(state)
+    qtbot.addWidget(view)
+    view.show_options(options, running="separate")
+    text = view.text()
+    assert "<b>optimizer step after backward</b> (the plan's)" in text and "apply:separate" not in text
+    assert "apply:adamw" in text and "apply:paged_adamw_32bit" not in text
+    view.linkActivated.emit("apply:adamw")
+    assert state.applied[-1]["training.optimizer_in_backward"] is True
+    assert state.applied[-1]["training.optimizer"] == "adamw" and state.applied[-1]["training.max_grad_norm"] == 0

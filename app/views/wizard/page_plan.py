@@ -203,7 +203,9 @@ class PlanPage(QtWidgets.QWizardPage):
             self.longest.setText("Longest context with these settings: working it out…")
         cfg = plan.resolved or getattr(plan, "config_in", None)
         self.details.setText(plan_details_html(d, cfg.method.type if cfg is not None else None))
-        self.step_options.show_options(getattr(plan, "step_options", None) or [])
+        r = plan.resolved
+        running = None if r is None else ("separate" if not r.training.optimizer_in_backward else r.training.optimizer)
+        self.step_options.show_options(getattr(plan, "step_options", None) or [], running)
         pictures = d.get("pictures") or {}
         self._show_pictures(bool(pictures))
         self.picture_cost.setText(picture_cost_words(pictures, (d.get("settings") or {}).get(

@@ -28,17 +28,21 @@ class StepOptions(QtWidgets.QLabel):
         self._options: dict = {}
         self.hide()
 
-    def show_options(self, options: list) -> None:
-        """Bind the options of the latest plan (empty: hidden, as for LoRA and QLoRA)."""
+    def show_options(self, options: list, running: str | None = None) -> None:
+        """Bind the options of the latest plan (empty: hidden, as for LoRA and QLoRA); ``running``: the key of the
+        option the plan runs ('separate', or the fused step's placement), marked and never offered. Each other
+        option that fits (at your effective batch or a smaller one) is a link of its own: the fused step is a
+        choice on this page, not only a value typed in Advanced settings."""
         self._options = {o.key: o for o in options}
         if not options:
             self.hide()
             return
-        rows = "".join(f"<li>{html.escape(o.words)}: {_verdict(o)}</li>" for o in options)
         offer = one_click_offer(options)
         values = getattr(self.state, "values", {})
-        if offer is not None and all(values.get(k) == v for k, v in offer.click_changes.items()):
+        if offer is not None and (offer.key == running or
+                                  all(values.get(k) == v for k, v in offer.click_changes.items())):
             offer = None  # what the click would write is what the plan already runs: no link to click again
+        rows = "".join(f"<li>{_row(o, o.key == running, offer is None or o.key != offer.key)}</li>" for o in options)
         link = "" if offer is None else (
             f"<a href='apply:{offer.key}'>Use {html.escape(offer.words)}{_at_batch(offer)}</a> — "
             f"{html.escape(offer.consequence)}")
@@ -50,6 +54,16 @@ class StepOptions(QtWidgets.QLabel):
         if option is not None:
             self.state.update(option.click_changes)
             self.state.replan()
+
+
+def _row(o, runs: bool, linked: bool) -> str:
+    """One option's line: its words (a link where it fits and is not what the plan runs), its verdict."""
+    words = html.escape(o.words)
+    if runs:
+        words = f"<b>{words}</b> (the plan's)"
+    elif linked and (o.verdict == "fits" or o.smaller_batch is not None):
+        words = f"<a href='apply:{o.key}'>{words}</a>{_at_batch(o)}"
+    return f"{words}: {_verdict(o)}"
 
 
 def _at_batch(o) -> str:
