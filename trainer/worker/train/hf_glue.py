@@ -47,6 +47,9 @@ INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-sav
 # "1": on a CPU run, speed.activation_offload with checkpointing stashes the checkpoint inputs as host copies (a CPU has
 # no device memory to free: this exists so tests can drive the offloaded checkpoints through HF's Trainer)
 INJECT_CPU_OFFLOAD_ENV = "TRAINPILOT_INJECT_CPU_OFFLOAD"
+# "RANK:STEP": the rank RANK (global) kills itself with SIGKILL as optimizer step STEP begins (its checkpoints up to
+# STEP-1 are complete), as a machine or a process would die: tests of several ranks supervised as one run
+INJECT_KILL_RANK_ENV = "TRAINPILOT_INJECT_KILL_RANK"
 
 
 class TrainPilotMixin:
@@ -60,6 +63,7 @@ class TrainPilotMixin:
         self.tp_meta = run_meta or {}
         self.tp_keep_last = keep_last
         self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
+        self._inject_kill = _parse_kill(os.environ.get(INJECT_KILL_RANK_ENV))
         self._tp_first_step = None  # the optimizer step this attempt started at (a resume's checkpoint step)
         self._tp_offload = contextlib.nullcontext()
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
@@ -92,6 +96,9 @@ class TrainPilotMixin:
         self.tp_tokens += _real_tokens(inputs)
         if self._tp_first_step is None:
             self._tp_first_step = self.state.global_step
+        if self._inject_kill and self.state.global_step + 1 >= self._inject_kill[1] and \
+                self.args.process_index == self._inject_kill[0]:
+            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows has no SIGKILL
         if self._inject_oom and self.state.global_step + 1 >= self._tp_oom_step() and self._tp_oom_now(model):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
                                          f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
@@ -293,6 +300,14 @@ def _parse_inject(value: str | None) -> tuple[int, int, str, bool] | None:
     step, _, rest = value.partition(":")
     micro, _, needs = rest.partition(":")
     return int(step.lstrip("+")), int(micro or 0), needs, step.startswith("+")
+
+
+def _parse_kill(value: str | None) -> tuple[int, int] | None:
+    """``RANK:STEP`` → (global rank, optimizer step)."""
+    if not value:
+        return None
+    rank, _, step = value.partition(":")
+    return int(rank), int(step)
 
 
 class StepEvents(TrainerCallback):

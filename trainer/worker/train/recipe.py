@@ -27,7 +27,7 @@ from trainer.core.errors import (
     TrainPilotError,
     UserError,
 )
-from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_environment
+from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_announcement, rank_environment
 from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
         os.environ.update(allocator_env(os.environ))  # ranks a multi-node launcher started without our environment
         rank = int(os.environ.get("RANK", "0"))
+        announced = rank_announcement(cfg)
+        if announced:  # which rank is which process: the supervisor names the one that dies (supervisor.ranks)
+            print(announced, file=sys.stderr, flush=True)
         return train(cfg, run_dir, writer, args.resume_from, rank)
     except config_mod.ConfigError as exc:
         return _fail(writer, rank, exc.render(), EXIT_BAD_INPUT, kind="bad_input")
