@@ -99,16 +99,16 @@ class RankWatch:
         if _ROOT.search(line):
             self._root = True
             return
+        m = _HOST.match(line)  # a block's lines: time, host, rank, exitcode, error_file, traceback
+        if m:
+            self._block = {"host": m.group(1)}
+            return
         m = _RANK.match(line)
         if m:
-            self._block = {"rank": int(m.group(1)), "local_rank": int(m.group(2))}
-            return
-        m = _HOST.match(line)
-        if m and self._block:
-            self._block["host"] = m.group(1)
+            self._block.update(rank=int(m.group(1)), local_rank=int(m.group(2)))
             return
         m = _EXIT.match(line)
-        if m and self._block:
+        if m and "rank" in self._block:
             self.failures.append(RankExit(self._block["rank"], self._block["local_rank"], self._block.get("host"),
                                           int(m.group(1)), int(m.group(2)), self._root))
             self._block = {}
