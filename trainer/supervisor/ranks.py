@@ -135,7 +135,8 @@ class RankWatch:
             if self.failures:
                 picked = _pick(self.failures)
                 told = next((r for r in self.ranks.values() if r.rank == picked.rank), None)
-                return replace(picked, node=told.node) if told is not None else picked
+                # the rank's own host name (torchrun's summary may say "localhost" for its own machine)
+                return replace(picked, node=told.node, host=told.host) if told is not None else picked
             if self.first_gone is not None:
                 return replace(self.first_gone, exit_code=self.launcher_exit)
             return None
