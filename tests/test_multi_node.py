@@ -7,6 +7,7 @@ DeepSpeed launcher without ssh), gloo on the CPU, the tiny demo model. The two m
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -128,6 +129,7 @@ def test_two_machines_through_the_deepspeed_launcher_with_zero2_train_as_one_ran
                                               deepspeed={"enabled": True, "zero_stage": 2})
     log = (node0 / "train.log").read_text()
     assert "deepspeed.launcher.runner" in log and "--no_ssh --node_rank 0" in log
+    assert json.loads((node0 / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
 
 
 @pytest.mark.slow
