@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers_train import (
+    CLI,
     REPO,
     assert_refused,
     cli,
@@ -52,7 +53,7 @@ def _export_two_machines(tmp_path: Path, **sections) -> Path:
     out.mkdir()
     (out / "hostfile").write_text("# two machines on this one\nnode-a slots=1\nnode-b slots=1\n")
     machines = {"num_gpus": 1, "num_nodes": 2, "hostfile": str(out / "hostfile")}
-    cfg = write_config(tmp_path / "c.yaml", tiny_config(training=_geometry(2), distributed=machines, **sections))
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(**{"training": _geometry(2), "distributed": machines, **sections}))
     proc = cli("export", cfg, "--to", out)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -87,7 +88,7 @@ def _wait(procs: list[subprocess.Popen], timeout: float = 400) -> list[tuple[int
 
 
 def _one_rank_reference(tmp_path: Path, **sections) -> list[float]:
-    cfg = write_config(tmp_path / "ref.yaml", tiny_config(training=_geometry(4), **sections))
+    cfg = write_config(tmp_path / "ref.yaml", tiny_config(**{"training": _geometry(4), **sections}))
     run = tmp_path / "ref"
     proc = cli("run", cfg, "--run-dir", run, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -222,3 +223,34 @@ def test_the_multi_node_script_refuses_to_start_without_node_rank(tmp_path):
     proc = subprocess.run(["bash", str(out / "launch_multi_node.sh")], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "set NODE_RANK" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.user_start
+def test_a_killed_machine_fails_the_run_on_both_and_both_resume_to_the_uninterrupted_losses(tmp_path):
+    """Two machines (torchrun, DDP); node 1's only rank is killed as step 3 begins, after checkpoint-2. Node 1's run
+    names its rank and the signal; node 0's run fails too (its rank lost its peer), each machine holding its own whole
+    checkpoint (save_on_each_node). Both resume from checkpoint-2 and end with the losses of one rank uninterrupted."""
+    out = _export_two_machines(tmp_path, training={**_geometry(2), "max_steps": 4},
+                               checkpoints={"every_steps": 2, "keep_last": 5})
+    procs = _start_machines(out, tmp_path, "torchrun", env={"TRAINPILOT_INJECT_KILL_RANK": "1:3"})
+    reference = _one_rank_reference(tmp_path, training={**_geometry(4), "max_steps": 4})
+    results = _wait(procs)
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    assert [rc for rc, _ in results] == [1, 1], results
+    dead = events(node1, "failed")[-1]
+    assert (dead["kind"], dead["rank"], dead["node_rank"], dead["exit_code"]) == ("rank_died", 1, 1, -9), dead
+    other = events(node0, "failed")[-1]
+    assert other["kind"] == "rank_died" and other["rank"] == 0 and other["node_rank"] == 0, other
+    for node in (node0, node1):
+        assert events(node, "failed")[-1]["resume_from"].endswith("checkpoint-2"), node
+        assert (node / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file(), "each machine's own checkpoint"
+    resumes = [subprocess.Popen([*CLI, "resume", str(node), "--quiet"], cwd=REPO,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for node in (node0, node1)]
+    for node, (rc, err) in zip((node0, node1), _wait(resumes)):
+        assert rc == 0, f"{node.name}: exit {rc}\n{err[-3000:]}"
+    assert events(node0, "run_started")[-1]["resume_from"].endswith("checkpoint-2")
+    resumed = losses(node0)
+    assert sorted(resumed) == [1, 2, 3, 4]
+    assert [resumed[s] for s in (1, 2, 3, 4)] == pytest.approx(reference, rel=LOSS_TOLERANCE), (resumed, reference)

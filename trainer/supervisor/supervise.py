@@ -56,6 +56,7 @@ class Supervisor:
         self.interrupts = 0
         self.proc: subprocess.Popen | None = None
         self.ranks = RankWatch()  # which rank of a launched run died (supervisor.ranks), renewed per attempt
+        self.machines = 1  # distributed.num_nodes of the attempt
         self._secrets = secrets.secret_values()
 
     # -- the attempt loop ------------------------------------------------------------------------
@@ -145,6 +146,8 @@ class Supervisor:
         code, what the worker said (rank 0's message: often only the consequence, a peer gone), and ``resume_from``."""
         where = f"; resume from {last.name}" if last else "; no complete checkpoint yet (a resume starts at step 0)"
         message = f"{dead.words()}; the launcher stopped the other ranks and the run failed{where}"
+        if self.machines > 1 and (dead.exit_code or 0) > 0:  # a lost peer: the machine that went names its own rank
+            message += "; a rank on another machine may have died first (that machine's run folder names it)"
         if said and said.get("message"):
             message += f" (rank 0 said: {said['message']})"
         self.events.emit(Failed(message=message, exit_code=dead.exit_code, kind="rank_died", extra={
@@ -190,6 +193,7 @@ class Supervisor:
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
         self.ranks = RankWatch()
+        self.machines = cfg.distributed.num_nodes
         standby, self.standby = self.standby, None
         self.run_gpus = _listed(cfg.distributed.gpus)
         same = self._standby_sees_the_cards(cfg)

@@ -185,10 +185,25 @@ class TrainPilotMixin:
         """HF's save of the model and tokenizer (final/, checkpoints), and the files that go with the model."""
         super()._save(output_dir, state_dict)
         out = Path(output_dir or self.args.output_dir)
+        if self.args.save_on_each_node and self.args.should_save and not self.is_world_process_zero():
+            self._tp_save_weights_here(out, state_dict)
         for f in self.tp_companion_files:
             shutil.copyfile(f, out / f.name)
         if self.tp_processor is not None:  # after the copies: the run's own settings (image_max_pixels, template) win
             self.tp_processor.save_pretrained(str(out))
+
+    def _tp_save_weights_here(self, out: Path, state_dict) -> None:
+        """The weights and model config on another machine's first rank (``save_on_each_node``: several machines, each
+        resuming from its own run folder). transformers 5.23's ``save_pretrained`` writes only on global rank 0
+        (``should_save_on_this_rank``), whatever ``is_main_process`` says: asked here for this one call."""
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        if not hasattr(model, "save_pretrained"):
+            return
+        model.should_save_on_this_rank = lambda is_main_process: is_main_process
+        try:
+            model.save_pretrained(str(out), state_dict=state_dict, is_main_process=True)
+        finally:
+            del model.should_save_on_this_rank
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
     def _get_output_dir(self, trial):
