@@ -242,6 +242,7 @@ def test_a_killed_machine_fails_the_run_on_both_and_both_resume_to_the_uninterru
     assert (dead["kind"], dead["rank"], dead["node_rank"], dead["exit_code"]) == ("rank_died", 1, 1, -9), dead
     other = events(node0, "failed")[-1]
     assert other["kind"] == "rank_died" and other["rank"] == 0 and other["node_rank"] == 0, other
+    assert "a rank on another machine may have died first" in other["message"]
     for node in (node0, node1):
         assert events(node, "failed")[-1]["resume_from"].endswith("checkpoint-2"), node
         assert (node / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file(), "each machine's own checkpoint"
