@@ -55,8 +55,7 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     if (cfg.data.prompt_template is None) != (cfg.data.response_template is None):
         which = "response_template" if cfg.data.prompt_template else "prompt_template"
         p.append((f"data.{which}", "prompt_template and response_template go together; set both, or neither to use text_field"))
-    if cfg.distributed.num_nodes > 1 and not cfg.distributed.hostfile:
-        p.append(("distributed.hostfile", "several machines need a hostfile ('hostname slots=N' per line)"))
+    p += _machine_checks(cfg.distributed)
     if cfg.training.eval_every_steps and not (cfg.data.validation_split or cfg.data.validation_path):
         p.append(("training.eval_every_steps", "evaluation needs data.validation_split > 0 or data.validation_path"))
     if cfg.data.streaming and not cfg.training.max_steps:
@@ -78,6 +77,21 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.device == "cpu" and placement(t.optimizer).cuda_only:
         p.append(("training.optimizer", f"{t.optimizer} is bitsandbytes' AdamW for NVIDIA GPUs (paged states live in "
                   f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use {DEFAULT}"))
+    return p
+
+
+def _machine_checks(d) -> list[tuple[str, str]]:
+    """Several machines (docs/multi-node.md): this machine's number within them, and where they meet. The DeepSpeed
+    launcher (``auto`` picks it for several machines) reads the machines from a hostfile; torchrun needs only node 0's
+    address."""
+    p: list[tuple[str, str]] = []
+    if d.node_rank >= d.num_nodes:
+        p.append(("distributed.node_rank", f"{d.node_rank} but distributed.num_nodes is {d.num_nodes}: the machines "
+                  f"are numbered 0 to {d.num_nodes - 1}; set distributed.node_rank to this machine's number "
+                  "(0 on the first host of the hostfile)"))
+    if d.num_nodes > 1 and not d.hostfile and (d.launcher != "torchrun" or not d.master_addr):
+        p.append(("distributed.hostfile", "several machines need a hostfile ('hostname slots=N' per line, node 0 "
+                  "first), or distributed.launcher: torchrun with distributed.master_addr set to node 0's address"))
     return p
 
 

@@ -409,7 +409,13 @@ class DistributedConfig(_Section):
         "auto", description="'auto': one process for one GPU; for several, the deepspeed launcher when DeepSpeed is on, "
         "torchrun otherwise. 'single' is one process (one GPU only)."
     )
-    master_port: int = Field(29500, gt=0, lt=65536, description="Rendezvous port.")
+    master_port: int = Field(29500, gt=0, lt=65536, description="Rendezvous port: node 0 listens on it (open it in "
+                             "node 0's firewall when several machines train; docs/multi-node.md).")
+    node_rank: int = Field(0, ge=0, description="Which machine this is when several train (0 .. num_nodes-1; node 0 is "
+                           "the first host of the hostfile, the others connect to it). The same config on every "
+                           "machine, with --set distributed.node_rank=N on machine N (docs/multi-node.md).")
+    master_addr: Optional[str] = Field(None, description="Address of node 0, where the machines meet. null: the first "
+                                       "host of distributed.hostfile, or 127.0.0.1 on one machine.")
 
     @model_validator(mode="before")
     @classmethod

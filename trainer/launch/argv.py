@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
+from trainer.config import hostfile
 from trainer.config.resolved import resolve_launcher
-from trainer.core.errors import UserError
 from trainer.core import entrypoints
 
 
@@ -90,6 +89,20 @@ def rank_environment(cfg) -> None:
         single_process_env()
 
 
+def rank_announcement(cfg) -> str | None:
+    """The line each rank of a launched run prints as it starts (``trainer.supervisor.ranks`` reads it back to name
+    the rank that died: its local rank, machine and pid); None for a lone worker. Read after the launcher set the
+    rank variables (torchrun: GROUP_RANK is the machine's node rank; the DeepSpeed launcher: CROSS_RANK)."""
+    if launcher_for(cfg) == "single":
+        return None
+    import socket
+
+    env = os.environ
+    node = env.get("GROUP_RANK") or env.get("CROSS_RANK") or str(cfg.distributed.node_rank)
+    return (f"trainpilot rank {env.get('RANK', '0')} (local rank {env.get('LOCAL_RANK', '0')}, node {node}) of "
+            f"{env.get('WORLD_SIZE', '1')} on {socket.gethostname()}: pid {os.getpid()}")
+
+
 def single_process_env() -> None:
     """Make this lone process rank 0 of 1 on a free local port (DeepSpeed otherwise tries MPI discovery).
     Left alone when a launcher already set the ranks."""
@@ -105,22 +118,42 @@ def single_process_env() -> None:
 
 
 def worker_command(cfg, run_dir: Path, resume_from: Path | None = None, python: str | None = None) -> list[str]:
-    """argv that starts the worker(s) of ``run_dir`` (resuming from a checkpoint when given)."""
+    """argv that starts the worker(s) of ``run_dir`` (resuming from a checkpoint when given): one process, torchrun,
+    or the DeepSpeed launcher. Several machines (docs/multi-node.md): every machine runs this with the same config
+    but its own ``distributed.node_rank``; each starts its own ranks and they meet at node 0
+    (``hostfile.master_addr``) on ``distributed.master_port``."""
     py = python or sys.executable
     tail = ["--run-dir", str(run_dir)] + (["--resume-from", str(resume_from)] if resume_from else [])
-    d = cfg.distributed
     kind = launcher_for(cfg)
     if kind == "single":
         return entrypoints.python_m(entrypoints.WORKER, *tail, python=py)
     if kind == "torchrun":
-        if d.num_nodes > 1:
+        return torchrun_args(cfg, py) + ["-m", entrypoints.WORKER, *tail]
+    return deepspeed_args(cfg, py) + ["--module", entrypoints.WORKER, *tail]
 
-            raise UserError("distributed.launcher: several machines run through the DeepSpeed launcher; set "
-                            "distributed.launcher: deepspeed (or auto)", field="distributed.launcher")
-        return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(d.num_gpus),
-                "--master_port", str(d.master_port), "-m", entrypoints.WORKER, *tail]
-    ds = shutil.which("deepspeed") or "deepspeed"
-    cmd = [ds, "--num_gpus", str(d.num_gpus), "--master_port", str(d.master_port)]
+
+def torchrun_args(cfg, python: str) -> list[str]:
+    """torchrun's part of the command: the ranks of this machine; with several machines also how many there are,
+    which one this is and where node 0 listens (torchrun's static rendezvous: a c10d TCP store on node 0's
+    ``master_addr:master_port``)."""
+    d = cfg.distributed
+    cmd = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(d.num_gpus),
+           "--master_port", str(d.master_port)]
     if d.num_nodes > 1:
-        cmd += ["--num_nodes", str(d.num_nodes), "--hostfile", str(d.hostfile)]
-    return cmd + ["--module", entrypoints.WORKER, *tail]
+        cmd += ["--nnodes", str(d.num_nodes), "--node_rank", str(d.node_rank), "--master_addr", hostfile.master_addr(cfg)]
+    return cmd
+
+
+def deepspeed_args(cfg, python: str) -> list[str]:
+    """The DeepSpeed launcher's part (``deepspeed.launcher.runner``, what the ``deepspeed`` script runs, from this
+    environment's Python). ``--no_local_rank``: the worker reads LOCAL_RANK from its environment, and its argument
+    parser would refuse ``--local_rank=N``. Several machines: ``--no_ssh`` (each machine starts its own ranks: no
+    passwordless ssh, no pdsh), this machine's ``--node_rank``, the hostfile (the machines and their order) and node
+    0's address."""
+    d = cfg.distributed
+    cmd = [python, "-m", "deepspeed.launcher.runner", "--num_gpus", str(d.num_gpus),
+           "--master_port", str(d.master_port), "--no_local_rank"]
+    if d.num_nodes > 1:
+        cmd += ["--num_nodes", str(d.num_nodes), "--no_ssh", "--node_rank", str(d.node_rank),
+                "--master_addr", hostfile.master_addr(cfg), "--hostfile", str(Path(d.hostfile).expanduser())]
+    return cmd

@@ -39,15 +39,43 @@ def _allocator_line(cuda: bool) -> str:
             f'export {ALLOCATOR_VARIABLE}="${{{ALLOCATOR_VARIABLE}:-{value}}}"\n')
 
 
-def _sh(comment: str, args: str, cuda: bool = True) -> str:
+def _sh(comment: str, args: str, cuda: bool = True, checks: str = "") -> str:
     return ("#!/usr/bin/env bash\n"
             f"# {comment}\n"
             "# Tokens are read from the environment (HF_TOKEN) or the OS keyring; none is stored here.\n"
             "set -euo pipefail\n"
             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            + checks
             + _allocator_line(cuda)
             + _cli_prelude()
             + f'exec "${{CLI[@]}}" run "$HERE/config.yaml" {args}"$@"\n')
+
+
+# launch_multi_node.sh: what each machine says (docs/multi-node.md). NODE_RANK is this machine's number and has no
+# default (two machines both taking 0 would wait for each other forever); a missing one is bad input, exit 2.
+MULTI_NODE_CHECKS = (
+    '# Run it on every machine, the same files on each: NODE_RANK=0 on the first host of the hostfile, 1 on the next…\n'
+    '# MASTER_ADDR (node 0\'s address; default the first host of the hostfile), MASTER_PORT (open on node 0),\n'
+    '# NUM_NODES, HOSTFILE (default ./hostfile), LAUNCHER (deepspeed or torchrun), RUN_DIR (this machine\'s run folder).\n'
+    'if [ -z "${NODE_RANK:-}" ]; then\n'
+    '  echo "launch_multi_node.sh: set NODE_RANK to this machine\'s number (0 on the first host of the hostfile, 1 on'
+    ' the next, ...), e.g. NODE_RANK=1 $0" >&2\n'
+    '  exit 2\n'
+    'fi\n'
+    'HOSTFILE="${HOSTFILE:-$HERE/hostfile}"\n'
+)
+
+
+def _multi_node_args(cfg) -> str:
+    """The ``--set`` options of launch_multi_node.sh, read from its environment (``MULTI_NODE_CHECKS``)."""
+    d = cfg.distributed
+    launcher = d.launcher if d.launcher in ("torchrun", "deepspeed") else "deepspeed"
+    return (f"--set distributed.num_nodes=${{NUM_NODES:-{max(2, d.num_nodes)}}} --set \"distributed.hostfile=$HOSTFILE\" "
+            "--set \"distributed.node_rank=$NODE_RANK\" ${MASTER_ADDR:+--set \"distributed.master_addr=$MASTER_ADDR\"} "
+            f"--set distributed.master_port=${{MASTER_PORT:-{d.master_port}}} "
+            "--set \"distributed.gpus=${GPUS:-auto}\" "
+            f"--set distributed.launcher=${{LAUNCHER:-{launcher}}} "
+            '${RUN_DIR:+--run-dir "$RUN_DIR"} ')
 
 
 def _bat(comment: str, args: str) -> str:
@@ -67,8 +95,6 @@ def launch_texts(cfg) -> dict[str, str]:
     # the cards: GPUS='[0, 2]' (indices or UUIDs) picks them, else the planner takes the NUM_GPUS best (docs/gpus.md)
     multi = (f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set \"distributed.gpus=${{GPUS:-auto}}\" "
              "--set distributed.launcher=auto ")
-    nodes = ("--set distributed.num_nodes=${NUM_NODES:-2} --set distributed.hostfile=\"$HERE/hostfile\" "
-             "--set \"distributed.gpus=${GPUS:-auto}\" --set distributed.launcher=deepspeed ")
     return {
         "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda),
         "launch.bat": _bat("Run this training on this machine (Windows).", ""),
@@ -77,9 +103,9 @@ def launch_texts(cfg) -> dict[str, str]:
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
                                      f"--set distributed.num_gpus={gpus} --set distributed.gpus=auto "
                                      "--set distributed.launcher=auto "),
-        "launch_multi_node.sh": _sh("Several machines through the DeepSpeed launcher: edit hostfile "
-                                    "(copy hostfile.example), same path on every machine, passwordless ssh.", nodes,
-                                    cuda),
+        "launch_multi_node.sh": _sh("Several machines (the DeepSpeed launcher without ssh, or torchrun): copy "
+                                    "hostfile.example to hostfile and edit it (node 0 first); docs/multi-node.md.",
+                                    _multi_node_args(cfg), cuda, MULTI_NODE_CHECKS),
     }
 
 
@@ -145,9 +171,17 @@ def _write_export(cfg, out: Path) -> list[Path]:
         (out / "ds_config.json").write_text(json.dumps(ds, indent=2))
         files.append(out / "ds_config.json")
     files += write_launch_scripts(out, cfg)
-    (out / "hostfile.example").write_text("# one line per machine: hostname slots=<GPUs>\nworker-1 slots=1\nworker-2 slots=1\n")
+    (out / "hostfile.example").write_text(hostfile_example(cfg))
     (out / "README.txt").write_text(readme_text(out, cfg))
     return files + [out / "hostfile.example", out / "README.txt"]
+
+
+def hostfile_example(cfg) -> str:
+    """hostfile.example: DeepSpeed's format (``config.hostfile``), one line per machine, slots = the run's GPUs each."""
+    slots = cfg.distributed.num_gpus
+    return ("# one line per machine: hostname slots=<GPUs of that machine>; the first is node 0 (NODE_RANK=0), whose\n"
+            "# address the others connect to (MASTER_ADDR, default this first name). Same file on every machine.\n"
+            f"worker-1 slots={slots}\nworker-2 slots={slots}\n")
 
 
 def readme_text(out: Path, cfg) -> str:
@@ -156,8 +190,8 @@ def readme_text(out: Path, cfg) -> str:
             f"One GPU (or as configured):     {out / 'launch.sh'}      (Windows: {out / 'launch.bat'})\n"
             f"Several GPUs on this machine:   NUM_GPUS=2 {out / 'launch_multi_gpu.sh'}   (GPUS='[0, 2]' picks the "
             f"cards; else the planner takes the best)\n"
-            f"Several machines:               cp hostfile.example hostfile; edit it; NUM_NODES=2 "
-            f"{out / 'launch_multi_node.sh'}\n"
+            f"Several machines:               cp hostfile.example hostfile; edit it (node 0 first); on each "
+            f"machine NODE_RANK=<0, 1, ...> {out / 'launch_multi_node.sh'}\n"
             f"Same thing by hand:             trainpilot-cli run {out / 'config.yaml'}\n"
             f"Resume a stopped run:           trainpilot-cli resume runs/<run>\n\n"
             f"Effective batch {cfg.training.effective_batch_size} is kept exact on any number of GPUs when it is "

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
+from trainer.config import hostfile
 from trainer.config.placements import DEFAULT, placement
 from trainer.config.resolved import ResolvedRunConfig
 from trainer.core import capabilities
@@ -80,9 +80,8 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
     cards = gpus.missing(cfg, hardware) if cfg.device != "cpu" and getattr(hardware, "gpus", None) else ""
     if cards:  # a run folder resumed on another machine, a card taken out: the worker would see no GPU
         out.append(Requirement("distributed.gpus", "the listed GPUs", cards, True))
-    if cfg.distributed.hostfile and not Path(cfg.distributed.hostfile).expanduser().is_file():
-        out.append(Requirement("distributed.hostfile", "a hostfile", f"{cfg.distributed.hostfile} not found; write "
-                                                                     "one 'host slots=N' line per machine"))
+    for problem in hostfile.problems(cfg):  # DeepSpeed's own rules (config.hostfile), said before anything starts
+        out.append(Requirement("distributed.hostfile", "a hostfile", problem))
     return out
 
 

@@ -35,6 +35,7 @@ from trainer.rundir.stopfile import request_stop, stop_requested  # noqa: F401 (
 from trainer.supervisor import runlock
 from trainer.supervisor import notify
 from trainer.supervisor.create import write_config_files
+from trainer.supervisor.ranks import RankExit, RankWatch
 from trainer.supervisor.spawn import Standby, spawn_worker
 
 LOG_FILE = "train.log"
@@ -54,6 +55,8 @@ class Supervisor:
         self.run_gpus: tuple = ()  # the cards the run trains on (distributed.gpus): telemetry follows them
         self.interrupts = 0
         self.proc: subprocess.Popen | None = None
+        self.ranks = RankWatch()  # which rank of a launched run died (supervisor.ranks), renewed per attempt
+        self.machines = 1  # distributed.num_nodes of the attempt
         self._secrets = secrets.secret_values()
 
     # -- the attempt loop ------------------------------------------------------------------------
@@ -117,7 +120,10 @@ class Supervisor:
             return EXIT_OK
         failed = seen.get("failed")
         tail = list(self.log_lines)[-20:]
-        if not failed:  # the worker died without a word (killed, segfault): the supervisor reports it
+        dead = self.ranks.culprit() if outcome == "crash" else None
+        if dead is not None:  # several ranks: the one that died ends the run, whatever the others said after
+            failed = self._rank_failed(dead, rc, failed, tail, last)
+        elif not failed:  # the worker died without a word (killed, segfault): the supervisor reports it
             message = f"the worker exited with code {rc}"
             if rc is not None and rc < 0:
                 message = f"the worker was killed by signal {-rc} ({_signame(-rc)})"
@@ -134,6 +140,20 @@ class Supervisor:
         if outcome == "crash" and tail:
             print("  last log lines:\n    " + "\n    ".join(tail[-8:]), file=sys.stderr)
         return EXIT_BAD_INPUT if outcome == "bad_input" else EXIT_FAULT
+
+    def _rank_failed(self, dead: RankExit, rc: int, said: dict | None, tail: list[str], last: Path | None) -> dict:
+        """The ``failed`` event of a launched run one of whose ranks died: the rank, its local rank, machine and exit
+        code, what the worker said (rank 0's message: often only the consequence, a peer gone), and ``resume_from``."""
+        where = f"; resume from {last.name}" if last else "; no complete checkpoint yet (a resume starts at step 0)"
+        message = f"{dead.words()}; the launcher stopped the other ranks and the run failed{where}"
+        if self.machines > 1 and (dead.exit_code or 0) > 0:  # a lost peer: the machine that went names its own rank
+            message += "; a rank on another machine may have died first (that machine's run folder names it)"
+        if said and said.get("message"):
+            message += f" (rank 0 said: {said['message']})"
+        self.events.emit(Failed(message=message, exit_code=dead.exit_code, kind="rank_died", extra={
+            "rank": dead.rank, "local_rank": dead.local_rank, "host": dead.host, "node_rank": dead.node,
+            "launcher_exit_code": rc, "log_tail": tail, "resume_from": str(last) if last else None}))
+        return {"message": message}
 
     # -- OOM ladder ------------------------------------------------------------------------------
     def _apply_ladder_step(self, cfg, step: "ladder.LadderStep", attempt: int):
@@ -172,6 +192,8 @@ class Supervisor:
     # -- one worker process ----------------------------------------------------------------------
     def _run_worker(self, cfg, resume_from: Path | None) -> tuple[int, dict]:
         cmd = worker_command(cfg, self.run_dir, resume_from)
+        self.ranks = RankWatch()
+        self.machines = cfg.distributed.num_nodes
         standby, self.standby = self.standby, None
         self.run_gpus = _listed(cfg.distributed.gpus)
         same = self._standby_sees_the_cards(cfg)
@@ -207,6 +229,7 @@ class Supervisor:
                         log.write(line + "\n")
                         log.flush()
                     self.log_lines.append(line)
+                    self.ranks.feed(line)
         stream.close()
 
     def _watch(self, cfg) -> dict:
@@ -217,6 +240,7 @@ class Supervisor:
                 request_stop(self.run_dir, source="Ctrl+C")
             if self.interrupts >= 2:
                 self._kill_tree()
+            self.ranks.poll()
             now = time.monotonic()
             if now >= next_sample:
                 self._sample_telemetry()

@@ -47,6 +47,9 @@ INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-sav
 # "1": on a CPU run, speed.activation_offload with checkpointing stashes the checkpoint inputs as host copies (a CPU has
 # no device memory to free: this exists so tests can drive the offloaded checkpoints through HF's Trainer)
 INJECT_CPU_OFFLOAD_ENV = "TRAINPILOT_INJECT_CPU_OFFLOAD"
+# "RANK:STEP": the rank RANK (global) kills itself with SIGKILL as optimizer step STEP begins (its checkpoints up to
+# STEP-1 are complete), as a machine or a process would die: tests of several ranks supervised as one run
+INJECT_KILL_RANK_ENV = "TRAINPILOT_INJECT_KILL_RANK"
 
 
 class TrainPilotMixin:
@@ -60,6 +63,7 @@ class TrainPilotMixin:
         self.tp_meta = run_meta or {}
         self.tp_keep_last = keep_last
         self._inject_oom = _parse_inject(os.environ.get(INJECT_OOM_ENV))
+        self._inject_kill = _parse_kill(os.environ.get(INJECT_KILL_RANK_ENV))
         self._tp_first_step = None  # the optimizer step this attempt started at (a resume's checkpoint step)
         self._tp_offload = contextlib.nullcontext()
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
@@ -92,6 +96,9 @@ class TrainPilotMixin:
         self.tp_tokens += _real_tokens(inputs)
         if self._tp_first_step is None:
             self._tp_first_step = self.state.global_step
+        if self._inject_kill and self.state.global_step + 1 >= self._inject_kill[1] and \
+                self.args.process_index == self._inject_kill[0]:
+            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows has no SIGKILL
         if self._inject_oom and self.state.global_step + 1 >= self._tp_oom_step() and self._tp_oom_now(model):
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {INJECT_OOM_ENV} at step "
                                          f"{self.state.global_step + 1}, micro-batch {self.args.per_device_train_batch_size})")
@@ -178,10 +185,25 @@ class TrainPilotMixin:
         """HF's save of the model and tokenizer (final/, checkpoints), and the files that go with the model."""
         super()._save(output_dir, state_dict)
         out = Path(output_dir or self.args.output_dir)
+        if self.args.save_on_each_node and self.args.should_save and not self.is_world_process_zero():
+            self._tp_save_weights_here(out, state_dict)
         for f in self.tp_companion_files:
             shutil.copyfile(f, out / f.name)
         if self.tp_processor is not None:  # after the copies: the run's own settings (image_max_pixels, template) win
             self.tp_processor.save_pretrained(str(out))
+
+    def _tp_save_weights_here(self, out: Path, state_dict) -> None:
+        """The weights and model config on another machine's first rank (``save_on_each_node``: several machines, each
+        resuming from its own run folder). transformers 5.23's ``save_pretrained`` writes only on global rank 0
+        (``should_save_on_this_rank``), whatever ``is_main_process`` says: asked here for this one call."""
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        if not hasattr(model, "save_pretrained"):
+            return
+        model.should_save_on_this_rank = lambda is_main_process: is_main_process
+        try:
+            model.save_pretrained(str(out), state_dict=state_dict, is_main_process=True)
+        finally:
+            del model.should_save_on_this_rank
 
     # -- checkpoints: written aside, fsynced, renamed into place ----------------------------------
     def _get_output_dir(self, trial):
@@ -293,6 +315,14 @@ def _parse_inject(value: str | None) -> tuple[int, int, str, bool] | None:
     step, _, rest = value.partition(":")
     micro, _, needs = rest.partition(":")
     return int(step.lstrip("+")), int(micro or 0), needs, step.startswith("+")
+
+
+def _parse_kill(value: str | None) -> tuple[int, int] | None:
+    """``RANK:STEP`` → (global rank, optimizer step)."""
+    if not value:
+        return None
+    rank, _, step = value.partition(":")
+    return int(rank), int(step)
 
 
 class StepEvents(TrainerCallback):

@@ -27,7 +27,7 @@ from trainer.core.errors import (
     TrainPilotError,
     UserError,
 )
-from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_environment
+from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_announcement, rank_environment
 from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         rank_environment(cfg)  # no process group for a lone plain worker (HF would wrap it in DDP)
         os.environ.update(allocator_env(os.environ))  # ranks a multi-node launcher started without our environment
         rank = int(os.environ.get("RANK", "0"))
+        announced = rank_announcement(cfg)
+        if announced:  # which rank is which process: the supervisor names the one that dies (supervisor.ranks)
+            print(announced, file=sys.stderr, flush=True)
         return train(cfg, run_dir, writer, args.resume_from, rank)
     except config_mod.ConfigError as exc:
         return _fail(writer, rank, exc.render(), EXIT_BAD_INPUT, kind="bad_input")
@@ -396,6 +399,10 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=
         logging_steps=1, logging_first_step=True, report_to=(["tensorboard"] if cfg.output.tensorboard else []) + trackers.prepare(cfg),
         run_name=run_dir.name,
         save_strategy="steps", save_steps=cfg.checkpoints.every_steps, save_total_limit=None, save_only_model=False,
+        # several machines without DeepSpeed: each machine's first rank writes the whole checkpoint into its own run
+        # folder (no shared filesystem needed), so every machine resumes from its own (docs/multi-node.md). ZeRO's
+        # shards are each rank's own: its checkpoints are not written per machine (DeepSpeed's node-local storage).
+        save_on_each_node=cfg.distributed.num_nodes > 1 and cfg.deepspeed.enabled is not True,
         eval_strategy="steps" if eval_on else "no", eval_steps=t.eval_every_steps if eval_on else None,
         dataloader_num_workers=cfg.data.num_workers, remove_unused_columns=False,
         deepspeed=str(ds_path) if cfg.deepspeed.enabled is True else None,
