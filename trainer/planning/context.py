@@ -147,7 +147,7 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
     return TrainSetup(
         micro_batch=micro, seq_len=ctx.seq, method=c.method.type, precision=ctx.precision,
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
-        loss_kernel=loss_of(ctx) if c.training.objective == "sft" else "hf", activation_offload=offload,
+        loss_kernel=loss_kernel.computed(c, loss_of(ctx)), activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
         offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=dropout_of(ctx),
@@ -210,7 +210,7 @@ def triton_kernels(ctx: Context) -> bool:
     (``KERNELS_MARGIN`` stands for it)."""
     if ctx.device != "cuda":
         return False
-    loss = loss_of(ctx) if ctx.cfg.training.objective == "sft" else loss_kernel.HF
+    loss = loss_kernel.computed(ctx.cfg, loss_of(ctx))
     return loss == loss_kernel.LIGER or bool(ctx.cfg.speed.torch_compile)
 
 

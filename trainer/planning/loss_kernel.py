@@ -92,6 +92,17 @@ class Problem:
         return self.message
 
 
+def applies(cfg) -> bool:
+    """Whether a loss kernel choice applies to this run: supervised training only (the one gate: DPO, KTO, ORPO and
+    GRPO compute their own loss in TRL, so their loss is HF's whatever the config says)."""
+    return cfg.training.objective == "sft"
+
+
+def computed(cfg, kernel: str) -> str:
+    """The loss kernel this run computes with ``kernel`` chosen: ``kernel`` where a choice applies, else HF's."""
+    return kernel if applies(cfg) else HF
+
+
 def problem(kernel: str, cfg, family: Optional[str], device: str,
             liger_installed: Optional[bool] = None) -> Optional[Problem]:
     """Why ``kernel`` cannot compute this run's loss here; None when it can. ``family`` is the model's
@@ -100,7 +111,7 @@ def problem(kernel: str, cfg, family: Optional[str], device: str,
     if kernel in (HF, "auto"):
         return None
     objective = cfg.training.objective
-    if objective != "sft":
+    if not applies(cfg):
         return Problem("speed.loss_kernel: auto", f"{kernel} applies to supervised training; {objective.upper()} "
                        "computes its own loss in TRL (log-probabilities in chunks): set speed.loss_kernel: auto")
     if family is None:
@@ -136,7 +147,7 @@ def candidates(cfg, family: Optional[str], liger: bool) -> list[str]:
     chosen = cfg.speed.loss_kernel
     if chosen != "auto":
         return [chosen]
-    if cfg.training.objective != "sft" or family is None:
+    if not applies(cfg) or family is None:
         return [HF]
     if liger and exact(LIGER, family) and not cfg.speed.torch_compile:
         return [LIGER, CHUNKED]
@@ -245,7 +256,7 @@ def _basis(hf: Outcome, ch: Outcome) -> str:
 
 
 def _hf_only(cfg) -> str:
-    if cfg.training.objective != "sft":
+    if not applies(cfg):
         return ""
     return "loss: HF's loss (the chunked loss is not known to be exact for this model)"
 
@@ -268,7 +279,7 @@ def ladder_kernel(cfg, family: Optional[str], liger_installed: Optional[bool] = 
     """The kernel the OOM ladder's loss rung moves a run on HF's loss to (no full logits, same loss), or None:
     Liger where it runs and is exact for the resolved config (not under compile), else the chunked loss where
     exact."""
-    if cfg.speed.loss_kernel != HF or cfg.training.objective != "sft" or family is None:
+    if cfg.speed.loss_kernel != HF or not applies(cfg) or family is None:
         return None
     if problem(LIGER, cfg, family, cfg.device, liger_installed) is None and not cfg.speed.torch_compile:
         return LIGER
