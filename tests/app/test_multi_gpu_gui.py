@@ -140,3 +140,39 @@ def test_one_gpu_machine_shows_no_picker_on_the_method_page(qtbot):
     assert not page.cards.isVisible() and page.bar.isVisible()
     assert env.cards.isVisible() and env.cards.why.text() == "This machine's one GPU trains the run."
     assert not env.cards.auto_button.isVisible()
+
+
+def _reviewed(qtbot, state, tmp_path):
+    from app.views.wizard.page_review import ReviewPage
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
+    state.update({"data.path": str(data), "data.seq_len": 256})
+    page = ReviewPage(state)
+    qtbot.addWidget(page)
+    page.initializePage()
+    qtbot.waitUntil(lambda: page.result is not None, timeout=SHOWN_MS)
+    return page
+
+
+@pytest.mark.parametrize("ticked, expected", [((), [UUID_3090]), ((0,), [UUID_3060, UUID_3090])])
+def test_review_yaml_and_exported_scripts_carry_the_cards(qtbot, tmp_path, cuda_torch, ticked, expected):
+    from trainer.launch.export_scripts import export
+
+    state = _state(qtbot)
+    env = EnvironmentPage(state=state)
+    qtbot.addWidget(env)
+    picker = env.cards
+    for index in ticked:
+        picker.tick(index)
+    page = _reviewed(qtbot, state, tmp_path)
+    shown = yaml.safe_load(page.yaml.toPlainText())
+    assert shown["distributed"]["gpus"] == expected and shown["distributed"]["num_gpus"] == len(expected)
+    written = state.write_config(str(tmp_path / "runs" / "r"), page.result.config)
+    out = tmp_path / "export"
+    export(str(written), str(out))
+    cards_var = f"CUDA_VISIBLE_DEVICES={','.join(expected)}"
+    assert f"export {cards_var}\n" in (out / "launch.sh").read_text()
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in (out / "launch.sh").read_text()
+    assert f'set "{cards_var}"' in (out / "launch.bat").read_text()
+    assert yaml.safe_load((out / "config.yaml").read_text())["distributed"]["gpus"] == expected

@@ -45,11 +45,19 @@ class CardPicker(QtWidgets.QGroupBox):
         lay.addLayout(self._grid)
         lay.addWidget(self.why)
         lay.addLayout(bottom)
-        state.values_changed.connect(lambda key: key in ("", KEY) and self.refresh())
+        # Bound methods, not lambdas: Qt drops a slot of a widget it deletes (a page closed while the state lives).
+        state.values_changed.connect(self._value_changed)
         state.plan_ready.connect(self.show_plan)
         feed = getattr(state.hardware, "snapshot", None)
         if feed is not None and hasattr(feed, "connect"):
-            feed.connect(lambda _snap: self.refresh())
+            feed.connect(self._snapshot)
+        self.refresh()
+
+    def _value_changed(self, key: str) -> None:
+        if key in ("", KEY):
+            self.refresh()
+
+    def _snapshot(self, _snap) -> None:
         self.refresh()
 
     # -- what is ticked -------------------------------------------------------------------------
