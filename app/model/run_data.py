@@ -192,6 +192,9 @@ class RunData:
                            "power": self.power, "power_limit": self.power_limit, "util": self.utilization}
         assert set(self.gpu_series) == set(GPU_FIELDS)
         self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
+        # every card's series (NVML index → {GPU_FIELDS name → Series}) and names: a curve per card when several
+        self.cards: dict[int, dict[str, Series]] = {}
+        self.card_names: dict[int, str] = {}
         self.last_step: dict | None = None
         self.last_snapshot: dict | None = None
         self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
@@ -273,6 +276,11 @@ class RunData:
         if cols.gpu_t is not None:
             for name, series in self.gpu_series.items():
                 series.extend(cols.gpu_t, cols.gpu[name])
+        for index, (t, values) in cols.cards.items():
+            card = self.cards.setdefault(index, {name: Series() for name in GPU_FIELDS})
+            for name, series in card.items():
+                series.extend(t, values[name])
+        self.card_names.update(cols.card_names)
 
     def add_snapshot(self, snap: dict) -> None:
         """Append one ``MachineSnapshot.to_dict()`` from the GUI's own probe (the machine view)."""

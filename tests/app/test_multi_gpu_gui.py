@@ -176,3 +176,58 @@ def test_review_yaml_and_exported_scripts_carry_the_cards(qtbot, tmp_path, cuda_
     assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in (out / "launch.sh").read_text()
     assert f'set "{cards_var}"' in (out / "launch.bat").read_text()
     assert yaml.safe_load((out / "config.yaml").read_text())["distributed"]["gpus"] == expected
+
+
+def test_dashboard_draws_each_card_with_one_legend(qtbot, tmp_path):
+    from multi_gpu_trace import STEPS, write_two_card_run
+
+    from app.model.run_data import RunData
+    from app.views.dashboard import CARD_COLORS, Dashboard
+
+    data = RunData(write_two_card_run(tmp_path / "runs" / "two-cards"))
+    data.poll()
+    assert sorted(data.cards) == [0, 1] and data.card_names[1] == "NVIDIA GeForce RTX 3090"
+    dash = Dashboard()
+    qtbot.addWidget(dash)
+    dash.resize(1000, 700)
+    dash.show()
+    dash.set_data(data)
+    for chart in ("vram", "temp", "power", "util"):
+        assert not dash.curves[chart].isVisible()  # the one-card curve gives way to a curve per card
+        for pos, index in enumerate((0, 1)):
+            curve = dash.card_curves[(chart, index)]
+            assert curve.opts["pen"].color().name() == CARD_COLORS[pos] and len(curve.xData) == STEPS + 12
+    vram_0, vram_1 = dash.card_curves[("vram", 0)].yData, dash.card_curves[("vram", 1)].yData
+    assert abs(vram_0[-1] - 10.9) < 0.05 and abs(vram_1[-1] - 9.7) < 0.05  # GiB: each rank's share on its card
+    assert max(dash.card_curves[("temp", 0)].yData) == 84.0 and max(dash.card_curves[("temp", 1)].yData) == 66.0
+    assert [round(dash.card_totals[i].value()) for i in (0, 1)] == [12, 24] and not dash.total_line.isVisible()
+    legend = dash.card_legend.text()
+    assert dash.card_legend.isVisible() and legend.count("GPU 0 · NVIDIA GeForce RTX 3060") == 1
+    assert legend.count("GPU 1 · NVIDIA GeForce RTX 3090") == 1
+    assert dash.throttle_spans and dash.throttle_spans[0][0] == pytest.approx(1_763_800_040.0)
+    # a one-card run afterwards: the charts' own curves again, no legend
+    dash.set_data(RunData(None))
+    assert not dash.card_legend.isVisible() and not dash.card_curves and dash.curves["vram"].isVisible()
+
+
+def test_warnings_name_the_card(tmp_path):
+    from multi_gpu_trace import T0, _card, write_two_card_run
+
+    from app.model.advice import collect
+    from app.model.run_data import RunData
+
+    data = RunData(write_two_card_run(tmp_path / "runs" / "two-cards"))
+    data.poll()
+    hot = {"time": T0 + 50, "gpus": [_card(0, 50), _card(1, 50)], "host": {}}
+    texts = [a.text for a in collect(data, hot)]
+    heat = [t for t in texts if "°C" in t]
+    assert heat == ["GPU 0 (NVIDIA GeForce RTX 3060) at 84.0 °C, throttling (thermal). A lower power limit "
+                    "(nvidia-smi -pl) costs less speed than thermal throttling."], texts
+    assert "Close firefox to free 0.6 GiB: it is using GPU 0 (NVIDIA GeForce RTX 3060)." in texts
+    assert any(t.startswith("The desktop itself (Xorg, gnome-shell)") and "on GPU 0 (NVIDIA GeForce RTX 3060)" in t
+               for t in texts)
+    keys = [a.key for a in collect(data, hot)]
+    assert len(keys) == len(set(keys))
+    # one card: the words of a one-GPU machine are unchanged
+    one = {"time": T0, "gpus": [_card(0, 50)], "host": {}}
+    assert "Close firefox to free 0.6 GiB: it is using this GPU." in [a.text for a in collect(data, one)]
