@@ -135,7 +135,8 @@ def choice_words(rows: list[CardRow], ticked: list, planner: list, mine: bool, p
 def _why_planner(rows: list[CardRow], cards: list[CardRow], plan) -> str:
     if len(cards) == 1:
         c = cards[0]
-        others = "; ".join(f"GPU {r.index} has {gib(r.usable)} usable ({r.holders_words()})" for r in rows if r is not c)
+        others = "; ".join(f"GPU {r.index} has {gib(r.usable)}" + (" (it drives the display)" if r.display else "")
+                           for r in rows if r is not c)
         return f"the card with the most usable memory ({gib(c.usable)}); {others}."
     kept = next((r for r in (getattr(plan, "reasons", None) or []) if r.startswith("card sets planned")), "")
     why = kept.rsplit(" — ", 1)[-1] if " — " in kept else "several cards planned"

@@ -183,6 +183,7 @@ class RunData:
         self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         self.grpo = GrpoSeries()  # GRPO: rewards per function and in total, no-signal share, lengths, KL
         self.objective: str | None = None  # run_started's objective (None: an older run, or not started yet)
+        self.world_size = 1  # run_started's ranks (data-parallel GPUs × machines): they share the effective batch
         # time-indexed (Unix seconds)
         self.tokens_per_s = Series()
         self.vram_used, self.vram_total = Series(), Series()
@@ -262,6 +263,8 @@ class RunData:
             self.started = self.started or t
             if isinstance(e.get("objective"), str):
                 self.objective = e["objective"]
+            if isinstance(e.get("world_size"), int) and e["world_size"] > 0:
+                self.world_size = e["world_size"]
             self.grpo.started(e)
         elif kind == "eval":
             self.grpo.evaluated(e)  # GRPO's validation reward (other runs' evals carry a loss, not a reward)
@@ -360,10 +363,11 @@ class RunData:
         return _num((self.plan or {}).get("predicted_peak_bytes"))
 
     def effective_batch(self) -> int | None:
-        """micro × accumulation from the last step (× GPUs is in the config; one GPU here)."""
+        """micro × accumulation from the last step × the ranks (run_started's ``world_size``: each rank trains its
+        own micro-batches), samples per optimizer step."""
         s = self.last_step or {}
         mb, ga = s.get("micro_batch_size"), s.get("gradient_accumulation_steps")
-        return int(mb) * int(ga) if isinstance(mb, int) and isinstance(ga, int) else None
+        return int(mb) * int(ga) * self.world_size if isinstance(mb, int) and isinstance(ga, int) else None
 
     def log_tail(self, lines: int = 40) -> list[str]:
         """The last ``lines`` lines of train.log (reads at most 64 KiB from the end; a partial first

@@ -310,7 +310,7 @@ class Dashboard(QtWidgets.QWidget):
         if line is None:
             color = CARD_COLORS[pos % len(CARD_COLORS)]
             line = pg.InfiniteLine(angle=0, pen=_pen(color, QtCore.Qt.DashLine), label=f"GPU {index} total",
-                                   labelOpts={"position": 0.95 - 0.25 * pos, "color": color})
+                                   labelOpts={"position": max(0.1, 0.85 - 0.25 * pos), "color": color})
             self.plots["vram"].addItem(line)
             self.card_totals[index] = line
         line.setValue(total / GIB)

@@ -5,7 +5,8 @@ The machine is tests/fixtures/hardware/rtx3060_display_rtx3090.jsonl's (publishe
 driving the display (Xorg, GNOME Shell and Firefox hold 1.2 GB of it), GPU 1 an RTX 3090 24 GB. The run trains on
 both (``distributed.gpus`` both UUIDs, two DDP ranks): each rank holds the same ~9.6 GB, so the 3060 is nearly full
 and the 3090 half empty; the 3060 (a smaller cooler) climbs to 84 °C and reports thermal throttling between t=40 s and
-t=70 s, at a lower power; the 3090 stays near 66 °C at ~330 W. 90 steps at 1 s, telemetry at 1 Hz. Loss decays as
+t=70 s, at a lower power; the 3090 stays near 66 °C at ~330 W and 84% busy (it waits for the slower 3060 at every
+gradient exchange; the 3060 is 97% busy). 90 steps at 1 s, telemetry at 1 Hz. Loss decays as
 2.4·exp(-step/45) + 1.1. Deterministic (no randomness).
 """
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _card(index: int, t: float) -> dict:
         name, procs, limit = "NVIDIA GeForce RTX 3090", [], 350.0
     return {"index": index, "name": name, "uuid": UUIDS[index], "memory_total_bytes": total,
             "memory_used_bytes": used, "memory_free_bytes": total - used, "temperature_c": round(temp, 1),
-            "power_w": round(power, 1), "power_limit_w": limit, "utilization_pct": 97.0 * ramp,
+            "power_w": round(power, 1), "power_limit_w": limit,
+            "utilization_pct": (97.0 if index == 0 else 84.0) * ramp,
             "sm_clock_mhz": 1400 if throttled else 1800, "sm_clock_max_mhz": 2100,
             "throttle_reasons": ["thermal"] if throttled else [], "fan_pct": 70, "is_laptop": False,
             "driver_version": "560.35.03", "cuda_driver_version": "12.6", "compute_capability": "8.6",

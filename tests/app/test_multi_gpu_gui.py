@@ -67,10 +67,11 @@ def test_environment_page_ticks_the_3090_and_says_why(qtbot):
     assert "held by Xorg" in picker.held[UUID_3060].text()
     why = picker.why.text()
     assert why.startswith("The planner's choice: GPU 1 (NVIDIA GeForce RTX 3090)") and "most usable memory" in why
-    # the last ticked card cannot be unticked; nothing is written for the planner's choice
-    assert not picker.boxes[UUID_3090].isEnabled()
-    picker.tick(1, False)
+    # the last ticked card cannot be unticked (it says why); nothing is written for the planner's choice
+    assert picker.boxes[UUID_3090].isEnabled()
+    picker.boxes[UUID_3090].click()
     assert picker.boxes[UUID_3090].isChecked() and state.values["distributed.gpus"] == "auto"
+    assert "GPU 1 stays ticked: a run trains on at least one card" in picker.why.text()
     assert not picker.auto_button.isEnabled()
     # the preset follows the card used (the 3090: desktop_24gb), not GPU 0 (the 3060 would be laptop_16gb)
     assert state.plan.preset == "desktop_24gb"
@@ -92,7 +93,7 @@ def test_picking_the_smaller_card_never_calls_it_the_best(qtbot):
     assert why.startswith("Your choice: GPU 0 (NVIDIA GeForce RTX 3060)")
     assert "less than the planner's choice (GPU 1 (NVIDIA GeForce RTX 3090)" in why
     assert "most usable" not in why and "best" not in why
-    assert not picker.boxes[UUID_3060].isEnabled() and picker.auto_button.isEnabled()
+    assert "stays ticked" not in why and picker.auto_button.isEnabled()
     plan = _planned(qtbot, state)
     assert [g["index"] for g in plan.gpus] == [0] and plan.preset == "laptop_16gb"  # the 3060's 12 GB tier
     assert "GPU 0 (NVIDIA GeForce RTX 3060)" in picker.preset.text()
@@ -205,6 +206,8 @@ def test_dashboard_draws_each_card_with_one_legend(qtbot, tmp_path):
     assert dash.card_legend.isVisible() and legend.count("GPU 0 · NVIDIA GeForce RTX 3060") == 1
     assert legend.count("GPU 1 · NVIDIA GeForce RTX 3090") == 1
     assert dash.throttle_spans and dash.throttle_spans[0][0] == pytest.approx(1_763_800_040.0)
+    # two ranks share the effective batch: micro 2 × accumulation 4 × 2 GPUs
+    assert "effective batch 16 (micro 2 × accum 4 × 2 GPUs)" in dash.headline.toolTip()
     # a one-card run afterwards: the charts' own curves again, no legend
     dash.set_data(RunData(None))
     assert not dash.card_legend.isVisible() and not dash.card_curves and dash.curves["vram"].isVisible()
@@ -231,3 +234,30 @@ def test_warnings_name_the_card(tmp_path):
     # one card: the words of a one-GPU machine are unchanged
     one = {"time": T0, "gpus": [_card(0, 50)], "host": {}}
     assert "Close firefox to free 0.6 GiB: it is using this GPU." in [a.text for a in collect(data, one)]
+
+
+def test_a_cpu_only_pytorch_is_refused_naming_the_run_s_cards_not_gpu_0():
+    """Review's "this PyTorch cannot use a GPU" names the card the run trains on (the 3090 the planner picks, or the
+    cards ticked), never the 3060 only because it is GPU 0."""
+    from types import SimpleNamespace
+
+    from trainer import config as tc
+    from trainer.planning.requirements import _torch_cannot_use_gpu
+
+    torch = SimpleNamespace(words=lambda: "torch 2.13.0+cpu, a CPU-only build")
+    snap = planning_snapshot(DISPLAY_3060)
+    assert "would run on the NVIDIA GeForce RTX 3090 of" in _torch_cannot_use_gpu(torch, snap, tc.RunConfig())
+    both = tc.validate({"distributed": {"gpus": [UUID_3060, UUID_3090]}})
+    assert "would run on the 2 GPUs (NVIDIA GeForce RTX 3060, NVIDIA GeForce RTX 3090)" in \
+        _torch_cannot_use_gpu(torch, snap, both)
+
+
+def test_header_names_every_card_not_only_gpu_0():
+    from app.ops.hardware_feed import describe
+
+    facts = describe(planning_snapshot(DISPLAY_3060))
+    assert facts["name"] == "RTX 3060 + RTX 3090" and facts["badge"] == "Desktop"
+    assert facts["vram"].startswith("12.0 + 24.0 GiB VRAM, 1.2 + ") and facts["temperature"].endswith(" °C")
+    assert describe(planning_snapshot(str(HW / "triple_rtx5060ti_16gb.jsonl")))["name"] == "3× RTX 5060 Ti"
+    assert describe(planning_snapshot(str(HW / "rtx4090_laptop_16gb.jsonl")))["name"] == \
+        "NVIDIA GeForce RTX 4090 Laptop GPU"

@@ -333,7 +333,6 @@ def card_verdict(entry: dict, entries: list[dict], verdict: str) -> str:
     if len(entries) < 2 or not uneven_budgets(entries):
         return f"{head}, {verdict.replace('_', ' ')}"
     if entry is binding_entry(entries) or entry == binding_entry(entries):
-        return (f"{head}, {verdict.replace('_', ' ')} — the smallest card: it binds every rank (each rank holds "
-                "the same share)")
+        return f"{head}, {verdict.replace('_', ' ')} — the smallest card: it binds every rank"
     unused = max(0, budget - (peak or 0))
     return f"{head} — {gib(unused)} of it stays unused (the smallest card binds every rank)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
-from app.views.wizard.memory_bar import MemoryBar
+from app.views.wizard.memory_bar import BAR_HEIGHT, MemoryBar
 from trainer.planning.gpus import card_verdict, uneven_budgets
 
 
@@ -34,6 +34,9 @@ class CardBars(QtWidgets.QWidget):
             return False
         while len(self.bars) < len(entries):
             line, bar = QtWidgets.QLabel(), MemoryBar()
+            if self.bars:  # the same components: their legend once, under the first bar; the others name the budget
+                bar.budget_legend_only = True
+                bar.setMinimumHeight(BAR_HEIGHT + 20)
             line.setWordWrap(True)
             self._lay.addWidget(line)
             self._lay.addWidget(bar)

@@ -24,6 +24,7 @@ class CardPicker(QtWidgets.QGroupBox):
         self.only_several = only_several  # the Method page: shown on a machine of several cards only
         self.rows: list[cards.CardRow] = []
         self.planner: list | None = None  # the cards the last plan of distributed.gpus: auto trained on
+        self._refused = ""  # why the last untick was refused (said until the next change)
         self.boxes: dict = {}  # row key → QCheckBox
         self.held: dict = {}  # row key → QLabel (what holds the card)
         self._grid = QtWidgets.QGridLayout()
@@ -90,11 +91,16 @@ class CardPicker(QtWidgets.QGroupBox):
             box.setChecked(r.key in keys)
             box.blockSignals(False)
             last = keys == {r.key}
-            box.setEnabled(not last and len(rows) > 1)
+            # The last ticked card stays enabled (a greyed tick read as "this card is unavailable"); unticking it
+            # is refused with the reason (``_ticked``).
+            box.setEnabled(len(rows) > 1)
             box.setToolTip("The last card ticked stays ticked: a run trains on at least one GPU" if last else
                            f"{r.uuid or 'no UUID reported'} — budget {gib(r.budget)} after the headroom kept free")
             self.held[r.key].setText(r.holders_words())
-        self.why.setText(cards.choice_words(rows, ticked, self._planner_or_best(), self.mine(), self.state.plan))
+        why = cards.choice_words(rows, ticked, self._planner_or_best(), self.mine(), self.state.plan)
+        if self._refused:
+            why += " " + self._refused
+        self.why.setText(why)
         self.preset.setText(cards.preset_words(self.state.snapshot(), ticked))
         self.preset.setVisible(bool(self.preset.text()))
         self.auto_button.setVisible(len(rows) > 1)
@@ -129,8 +135,12 @@ class CardPicker(QtWidgets.QGroupBox):
     def _ticked(self, key, on: bool) -> None:
         new = cards.toggled(self.rows, self.ticked(), key, on)
         if new is None:  # the last card: it stays ticked
+            row = cards.row_of(self.rows, key)
+            self._refused = (f"GPU {row.index} stays ticked: a run trains on at least one card (tick another card "
+                             "first).")
             self.refresh()
             return
+        self._refused = ""
         if "distributed.num_gpus" in self.state.explicit:  # a number of yours follows the list (they must agree)
             self.state.set("distributed.num_gpus", len(new))
         self.state.set(KEY, new)
@@ -138,6 +148,7 @@ class CardPicker(QtWidgets.QGroupBox):
 
     def use_planner(self) -> None:
         """Back to ``distributed.gpus: auto``: the planner picks again."""
+        self._refused = ""
         self.state.unset(KEY)
         self.refresh()
 
