@@ -50,6 +50,12 @@ def test_rows_say_usable_memory_and_what_holds_each_card():
     assert cards.toggled(rows, [UUID_3090], UUID_3090, False) is None
     assert cards.toggled(rows, [UUID_3090], UUID_3060, True) == [UUID_3060, UUID_3090]
     assert cards.toggled(rows, [0, 1], 0, False) == [UUID_3090]
+    # three of one card, GPU 0 driving the display: each listed, the planner's first GPU 1 (the lower index of the two
+    # idle ones); the preset of the three the 16 GB tier's
+    triple = planning_snapshot(str(HW / "triple_rtx5060ti_16gb.jsonl"))
+    three = cards.card_rows(triple)
+    assert [r.index for r in three] == [0, 1, 2] and cards.best_keys(triple) == [three[1].key] and three[0].display
+    assert cards.preset_words(triple, [r.key for r in three]).startswith("Preset: laptop_16gb — the starting point")
 
 
 def test_environment_page_ticks_the_3090_and_says_why(qtbot):

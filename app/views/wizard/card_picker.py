@@ -105,7 +105,10 @@ class CardPicker(QtWidgets.QGroupBox):
         self.preset.setVisible(bool(self.preset.text()))
         self.auto_button.setVisible(len(rows) > 1)
         self.auto_button.setEnabled(self.mine())
-        self.setVisible(self.state.snapshot() is not None and len(rows) > (1 if self.only_several else 0))
+        shown = self.state.snapshot() is not None and len(rows) > (1 if self.only_several else 0)
+        if shown and self.parentWidget() is None:
+            return  # not in its page yet: shown with it (a parentless show would open it as a window of its own)
+        self.setVisible(shown)
 
     def _build(self, rows: list) -> None:
         while self._grid.count():
