@@ -120,6 +120,7 @@ def test_method_page_verdict_and_a_bar_per_card(qtbot):
     _planned(qtbot, state)
     qtbot.waitUntil(lambda: "budget" in page.verdict.text(), timeout=SHOWN_MS)
     assert "on GPU 1 (NVIDIA GeForce RTX 3090)" in page.verdict.text()
+    assert "gpus GPU 1 (NVIDIA GeForce RTX 3090)" in page.details.text()  # the card, not its UUID
     assert page.cards.isVisible() and page.bar.isVisible() and not page.card_bars.isVisible()
     page.cards.tick(0)  # the 3060 and the 3090: uneven, the 3060 binds
     plan = _planned(qtbot, state)

@@ -247,7 +247,7 @@ class PlanPage(QtWidgets.QWizardPage):
 def plan_details_html(d: dict, method: str | None = None) -> str:
     """Settings (those that apply to a ``method`` run), reasons, apps to close and alternatives of a plan.json dict,
     as HTML."""
-    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_value(v)}"
+    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_cards(v, d) if k == 'distributed.gpus' else _value(v)}"
                                              for k, v in applicable(d.get("settings") or {}, method).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
@@ -271,6 +271,16 @@ def _alt(a) -> str:
     else:
         text = str(a)
     return user_words(text)
+
+
+def _cards(ids, d: dict) -> str:
+    """``distributed.gpus`` as the cards it names ("GPU 1 (NVIDIA GeForce RTX 3090)"; the UUIDs are in the tooltip of
+    the card picker and in Review's YAML), from the plan's ``gpus`` entries."""
+    entries = {e.get("uuid"): e for e in d.get("gpus") or [] if isinstance(e, dict)}
+    entries.update({e.get("index"): e for e in d.get("gpus") or [] if isinstance(e, dict)})
+    if not isinstance(ids, list) or not all(i in entries for i in ids):
+        return _value(ids)
+    return " + ".join(f"GPU {entries[i].get('index')} ({entries[i].get('name')})" for i in ids)
 
 
 def _value(v) -> str:
