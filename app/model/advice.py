@@ -43,10 +43,11 @@ def collect(data: RunData | None, snapshot: dict | None, run_pids: set[int] = fr
     if data is not None and data.error_text():
         out.append(failure_advice(data))
     on_gpu = data is None or data.on_gpu()
-    gpu = first_gpu(snap) if on_gpu else None
-    if gpu is not None:
-        out += other_apps(gpu, run_pids)
-        out += vram_and_heat(gpu)
+    gpus = cards_of(snap) if on_gpu else []
+    for gpu in gpus:  # several cards (a run's telemetry holds the run's only): each warning names its card
+        card = card_words(gpu) if len(gpus) > 1 else None
+        out += other_apps(gpu, run_pids, card)
+        out += vram_and_heat(gpu, card)
     if data is not None:
         out += run_events(data.notices)
         out += host_ram(data, snap)
@@ -102,8 +103,28 @@ def _engine_change_text(change) -> str:
             + (f"; not carried: {lost}" if lost else "") + ".")
 
 
-def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
-    """'Close brave to free 0.4 GiB' for each other process holding VRAM."""
+def cards_of(snap: dict | None) -> list[dict]:
+    """The GPUs of a snapshot dict (the first only where it is the one card)."""
+    gpus = [g for g in (snap or {}).get("gpus") or [] if isinstance(g, dict)]
+    return gpus if len(gpus) > 1 else [g for g in [first_gpu(snap)] if g is not None]
+
+
+def card_words(gpu: dict) -> str:
+    """"GPU 0 (NVIDIA GeForce RTX 3060)": how a warning names its card on a machine of several."""
+    return f"GPU {gpu.get('index', '?')} ({gpu.get('name') or 'unnamed'})"
+
+
+def _on(card: str | None, key: str) -> tuple[str, str]:
+    """(the warning's key, the words naming the card) — a machine of one card keeps the plain key and says "this
+    GPU"."""
+    if card is None:
+        return key, "this GPU"
+    return f"{key}:{card}", card
+
+
+def other_apps(gpu: dict, run_pids: set[int], card: str | None = None) -> list[Advice]:
+    """'Close brave to free 0.4 GiB' for each other process holding VRAM (naming the card ``card`` where the
+    machine has several)."""
     me = _user()
     out, desktop = [], []
     for p in gpu.get("processes") or ():
@@ -119,21 +140,27 @@ def other_apps(gpu: dict, run_pids: set[int]) -> list[Advice]:
             continue  # tiny compositor contexts are not worth a warning
         free = f" to free {gib(mem)}" if mem else " (Windows does not report how much VRAM it holds)"
         own = bool(me) and (p.get("user") or "") == me
-        out.append(Advice(f"app:{pid}", "warning", f"Close {name}{free}: it is using this GPU.",
+        key, which = _on(card, f"app:{pid}")
+        out.append(Advice(key, "warning", f"Close {name}{free}: it is using {which}.",
                           pid=pid if own else None, process_name=name))
     if desktop:
         names = ", ".join(sorted({n for n, _ in desktop}))
-        out.append(Advice("desktop", "info", f"The desktop itself ({names}) holds {gib(sum(m for _, m in desktop))} "
-                          "of VRAM; that is normal and the planner counts it."))
+        key, which = _on(card, "desktop")
+        where = f" on {which}" if card else ""
+        out.append(Advice(key, "info", f"The desktop itself ({names}) holds {gib(sum(m for _, m in desktop))} "
+                          f"of VRAM{where}; that is normal and the planner counts it."))
     return out
 
 
-def vram_and_heat(gpu: dict) -> list[Advice]:
-    """VRAM above 95 %, temperature at or above 80 °C, thermal or power throttling."""
+def vram_and_heat(gpu: dict, card: str | None = None) -> list[Advice]:
+    """VRAM above 95 %, temperature at or above 80 °C, thermal or power throttling (of the card ``card`` names,
+    where the machine has several)."""
     out = []
     used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
     if used and total and used / total > VRAM_FULL:
-        out.append(Advice("vram", "warning", f"VRAM is {used / total:.0%} full ({gib(used)} of {gib(total)}): "
+        key, which = _on(card, "vram")
+        whose = f"VRAM of {card}" if card else "VRAM"
+        out.append(Advice(key, "warning", f"{whose} is {used / total:.0%} full ({gib(used)} of {gib(total)}): "
                           "close other GPU apps, or Stop and lower training.micro_batch_size (the effective batch "
                           "stays the same) before it runs out of memory."))
     temp = gpu.get("temperature_c")
@@ -142,8 +169,10 @@ def vram_and_heat(gpu: dict) -> list[Advice]:
         why = ", ".join(str(r) for r in gpu.get("throttle_reasons") or ())
         state = f"throttling ({why})" if throttled else "hot, not throttling yet"
         laptop = " Raise the laptop for airflow, keep it plugged in, or use a cooling pad;" if gpu.get("is_laptop") else ""
-        out.append(Advice("heat", "warning", f"GPU at {temp if temp is not None else '?'} °C, {state}."
-                          f"{laptop} a lower power limit (nvidia-smi -pl) costs less speed than thermal throttling."))
+        key, _which = _on(card, "heat")
+        out.append(Advice(key, "warning", f"{card or 'GPU'} at {temp if temp is not None else '?'} °C, {state}."
+                          f"{laptop} {'a' if laptop else 'A'} lower power limit (nvidia-smi -pl) costs less speed than "
+                          "thermal throttling."))
     return out
 
 
@@ -185,14 +214,23 @@ def low_util(data: RunData) -> list[Advice]:
     """GPU mostly idle while a run is training: the data pipeline cannot keep up."""
     import numpy as np
 
-    if data.state != "running" or len(data.utilization) < UTIL_WINDOW:
+    if data.state != "running":
         return []
-    recent = data.utilization.y[-UTIL_WINDOW:]
-    recent = recent[~np.isnan(recent)]
-    if len(recent) and float(recent.mean()) < LOW_UTIL_PCT:
-        return [Advice("util", "info", f"The GPU is only {recent.mean():.0f}% busy while training: it is waiting "
-                       "for data. Raise data.num_workers, turn on data.packing, or use a faster disk.")]
-    return []
+    several = len(data.cards) > 1
+    cards = ([(f"GPU {i} ({data.card_names.get(i, '')})", data.cards[i]["util"]) for i in sorted(data.cards)]
+             if several else [(None, data.utilization)])
+    out = []
+    for card, util in cards:
+        if len(util) < UTIL_WINDOW:
+            continue
+        recent = util.y[-UTIL_WINDOW:]
+        recent = recent[~np.isnan(recent)]
+        if len(recent) and float(recent.mean()) < LOW_UTIL_PCT:
+            key, _which = _on(card, "util")
+            out.append(Advice(key, "info", f"{card or 'The GPU'} is only {recent.mean():.0f}% busy while training: "
+                              "it is waiting for data. Raise data.num_workers, turn on data.packing, or use a faster "
+                              "disk."))
+    return out
 
 
 def _user() -> str:

@@ -183,6 +183,7 @@ class RunData:
         self.reward_accuracy, self.reward_margin = Series(), Series()  # preference objectives (docs/preference.md)
         self.grpo = GrpoSeries()  # GRPO: rewards per function and in total, no-signal share, lengths, KL
         self.objective: str | None = None  # run_started's objective (None: an older run, or not started yet)
+        self.world_size = 1  # run_started's ranks (data-parallel GPUs × machines): they share the effective batch
         # time-indexed (Unix seconds)
         self.tokens_per_s = Series()
         self.vram_used, self.vram_total = Series(), Series()
@@ -192,6 +193,9 @@ class RunData:
                            "power": self.power, "power_limit": self.power_limit, "util": self.utilization}
         assert set(self.gpu_series) == set(GPU_FIELDS)
         self.throttle_periods: list[list[float]] = []  # [start, end] Unix seconds
+        # every card's series (NVML index → {GPU_FIELDS name → Series}) and names: a curve per card when several
+        self.cards: dict[int, dict[str, Series]] = {}
+        self.card_names: dict[int, str] = {}
         self.last_step: dict | None = None
         self.last_snapshot: dict | None = None
         self.notices: list[dict] = []  # warning / oom / retry / checkpoint_saved / stopped / finished events
@@ -259,6 +263,8 @@ class RunData:
             self.started = self.started or t
             if isinstance(e.get("objective"), str):
                 self.objective = e["objective"]
+            if isinstance(e.get("world_size"), int) and e["world_size"] > 0:
+                self.world_size = e["world_size"]
             self.grpo.started(e)
         elif kind == "eval":
             self.grpo.evaluated(e)  # GRPO's validation reward (other runs' evals carry a loss, not a reward)
@@ -273,6 +279,11 @@ class RunData:
         if cols.gpu_t is not None:
             for name, series in self.gpu_series.items():
                 series.extend(cols.gpu_t, cols.gpu[name])
+        for index, (t, values) in cols.cards.items():
+            card = self.cards.setdefault(index, {name: Series() for name in GPU_FIELDS})
+            for name, series in card.items():
+                series.extend(t, values[name])
+        self.card_names.update(cols.card_names)
 
     def add_snapshot(self, snap: dict) -> None:
         """Append one ``MachineSnapshot.to_dict()`` from the GUI's own probe (the machine view)."""
@@ -352,10 +363,11 @@ class RunData:
         return _num((self.plan or {}).get("predicted_peak_bytes"))
 
     def effective_batch(self) -> int | None:
-        """micro × accumulation from the last step (× GPUs is in the config; one GPU here)."""
+        """micro × accumulation from the last step × the ranks (run_started's ``world_size``: each rank trains its
+        own micro-batches), samples per optimizer step."""
         s = self.last_step or {}
         mb, ga = s.get("micro_batch_size"), s.get("gradient_accumulation_steps")
-        return int(mb) * int(ga) if isinstance(mb, int) and isinstance(ga, int) else None
+        return int(mb) * int(ga) * self.world_size if isinstance(mb, int) and isinstance(ga, int) else None
 
     def log_tail(self, lines: int = 40) -> list[str]:
         """The last ``lines`` lines of train.log (reads at most 64 KiB from the end; a partial first

@@ -3,7 +3,7 @@
 Both the run's ``telemetry.jsonl`` (read on the reader thread) and the GUI's own probe (the machine
 view) go through ``TelemetryColumns.parse``; ``RunData`` appends what it returns. A snapshot is a
 ``MachineSnapshot.to_dict()``: ``time`` (Unix seconds), ``host.ram_available_bytes`` and the first GPU's
-fields below. Samples further apart than ``GAP_S`` are separate stretches (a stop, then a resume): a
+fields below — and the same fields of every card, per NVML index (a run on several cards: a curve per card). Samples further apart than ``GAP_S`` are separate stretches (a stop, then a resume): a
 NaN row goes between them, in the GPU columns only when the GPU was sampled on both sides, so a CPU
 run's GPU charts stay empty after a resume.
 """
@@ -34,6 +34,10 @@ class Columns:
     gpu: dict = field(default_factory=dict)
     last_snapshot: dict | None = None
     throttle_changed: bool = False
+    # every card's own columns, NVML index → (times, {series name → values}) with gap rows as above: a run on
+    # several cards draws a curve per card (the first card's are ``gpu_t``/``gpu`` too); names: index → name
+    cards: dict = field(default_factory=dict)
+    card_names: dict = field(default_factory=dict)
 
 
 class TelemetryColumns:
@@ -42,6 +46,7 @@ class TelemetryColumns:
 
     def __init__(self):
         self._last_t: float | None = None
+        self._card_last_t: dict[int, float] = {}  # per card: its last sample's time (its own gaps)
         self.throttle: list[list] = []
 
     def parse(self, snaps: list[dict]) -> Columns | None:
@@ -53,9 +58,9 @@ class TelemetryColumns:
                 continue
             rows.append(row)
             last = snap
-            gpu = first_gpu(snap)
-            if gpu is not None:
-                changed = self._track_throttle(row[_T], is_throttled(gpu)) or changed
+            gpus = _gpus(snap)
+            if gpus:  # shaded while any card the run uses throttles (the warnings name which)
+                changed = self._track_throttle(row[_T], any(is_throttled(g) for g in gpus)) or changed
         if not rows:
             return None
         arr = np.array(rows, dtype=np.float64)
@@ -69,7 +74,31 @@ class TelemetryColumns:
             out.gpu_t = g[:, _T]
             out.gpu = {name: g[:, i] for i, name in enumerate(GPU_FIELDS, start=_FIRST_GPU)}
         out.throttle_changed = changed or bool(self.throttle and self.throttle[-1][1] is None)
+        out.cards, out.card_names = self._cards(snaps)
         return out
+
+    def _cards(self, snaps: list[dict]) -> tuple[dict, dict]:
+        """Each card's columns (NVML index → (t, {name: values})), gap rows where that card's samples are further
+        apart than ``GAP_S``, and each card's name."""
+        rows: dict[int, list] = {}
+        names: dict[int, str] = {}
+        for snap in snaps:
+            t = _num(snap.get("time"))
+            for g in _gpus(snap) if t is not None else ():
+                index = g.get("index")
+                if isinstance(index, int):
+                    rows.setdefault(index, []).append((t, 0.0, 1.0, *(_nan(g.get(k)) for k in GPU_FIELDS.values())))
+                    names[index] = str(g.get("name") or f"GPU {index}")
+        out = {}
+        for index, card_rows in rows.items():
+            arr = np.array(card_rows, dtype=np.float64)
+            t = arr[:, _T]
+            last = self._card_last_t.get(index, t[0])
+            prev = np.concatenate(([last], t[:-1]))
+            self._card_last_t[index] = float(t[-1])
+            arr = _insert_gap_rows(arr, t - prev > GAP_S, prev)
+            out[index] = (arr[:, _T], {name: arr[:, i] for i, name in enumerate(GPU_FIELDS, start=_FIRST_GPU)})
+        return out, names
 
     def _track_throttle(self, t: float, throttled: bool) -> bool:
         open_period = bool(self.throttle) and self.throttle[-1][1] is None
@@ -106,6 +135,11 @@ def _insert_gap_rows(arr: np.ndarray, breaks: np.ndarray, prev_t: np.ndarray) ->
     rows[:, _T] = (arr[idx, _T] + prev_t[idx]) / 2
     rows[:, _HAS_GPU] = arr[idx, _HAS_GPU]
     return np.insert(arr, idx, rows, axis=0)
+
+
+def _gpus(snap: dict) -> list[dict]:
+    """The cards of a snapshot dict (the run's cards only, in a run's telemetry: docs/gpus.md)."""
+    return [g for g in (snap or {}).get("gpus") or [] if isinstance(g, dict)]
 
 
 def _num(v) -> float | None:

@@ -94,19 +94,30 @@ class HardwareMonitor(QtCore.QObject):
 
 
 def describe(snap) -> dict:
-    """Header facts from a MachineSnapshot: name, badge, vram, driver, temperature (strings)."""
+    """Header facts from a MachineSnapshot: name, badge, vram, driver, temperature (strings). A machine of several
+    cards names them all, GPU 0 first ("RTX 3060 + RTX 3090"), with each one's VRAM and temperature: GPU 0 alone
+    read as the machine's card on a desktop whose GPU 0 only drives the display."""
     gpus = getattr(snap, "gpus", None) or ()
     if not gpus:
         return {"name": "no NVIDIA GPU — CPU mode", "badge": "CPU", "vram": "", "driver": "",
                 "temperature": "", "cpu_mode": True}
     g = gpus[0]
-
-    extra = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
+    if len(gpus) == 1:
+        name, vram = g.name, f"{gib(g.memory_total_bytes)} VRAM, {gib(g.memory_used_bytes)} in use"
+        temperature = "" if g.temperature_c is None else f"{g.temperature_c:.0f} °C"
+    else:
+        names = [x.name.replace("NVIDIA GeForce ", "") for x in gpus]
+        name = " + ".join(n if names.count(n) == 1 else f"{names.count(n)}× {n}" for n in dict.fromkeys(names))
+        vram = (" + ".join(f"{(x.memory_total_bytes or 0) / 2**30:.1f}" for x in gpus) + " GiB VRAM, "
+                + " + ".join(f"{(x.memory_used_bytes or 0) / 2**30:.1f}" for x in gpus) + " GiB in use")
+        temps = [x.temperature_c for x in gpus]
+        temperature = "" if all(t is None for t in temps) else \
+            " · ".join("?" if t is None else f"{t:.0f}" for t in temps) + " °C"
     return {
-        "name": g.name + extra,
-        "badge": "Laptop" if g.is_laptop else "Desktop",
-        "vram": f"{gib(g.memory_total_bytes)} VRAM, {gib(g.memory_used_bytes)} in use",
+        "name": name,
+        "badge": "Laptop" if any(x.is_laptop for x in gpus) else "Desktop",
+        "vram": vram,
         "driver": f"driver {g.driver_version or '?'} · CUDA {g.cuda_driver_version or '?'}",
-        "temperature": "" if g.temperature_c is None else f"{g.temperature_c:.0f} °C",
+        "temperature": temperature,
         "cpu_mode": False,
     }

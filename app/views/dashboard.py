@@ -41,6 +41,10 @@ STAGE_POINTS = 20_000
 # chart → RunData.gpu_series name (app.model.telemetry.GPU_FIELDS), and the scale of an empty chart
 GPU_CHARTS = {"vram": "vram_used", "temp": "temp", "power": "power", "util": "util"}
 EMPTY_Y = {"vram": (0, 1), "temp": (0, 100), "power": (0, 100), "util": (0, 100)}
+# A run (or machine) with several cards: one colour per card in all four GPU charts, named once in the legend above
+# them (not a legend per chart). Dash styles tell the cards apart without colour too.
+CARD_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+CARD_STYLES = (QtCore.Qt.SolidLine, QtCore.Qt.DashLine, QtCore.Qt.DotLine, QtCore.Qt.DashDotLine)
 
 
 def _pen(color: str, style=QtCore.Qt.SolidLine):
@@ -77,9 +81,17 @@ class Dashboard(QtWidgets.QWidget):
         top.addWidget(self.headline, 1)
         top.addWidget(self.progress)
         self.eval_curve = eval_curve.add_eval_curve(self.plots["loss"])
+        # Several cards: the one legend of the GPU charts (card → colour and line), above them.
+        self.card_legend = QtWidgets.QLabel()
+        self.card_legend.setObjectName("card_legend")
+        self.card_legend.setSizePolicy(QtWidgets.QSizePolicy.Ignored, QtWidgets.QSizePolicy.Fixed)
+        self.card_legend.hide()
+        self.card_curves: dict[tuple[str, int], pg.PlotDataItem] = {}  # (chart, NVML index) → its curve
+        self.card_totals: dict[int, pg.InfiniteLine] = {}  # NVML index → its total VRAM line
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
+        lay.addWidget(self.card_legend)
         lay.addWidget(self.graphs, 1)
 
     def _build_plots(self) -> None:
@@ -148,6 +160,7 @@ class Dashboard(QtWidgets.QWidget):
         self.throttle.setData([], [])
         for c in self.curves.values():
             c.setData([], [])
+        self._clear_cards()
         self._neutral_ranges(data)
         self._follow_time = True
         self._stages = [list(g) for g in STAGES]
@@ -210,6 +223,7 @@ class Dashboard(QtWidgets.QWidget):
         for name in stage:
             if self._bind(name, series[name], 1 / GIB if name == "vram" else 1.0) and name == "tps":
                 self._range_from_zero("tps", d.tokens_per_s)
+        self._bind_cards(d, stage)
         if "loss" in stage:
             eval_curve.update_eval_curve(self.eval_curve, d)
         if "reward" in stage:
@@ -221,7 +235,7 @@ class Dashboard(QtWidgets.QWidget):
                 self.plots["reward"].setTitle(GRPO_REWARD_TITLE if grpo else TITLES["reward"])
         if "vram" in stage:
             self._fit_time_axis(d)
-        total = d.vram_total.last()
+        total = d.vram_total.last() if len(d.cards) < 2 else None  # several cards: a total line per card
         if self._changed("total", total):
             self.total_line.setVisible(total is not None)
             if total is not None:
@@ -243,6 +257,63 @@ class Dashboard(QtWidgets.QWidget):
             self.progress.setVisible(prog is not None)
             if prog is not None:
                 self.progress.set_progress(*prog)
+
+    # -- several cards ------------------------------------------------------------------------------
+    def _clear_cards(self) -> None:
+        for (chart, _index), curve in self.card_curves.items():
+            self.plots[chart].removeItem(curve)
+        for line in self.card_totals.values():
+            self.plots["vram"].removeItem(line)
+        self.card_curves, self.card_totals = {}, {}
+        self.card_legend.hide()
+        for chart in GPU_CHARTS:
+            self.curves[chart].setVisible(True)
+
+    def _bind_cards(self, d: RunData, stage: list) -> None:
+        """A run (or the machine) with several cards: a curve per card in each GPU chart, coloured per card, its
+        total VRAM a line of its colour, and one legend above the charts. One card: the charts' own curves."""
+        if len(d.cards) < 2:
+            return
+        order = sorted(d.cards)
+        if self._changed("cards", tuple((i, d.card_names.get(i)) for i in order)):
+            for chart in GPU_CHARTS:
+                self.curves[chart].setVisible(False)  # the first card's curve is drawn as a card's, below
+            self.card_legend.setText(card_legend_html(order, d.card_names))
+            self.card_legend.setToolTip("Each card's curves share its colour and line in the VRAM, temperature, "
+                                        "power and utilisation charts")
+            self.card_legend.show()
+        for pos, index in enumerate(order):
+            pen = _pen(CARD_COLORS[pos % len(CARD_COLORS)], CARD_STYLES[pos % len(CARD_STYLES)])
+            for chart, name in GPU_CHARTS.items():
+                if chart not in stage:
+                    continue
+                curve = self.card_curves.get((chart, index))
+                if curve is None:
+                    curve = self.plots[chart].plot(pen=pen, name=f"GPU {index}")
+                    curve.setDownsampling(auto=True, method="peak")
+                    curve.opts["autoDownsampleFactor"] = 1.0
+                    curve.setClipToView(True)
+                    self.card_curves[(chart, index)] = curve
+                series_ = d.cards[index][name]
+                key = f"card-{chart}-{index}"
+                if self._seen.get(key) != series_.version:
+                    self._seen[key] = series_.version
+                    y = series_.y / GIB if chart == "vram" else series_.y
+                    curve.setData(series_.x, y, connect="finite" if series_.has_nan else "all")
+            self._card_total(d, pos, index)
+
+    def _card_total(self, d: RunData, pos: int, index: int) -> None:
+        total = d.cards[index]["vram_total"].last()
+        if not self._changed(f"card-total-{index}", total) or total is None:
+            return
+        line = self.card_totals.get(index)
+        if line is None:
+            color = CARD_COLORS[pos % len(CARD_COLORS)]
+            line = pg.InfiniteLine(angle=0, pen=_pen(color, QtCore.Qt.DashLine), label=f"GPU {index} total",
+                                   labelOpts={"position": max(0.1, 0.85 - 0.25 * pos), "color": color})
+            self.plots["vram"].addItem(line)
+            self.card_totals[index] = line
+        line.setValue(total / GIB)
 
     def _gpu_plots_shown(self, shown: bool, rewarded: bool) -> bool:
         """A CPU run's dashboard is its throughput, gradient norm, loss and learning rate: the GPU's four charts would
@@ -341,6 +412,17 @@ class Dashboard(QtWidgets.QWidget):
         """The shaded (start, end) spans, Unix seconds (for tests and tooltips)."""
         x = self.throttle.xData
         return [] if x is None else [(float(x[i]), float(x[i + 2])) for i in range(0, len(x), 4)]
+
+def card_legend_html(order: list[int], names: dict[int, str]) -> str:
+    """The GPU charts' one legend: each card's colour and line beside "GPU 1 · NVIDIA GeForce RTX 3090"."""
+    marks = {QtCore.Qt.SolidLine: "━━", QtCore.Qt.DashLine: "╍╍", QtCore.Qt.DotLine: "┈┈", QtCore.Qt.DashDotLine: "━┈"}
+    parts = []
+    for pos, index in enumerate(order):
+        color, style = CARD_COLORS[pos % len(CARD_COLORS)], CARD_STYLES[pos % len(CARD_STYLES)]
+        parts.append(f"<span style='color:{color}; font-weight:bold'>{marks[style]}</span>&nbsp;GPU {index} · "
+                     f"{names.get(index, '')}")
+    return "GPU charts: " + "&nbsp;&nbsp;&nbsp;".join(parts)
+
 
 def throttle_outline(periods: list[list[float]], end_now: float | None):
     """x, y of rectangles (-1e4 to 1e4 °C) over each throttling period, for one filled curve."""

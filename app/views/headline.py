@@ -78,7 +78,9 @@ def headline_text(d: RunData) -> str:
         parts.append(f"step {s.get('step')} of {s.get('max_steps') or '?'}")
         eb = d.effective_batch()
         if eb:
-            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum {s.get('gradient_accumulation_steps')})")
+            ranks = f" × {d.world_size} GPUs" if d.world_size > 1 else ""
+            parts.append(f"effective batch {eb} (micro {s.get('micro_batch_size')} × accum "
+                         f"{s.get('gradient_accumulation_steps')}{ranks})")
         eta = s.get("eta_seconds")
         if alive and isinstance(eta, (int, float)) and not math.isnan(eta):
             parts.append(f"ETA {fmt.duration(eta)}")

@@ -15,7 +15,7 @@ from trainer import config as config_mod
 from trainer.config.resolved import as_resolved, unresolved
 from trainer.core import secrets
 from trainer.core.errors import UserError
-from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env
+from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, visible_devices_env
 from trainer.launch.dsconfig import deepspeed_config
 from trainer.planning.ladder import record_kept_settings
 
@@ -39,7 +39,22 @@ def _allocator_line(cuda: bool) -> str:
             f'export {ALLOCATOR_VARIABLE}="${{{ALLOCATOR_VARIABLE}:-{value}}}"\n')
 
 
-def _sh(comment: str, args: str, cuda: bool = True, checks: str = "") -> str:
+def _cards_lines(cfg, windows: bool = False) -> list[str]:
+    """The run's cards (``argv.visible_devices_env``: config.yaml's ``distributed.gpus``, by UUID) set where the
+    script starts, so a reader sees which cards train and a tool started beside the run sees only those;
+    ``trainpilot-cli run`` sets the same from config.yaml (docs/gpus.md). [] for 'auto' and a CPU run."""
+    env = visible_devices_env(cfg) if cfg is not None and cfg.distributed.num_nodes == 1 else {}
+    if not env:
+        return []
+    if windows:
+        return ["rem The run's cards (config.yaml's distributed.gpus); trainpilot-cli run sets the same."] + \
+            [f'set "{k}={v}"' for k, v in env.items()]
+    return ["# The run's cards (config.yaml's distributed.gpus); trainpilot-cli run sets the same."] + \
+        [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+
+
+def _sh(comment: str, args: str, cuda: bool = True, checks: str = "", cfg=None) -> str:
+    cards = "".join(line + "\n" for line in _cards_lines(cfg))
     return ("#!/usr/bin/env bash\n"
             f"# {comment}\n"
             "# Tokens are read from the environment (HF_TOKEN) or the OS keyring; none is stored here.\n"
@@ -47,6 +62,7 @@ def _sh(comment: str, args: str, cuda: bool = True, checks: str = "") -> str:
             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
             + checks
             + _allocator_line(cuda)
+            + cards
             + _cli_prelude()
             + f'exec "${{CLI[@]}}" run "$HERE/config.yaml" {args}"$@"\n')
 
@@ -78,11 +94,11 @@ def _multi_node_args(cfg) -> str:
             '${RUN_DIR:+--run-dir "$RUN_DIR"} ')
 
 
-def _bat(comment: str, args: str) -> str:
+def _bat(comment: str, args: str, cfg=None) -> str:
     py = sys.executable
     lines = ["@echo off", f"rem {comment}", "rem Tokens are read from the environment (HF_TOKEN) or the keyring.",
              f"rem {ALLOCATOR_VARIABLE} is left as it is: PyTorch's Windows builds have no expandable segments.",
-             "setlocal", 'set "HERE=%~dp0"', "where trainpilot-cli >nul 2>nul",
+             "setlocal", *_cards_lines(cfg, windows=True), 'set "HERE=%~dp0"', "where trainpilot-cli >nul 2>nul",
              f'if errorlevel 1 (set CLI="{py}" -m trainer) else (set CLI=trainpilot-cli)',
              f'%CLI% run "%HERE%config.yaml" {args}%*', "exit /b %ERRORLEVEL%", ""]
     return "\r\n".join(lines)
@@ -96,8 +112,8 @@ def launch_texts(cfg) -> dict[str, str]:
     multi = (f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set \"distributed.gpus=${{GPUS:-auto}}\" "
              "--set distributed.launcher=auto ")
     return {
-        "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda),
-        "launch.bat": _bat("Run this training on this machine (Windows).", ""),
+        "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda, cfg=cfg),
+        "launch.bat": _bat("Run this training on this machine (Windows).", "", cfg),
         "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
                                    f"effective batch stays {cfg.training.effective_batch_size}.", multi, cuda),
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",

@@ -307,3 +307,32 @@ def left_out_words(cards: CardSet, plan, t: Optional[dict], without: CardSet, ot
             f"{gib(other.predicted_peak_bytes)} per card of {gib(other.budget_bytes)}, {seconds(t_other)}; with it: "
             f"{plan.verdict.replace('_', ' ')}, {gib(plan.predicted_peak_bytes)} of {gib(plan.budget_bytes)}, "
             f"{seconds(t)} — {verdict}")
+
+
+# -- per card, for a plan's readers (the GUI's verdict and bar per card) ---------------------------------------------
+def uneven_budgets(entries: list[dict]) -> bool:
+    """True when the budgets of plan.json's ``gpus`` entries (bytes) differ by more than ``UNEVEN_SHARE``: the card
+    with the smallest budget then binds every rank (the same test as ``CardSet.uneven``, on the written plan)."""
+    budgets = [e.get("budget_bytes") or 0 for e in entries]
+    return len(budgets) > 1 and min(budgets) < UNEVEN_SHARE * max(budgets)
+
+
+def binding_entry(entries: list[dict]) -> Optional[dict]:
+    """The entry of plan.json's ``gpus`` every rank is planned against: the smallest budget (the lower index on a
+    tie), as ``CardSet.binding`` chose it. None without cards."""
+    return min(entries, key=lambda e: (e.get("budget_bytes") or 0, e.get("index") or 0)) if entries else None
+
+
+def card_verdict(entry: dict, entries: list[dict], verdict: str) -> str:
+    """One card's line of a plan (bytes in plan.json's ``gpus`` entries): the rank's planned peak against this card's
+    budget, and — where the cards are uneven — whether this card binds every rank or has memory left unused.
+    ``verdict`` is the plan's ('fits', 'tight', 'does_not_fit'): every rank holds the same share, so a card that is
+    not the binding one has at least the binding card's room."""
+    peak, budget = entry.get("rank_peak_bytes"), entry.get("budget_bytes") or 0
+    head = f"GPU {entry.get('index')} ({entry.get('name')}): {gib(peak or 0)} of its {gib(budget)} budget"
+    if len(entries) < 2 or not uneven_budgets(entries):
+        return f"{head}, {verdict.replace('_', ' ')}"
+    if entry is binding_entry(entries) or entry == binding_entry(entries):
+        return f"{head}, {verdict.replace('_', ' ')} — the smallest card: it binds every rank"
+    unused = max(0, budget - (peak or 0))
+    return f"{head} — {gib(unused)} of it stays unused (the smallest card binds every rank)"

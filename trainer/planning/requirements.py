@@ -73,7 +73,7 @@ def unmet(cfg, hardware=None) -> list[Requirement]:
         out.append(Requirement("device", "an NVIDIA GPU",
                                "the config asks for cuda but no NVIDIA GPU was found; set device: cpu or auto"))
     elif cfg.device == "cuda" and caps.torch.can_use_gpu is False:
-        out.append(Requirement("device", "a CUDA build of PyTorch", _torch_cannot_use_gpu(caps.torch, hardware), True))
+        out.append(Requirement("device", "a CUDA build of PyTorch", _torch_cannot_use_gpu(caps.torch, hardware, cfg), True))
     kernel_problem = _loss_kernel_problem(cfg, caps)
     if kernel_problem:
         out.append(Requirement("speed.loss_kernel", kernel_problem.needs, kernel_problem.detail))
@@ -98,12 +98,21 @@ def _loss_kernel_problem(cfg, caps: capabilities.Capabilities) -> loss_kernel.Pr
     return loss_kernel.problem(kernel, cfg, family, device)
 
 
-def _torch_cannot_use_gpu(torch, hardware) -> str:
+def _torch_cannot_use_gpu(torch, hardware, cfg=None) -> str:
     """The GPU is there (or a recording says so) but this PyTorch cannot use one: what the worker would
-    refuse at its first step (``torch.cuda.is_available()`` is False), said before anything starts."""
-    gpus = getattr(hardware, "gpus", None) or []
+    refuse at its first step (``torch.cuda.is_available()`` is False), said before anything starts. It names the
+    cards the run trains on (``distributed.gpus``; 'auto': the card the planner plans first), not GPU 0 of a machine
+    whose GPU 0 is another card."""
+    cards = list(getattr(hardware, "gpus", None) or [])
+    listed = cfg.distributed.gpus if cfg is not None else "auto"
+    if isinstance(listed, list):
+        cards = [g for g in cards if g.uuid in listed or g.index in listed] or cards
+    elif len(cards) > 1:
+        cards = gpus.ranked(hardware, getattr(cfg, "plan_goal", "fastest"))[:1]
     source = str(getattr(hardware, "source", "") or "")
-    gpu = f"the {gpus[0].name}" if gpus else "the GPU"
+    names = list(dict.fromkeys(g.name for g in cards))
+    gpu = (f"the {names[0]}" if len(cards) == 1 else f"the {len(cards)} GPUs ({', '.join(names)})") if cards else \
+        "the GPU"
     if source.startswith("replay:"):
         gpu += f" of the recording {source.removeprefix('replay:')}"
     return (f"training would run on {gpu} (device cuda; device auto picks the GPU whenever one is found), but this "

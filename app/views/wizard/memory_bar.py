@@ -42,6 +42,9 @@ class MemoryBar(QtWidgets.QWidget):
         super().__init__(parent)
         self.segments: list[tuple[str, float]] = []
         self.budget: float | None = None
+        # True: the legend names only the budget (bars of the same breakdown one under another, per card: the
+        # components' legend is under the first)
+        self.budget_legend_only = False
         self.setMinimumHeight(84)
         self.setSizePolicy(QtWidgets.QSizePolicy.Expanding, QtWidgets.QSizePolicy.Fixed)
 
@@ -58,8 +61,9 @@ class MemoryBar(QtWidgets.QWidget):
         return sum(v for _, v in self.segments)
 
     def _items(self) -> list[tuple[str, str]]:
-        items = [(color_for(name), f"{COMPONENT_WORDS.get(name) or name.replace('_', ' ')} {gib(v)}")
-                 for name, v in self.segments]
+        items = [] if self.budget_legend_only else \
+            [(color_for(name), f"{COMPONENT_WORDS.get(name) or name.replace('_', ' ')} {gib(v)}")
+             for name, v in self.segments]
         return items + ([("#000000", f"budget {gib(self.budget)}")] if self.budget else [])
 
     def _legend_lines(self, fm: QtGui.QFontMetrics, width: int) -> int:

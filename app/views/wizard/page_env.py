@@ -1,5 +1,6 @@
 """Wizard page 1, Environment: ``trainpilot-cli doctor --json`` in the background, each check + fix, and above
-them what this machine can train with beyond PyTorch (the doctor's loss kernel, 4-bit and 8-bit lines)."""
+them what this machine can train with beyond PyTorch (the doctor's loss kernel, 4-bit and 8-bit lines); above all,
+the machine's GPUs to pick from (``card_picker``)."""
 from __future__ import annotations
 
 import html
@@ -9,6 +10,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.ops import settings
 from app.ops.commands import Job
+from app.views.wizard.card_picker import CardPicker
 
 ICONS = {"ok": "✔", "pass": "✔", "warn": "⚠", "warning": "⚠", "fail": "✖", "error": "✖", "info": "ℹ", "skip": "–"}
 EXTRAS = ("loss kernel", "4-bit (QLoRA)", "8-bit AdamW")  # the doctor's GPU-extras lines (doctor_checks.py)
@@ -69,9 +71,10 @@ class WrapDelegate(QtWidgets.QStyledItemDelegate):
 class EnvironmentPage(QtWidgets.QWizardPage):
     """Shows the doctor's checks as they arrive; never blocks (Next works while it runs)."""
 
-    def __init__(self, parent=None, replay_file: str | None = None):
+    def __init__(self, parent=None, replay_file: str | None = None, state=None):
         super().__init__(parent)
         self.replay_file = replay_file
+        self.state = state  # the wizard's: the card picker binds to it (None: the doctor's checks only)
         self.setTitle("Environment")
         self.setSubTitle("Checking Python, the GPU driver, PyTorch, DeepSpeed, the GPU extras (loss kernel, QLoRA, 8-bit "
                          "AdamW) and disk space. You can go on meanwhile.")
@@ -99,6 +102,10 @@ class EnvironmentPage(QtWidgets.QWizardPage):
         self.replay_note.setVisible(bool(replay_file))
         lay = QtWidgets.QVBoxLayout(self)
         lay.addWidget(self.replay_note)
+        # Every GPU of the machine, the planner's choice ticked (docs/gpus.md); the Method page shows the same.
+        self.cards = CardPicker(state) if state is not None else None
+        if self.cards is not None:
+            lay.addWidget(self.cards)
         lay.addWidget(self.status)
         lay.addWidget(self.extras)
         lay.addWidget(self.table, 1)

@@ -11,6 +11,8 @@ from app.model.plan_settings import applicable
 from app.model.fmt import gib
 from app.model.planning import TRAIN_VISION_WORDS, longest_words, picture_cost_words
 from app.views.wheel_guard import ComboBox
+from app.views.wizard.card_bars import CardBars
+from app.views.wizard.card_picker import CardPicker
 from app.views.wizard.memory_bar import MemoryBar
 from app.views.wizard.numbers import SpinBox, field_minimum
 from app.views.wizard.schema_form import FieldEdit, SchemaForm, inline_label, label_for, user_words
@@ -79,6 +81,8 @@ class PlanPage(QtWidgets.QWizardPage):
                                 "--max-seq)")
         self.longest.hide()  # shown with the first answer
         self.bar = MemoryBar()
+        self.cards = CardPicker(state, only_several=True)  # the cards the plan is for (the Environment page shows the same choice)
+        self.card_bars = CardBars()  # several cards: the verdict and the bar per card
         self.step_options = StepOptions(state)  # a full fine-tune's optimizer step and states (issue 39)
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
@@ -89,7 +93,8 @@ class PlanPage(QtWidgets.QWizardPage):
         self.advanced_toggle.toggled.connect(self._toggle_advanced)
         body = QtWidgets.QWidget()
         lay = QtWidgets.QVBoxLayout(body)
-        for w in (self.verdict, self.step_options, self.longest, self.picture_cost, self.bar, self.details,
+        for w in (self.verdict, self.cards, self.step_options, self.longest, self.picture_cost, self.bar,
+                  self.card_bars, self.details,
                   self.advanced_toggle,
                   self.advanced):
             lay.addWidget(w)
@@ -195,10 +200,10 @@ class PlanPage(QtWidgets.QWizardPage):
         needs = "".join(f"<br><span style='font-weight:normal'>{user_words(r)}</span>"
                         for r in mv.reasons[:len(mv.needs)]) if mv.verdict == "needs" else ""
         self.verdict.setText(f"<span style='color:{VERDICT_COLOR.get(mv.verdict, '#333')}'>{word}</span> — predicted "
-                             f"peak {gib(d.get('predicted_peak_bytes'))} of a {gib(d.get('budget_bytes'))} budget "
+                             f"peak {gib(d.get('predicted_peak_bytes'))} of {budget_words(d)} "
                              f"<span style='font-weight:normal'>({starting_point(d)})</span>{needs}")
         self.bar.set_breakdown(d.get("breakdown") or {}, d.get("budget_bytes"))
-        self.bar.show()
+        self.bar.setVisible(not self.card_bars.show_plan(d))  # several cards: a bar per card instead
         if not self.longest.isHidden():  # the answer for these values follows (state.longest_ready)
             self.longest.setText("Longest context with these settings: working it out…")
         cfg = plan.resolved or getattr(plan, "config_in", None)
@@ -232,6 +237,7 @@ class PlanPage(QtWidgets.QWizardPage):
         if problems:
             self.bar.set_breakdown({}, None)  # the last plan is for other values: do not show it as current
             self.bar.hide()
+            self.card_bars.hide()
             self.picture_cost.setText("")
             self.longest.hide()
             self.step_options.show_options([])
@@ -243,7 +249,7 @@ class PlanPage(QtWidgets.QWizardPage):
 def plan_details_html(d: dict, method: str | None = None) -> str:
     """Settings (those that apply to a ``method`` run), reasons, apps to close and alternatives of a plan.json dict,
     as HTML."""
-    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_value(v)}"
+    parts = ["<b>Settings</b>: " + ", ".join(f"{inline_label(k)} {_cards(v, d) if k == 'distributed.gpus' else _value(v)}"
                                              for k, v in applicable(d.get("settings") or {}, method).items())]
     if d.get("host_ram_needed_bytes"):
         parts.append(f"<b>System RAM needed</b>: {gib(d['host_ram_needed_bytes'])}")
@@ -269,6 +275,16 @@ def _alt(a) -> str:
     return user_words(text)
 
 
+def _cards(ids, d: dict) -> str:
+    """``distributed.gpus`` as the cards it names ("GPU 1 (NVIDIA GeForce RTX 3090)"; the UUIDs are in the tooltip of
+    the card picker and in Review's YAML), from the plan's ``gpus`` entries."""
+    entries = {e.get("uuid"): e for e in d.get("gpus") or [] if isinstance(e, dict)}
+    entries.update({e.get("index"): e for e in d.get("gpus") or [] if isinstance(e, dict)})
+    if not isinstance(ids, list) or not all(i in entries for i in ids):
+        return _value(ids)
+    return " + ".join(f"GPU {entries[i].get('index')} ({entries[i].get('name')})" for i in ids)
+
+
 def _value(v) -> str:
     if isinstance(v, bool):
         return "on" if v else "off"
@@ -286,6 +302,19 @@ def _problem_label() -> QtWidgets.QLabel:
 def _spin(key: str, field) -> SpinBox:
     """A number field for ``key`` whose range is the schema's (the schema and the planner judge the value)."""
     return SpinBox(field_minimum(field), key=key, tip=field.description or "")
+
+
+def budget_words(d: dict) -> str:
+    """"a 22.4 GiB budget", with the card it is on where the machine has several ("a 22.4 GiB budget on GPU 1
+    (NVIDIA GeForce RTX 3090)"), or per card for several ("a 10.0 GiB budget per card on 2 cards": the smallest
+    card's, which binds every rank)."""
+    entries = [e for e in d.get("gpus") or [] if isinstance(e, dict)]
+    words = f"a {gib(d.get('budget_bytes'))} budget"
+    if len(entries) == 1:
+        return words + f" on GPU {entries[0].get('index')} ({entries[0].get('name')})"
+    if len(entries) > 1:
+        return words + f" per card on {len(entries)} cards"
+    return words
 
 
 def starting_point(d: dict) -> str:

@@ -55,6 +55,17 @@ class WizardState(QtCore.QObject):
         self.set(key, value)
         self.proposed.add(key)
 
+    def unset(self, key: str) -> None:
+        """The user took their value of ``key`` back: the schema's default again, and no longer theirs (the card
+        picker's "Use the planner's choice" returns ``distributed.gpus`` to auto, as a config without the key)."""
+        self.explicit.discard(key)
+        self.proposed.discard(key)
+        default = flatten(tc.to_dict(tc.RunConfig())).get(key)
+        if self.values.get(key) != default:
+            self.values[key] = default
+            self.values_changed.emit(key)
+        self._timer.start()
+
     def follows(self, key: str) -> bool:
         """True while ``key`` is not the user's own (the schema's default, or a value the wizard proposed)."""
         return key not in self.explicit or key in self.proposed

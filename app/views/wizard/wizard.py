@@ -25,7 +25,7 @@ class SetupWizard(QtWidgets.QWizard):
         self.setButtonText(QtWidgets.QWizard.FinishButton, "Close")  # Start is the button that starts
         self.resize(900, 680)
         self.state = WizardState(hardware, self)
-        self.env = EnvironmentPage(replay_file=getattr(hardware, "hardware_file", None))
+        self.env = EnvironmentPage(replay_file=getattr(hardware, "hardware_file", None), state=self.state)
         self.model = ModelPage(self.state)
         self.data = DataPage(self.state)
         self.rewards = RewardPage(self.state)  # GRPO only: the Data page skips it for other objectives
