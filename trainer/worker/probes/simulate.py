@@ -5,8 +5,8 @@ The model is built as the worker builds it (``modeling.prepare_built``: the towe
 inside ``torch._subclasses.fake_tensor.FakeTensorMode``; the plan's settings are applied as the worker applies them
 (gradient checkpointing as HF's Trainer enables it, the loss kernel through ``chunked_loss.install_kernel``, the
 offloaded checkpoints through ``offloaded_checkpoint.install``, the fused step as ``fused_step.FusedStep`` over the
-optimizer HF's ``create_optimizer`` builds: its two groups, decayed and not); then two steps of forward, backward
-and optimizer run (the first step's states are created lazily) while
+optimizer HF's ``create_optimizer`` builds: its two groups, decayed and not); then two steps of forward, backward,
+clipping (the separate step with ``max_grad_norm`` above 0, as HF's Trainer clips) and optimizer run (the first step's states are created lazily) while
 ``torch.distributed._tools.mem_tracker.MemTracker`` counts the live bytes op by op. The simulated GPU is fake
 ``meta`` (fake CUDA tensors do not train on a CPU build of torch), host RAM is fake ``cpu``: the peak of each, and
 what was live at the GPU's peak (weights, gradients, optimizer states, activations, temporaries).
@@ -28,7 +28,11 @@ Stand-ins, of the same shapes and the same moments of allocation (what cannot ru
 - packed sequences: transformers finds the documents from the values of ``position_ids``, which fake tensors lack;
   the simulation hands the layers the block-diagonal mask's shape directly (b × 1 × s × s booleans).
 
-Not simulated (said in ``skipped``): QLoRA's 4-bit weights (bitsandbytes' kernels), Liger's Triton kernels, TRL's
+What no simulation holds (the CUDA context, kernel modules and library workspaces, the allocator's rounding and
+fragmentation, the driver's pages of managed memory, TRL's stream-ordered frees) is the plan's margins, named with
+their reasons in one table: ``saver_memory.NOT_SIMULATED`` (host RAM: ``HOST_NOT_SIMULATED``).
+
+Not simulated (``unsupported`` says why): QLoRA's 4-bit weights (bitsandbytes' kernels), Liger's Triton kernels, TRL's
 activation offload without checkpointing (CUDA streams), FlashAttention-2, DeepSpeed, preference and GRPO objectives,
 pictures. Heavy imports: only the worker imports this module.
 """
@@ -51,8 +55,6 @@ GPU, HOST = "meta", "cpu"
 # MemTracker's categories as the plan names them
 CATEGORIES = {"Parameter": "weights", "Gradient": "gradients", "Optstate": "optimizer_states",
               "Activation": "activations", "Temp": "temporaries", "Buffer": "buffers", "Other": "other"}
-# The plan's components no simulation holds: the allocator's slack, the CUDA runtime, unmeasured margins
-NOT_SIMULATED = ("fragmentation", "cuda_context", "cuda_kernels", "offload_margin")
 
 
 def unsupported(cfg) -> str | None:
@@ -97,6 +99,8 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
         _retie(model)
         _offload_checkpoints(cfg, model)
         optimizer = make_optimizer(cfg, model)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        clip = cfg.training.optimizer_in_backward is not True and (cfg.training.max_grad_norm or 0) > 0
         tracker = _tracker()
         tracker.track_external(model, optimizer, *getattr(optimizer, "optimizer_dict", {}).values())
         with tracker:
@@ -110,6 +114,8 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
                     loss.backward()
                     del loss, batch, ids
                     tracker.reset_mod_stats()  # per-module stats only: the peak per device is kept across calls
+                if clip:  # HF's Trainer clips before a separate step (the fused step runs with max_grad_norm 0)
+                    torch.nn.utils.clip_grad_norm_(trained, cfg.training.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         peak = tracker.get_tracker_snapshot("peak")
