@@ -94,7 +94,7 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
     vocab = model.config.get_text_config().vocab_size
     # with accumulation the gradients of one micro-batch are held while the next runs forward: two show it
     accumulation = 2 if (cfg.training.gradient_accumulation_steps or 1) > 1 else 1
-    with FakeTensorMode(allow_non_fake_inputs=True), _kernels_cuda_would_choose():
+    with FakeTensorMode(allow_non_fake_inputs=True), _kernels_cuda_would_choose(_autocast_dtype(cfg)):
         model.to_empty(device=GPU)
         _retie(model)
         _offload_checkpoints(cfg, model)
@@ -213,16 +213,40 @@ def period(cfg) -> int:
     return 1
 
 
+def _autocast_dtype(cfg):
+    """The dtype HF's Trainer autocasts the run's CUDA step to (``bf16``/``fp16`` precision), or None (fp32)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.speed.precision)
+
+
 # -- attention: the kernel CUDA chooses ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _kernels_cuda_would_choose():
+def _kernels_cuda_would_choose(autocast_to=None):
     """SDPA as on CUDA, and ``nonzero`` of a 1-D mask as every token labelled (the simulated batch labels every
     token; fake tensors have no values to find them by: the chunked loss asks which tokens are labelled); autocast
-    off on ``meta`` (torch has none for it)."""
+    off on ``meta`` (torch has none for it), and in its place what CUDA's autocast does to the step's Linears when
+    ``autocast_to`` (the run's 16-bit dtype) is given: a Linear with an fp32 input or weight (LoRA's fp32 adapters,
+    which PEFT feeds an fp32 cast of their input) runs on 16-bit copies of both, as autocast's ``linear`` does, so
+    the adapters save a 16-bit copy, not the fp32 one. Dropout as CUDA runs it: ``native_dropout``'s bool mask
+    (off CUDA, meta included, torch multiplies by a noise tensor of the input's dtype and keeps that: 4 bytes per
+    element for the adapters' fp32 input instead of 1)."""
     import torch
     import torch.nn.functional as F
 
     original, nonzero = F.scaled_dot_product_attention, torch.Tensor.nonzero
+    linear, dropout = F.linear, F.dropout
+
+    def autocast_linear(x, weight, bias=None):
+        if autocast_to is None or x.device.type != GPU or (x.dtype != torch.float32 and
+                                                            weight.dtype != torch.float32):
+            return linear(x, weight, bias)
+        return linear(x.to(autocast_to), weight.to(autocast_to), None if bias is None else bias.to(autocast_to))
+
+    def cuda_dropout(x, p=0.5, training=True, inplace=False):
+        if x.device.type != GPU or not training or p == 0 or inplace:
+            return dropout(x, p, training, inplace)
+        return torch.native_dropout(x, p, True)[0]
 
     def all_labelled(self, *args, **kwargs):
         if self.dim() != 1 or args or kwargs:
@@ -252,14 +276,15 @@ def _kernels_cuda_would_choose():
         return hook(tensors, fn, **kwargs) if tensors else None
 
     mod_tracker.register_multi_grad_hook = grad_hook
-    saved = (original, nonzero, autocast, region, autocast_dtype)
+    saved = (original, nonzero, autocast, region, autocast_dtype, linear, dropout)
     F.scaled_dot_product_attention, torch.Tensor.nonzero, torch.is_autocast_enabled, torch.autocast, \
-        torch.get_autocast_dtype = _cuda_sdpa, all_labelled, autocast_on, autocast_region, dtype_of
+        torch.get_autocast_dtype, F.linear, F.dropout = _cuda_sdpa, all_labelled, autocast_on, autocast_region, \
+        dtype_of, autocast_linear, cuda_dropout
     try:
         yield
     finally:
         F.scaled_dot_product_attention, torch.Tensor.nonzero, torch.is_autocast_enabled, torch.autocast, \
-            torch.get_autocast_dtype = saved
+            torch.get_autocast_dtype, F.linear, F.dropout = saved
         mod_tracker.register_multi_grad_hook = hook
 
 
