@@ -256,5 +256,5 @@ NOT_SIMULATED = {
 HOST_NOT_SIMULATED = {
     "runtime": "the interpreter's own RAM (python, torch, transformers): 0.43 GB measured on a CPU, planned at 0.5 GiB",
     "loading": "the checkpoint's 16-bit weights passing through host RAM while the model loads (a simulation "
-               "builds the model on meta: nothing is loaded)",
+               "builds the model on meta: nothing is loaded); planned as the checkpoint's size, not measured",
 }
