@@ -10,7 +10,8 @@ resolved config is simulated (``trainer.worker.probes.simulate``: the worker's o
 optimizer steps on fake tensors, MemTracker's live bytes). "planned" is the sum of the plan's components a
 simulation holds (all but the margins of ``saver_memory.NOT_SIMULATED``: the CUDA context, kernels and workspaces,
 fragmentation, the offload margin);
-"error" is planned − simulated, of simulated. With ``--layers N`` (default 3) the simulation builds N and N − 1
+"error" is planned − simulated, of simulated; "simulated + margins" adds the margins back and compares with
+the budget. With ``--layers N`` (default 3) the simulation builds N and N − 1
 decoder layers (a hybrid's whole layer pattern) and scales the per-layer part to the model's depth: the same
 per-layer shapes, the embedding, head and loss at full size. No GPU is used.
 """
@@ -96,21 +97,28 @@ def _g(n) -> str:
     return "-" if n is None else f"{n / 2**30:.2f}"
 
 
+def with_margins(r: dict) -> str:
+    """The simulated peak plus the plan's margins a simulation does not hold (``saver_memory.NOT_SIMULATED``),
+    against the budget: a "fits" plan over it would be a bug in the planner or the worker."""
+    total = r["simulated_bytes"] + sum(r["not_simulated"].values())
+    return f"{_g(total)} {'≤' if total <= r['budget_bytes'] else '>'} {_g(r['budget_bytes'])}"
+
+
 def table(data: list[dict]) -> str:
     head = ("| machine | model | asked | verdict (peak / budget GiB) | savers | planned | simulated | error | "
-            "host planned / simulated | live at the simulated peak (GiB) |")
-    lines = [head, "|" + "---|" * 10]
+            "simulated + margins | host planned / simulated | live at the simulated peak (GiB) |")
+    lines = [head, "|" + "---|" * 11]
     for r in data:
         verdict = f"{r['verdict']} ({_g(r['predicted_peak_bytes'])} / {_g(r['budget_bytes'])})"
         if "skipped" in r:
             lines.append(f"| {r['machine']} | {r['model']} | {r['variant']} | {verdict} | {r['savers']} | | "
-                         f"not simulated: {r['skipped']} | | | |")
+                         f"not simulated: {r['skipped']} | | | | |")
             continue
         live = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in sorted(r["at_peak"].items(), key=lambda kv: -kv[1])
                          if v >= 2**24)
         lines.append(f"| {r['machine']} | {r['model']} | {r['variant']} | {verdict} | {r['savers']} | "
                      f"{_g(r['planned_bytes'])} | {_g(r['simulated_bytes'])} | {r['error_pct']:+.1f}% | "
-                     f"{_g(r['planned_host_bytes'])} / {_g(r['simulated_host_bytes'])} | {live} |")
+                     f"{with_margins(r)} | {_g(r['planned_host_bytes'])} / {_g(r['simulated_host_bytes'])} | {live} |")
     return "\n".join(lines)
 
 
