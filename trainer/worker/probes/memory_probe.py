@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.placements import hf_optim
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_OOM
 from trainer.launch.argv import single_process_env
@@ -230,8 +231,6 @@ def optimizer_as_trained(cfg, model, use_cuda: bool = True):
     from types import SimpleNamespace
 
     from transformers import Trainer, TrainingArguments
-
-    from trainer.config.placements import hf_optim
 
     t = cfg.training
     with tempfile.TemporaryDirectory(prefix="trainpilot-measure-") as out:
