@@ -17,8 +17,6 @@ from trainer.config.placements import DEFAULT, NAMES, PLACEMENTS, placement
 from trainer.planning import requirements, search_space, verdict
 
 ROOT = Path(__file__).parents[1]
-# obs46 replaces memory_probe.py's own optimizer map with HF's create_optimizer (issue 46); until then it spells them
-NOT_YET = {ROOT / "trainer" / "worker" / "probes" / "memory_probe.py"}
 
 
 def test_the_configs_choices_and_description_are_the_tables():
@@ -78,7 +76,7 @@ def test_the_names_are_spelled_only_in_the_table():
     spelled = re.compile("|".join([r"""["']adamw["']""", *(re.escape(n) for n in NAMES[1:])]))
     found = []
     for path in [*(ROOT / "trainer").rglob("*.py"), *(ROOT / "app").rglob("*.py")]:
-        if path in NOT_YET or path == Path(placements.__file__):
+        if path == Path(placements.__file__):
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if spelled.search(re.sub(r"\w+_adamw_8bit_\w+", "", line)):

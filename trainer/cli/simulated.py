@@ -12,11 +12,7 @@ from trainer import config as config_mod
 from trainer.core import entrypoints
 from trainer.core.errors import EXIT_BAD_INPUT, UserError
 from trainer.core.units import GIB
-
-# The plan's components no simulation holds (the worker's simulate.NOT_SIMULATED, restated here without torch;
-# the two must agree): the allocator's slack, the CUDA runtime, the unmeasured margins.
-NOT_SIMULATED = ("fragmentation", "cuda_context", "cuda_kernels", "offload_margin")
-HOST_NOT_SIMULATED = ("runtime", "loading")  # the interpreter's own RAM; the checkpoint's pass through host memory
+from trainer.planning.saver_memory import HOST_NOT_SIMULATED, NOT_SIMULATED
 
 
 def run_simulation(plan, layers: int = 4, timeout: float = 1800) -> dict:
@@ -40,14 +36,16 @@ def run_simulation(plan, layers: int = 4, timeout: float = 1800) -> dict:
 
 def compared(plan, sim: dict) -> dict:
     """The simulation beside the plan (bytes): ``planned_bytes`` (the components a simulation holds), the
-    simulated peak, ``error_pct`` (planned − simulated, of simulated), and the host side likewise."""
+    simulated peak, ``error_pct`` (planned − simulated, of simulated), and the host side likewise. The components
+    left out are the plan's margins of ``saver_memory.NOT_SIMULATED`` (``not_simulated``, with ``margin_reasons``)."""
     covered = {k: v for k, v in plan.breakdown.items() if k not in NOT_SIMULATED}
     host = {k: v for k, v in plan.host_breakdown.items() if k not in HOST_NOT_SIMULATED}
     planned, peak = sum(covered.values()), sim["peak_bytes"]
     return {"planned_bytes": planned, "simulated_bytes": peak,
             "error_pct": round(100.0 * (planned - peak) / peak, 1) if peak else None,
             "planned_host_bytes": sum(host.values()), "simulated_host_bytes": sim["host_peak_bytes"],
-            "not_simulated": {k: v for k, v in plan.breakdown.items() if k in NOT_SIMULATED}, **sim}
+            "not_simulated": {k: v for k, v in plan.breakdown.items() if k in NOT_SIMULATED},
+            "margin_reasons": {k: NOT_SIMULATED[k] for k in plan.breakdown if k in NOT_SIMULATED}, **sim}
 
 
 def format_simulation(c: dict) -> str:
@@ -68,4 +66,5 @@ def format_simulation(c: dict) -> str:
                 if c["host_at_peak"] else ""),
              "  not simulated (the plan's margins): " + (", ".join(f"{k} {g(v)}" for k, v in c["not_simulated"].items())
                                                          or "none")]
+    lines += [f"    {k}: {why}" for k, why in c.get("margin_reasons", {}).items()]
     return "\n".join(lines)

@@ -75,6 +75,12 @@ def placement(name: str) -> Placement:
     return _BY_NAME[name]
 
 
+def hf_optim(name: str, fused_adamw: bool, use_cuda: bool) -> str:
+    """HF ``TrainingArguments.optim`` for ``training.optimizer`` ``name``: the row's, or PyTorch's AdamW (its fused
+    kernel when ``speed.fused_adamw`` on CUDA). The worker's Trainer and ``plan --measure`` both ask here."""
+    return placement(name).hf_optim or ("adamw_torch_fused" if fused_adamw and use_cuda else "adamw_torch")
+
+
 def find(*, paged: bool, eight_bit: bool) -> Placement:
     """The one placement with these properties."""
     return next(p for p in PLACEMENTS if p.paged == paged and p.eight_bit == eight_bit)

@@ -366,6 +366,18 @@ def _chunked_logits_bytes(spec: ModelSpec, s: TrainSetup, tokens: int) -> int:
     return per_logit * min(tokens, loss_chunk_tokens(spec.vocab)) * spec.vocab + head_grad
 
 
+def tied_gradients(spec: ModelSpec, s: TrainSetup, later: int) -> int:
+    """The tied embeddings' extra weight gradients (``optimizer_memory.tied_gradient_bytes``) beyond what is freed
+    by the end of backward, when they are alive: the activations, recompute, tiles, mask and the loss's transients
+    (``later``) are gone then, except the LM head's weight gradient the chunked loss holds from its forward (it is
+    the gradient the engine buffers). Zero wherever those transients are larger: the peak is earlier in backward."""
+    extra = optimizer_memory.tied_gradient_bytes(spec, s)
+    if not extra or s.deepspeed:
+        return 0
+    held = s.weight_width * spec.vocab * spec.hidden if not s.full_logits and s.objective == "sft" else 0
+    return max(0, extra - (later - held))
+
+
 def flatten_cache_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """ZeRO-1/2 copy the 16-bit weights into one flat buffer while the per-parameter tensors still
     exist (the engine's start peaks at two copies, 4·P bytes, measured); the freed per-parameter
@@ -423,10 +435,12 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     later = breakdown["activations"] + breakdown["recompute"] + breakdown["vision_activations"] + \
         breakdown["mlp_tile"] + breakdown["attention_mask"] + breakdown["logits_loss"]
     breakdown["vision_forward"] = max(0, pictures.forward_bytes(spec, s) - later)  # only where it is the peak
+    breakdown["tied_gradients"] = tied_gradients(spec, s, later)
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = later + breakdown["vision_forward"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("fused_step_workspace", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0)
+        breakdown.get("gradients", 0) + breakdown.get("fused_step_workspace", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0) + \
+        breakdown["tied_gradients"]
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown.update(saver_memory.runtime_bytes(s))
     breakdown = {k: int(v) for k, v in breakdown.items() if v}

@@ -81,6 +81,20 @@ def gradient_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
             "fused_step_workspace": NORM_COPY_WIDTH * min(n, NORM_CHUNK)}
 
 
+def tied_gradient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
+    """The gradients a full fine-tune of a model with tied embeddings (the LM head is the embedding) holds beyond
+    the one weight gradient ``gradient_bytes`` (or the chunked loss's ``logits_loss``) plans: the LM head and the
+    embedding are one leaf reached by two edges, so the autograd engine keeps the head's weight gradient in the
+    leaf's input buffer through the whole backward, and at its end (the embedding's backward, its last op) adds
+    the embedding's to it out of place: three weight gradients alive at once for that moment, two beyond the one
+    planned. Counted under the worker's ``FusedStep`` on the CPU, bytes exact (tests/test_fused_gradients.py);
+    the engine's buffering is the same on CUDA (not measured on a GPU). ``memory.estimate`` plans what of it is
+    not already covered by the transients freed by then (``tied_gradients``)."""
+    if not spec.tied_embeddings or s.method != "full" or spec.encoder_decoder:
+        return 0
+    return 2 * s.weight_width * spec.vocab * spec.hidden
+
+
 def _fused_eight_bit_bytes(spec: ModelSpec) -> int:
     """8-bit AdamW's states under the fused step: HF's 32-bit embedding override dropped, the embeddings' states are
     8-bit like every large tensor (``saver_memory.eight_bit_state_bytes`` with the embeddings moved across)."""

@@ -225,3 +225,36 @@ def margin_notes(breakdown: dict, s=None, fragmentation_share: float = 0.0) -> l
         out.append(f"CUDA kernels: {KERNELS_MARGIN / GIB:.2f} GiB for kernel modules and library workspaces loaded "
                    "at first use is a margin, not measured on a GPU yet (with Triton kernels it was: 1.1 GiB)")
     return out
+
+
+# -- What a simulated step (trainer/worker/probes/simulate.py) cannot hold ------------------------------------------
+# The one list, read by the simulation, plan --simulate (trainer/cli/simulated.py) and benchmarks/simulated_truth.py:
+# a simulation on fake tensors counts the bytes of live tensors op by op, so whatever the device holds outside
+# torch's tensors, or between them, is compared apart (the plan's margins). Each reason says whether the margin was
+# measured on a GPU, and where.
+NOT_SIMULATED = {
+    "cuda_context": "a margin for the CUDA context (no tensor holds it): measured on the H100, NVML's rise at the "
+                    f"first allocation minus torch's reserve, {CUDA_CONTEXT_BYTES // MIB} MiB (docs/design.md); "
+                    "one figure for every card, consumer cards not measured",
+    "cuda_kernels": "a margin for kernel modules and library workspaces (cuBLAS/cuBLASLt, torch's own modules, "
+                    "Triton's compiled kernels) loaded at first use, outside torch's tensors: with Triton kernels "
+                    f"measured on the H100 ({TRITON_KERNELS_BYTES / GIB:.1f} GiB through trainpilot-cli run, "
+                    "issue 31; the H200 rows of docs/planner.md ran with them); without them a "
+                    f"{KERNELS_MARGIN / GIB:.2f} GiB margin not measured on a GPU",
+    "fragmentation": "a margin for the caching allocator's rounding (512-byte blocks, 2 MiB segments) and the slack "
+                     "between freed blocks; a simulation counts exact tensor bytes: the shares were measured on the "
+                     "H100 without expandable segments (docs/benchmarks.md), not yet with them (the worker's)",
+    "offload_margin": f"a {OFFLOAD_MARGIN:.0%} margin on the bytes TRL's activation offload copies out, for its "
+                      "CUDA-stream-ordered frees (a simulation has no streams; TRL's offload without checkpointing "
+                      "is not simulated at all): not measured on a GPU",
+    "managed_memory": "no component of the plan: the pages of bitsandbytes' paged states (CUDA managed memory) the "
+                      "driver keeps resident on the GPU beyond the working set of the parameter being updated "
+                      "(paged_states_working_set, simulated); neither planned nor simulated, not measured on a GPU",
+}
+# Host RAM a simulation does not hold: paged optimizer states and offloaded checkpoints are simulated in host RAM
+# (fake ``cpu``); TRL's offloaded activations are not (their rows are not simulated).
+HOST_NOT_SIMULATED = {
+    "runtime": "the interpreter's own RAM (python, torch, transformers): 0.43 GB measured on a CPU, planned at 0.5 GiB",
+    "loading": "the checkpoint's 16-bit weights passing through host RAM while the model loads (a simulation "
+               "builds the model on meta: nothing is loaded); planned as the checkpoint's size, not measured",
+}

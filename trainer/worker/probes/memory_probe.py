@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from trainer import config as config_mod
+from trainer.config.placements import hf_optim
 from trainer.config.resolved import resolve_precision
 from trainer.core.errors import EXIT_BAD_INPUT, EXIT_OOM
 from trainer.launch.argv import single_process_env
@@ -177,13 +178,14 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
     if cfg.speed.gradient_checkpointing is True:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.method.type != "full":
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
+
+        from trainer.worker.loading import modeling
 
         if cfg.speed.gradient_checkpointing is True:
             model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=cfg.method.lora_r, lora_alpha=cfg.method.lora_alpha,
-                                                 lora_dropout=cfg.method.lora_dropout,
-                                                 target_modules=cfg.method.target_modules))
+        # the run's adapters: its targets (MoE experts, a multimodal model's text layers) and modules to save
+        model = get_peft_model(model, modeling.lora_config(cfg, model))
     chunked_loss.install_kernel(model, cfg, "cuda", apply_liger=True)  # the run's loss, as the worker installs it
     offload = contextlib.nullcontext()
     if cfg.speed.activation_offload is True:
@@ -194,7 +196,7 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
         forward, backward, update = engine, engine.backward, engine.step
     else:
         model.to("cuda")
-        opt = _optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        opt = optimizer_as_trained(cfg, model)
         forward, backward = model, (lambda loss: (loss / accum).backward())
         pending = [0]
 
@@ -220,20 +222,27 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
             "device": torch.cuda.get_device_name(0)}
 
 
-def _optimizer(cfg, params):
-    """The run's optimizer as the Trainer builds it: torch AdamW, or bitsandbytes' paged / 8-bit / paged 8-bit AdamW;
-    with ``training.optimizer_in_backward``, one per parameter stepped from backward (its ``step`` does nothing)."""
-    import torch
+def optimizer_as_trained(cfg, model, use_cuda: bool = True):
+    """The run's optimizer as HF's ``Trainer.create_optimizer`` builds it for the worker: the ``optim`` the worker's
+    TrainingArguments name (``placements.hf_optim``), its two groups (decayed, not), and under 8-bit AdamW every
+    ``nn.Embedding`` registered for 32-bit states; with ``training.optimizer_in_backward`` the worker's ``FusedStep``
+    over it (one optimizer per parameter, stepped from backward; the overrides dropped, 8-bit throughout)."""
+    import tempfile
+    from types import SimpleNamespace
 
-    if cfg.training.optimizer == "adamw":
-        opt = torch.optim.AdamW(params, lr=1e-5, fused=bool(cfg.speed.fused_adamw))
-    else:
-        import bitsandbytes as bnb
+    from transformers import Trainer, TrainingArguments
 
-        cls = {"paged_adamw_32bit": bnb.optim.PagedAdamW32bit, "adamw_8bit": bnb.optim.AdamW8bit,
-               "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[cfg.training.optimizer]
-        opt = cls(params, lr=1e-5)
-    if cfg.training.optimizer_in_backward is True:
+    t = cfg.training
+    with tempfile.TemporaryDirectory(prefix="trainpilot-measure-") as out:
+        args = TrainingArguments(output_dir=out, optim=hf_optim(t.optimizer, bool(cfg.speed.fused_adamw), use_cuda),
+                                 learning_rate=t.learning_rate, weight_decay=t.weight_decay, report_to=[],
+                                 use_cpu=not use_cuda)
+    # create_optimizer reads only these of the Trainer: the model, the arguments, the optimizer not yet built
+    holder = SimpleNamespace(model=model, args=args, optimizer=None, optimizer_cls_and_kwargs=None,
+                             get_decay_parameter_names=lambda m: Trainer.get_decay_parameter_names(None, m),
+                             get_optimizer_cls_and_kwargs=Trainer.get_optimizer_cls_and_kwargs)
+    opt = Trainer.create_optimizer(holder)
+    if t.optimizer_in_backward is True:
         from trainer.worker.loading.fused_step import FusedStep
 
         return FusedStep(opt)

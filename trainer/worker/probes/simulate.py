@@ -5,8 +5,8 @@ The model is built as the worker builds it (``modeling.prepare_built``: the towe
 inside ``torch._subclasses.fake_tensor.FakeTensorMode``; the plan's settings are applied as the worker applies them
 (gradient checkpointing as HF's Trainer enables it, the loss kernel through ``chunked_loss.install_kernel``, the
 offloaded checkpoints through ``offloaded_checkpoint.install``, the fused step as ``fused_step.FusedStep`` over the
-optimizer HF's ``create_optimizer`` builds: its two groups, decayed and not); then two steps of forward, backward
-and optimizer run (the first step's states are created lazily) while
+optimizer HF's ``create_optimizer`` builds: its two groups, decayed and not); then two steps of forward, backward,
+clipping (the separate step with ``max_grad_norm`` above 0, as HF's Trainer clips) and optimizer run (the first step's states are created lazily) while
 ``torch.distributed._tools.mem_tracker.MemTracker`` counts the live bytes op by op. The simulated GPU is fake
 ``meta`` (fake CUDA tensors do not train on a CPU build of torch), host RAM is fake ``cpu``: the peak of each, and
 what was live at the GPU's peak (weights, gradients, optimizer states, activations, temporaries).
@@ -28,7 +28,11 @@ Stand-ins, of the same shapes and the same moments of allocation (what cannot ru
 - packed sequences: transformers finds the documents from the values of ``position_ids``, which fake tensors lack;
   the simulation hands the layers the block-diagonal mask's shape directly (b × 1 × s × s booleans).
 
-Not simulated (said in ``skipped``): QLoRA's 4-bit weights (bitsandbytes' kernels), Liger's Triton kernels, TRL's
+What no simulation holds (the CUDA context, kernel modules and library workspaces, the allocator's rounding and
+fragmentation, the driver's pages of managed memory, TRL's stream-ordered frees) is the plan's margins, named with
+their reasons in one table: ``saver_memory.NOT_SIMULATED`` (host RAM: ``HOST_NOT_SIMULATED``).
+
+Not simulated (``unsupported`` says why): QLoRA's 4-bit weights (bitsandbytes' kernels), Liger's Triton kernels, TRL's
 activation offload without checkpointing (CUDA streams), FlashAttention-2, DeepSpeed, preference and GRPO objectives,
 pictures. Heavy imports: only the worker imports this module.
 """
@@ -51,8 +55,6 @@ GPU, HOST = "meta", "cpu"
 # MemTracker's categories as the plan names them
 CATEGORIES = {"Parameter": "weights", "Gradient": "gradients", "Optstate": "optimizer_states",
               "Activation": "activations", "Temp": "temporaries", "Buffer": "buffers", "Other": "other"}
-# The plan's components no simulation holds: the allocator's slack, the CUDA runtime, unmeasured margins
-NOT_SIMULATED = ("fragmentation", "cuda_context", "cuda_kernels", "offload_margin")
 
 
 def unsupported(cfg) -> str | None:
@@ -92,11 +94,13 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
     vocab = model.config.get_text_config().vocab_size
     # with accumulation the gradients of one micro-batch are held while the next runs forward: two show it
     accumulation = 2 if (cfg.training.gradient_accumulation_steps or 1) > 1 else 1
-    with FakeTensorMode(allow_non_fake_inputs=True), _kernels_cuda_would_choose():
+    with FakeTensorMode(allow_non_fake_inputs=True), _kernels_cuda_would_choose(_autocast_dtype(cfg)):
         model.to_empty(device=GPU)
         _retie(model)
         _offload_checkpoints(cfg, model)
         optimizer = make_optimizer(cfg, model)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        clip = cfg.training.optimizer_in_backward is not True and (cfg.training.max_grad_norm or 0) > 0
         tracker = _tracker()
         tracker.track_external(model, optimizer, *getattr(optimizer, "optimizer_dict", {}).values())
         with tracker:
@@ -110,6 +114,8 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
                     loss.backward()
                     del loss, batch, ids
                     tracker.reset_mod_stats()  # per-module stats only: the peak per device is kept across calls
+                if clip:  # HF's Trainer clips before a separate step (the fused step runs with max_grad_norm 0)
+                    torch.nn.utils.clip_grad_norm_(trained, cfg.training.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         peak = tracker.get_tracker_snapshot("peak")
@@ -207,16 +213,40 @@ def period(cfg) -> int:
     return 1
 
 
+def _autocast_dtype(cfg):
+    """The dtype HF's Trainer autocasts the run's CUDA step to (``bf16``/``fp16`` precision), or None (fp32)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.speed.precision)
+
+
 # -- attention: the kernel CUDA chooses ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _kernels_cuda_would_choose():
+def _kernels_cuda_would_choose(autocast_to=None):
     """SDPA as on CUDA, and ``nonzero`` of a 1-D mask as every token labelled (the simulated batch labels every
     token; fake tensors have no values to find them by: the chunked loss asks which tokens are labelled); autocast
-    off on ``meta`` (torch has none for it)."""
+    off on ``meta`` (torch has none for it), and in its place what CUDA's autocast does to the step's Linears when
+    ``autocast_to`` (the run's 16-bit dtype) is given: a Linear with an fp32 input or weight (LoRA's fp32 adapters,
+    which PEFT feeds an fp32 cast of their input) runs on 16-bit copies of both, as autocast's ``linear`` does, so
+    the adapters save a 16-bit copy, not the fp32 one. Dropout as CUDA runs it: ``native_dropout``'s bool mask
+    (off CUDA, meta included, torch multiplies by a noise tensor of the input's dtype and keeps that: 4 bytes per
+    element for the adapters' fp32 input instead of 1)."""
     import torch
     import torch.nn.functional as F
 
     original, nonzero = F.scaled_dot_product_attention, torch.Tensor.nonzero
+    linear, dropout = F.linear, F.dropout
+
+    def autocast_linear(x, weight, bias=None):
+        if autocast_to is None or x.device.type != GPU or (x.dtype != torch.float32 and
+                                                            weight.dtype != torch.float32):
+            return linear(x, weight, bias)
+        return linear(x.to(autocast_to), weight.to(autocast_to), None if bias is None else bias.to(autocast_to))
+
+    def cuda_dropout(x, p=0.5, training=True, inplace=False):
+        if x.device.type != GPU or not training or p == 0 or inplace:
+            return dropout(x, p, training, inplace)
+        return torch.native_dropout(x, p, True)[0]
 
     def all_labelled(self, *args, **kwargs):
         if self.dim() != 1 or args or kwargs:
@@ -246,14 +276,15 @@ def _kernels_cuda_would_choose():
         return hook(tensors, fn, **kwargs) if tensors else None
 
     mod_tracker.register_multi_grad_hook = grad_hook
-    saved = (original, nonzero, autocast, region, autocast_dtype)
+    saved = (original, nonzero, autocast, region, autocast_dtype, linear, dropout)
     F.scaled_dot_product_attention, torch.Tensor.nonzero, torch.is_autocast_enabled, torch.autocast, \
-        torch.get_autocast_dtype = _cuda_sdpa, all_labelled, autocast_on, autocast_region, dtype_of
+        torch.get_autocast_dtype, F.linear, F.dropout = _cuda_sdpa, all_labelled, autocast_on, autocast_region, \
+        dtype_of, autocast_linear, cuda_dropout
     try:
         yield
     finally:
         F.scaled_dot_product_attention, torch.Tensor.nonzero, torch.is_autocast_enabled, torch.autocast, \
-            torch.get_autocast_dtype = saved
+            torch.get_autocast_dtype, F.linear, F.dropout = saved
         mod_tracker.register_multi_grad_hook = hook
 
 

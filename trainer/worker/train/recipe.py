@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import config as config_mod
-from trainer.config.placements import placement
+from trainer.config.placements import hf_optim
 from trainer.config.resolved import ResolvedRunConfig, load_resolved
 from trainer.core import secrets
 from trainer.core.errors import (
@@ -382,7 +382,7 @@ def _training_arguments(cfg, run_dir: Path, precision: str, use_cuda: bool, cls=
     ds_path = run_dir / "ds_config.json"
     # training.optimizer → HF's ``optim`` (config.placements; None: PyTorch's AdamW, its fused kernel when
     # speed.fused_adamw on CUDA). The fused step takes the same class per parameter.
-    optim = placement(t.optimizer).hf_optim or ("adamw_torch_fused" if s.fused_adamw and use_cuda else "adamw_torch")
+    optim = hf_optim(t.optimizer, bool(s.fused_adamw), use_cuda)
     eval_on = bool(t.eval_every_steps)
     return cls(
         output_dir=str(run_dir / "checkpoints"),
