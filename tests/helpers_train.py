@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,9 @@ PREFLIGHT_TIMEOUT = 60
 # A real 2-4 step CPU run of the tiny model takes ~10-20 s on a busy 2-core machine (seconds).
 TRAIN_TIMEOUT = 300
 DELETE = object()  # a value of ``write_workspace_config``'s changes: remove the key
+# Several ranks against one (gloo, fp32, the CPU): the averaged gradients of N ranks and one rank's over the same
+# samples differ only in rounding (relative)
+RANKS_LOSS_TOLERANCE = 1e-4
 
 
 # --- configs -----------------------------------------------------------------------------------------------------
@@ -142,6 +146,13 @@ def assert_refused(proc: subprocess.CompletedProcess, code: int, needles: tuple[
     assert len(proc.stderr.strip().splitlines()) <= 12, "one readable message, not a dump\n" + detail
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now (a launcher's rendezvous: two tests' ranks must never meet)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # --- what a run wrote --------------------------------------------------------------------------------------------
 
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:
@@ -155,6 +166,16 @@ def events(run_dir: Path, kind: str | None = None) -> list[dict]:
 def losses(run_dir: Path) -> dict[int, float]:
     """step → loss from the run's step events (the last value wins for a repeated step)."""
     return {e["step"]: e["loss"] for e in events(run_dir, "step")}
+
+
+def trained_losses(folder: Path, name: str, env: dict | None = None, **sections) -> dict[int, float]:
+    """Train ``tiny_config(**sections)`` with ``trainpilot-cli run`` into ``folder/name`` (asserts it finished) and
+    return its step → loss: the reference runs that several ranks' losses are compared with."""
+    cfg = write_config(Path(folder) / f"{name}.yaml", tiny_config(**sections))
+    run = Path(folder) / name
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return losses(run)
 
 
 def final_weights(run_dir: Path) -> dict:

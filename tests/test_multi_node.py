@@ -17,13 +17,16 @@ from pathlib import Path
 import pytest
 from helpers_train import (
     CLI,
+    RANKS_LOSS_TOLERANCE,
     REPO,
     assert_refused,
     cli,
     events,
+    free_port,
     losses,
     run_cli,
     tiny_config,
+    trained_losses,
     tree_digest,
     write_config,
     write_workspace_config,
@@ -33,14 +36,6 @@ from trainer.config import hostfile
 from trainer.supervisor.ranks import RankWatch
 
 STEPS = 3
-# fp32 on the CPU: two ranks' gradients averaged by gloo against one rank's sum differ only in rounding
-LOSS_TOLERANCE = 1e-4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _geometry(micro: int) -> dict:
@@ -62,7 +57,7 @@ def _export_two_machines(tmp_path: Path, **sections) -> Path:
 def _start_machines(out: Path, tmp_path: Path, launcher: str, env: dict | None = None) -> list[subprocess.Popen]:
     """Both machines' ``launch_multi_node.sh``, as a user starts it on each (NODE_RANK, MASTER_ADDR, MASTER_PORT,
     RUN_DIR, LAUNCHER)."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for node in (0, 1):
         node_env = {**os.environ, "PYTHONUNBUFFERED": "1", "NODE_RANK": str(node), "MASTER_ADDR": "127.0.0.1",
@@ -88,11 +83,7 @@ def _wait(procs: list[subprocess.Popen], timeout: float = 400) -> list[tuple[int
 
 
 def _one_rank_reference(tmp_path: Path, **sections) -> list[float]:
-    cfg = write_config(tmp_path / "ref.yaml", tiny_config(**{"training": _geometry(4), **sections}))
-    run = tmp_path / "ref"
-    proc = cli("run", cfg, "--run-dir", run, "--quiet")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return list(losses(run).values())
+    return list(trained_losses(tmp_path, "ref", **{"training": _geometry(4), **sections}).values())
 
 
 def _assert_two_machines_train_as_one(tmp_path: Path, launcher: str, **sections) -> None:
@@ -107,7 +98,7 @@ def _assert_two_machines_train_as_one(tmp_path: Path, launcher: str, **sections)
     assert started["world_size"] == 2
     two = list(losses(node0).values())
     assert len(two) == STEPS and len(reference) == STEPS
-    assert two == pytest.approx(reference, rel=LOSS_TOLERANCE), (two, reference)
+    assert two == pytest.approx(reference, rel=RANKS_LOSS_TOLERANCE), (two, reference)
     finished = events(node0, "finished")[-1]
     assert len(finished["ranks_weights_sha256"]) == 2 and finished["ranks_in_sync"] is True
     log1 = (tmp_path / "node1" / "train.log").read_text()
@@ -140,7 +131,7 @@ def test_a_killed_rank_fails_the_run_naming_it_and_the_run_resumes(tmp_path):
     is failed naming rank 1 and its signal (not rank 0, which torchrun then terminated), and resumes to the end."""
     cfg = write_config(tmp_path / "c.yaml", tiny_config(
         training={"max_steps": 4, "effective_batch_size": 4, "micro_batch_size": 2, "gradient_accumulation_steps": 1},
-        distributed={"num_gpus": 2, "master_port": _free_port()}, checkpoints={"every_steps": 2, "keep_last": 5}))
+        distributed={"num_gpus": 2, "master_port": free_port()}, checkpoints={"every_steps": 2, "keep_last": 5}))
     run = tmp_path / "run"
     proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_KILL_RANK": "1:3"})
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -254,4 +245,4 @@ def test_a_killed_machine_fails_the_run_on_both_and_both_resume_to_the_uninterru
     assert events(node0, "run_started")[-1]["resume_from"].endswith("checkpoint-2")
     resumed = losses(node0)
     assert sorted(resumed) == [1, 2, 3, 4]
-    assert [resumed[s] for s in (1, 2, 3, 4)] == pytest.approx(reference, rel=LOSS_TOLERANCE), (resumed, reference)
+    assert [resumed[s] for s in (1, 2, 3, 4)] == pytest.approx(reference, rel=RANKS_LOSS_TOLERANCE), (resumed, reference)

@@ -10,7 +10,7 @@ from trainer.core import secrets
 from trainer.core.errors import UserError
 from trainer.core.paths import DEMO_CONFIG
 from trainer.hardware.source import open_probe, planning_snapshot
-from trainer.rundir.checkpoints import clean_staging, latest_checkpoint
+from trainer.rundir.checkpoints import clean_staging, latest_checkpoint, ranks_change, read_marker
 from trainer.rundir.events import (
     EventWriter,
     read_events,
@@ -43,6 +43,9 @@ def register(sub) -> None:
     p = sub.add_parser("resume", help="continue a stopped or crashed run from its newest complete checkpoint")
     p.add_argument("run_dir")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="resume elsewhere (repeatable): distributed.* (e.g. distributed.num_gpus=1), "
+                        "training.micro_batch_size, training.gradient_accumulation_steps; the effective batch is kept")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("stop", help="ask a run to save a checkpoint and stop")
@@ -149,16 +152,27 @@ def cmd_resume(args) -> int:
                         f"it first with 'trainpilot-cli stop {run}'", path=str(run))
     if state.state == "finished":
         raise UserError(f"{run} already finished; start a new run (trainpilot-cli run {run / 'config.yaml'})", path=str(run))
-    cfg = config_mod.load(run / "config.yaml")  # bad config or inputs → exit 2 before touching anything
+    # bad config, inputs or --set → exit 2 before touching anything; --set distributed.num_gpus=N splits the
+    # effective batch anew for N ranks (create.resume_config)
+    cfg = create.resume_config(run, args.overrides)
     standby = Standby.start(cfg)  # imports while the inputs are checked again
     with cancelled_on_error(standby):
-        preflight.check(cfg, _hardware(None))
+        hardware = _hardware(None)
+        preflight.check(cfg, hardware)
+        if args.overrides:  # the new place is planned and checked like a new run's, then the run's files follow it
+            resolved, plan = create.resolve(cfg, hardware)
+            preflight.check_machine(resolved, hardware)
+            create.write_config_files(run, resolved, plan)
+            cfg = resolved
     clear_stop(run)
     clean_staging(run / "checkpoints")
     ckpt = latest_checkpoint(run / "checkpoints")
+    change = ranks_change(read_marker(ckpt), cfg) if ckpt else None
     if not args.quiet:
         print(f"resuming {run} from {ckpt}" if ckpt else f"{run} has no complete checkpoint: starting from step 0",
               flush=True)
+        if change:
+            print(change["message"], flush=True)
     return _supervise(run, ckpt, args.quiet, attempt=(state.attempt or 1) + 1, standby=standby)
 
 

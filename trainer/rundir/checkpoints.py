@@ -96,14 +96,18 @@ def engine_meta(cfg) -> dict:
     ds = cfg.deepspeed.enabled is True
     return {"deepspeed": ds, "zero_stage": cfg.deepspeed.zero_stage if ds else None,
             "offload_optimizer": bool(ds and cfg.deepspeed.offload_optimizer), "optimizer": cfg.training.optimizer,
-            "optimizer_in_backward": cfg.training.optimizer_in_backward is True}
+            "optimizer_in_backward": cfg.training.optimizer_in_backward is True, "world_size": cfg.world_size}
 
 
 def _engine_key(meta: dict) -> tuple:
     """What decides the checkpoint's format: plain or DeepSpeed and its stage, and the optimizer's implementation.
-    Not whether the step ran in backward: the fused step writes the separate step's ``optimizer.pt`` (fused_step)."""
+    Not whether the step ran in backward: the fused step writes the separate step's ``optimizer.pt`` (fused_step).
+    Under DeepSpeed also the number of ranks: ZeRO writes each rank's partition of the optimizer states (and, at
+    stage 3, of the weights), which its own loader reads back only on as many ranks; a plain run's ``optimizer.pt``
+    holds every state whatever the number of ranks that trained it."""
     if meta.get("deepspeed"):
-        return "deepspeed", meta.get("zero_stage"), "cpu_adam" if meta.get("offload_optimizer") else _moments(meta)
+        return ("deepspeed", meta.get("zero_stage"), "cpu_adam" if meta.get("offload_optimizer") else _moments(meta),
+                meta.get("world_size"))
     return "plain", None, _moments(meta), _implementation(meta)
 
 
@@ -139,9 +143,11 @@ def engine_change(marker: dict, cfg) -> dict | None:
     now = engine_meta(cfg)
     old = {"deepspeed": bool(marker.get("deepspeed")), "zero_stage": marker.get("zero_stage"),
            "offload_optimizer": marker.get("offload_optimizer", now["offload_optimizer"]),
-           "optimizer": marker.get("optimizer", now["optimizer"])}
+           "optimizer": marker.get("optimizer", now["optimizer"]),
+           "world_size": marker.get("world_size", now["world_size"])}
     if _engine_key(old) == _engine_key(now):
         return None
+    ranks = old["world_size"] != now["world_size"]
     carried = ["weights", "learning-rate schedule", "data position (the next step trains the next samples)",
                "random state"]
     not_carried = []
@@ -152,4 +158,34 @@ def engine_change(marker: dict, cfg) -> dict | None:
                            "zero (the first steps after the resume move like the first steps of a run)")
     if cfg.speed.precision == "fp16":
         not_carried.append("the fp16 loss scale (it starts again at 2^16 and settles within a few steps)")
-    return {"from": engine_label(old), "to": engine_label(now), "carried": carried, "not_carried": not_carried}
+    return {"from": engine_label(old) + (_on_ranks(old) if ranks else ""),
+            "to": engine_label(now) + (_on_ranks(now) if ranks else ""), "carried": carried, "not_carried": not_carried}
+
+
+def _on_ranks(meta: dict) -> str:
+    n = meta["world_size"]
+    return f" on {n} GPU{'s' if n != 1 else ''}"
+
+
+def ranks_change(marker: dict, cfg) -> dict | None:
+    """What a resume onto another number of ranks changed, or None (the same number, or a marker older than the
+    field): ``from_ranks``, ``to_ranks``, ``micro_batch_size`` and ``gradient_accumulation_steps`` (each ``[was,
+    now]``), ``effective_batch_size`` (now), ``kept`` (whether it is the checkpoint's), and ``message``: "resumed on 1
+    GPU (was 2): accumulation 2 → 4, effective batch 8 kept". The resume keeps the effective batch exact by
+    splitting it anew (``trainer.supervisor.create.resume_config``), so the steps after it average as many samples,
+    in the same order, as the steps before it."""
+    was, now = marker.get("world_size"), cfg.world_size
+    if not isinstance(was, int) or was == now:
+        return None
+    t = cfg.training
+    micro = [marker.get("micro_batch_size"), t.micro_batch_size]
+    accumulation = [marker.get("gradient_accumulation_steps"), t.gradient_accumulation_steps]
+    kept = marker.get("effective_batch_size") == t.effective_batch_size
+    parts = [f"{name} {a} → {b}" for name, (a, b) in (("micro-batch", micro), ("accumulation", accumulation))
+             if a != b and a is not None]
+    batch = (f"effective batch {t.effective_batch_size} kept" if kept else
+             f"effective batch {marker.get('effective_batch_size')} → {t.effective_batch_size}")
+    gpus = f"GPU{'s' if now != 1 else ''}"
+    message = f"resumed on {now} {gpus} (was {was}): " + ", ".join(parts + [batch])
+    return {"from_ranks": was, "to_ranks": now, "micro_batch_size": micro, "gradient_accumulation_steps": accumulation,
+            "effective_batch_size": t.effective_batch_size, "kept": kept, "message": message}

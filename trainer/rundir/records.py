@@ -38,7 +38,9 @@ class EventRecord:
 @dataclass(frozen=True)
 class RunStarted(EventRecord):
     """A worker started. ``engine_change``: set when it resumed a checkpoint another engine wrote (``from``, ``to``,
-    ``carried``, ``not_carried``: trainer.rundir.checkpoints.engine_change). ``tokenizer``: whether the tokenizer
+    ``carried``, ``not_carried``: trainer.rundir.checkpoints.engine_change). ``ranks_change``: set when it resumed a
+    checkpoint written on another number of ranks (``from_ranks``, ``to_ranks``, the batch split before and after,
+    ``message``: trainer.rundir.checkpoints.ranks_change). ``tokenizer``: whether the tokenizer
     trained with agrees with the model's own files (``status`` agrees/differs/not_checked, ``message``, and what
     was compared: trainer.worker.loading.tokenizer_check)."""
 
@@ -50,6 +52,7 @@ class RunStarted(EventRecord):
     world_size: int = 1
     engine_change: Optional[dict] = None
     tokenizer: Optional[dict] = None
+    ranks_change: Optional[dict] = None
 
 
 @dataclass(frozen=True)

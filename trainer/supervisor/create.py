@@ -26,6 +26,53 @@ def resolve(cfg, hardware) -> tuple[ResolvedRunConfig, dict]:
     return as_resolved(plan.resolved), plan.to_dict()
 
 
+# What ``trainpilot-cli resume --set`` may change: where the run trains and how its effective batch is split. The
+# rest is what the checkpoint was trained with (the model, the data, the objective, the schedule): a new run changes it.
+RESUME_KEYS = ("distributed.", "training.micro_batch_size", "training.gradient_accumulation_steps")
+
+
+def resume_config(run_dir: Path, overrides: list[str]):
+    """The config a resume of ``run_dir`` trains with: its own ``config.yaml``, with ``overrides`` (``--set``)
+    limited to ``RESUME_KEYS``. On another number of ranks the effective batch is kept exact: the micro-batch stays
+    (each rank's memory is what the plan fitted) and the accumulation is split anew, effective / (micro × ranks),
+    unless the override sets it; the cards the run recorded (``distributed.gpus``, by UUID) give way to the planner's
+    choice when they are not the new count, unless the override lists them. UserError (exit 2, nothing written) when
+    a key is not a resume's or the effective batch cannot be kept; ConfigError from the config's own checks."""
+    path = Path(run_dir) / "config.yaml"
+    if not overrides:
+        return config_mod.load(path)
+    keys = [config_mod.parse_override(item)[0] for item in overrides]
+    dotted = [".".join(k) for k in keys]
+    for key in dotted:
+        if not any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) for allowed in RESUME_KEYS):
+            raise UserError(f"resume --set {key}: a resume changes only where the run trains (distributed.*) and how "
+                            f"its effective batch is split (training.micro_batch_size, "
+                            f"training.gradient_accumulation_steps); to change {key}, start a new run "
+                            f"(trainpilot-cli run {path} --set {key}=...)", field=key, path=str(path))
+    data = config_mod.apply_overrides(config_mod.read_yaml(path), overrides)
+    t, d = data.get("training") or {}, data.get("distributed") or {}
+    cards = d.get("gpus")
+    if "distributed.gpus" not in dotted and isinstance(cards, list) and cards and len(cards) != d.get("num_gpus"):
+        d["gpus"] = "auto"  # the run's recorded cards are another count: the planner picks the new one(s), and says
+    if "distributed.gpus" in dotted and "distributed.num_gpus" not in dotted and isinstance(cards, list) and cards:
+        d["num_gpus"] = len(cards)  # the cards listed say how many, as in a new config
+    ranks = _count(d.get("num_gpus")) * _count(d.get("num_nodes"))
+    micro, effective = t.get("micro_batch_size"), t.get("effective_batch_size")
+    if "training.gradient_accumulation_steps" not in dotted and isinstance(micro, int) and isinstance(effective, int):
+        if effective % (micro * ranks):
+            divisors = [n for n in range(1, effective // micro + 1) if (effective // micro) % n == 0]
+            raise UserError(f"distributed.num_gpus: the run's effective batch {effective} cannot be kept on {ranks} "
+                            f"GPU(s) at micro-batch {micro} ({micro} × {ranks} does not divide {effective}); resume on "
+                            f"{' or '.join(map(str, divisors))} GPU(s), or set training.micro_batch_size to one that "
+                            f"divides {effective} / {ranks}", field="distributed.num_gpus", path=str(path))
+        t["gradient_accumulation_steps"] = effective // (micro * ranks)
+    return config_mod.validate(data, source=str(path))
+
+
+def _count(value) -> int:
+    return value if isinstance(value, int) and value > 0 else 1
+
+
 def default_run_dir(cfg) -> Path:
     """``<runs_dir>/<run_name or name-YYYYmmdd-HHMMSS>``."""
     name = cfg.output.run_name or f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"

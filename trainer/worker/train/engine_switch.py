@@ -19,6 +19,7 @@ worker carries the state across itself (``trainer.rundir.checkpoints.engine_chan
 from __future__ import annotations
 
 import glob
+import math
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def read_states(checkpoint: Path, marker: dict, trainer) -> tuple[dict, int, dic
     """``({parameter name: {"exp_avg", "exp_avg_sq"}}, step count, {name: fp32 master})`` of a checkpoint; the
     masters only for DeepSpeed checkpoints (plain ones hold the weights themselves)."""
     if marker.get("deepspeed"):
-        return _deepspeed_states(checkpoint)
+        return _deepspeed_states(checkpoint, {n: _full_shape(p) for n, p in trainer.model.named_parameters()})
     return _torch_states(checkpoint, trainer)
 
 
@@ -125,9 +126,10 @@ def _optimizer_order(trainer) -> list[str]:
     return [n for n, _ in trainable if n in decay] + [n for n, _ in trainable if n not in decay]
 
 
-def _deepspeed_states(checkpoint: Path) -> tuple[dict, int, dict]:
+def _deepspeed_states(checkpoint: Path, shapes: dict) -> tuple[dict, int, dict]:
     """A DeepSpeed checkpoint's per-parameter states, through DeepSpeed's own universal-checkpoint converter (any
-    ZeRO stage, any number of ranks), in a scratch folder beside the run's checkpoints."""
+    ZeRO stage, any number of ranks), in a scratch folder beside the run's checkpoints. ``shapes``: each parameter's
+    whole shape (a ZeRO-3 checkpoint's converted states are flat)."""
     import argparse
 
     lean.bring_back("deepspeed")  # a run without DeepSpeed left it unimported (lean): reading its checkpoint needs it
@@ -139,24 +141,40 @@ def _deepspeed_states(checkpoint: Path) -> tuple[dict, int, dict]:
         ds_to_universal.main(argparse.Namespace(
             input_folder=source, output_folder=str(scratch), num_extract_workers=1, num_merge_workers=1,
             keep_temp_folder=False, strict=True, inject_missing_state=True))
-        return _universal_states(scratch / "zero")
+        states, step, masters = _universal_states(scratch / "zero", shapes)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return states, step if step is not None else _zero3_step(source), masters
 
 
-def _universal_states(folder: Path) -> tuple[dict, int, dict]:
-    states, masters, step = {}, {}, 0
+def _universal_states(folder: Path, shapes: dict) -> tuple[dict, int | None, dict]:
+    """The converted per-parameter folders: ``fp32``, ``exp_avg``, ``exp_avg_sq`` and (ZeRO-1/2) ``step``. The step
+    is None where no parameter has one (ZeRO-3's conversion writes none)."""
+    states, masters, step = {}, {}, None
     for param in sorted(p for p in folder.iterdir() if p.is_dir()):
         files = {f.stem: f for f in param.glob("*.pt")}
-        masters[param.name] = _param(files["fp32"])
+        shape = shapes.get(param.name)
+        masters[param.name] = _param(files["fp32"], shape)
         if "exp_avg" in files:  # a tied weight (lm_head) has only its fp32 copy
-            states[param.name] = {"exp_avg": _param(files["exp_avg"]), "exp_avg_sq": _param(files["exp_avg_sq"])}
+            states[param.name] = {key: _param(files[key], shape) for key in MOMENTS}
             step = int(torch.load(files["step"], map_location="cpu", weights_only=False)) if "step" in files else step
     return states, step, masters
 
 
-def _param(path: Path) -> torch.Tensor:
-    return torch.load(path, map_location="cpu", weights_only=False)["param"]
+def _param(path: Path, shape) -> torch.Tensor:
+    """One converted state: ZeRO-1/2's ``{"param": tensor}`` in the parameter's shape; ZeRO-3's the bare tensor,
+    flat (its shards concatenated, padding left out), given the parameter's shape here."""
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    tensor = saved["param"] if isinstance(saved, dict) else saved
+    return tensor.reshape(shape) if shape is not None and tensor.numel() == math.prod(shape) else tensor
+
+
+def _zero3_step(source: str) -> int:
+    """The optimizer's step count of a ZeRO-3 checkpoint, read from a rank's own optimizer states (every rank, every
+    flat group counts the same steps)."""
+    path = sorted(glob.glob(str(Path(source) / "*optim_states.pt")))[0]
+    saved = torch.load(path, map_location="cpu", weights_only=False)["optimizer_state_dict"]["optimizer_state_dict"]
+    return int(next(iter(saved["state"].values()))["step"])
 
 
 def _scheduler_state(checkpoint: Path, marker: dict) -> dict | None:

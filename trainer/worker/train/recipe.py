@@ -28,7 +28,7 @@ from trainer.core.errors import (
     UserError,
 )
 from trainer.launch.argv import ALLOCATOR_VARIABLE, allocator_env, rank_announcement, rank_environment
-from trainer.rundir.checkpoints import engine_meta, latest_checkpoint
+from trainer.rundir.checkpoints import engine_meta, latest_checkpoint, ranks_change, read_marker
 from trainer.rundir.events import EVENTS_FILE, EventWriter
 from trainer.rundir.records import (
     Failed,
@@ -177,11 +177,14 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
     setup = _setup(cfg, run_dir, writer, rank)
     trainer, steps, info = setup.trainer, setup.steps, setup.data_info
     change = engine_switch.prepare(trainer, resume_from, cfg)  # a checkpoint of another engine (the OOM ladder's)
+    ranks = ranks_change(read_marker(resume_from), cfg) if resume_from else None  # resumed on another GPU count
     if rank == 0:
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
                                world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
-                               tokenizer=setup.tokenizer_check,
+                               tokenizer=setup.tokenizer_check, ranks_change=ranks,
                                extra=dict(info, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))))
+        if ranks:
+            print(f"trainpilot: {ranks['message']}", file=sys.stderr, flush=True)
         print(f"trainpilot: {setup.tokenizer_check['message']}", file=sys.stderr, flush=True)
         if info["skipped_lines"]:
             writer.emit(WarningEvent(code="skipped_lines",
