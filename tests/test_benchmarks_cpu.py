@@ -133,7 +133,7 @@ def test_gpu_truth_dry_plans_the_long_context_rows_on_their_own_cards():
 def test_fused_step_cpu_smoke(tmp_path):
     pytest.importorskip("bitsandbytes")
     out = tmp_path / "f.json"
-    text = run("fused_step.py", "--cpu-smoke", "--out", str(out), timeout=600)
+    text = run("in_backward_step.py", "--cpu-smoke", "--out", str(out), timeout=600)
     assert "fused_equals_separate" in text
     data = json.loads(out.read_text())
     assert data["arithmetic"] and all(r["within_test_bound"] for r in data["arithmetic"])

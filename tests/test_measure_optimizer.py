@@ -1,6 +1,6 @@
 """Issue 46 item 5: ``plan --measure`` (trainer/worker/probes/memory_probe.py) measures the optimizer the run trains
 with, built by HF's own ``Trainer.create_optimizer``: its two groups, bitsandbytes' class for the 8-bit placements
-with every ``nn.Embedding`` registered for 32-bit states under the separate step, and the worker's ``FusedStep`` over
+with every ``nn.Embedding`` registered for 32-bit states under the separate step, and the worker's ``InBackwardStep`` over
 it when the step is fused (the overrides dropped: 8-bit throughout). Built on the CPU (no step is taken)."""
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ def test_8bit_adamw_keeps_the_embeddings_states_32bit_under_the_separate_step_on
 
     m = model()
     fused = optimizer_as_trained(cfg("paged_adamw_8bit", fused=True), m, use_cuda=False)
-    from trainer.worker.loading.fused_step import FusedStep
+    from trainer.worker.loading.in_backward_step import InBackwardStep
 
-    assert isinstance(fused, FusedStep) and type(fused.layout).__module__.startswith("bitsandbytes")
+    assert isinstance(fused, InBackwardStep) and type(fused.layout).__module__.startswith("bitsandbytes")
     assert fused.layout.args.optim_bits == 8 and fused.layout.is_paged
     assert not [t for t in manager.module_weight_config_triple
                 if getattr(t[0], t[1]) is m.get_input_embeddings().weight]

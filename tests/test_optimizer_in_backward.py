@@ -1,4 +1,4 @@
-"""The optimizer step fused into backward (``training.optimizer_in_backward``, trainer/worker/loading/fused_step.py).
+"""The optimizer step fused into backward (``training.optimizer_in_backward``, trainer/worker/loading/in_backward_step.py).
 
 The same update as the separate step: per parameter, on a small model, for PyTorch's AdamW and bitsandbytes' 32-bit
 and 8-bit AdamW (bitsandbytes' CPU backend runs them here; paged ones fall back to plain buffers on the CPU), and
@@ -56,13 +56,13 @@ def _optimizers():
 
 @pytest.mark.parametrize("kind", ["torch", "bnb32", "bnb8", "paged8"])
 def test_the_fused_step_is_the_separate_steps_update_and_checkpoint(kind):
-    from trainer.worker.loading.fused_step import FusedStep
+    from trainer.worker.loading.in_backward_step import InBackwardStep
 
     cls = _optimizers()[kind]
     warnings.filterwarnings("ignore", "Paged optimizers are not supported on CPU")
     plain, fused = _model(), _model()
     separate = cls(_groups(plain), lr=1e-2)
-    step = FusedStep(cls(_groups(fused), lr=1e-2))
+    step = InBackwardStep(cls(_groups(fused), lr=1e-2))
     _train(plain, separate, 5, fused=False)
     _train(fused, step, 5, fused=True)
     for a, b in zip(plain.parameters(), fused.parameters()):
@@ -77,7 +77,7 @@ def test_the_fused_step_is_the_separate_steps_update_and_checkpoint(kind):
                    for k, v in _flat(state).items())
     again = _model(1)  # another model's weights, then the separate step's checkpoint: continues as the separate does
     again.load_state_dict(plain.state_dict())
-    resumed = FusedStep(cls(_groups(again), lr=1e-2))
+    resumed = InBackwardStep(cls(_groups(again), lr=1e-2))
     resumed.load_state_dict(copy.deepcopy(separate.state_dict()))  # as torch.load gives it: not the live tensors
     _train(plain, separate, 2, fused=False)
     _train(again, resumed, 2, fused=True)
@@ -350,12 +350,12 @@ def test_adamw_moments_carry_into_bitsandbytes_fp32_states_of_the_fused_step(tmp
 def test_the_fused_step_measures_a_large_gradient_in_chunks(monkeypatch):
     """The hook's gradient norm is taken NORM_CHUNK elements at a time (its fp32 copy is one chunk, which is what the
     planner counts), and it is the whole gradient's norm."""
-    from trainer.worker.loading import fused_step
+    from trainer.worker.loading import in_backward_step
 
     grad = torch.randn(10_000, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     whole = torch.linalg.vector_norm(grad, dtype=torch.float32).square()
-    monkeypatch.setattr(fused_step, "NORM_CHUNK", 1_000)
-    chunked = fused_step.squared_norm(grad)
+    monkeypatch.setattr(in_backward_step, "NORM_CHUNK", 1_000)
+    chunked = in_backward_step.squared_norm(grad)
     assert chunked.dtype == torch.float32 and torch.allclose(chunked, whole, rtol=1e-5)  # fp32 sums, reordered
 
 
@@ -365,14 +365,14 @@ def test_the_fused_steps_8bit_states_are_8bit_for_the_embeddings_too():
     parameter's (group, index), (0, 0) in every per-parameter optimizer, so it would not stay with the embedding."""
     import bitsandbytes as bnb
 
-    from trainer.worker.loading.fused_step import FusedStep
+    from trainer.worker.loading.in_backward_step import InBackwardStep
 
     manager = bnb.optim.GlobalOptimManager.get_instance()
     saved = (list(manager.module_weight_config_triple), dict(manager.pid2config), dict(manager.index2config))
     try:
         model = _model()
         manager.register_module_override(model[0], "weight", {"optim_bits": 32})  # as HF's create_optimizer does
-        step = FusedStep(bnb.optim.AdamW8bit(_groups(model), lr=1e-2))
+        step = InBackwardStep(bnb.optim.AdamW8bit(_groups(model), lr=1e-2))
         _train(model, step, 2, fused=True)
         widths = {name: step.optimizer_dict[p].state[p]["state1"].dtype for name, p in model.named_parameters()
                   if p.numel() >= 4096}

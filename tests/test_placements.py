@@ -9,7 +9,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from test_plan_fused import LAPTOP, cfg, hw
+from test_plan_in_backward import LAPTOP, cfg, hw
 
 from trainer import config as C
 from trainer.config import placements

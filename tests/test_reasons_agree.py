@@ -2,7 +2,7 @@
 (tests/fixtures/hardware), through ``plan_run`` as the CLI and the Method page call it."""
 from __future__ import annotations
 
-from test_plan_fused import LAPTOP, bnb, cfg, hw, says
+from test_plan_in_backward import LAPTOP, bnb, cfg, hw, says
 
 from trainer import config as C
 from trainer.planning.longest import longest_context

@@ -28,7 +28,7 @@ RECORDED = {
     "_prepare_for_training": ("self", "max_steps", "train_dataloader", "resume_from_checkpoint"),
     # HF's save, then the files that go with the model (a multimodal checkpoint's processor files)
     "_save": ("self", "output_dir=None", "state_dict=None"),
-    # training.optimizer_in_backward (fused_step): HF's optimizer becomes one per parameter, its schedule goes on
+    # training.optimizer_in_backward (in_backward): HF's optimizer becomes one per parameter, its schedule goes on
     # HF's groups, and the gradient norm is the one the hooks measured
     "create_optimizer": ("self", "model=None"),
     "create_scheduler": ("self", "num_training_steps", "optimizer=None"),

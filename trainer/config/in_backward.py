@@ -1,7 +1,7 @@
 """``training.optimizer_in_backward`` (the optimizer step fused into backward) written once: what rules it out
 whatever the batch (``blockers``), whether it can run for a config and is worth it (``runs``), and the settings
 that turn it on (``changes``). The worker's cross-checks (``config.cross_checks``), the planner
-(``planning.fused_plan``), the alternatives, the Method page's options (``planning.verdict``) and the ladder read
+(``planning.in_backward_plan``), the alternatives, the Method page's options (``planning.verdict``) and the ladder read
 them here. In ``trainer.config`` because the cross-checks, the lowest of those readers, are in this room.
 Light: no pydantic, no torch.
 """

@@ -2,7 +2,7 @@
 
 Every reader takes its facts from a row here: the config's choices and their description (``config.sections``), the
 planner's state bytes (``planning.optimizer_memory``), the placements it tries (``planning.search_space``,
-``planning.fused_plan``), its words in reasons, alternatives and the Method page's options (``planning.verdict``),
+``planning.in_backward_plan``), its words in reasons, alternatives and the Method page's options (``planning.verdict``),
 what a placement needs of the machine (``planning.requirements``, ``config.cross_checks``), the optimizer the worker
 builds (HF's ``optim`` name in ``worker.train.recipe``; bitsandbytes' class in the benchmarks), the checkpoint's
 engine (``rundir.checkpoints``). A new placement is one new row.

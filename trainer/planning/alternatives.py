@@ -15,7 +15,7 @@ from trainer.core.dotted import get_in
 from trainer.core.units import count, gib
 from trainer.models import catalog
 from trainer.models.spec import load_model_spec
-from trainer.planning import fused_plan, lengths, requirements
+from trainer.planning import in_backward_plan, lengths, requirements
 from trainer.planning.budget import usable_host_words
 from trainer.planning.choice import Choice
 from trainer.planning.context import Context
@@ -73,7 +73,7 @@ def alternatives(ctx: Context) -> list[dict]:
             else "micro-batch, accumulation and checkpointing"
         out.append(_alt(ctx, _auto(ctx), f"let the planner choose {words}"))
     if c.method.type == "full" and ctx.device == "cuda":
-        out += _fused_alternatives(ctx)
+        out += _in_backward_alternatives(ctx)
         out.append(_zero3_offload(ctx))
     if c.method.type == "full":
         out.append(_alt(ctx, {**_auto(ctx), **NO_DEEPSPEED, "method.type": "lora"}, f"LoRA (rank {c.method.lora_r}) instead of a full fine-tune"))
@@ -89,19 +89,19 @@ def alternatives(ctx: Context) -> list[dict]:
     return sorted(alts, key=lambda a: not a["fits"])
 
 
-def _fused_alternatives(ctx: Context) -> list[Optional[dict]]:
+def _in_backward_alternatives(ctx: Context) -> list[Optional[dict]]:
     """The step fused into backward with its states paged to host RAM (fp32: exact; 8-bit: approximate), where
-    the plan does not already use that placement and the fused step can run (``fused_plan.unavailable``)."""
-    if fused_plan.unavailable(ctx) is not None:
+    the plan does not already use that placement and the fused step can run (``in_backward_plan.unavailable``)."""
+    if in_backward_plan.unavailable(ctx) is not None:
         return []
     out = []
     for optimizer in (p.name for p in PLACEMENTS if p.paged and capabilities.installed(p.package)):
-        changes = fused_plan.alternative_changes(ctx, optimizer)
+        changes = in_backward_plan.alternative_changes(ctx, optimizer)
         if all(get_in(config_mod.to_dict(ctx.cfg), k) == v for k, v in changes.items()):
             continue
-        alt, choice = _alt_and_choice(ctx, changes, fused_plan.alternative_words(optimizer))
-        if alt is not None and not alt["fits"] and not alt["needs"] and choice.largest_fused is not None:
-            alt = _at_largest_batch(ctx, changes, optimizer, choice.largest_fused[0]) or alt
+        alt, choice = _alt_and_choice(ctx, changes, in_backward_plan.alternative_words(optimizer))
+        if alt is not None and not alt["fits"] and not alt["needs"] and choice.largest_in_backward is not None:
+            alt = _at_largest_batch(ctx, changes, optimizer, choice.largest_in_backward[0]) or alt
         out.append(alt)
     return out
 
@@ -112,7 +112,7 @@ def _at_largest_batch(ctx: Context, changes: dict, optimizer: str, batch: int) -
     mine = ctx.cfg.training.effective_batch_size
     smaller = {**changes, "training.effective_batch_size": batch,
                "training.micro_batch_size": batch // max(1, ctx.cfg.world_size)}
-    return _alt(ctx, smaller, fused_plan.alternative_words(
+    return _alt(ctx, smaller, in_backward_plan.alternative_words(
         optimizer, f" at effective batch {batch} (yours: {mine}; the largest that fits in one micro-batch)"))
 
 

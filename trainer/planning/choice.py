@@ -35,8 +35,8 @@ class Choice:
     generation: int = 0  # GRPO: completions sampled at once per GPU (0: not GRPO)
     loss_kernel: str = "hf"  # the loss the run computes (planning.loss_kernel)
     # where this does not fit: the largest effective batch the step fused into backward keeps exact in one
-    # micro-batch, and its peak (planning.search.largest_fused_batch); None when none fits or it was not asked
-    largest_fused: Optional[tuple[int, int]] = None
+    # micro-batch, and its peak (planning.search.largest_in_backward_batch); None when none fits or it was not asked
+    largest_in_backward: Optional[tuple[int, int]] = None
 
 
 def choice_level(choice: Choice) -> Level:

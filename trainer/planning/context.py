@@ -42,7 +42,7 @@ class Context:
     pictures: Optional[picture_costs.PictureLoad] = None  # what a sample's pictures bring (vision-language models)
     tiled_mlp: Optional[bool] = None  # the MLP tiled or not (the search sets it; None: the config's, auto off)
     lora_dropout: Optional[float] = None  # the adapters' dropout (the search sets it; None: the config's, auto 0.05)
-    fused_step: Optional[bool] = None  # the optimizer step in backward (the search sets it; None: the config's)
+    in_backward: Optional[bool] = None  # the optimizer step in backward (the search sets it; None: the config's)
 
     def __post_init__(self):
         if self.length is None:
@@ -158,14 +158,14 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         max_completion_length=c.grpo.max_completion_length, generation_batch=generation, beta=c.grpo.beta,
         num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), tiled_mlp=tiled_of(ctx),
         autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=expandable_segments(ctx),
-        packed_mask=masked_attention(ctx, micro), fused_step=fused_of(ctx), paged_on_gpu=windows(ctx),
+        packed_mask=masked_attention(ctx, micro), in_backward=in_backward_of(ctx), paged_on_gpu=windows(ctx),
         **picture_fields(ctx))
 
 
-def fused_of(ctx: Context) -> bool:
+def in_backward_of(ctx: Context) -> bool:
     """Whether ``ctx`` plans the optimizer step fused into backward: the search's choice, else the config's
     (``training.optimizer_in_backward``; None: off)."""
-    return ctx.fused_step if ctx.fused_step is not None else ctx.cfg.training.optimizer_in_backward is True
+    return ctx.in_backward if ctx.in_backward is not None else ctx.cfg.training.optimizer_in_backward is True
 
 
 def windows(ctx: Context) -> bool:

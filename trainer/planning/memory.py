@@ -439,7 +439,7 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     breakdown["deepspeed_buckets"] = bucket_bytes(spec, s)
     breakdown["deepspeed_flatten_cache"] = flatten_cache_bytes(spec, s)
     churn = later + breakdown["vision_forward"] + breakdown["reference_forward"] + \
-        breakdown.get("gradients", 0) + breakdown.get("fused_step_workspace", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0) + \
+        breakdown.get("gradients", 0) + breakdown.get("in_backward_workspace", 0) + breakdown.get("zero3_gather", 0) + breakdown.get("offload_kept", 0) + \
         breakdown["tied_gradients"]
     breakdown["fragmentation"] = int(fragmentation_share(s) * churn)
     breakdown.update(saver_memory.runtime_bytes(s))

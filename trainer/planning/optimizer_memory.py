@@ -1,6 +1,6 @@
 """A full fine-tune's gradients and AdamW states without DeepSpeed (bytes): where the states live and whether the
 optimizer step runs after backward (a full gradient buffer) or inside it (``training.optimizer_in_backward``,
-trainer/worker/loading/fused_step.py). No torch.
+trainer/worker/loading/in_backward_step.py). No torch.
 
 - **The separate step** keeps every parameter's gradient until the step: ``weight_width`` bytes per parameter.
 - **The fused step** updates each parameter from its post-accumulate-grad hook and frees the gradient at once, so
@@ -16,7 +16,7 @@ trainer/worker/loading/fused_step.py). No torch.
   the embeddings' in 32 bits (``saver_memory.eight_bit_state_bytes``) under the separate step. Under the fused step
   the embeddings' states are 8-bit too, as in torchtune's recipe (the fused step drops HF's override: bitsandbytes'
   manager keys an override by the parameter's place in its optimizer, (0, 0) for every per-parameter optimizer, so
-  the embedding's would reach every optimizer initialised after it; fused_step.py).
+  the embedding's would reach every optimizer initialised after it; in_backward_step.py).
 - **Paged states** (``paged_*``: CUDA managed memory) are planned in host RAM, where the driver pages them under
   memory pressure, with a working set on the GPU: the largest parameter's states, which bitsandbytes prefetches
   whole (``prefetch_state``) before that parameter's update kernel reads them. Smaller working sets run but fault
@@ -55,7 +55,7 @@ def state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     """Every trained parameter's AdamW states under ``s.optimizer`` (bytes)."""
     p = placement(s.optimizer)
     if p.eight_bit:
-        return _fused_eight_bit_bytes(spec) if s.fused_step else saver_memory.eight_bit_state_bytes(spec)
+        return _fused_eight_bit_bytes(spec) if s.in_backward else saver_memory.eight_bit_state_bytes(spec)
     return 2 * (p.state_width or s.weight_width) * spec.trainable_params
 
 
@@ -66,19 +66,19 @@ def largest_state_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     n, p = largest_param(spec), placement(s.optimizer)
     if p.eight_bit:
         eight = saver_memory.adam8_bytes(n)
-        return eight if s.fused_step else max(8 * spec.embedding_params, eight)
+        return eight if s.in_backward else max(8 * spec.embedding_params, eight)
     return 2 * (p.state_width or s.weight_width) * n
 
 
 def gradient_bytes(spec: ModelSpec, s: TrainSetup) -> dict:
     """The gradients on the GPU: the whole buffer for the separate step; for the fused step the largest parameter's
-    gradient (unless the loss already holds it) and the hook's fp32 norm copy (``fused_step_workspace``)."""
-    if not s.fused_step:
+    gradient (unless the loss already holds it) and the hook's fp32 norm copy (``in_backward_workspace``)."""
+    if not s.in_backward:
         return {"gradients": s.weight_width * spec.trainable_params}
     n = largest_param(spec)
     held_by_loss = s.objective == "sft" and not s.full_logits and spec.vocab * spec.hidden >= n
     return {"gradients": 0 if held_by_loss else s.weight_width * n,
-            "fused_step_workspace": NORM_COPY_WIDTH * min(n, NORM_CHUNK)}
+            "in_backward_workspace": NORM_COPY_WIDTH * min(n, NORM_CHUNK)}
 
 
 def tied_gradient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
@@ -87,7 +87,7 @@ def tied_gradient_bytes(spec: ModelSpec, s: TrainSetup) -> int:
     embedding are one leaf reached by two edges, so the autograd engine keeps the head's weight gradient in the
     leaf's input buffer through the whole backward, and at its end (the embedding's backward, its last op) adds
     the embedding's to it out of place: three weight gradients alive at once for that moment, two beyond the one
-    planned. Counted under the worker's ``FusedStep`` on the CPU, bytes exact (tests/test_fused_gradients.py);
+    planned. Counted under the worker's ``InBackwardStep`` on the CPU, bytes exact (tests/test_in_backward_gradients.py);
     the engine's buffering is the same on CUDA (not measured on a GPU). ``memory.estimate`` plans what of it is
     not already covered by the transients freed by then (``tied_gradients``)."""
     if not spec.tied_embeddings or s.method != "full" or spec.encoder_decoder:

@@ -21,7 +21,7 @@ from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states", "adapter_states", "vision_states", "zero3_gather",
-               "fused_step_workspace", "paged_states_working_set")
+               "in_backward_workspace", "paged_states_working_set")
 
 
 def reasons(ctx: Context, mb: int, ckpt: bool, ds: DsOption, est: Estimate, verdict: str, found: dict,

@@ -25,13 +25,13 @@ from trainer.planning.context import (
     micro_options,
     need,
     dropout_of,
-    fused_of,
+    in_backward_of,
     per_rank_batch,
     tiled_of,
     with_loss,
     with_variant,
 )
-from trainer.planning import fused_plan, kernels, loss_kernel, throughput
+from trainer.planning import in_backward_plan, kernels, loss_kernel, throughput
 from trainer.planning.kernels import Variant
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.search_space import (
@@ -65,10 +65,10 @@ class _Best:
 def search(ctx: Context) -> Choice:
     """The fastest fitting settings, or the smallest-memory ones with verdict does_not_fit. A full fine-tune that
     does not fit with the separate optimizer step is searched again with the step fused into backward
-    (``fused_plan``), which the plan keeps when it fits; a config that asks for the fused step gets it. Where the
+    (``in_backward_plan``), which the plan keeps when it fits; a config that asks for the fused step gets it. Where the
     answer does not fit and the step can be fused, the reasons say the largest effective batch the fused step keeps
-    exact in one micro-batch (``Choice.largest_fused``), whether the fused step came from the planner or from you."""
-    why_not = fused_plan.unavailable(ctx)
+    exact in one micro-batch (``Choice.largest_in_backward``), whether the fused step came from the planner or from you."""
+    why_not = in_backward_plan.unavailable(ctx)
     if ctx.cfg.training.optimizer_in_backward is True and why_not is None:
         return _with_largest_fused(ctx, _fused(ctx))
     choice = _search(ctx)
@@ -83,8 +83,8 @@ def search(ctx: Context) -> Choice:
 
 def _fused(ctx: Context) -> Choice:
     """The search with the step fused into backward: one micro-batch of the whole per-GPU batch."""
-    choice = _search(fused_plan.planned_context(ctx))
-    choice.settings.update(fused_plan.settings(ctx, choice.micro, choice.optimizer))
+    choice = _search(in_backward_plan.planned_context(ctx))
+    choice.settings.update(in_backward_plan.settings(ctx, choice.micro, choice.optimizer))
     return choice
 
 
@@ -92,15 +92,15 @@ def _with_largest_fused(ctx: Context, choice: Choice) -> Choice:
     """``choice``, where it does not fit, with the largest fused effective batch in its reasons and numbers."""
     if choice.verdict == "fits":
         return choice
-    best, one = largest_fused_batch(ctx)
+    best, one = largest_in_backward_batch(ctx)
     if best is not None:
-        choice.largest_fused = (best[0], best[1].peak)
+        choice.largest_in_backward = (best[0], best[1].peak)
     at = len(choice.reasons) - 1  # before the verdict's sentence
     choice.reasons[at:at] = [_largest_fused_words(ctx, best, one or (choice if per_rank_batch(ctx.cfg) == 1 else None))]
     return choice
 
 
-def largest_fused_batch(ctx: Context) -> tuple[Optional[tuple[int, Choice]], Optional[Choice]]:
+def largest_in_backward_batch(ctx: Context) -> tuple[Optional[tuple[int, Choice]], Optional[Choice]]:
     """The largest effective batch below this config's that fits with the step fused into backward (one
     micro-batch of it), with its choice, or None; and where none does, the choice at effective batch 1 (None when
     the batch is 1 already: the config's own choice is that one). Memory grows with the batch: a bisection."""
@@ -108,13 +108,13 @@ def largest_fused_batch(ctx: Context) -> tuple[Optional[tuple[int, Choice]], Opt
     lo, hi, best, one = 1, per - 1, None, None
     while lo <= hi:
         m = (lo + hi) // 2
-        choice = _search(fused_plan.planned_context(ctx, m))
+        choice = _search(in_backward_plan.planned_context(ctx, m))
         if choice.verdict == "fits":
             lo, best = m + 1, (m, choice)
         else:
             hi, one = m - 1, (choice if m == 1 else one)
     if best is None and one is None and per > 1:
-        one = _search(fused_plan.planned_context(ctx, 1))
+        one = _search(in_backward_plan.planned_context(ctx, 1))
     return best, (None if best is not None else one)
 
 
@@ -129,7 +129,7 @@ def _largest_fused_words(ctx: Context, best: Optional[tuple[int, Choice]], one: 
                 f"{ctx.cfg.training.effective_batch_size})")
     if one is None:
         return "with the optimizer step fused into backward not even an effective batch of 1 fits"
-    tried = [placement(o).placed for o in fused_plan.placements(fused_plan.planned_context(ctx))]
+    tried = [placement(o).placed for o in in_backward_plan.placements(in_backward_plan.planned_context(ctx))]
     places = " or ".join(tried) if len(tried) < 3 else ", ".join(tried[:-1]) + " or " + tried[-1]
     return (f"with the optimizer step fused into backward and {places}, not even an effective batch of 1 fits "
             f"(the nearest: {gib(one.peak)} with {placement(one.optimizer).placed})")
@@ -144,9 +144,9 @@ def _search(ctx: Context) -> Choice:
     decision = loss_kernel.decide(ctx.cfg, outcomes, ctx.budget, gib, family(ctx), ctx.liger, ctx.device)
     vctx, b, _, words = best[decision.kernel]
     choice = make_choice(vctx, b.micro, b.ckpt, b.level, b.est, b.found, b.gen, b.why)
-    if fused_of(vctx) and vctx.cfg.method.type == "full":  # (a LoRA run may fuse its step too: no buffer to speak of)
+    if in_backward_of(vctx) and vctx.cfg.method.type == "full":  # (a LoRA run may fuse its step too: no buffer to speak of)
         at = len(choice.reasons) - (choice.verdict != "fits")
-        choice.reasons[at:at] = fused_plan.in_words(vctx, b.micro, b.ckpt, b.level, b.est)
+        choice.reasons[at:at] = in_backward_plan.in_words(vctx, b.micro, b.ckpt, b.level, b.est)
     at = min(2, len(choice.reasons))
     choice.reasons[at:at] = ([decision.why] if decision.why else []) + words
     if ctx.cfg.speed.loss_kernel == "auto":

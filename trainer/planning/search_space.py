@@ -9,12 +9,12 @@ from typing import Optional
 from trainer.config.loading import explicit_keys
 from trainer.config.placements import DEFAULT, EIGHT_BIT, placement
 from trainer.core import capabilities
-from trainer.planning import fused_plan
+from trainer.planning import in_backward_plan
 from trainer.planning.context import (
     Context,
     DsOption,
     fits,
-    fused_of,
+    in_backward_of,
     generation_options,
     make_setup,
     micro_options,
@@ -69,9 +69,9 @@ def levels(ctx: Context) -> list[Level]:
     then DeepSpeed's (its own optimizer: the configured optimizer, no activation offload unless set)."""
     out: list[Level] = []
     offload, optims = offload_options(ctx), optimizer_options(ctx)
-    if fused_of(ctx):  # the step in backward: no DeepSpeed; each state placement, activation offload off then on
+    if in_backward_of(ctx):  # the step in backward: no DeepSpeed; each state placement, activation offload off then on
         return [((False, ctx.cfg.deepspeed.zero_stage, False, False), off, opt)
-                for opt in fused_plan.placements(ctx) for off in offload]
+                for opt in in_backward_plan.placements(ctx) for off in offload]
     for ds in ds_options(ctx):
         if ds[0]:
             out.append((ds, offload[0] if len(offload) == 1 else False, optims[0]))

@@ -20,7 +20,7 @@ class TrainSetup:
     precision: str = "bf16"  # bf16 | fp16 | fp32 (autocast/compute dtype)
     weights_16bit: bool = True  # parameters held in 16 bits (pure bf16); False: fp32 master weights
     optimizer: str = DEFAULT  # where AdamW's states live: a name of config.placements' table
-    fused_step: bool = False  # the optimizer step runs in backward (training.optimizer_in_backward): no gradient buffer
+    in_backward: bool = False  # the optimizer step runs in backward (training.optimizer_in_backward): no gradient buffer
     paged_on_gpu: bool = False  # managed memory cannot oversubscribe the GPU here (Windows): paged states stay on it
     checkpointing: bool = False
     loss_kernel: str = "hf"  # hf | chunked | liger (planning/loss_kernel.py); the last two never hold full logits

@@ -147,7 +147,7 @@ class StepOption:
     host_ram_available_bytes: Optional[int] = None
     needs: tuple[str, ...] = ()
     # where it does not fit at your effective batch: the largest one the fused step keeps exact in one micro-batch
-    # (``planning.search.largest_fused_batch``) and the peak there; None where none fits (or it fits as it is)
+    # (``planning.search.largest_in_backward_batch``) and the peak there; None where none fits (or it fits as it is)
     smaller_batch: Optional[int] = None
     smaller_batch_peak_bytes: Optional[int] = None
 
@@ -202,7 +202,7 @@ def step_options(cfg, hardware) -> list[StepOption]:
             out.append(option)
             continue
         judged = method_verdict(plan, hardware)  # the one verdict's rule: a placement needing bitsandbytes "needs" it
-        smaller = getattr(plan.choice, "largest_fused", None) if judged.verdict not in ("fits", "needs") else None
+        smaller = getattr(plan.choice, "largest_in_backward", None) if judged.verdict not in ("fits", "needs") else None
         out.append(dataclasses.replace(option, verdict=judged.verdict, needs=judged.needs,
                                        peak_bytes=plan.predicted_peak_bytes, budget_bytes=plan.budget_bytes,
                                        host_ram_bytes=plan.host_ram_needed_bytes,

@@ -101,7 +101,7 @@ def engine_meta(cfg) -> dict:
 
 def _engine_key(meta: dict) -> tuple:
     """What decides the checkpoint's format: plain or DeepSpeed and its stage, and the optimizer's implementation.
-    Not whether the step ran in backward: the fused step writes the separate step's ``optimizer.pt`` (fused_step).
+    Not whether the step ran in backward: the fused step writes the separate step's ``optimizer.pt`` (in_backward).
     Under DeepSpeed also the number of ranks: ZeRO writes each rank's partition of the optimizer states (and, at
     stage 3, of the weights), which its own loader reads back only on as many ranks; a plain run's ``optimizer.pt``
     holds every state whatever the number of ranks that trained it."""

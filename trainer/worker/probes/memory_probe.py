@@ -225,7 +225,7 @@ def measure_steps(cfg, micro_batch: int, steps: int = 3) -> dict:
 def optimizer_as_trained(cfg, model, use_cuda: bool = True):
     """The run's optimizer as HF's ``Trainer.create_optimizer`` builds it for the worker: the ``optim`` the worker's
     TrainingArguments name (``placements.hf_optim``), its two groups (decayed, not), and under 8-bit AdamW every
-    ``nn.Embedding`` registered for 32-bit states; with ``training.optimizer_in_backward`` the worker's ``FusedStep``
+    ``nn.Embedding`` registered for 32-bit states; with ``training.optimizer_in_backward`` the worker's ``InBackwardStep``
     over it (one optimizer per parameter, stepped from backward; the overrides dropped, 8-bit throughout)."""
     import tempfile
     from types import SimpleNamespace
@@ -243,9 +243,9 @@ def optimizer_as_trained(cfg, model, use_cuda: bool = True):
                              get_optimizer_cls_and_kwargs=Trainer.get_optimizer_cls_and_kwargs)
     opt = Trainer.create_optimizer(holder)
     if t.optimizer_in_backward is True:
-        from trainer.worker.loading.fused_step import FusedStep
+        from trainer.worker.loading.in_backward_step import InBackwardStep
 
-        return FusedStep(opt)
+        return InBackwardStep(opt)
     return opt
 
 

@@ -4,7 +4,7 @@ The model is built as the worker builds it (``modeling.prepare_built``: the towe
 ``modeling.lora_config``) on the ``meta`` device and given storage-less tensors with ``to_empty(device="meta")``
 inside ``torch._subclasses.fake_tensor.FakeTensorMode``; the plan's settings are applied as the worker applies them
 (gradient checkpointing as HF's Trainer enables it, the loss kernel through ``chunked_loss.install_kernel``, the
-offloaded checkpoints through ``offloaded_checkpoint.install``, the fused step as ``fused_step.FusedStep`` over the
+offloaded checkpoints through ``offloaded_checkpoint.install``, the fused step as ``in_backward_step.InBackwardStep`` over the
 optimizer HF's ``create_optimizer`` builds: its two groups, decayed and not); then two steps of forward, backward,
 clipping (the separate step with ``max_grad_norm`` above 0, as HF's Trainer clips) and optimizer run (the first step's states are created lazily) while
 ``torch.distributed._tools.mem_tracker.MemTracker`` counts the live bytes op by op. The simulated GPU is fake
@@ -331,7 +331,7 @@ def _offload_checkpoints(cfg, model) -> None:
 
 # -- the optimizer HF's create_optimizer builds, and the fused step over it ----------------------------------------
 def make_optimizer(cfg, model):
-    """HF's two groups (decayed, not) under the run's optimizer class (or its stand-in); ``FusedStep`` over it when
+    """HF's two groups (decayed, not) under the run's optimizer class (or its stand-in); ``InBackwardStep`` over it when
     the step is fused into backward."""
     from transformers import Trainer
 
@@ -352,9 +352,9 @@ def make_optimizer(cfg, model):
                           is_paged=name.startswith("paged"), keep_32bit=frozenset(embeddings))
     if not fused:
         return layout
-    from trainer.worker.loading.fused_step import FusedStep
+    from trainer.worker.loading.in_backward_step import InBackwardStep
 
-    return FusedStep(layout)
+    return InBackwardStep(layout)
 
 
 def _adamw_class():

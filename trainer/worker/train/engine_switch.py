@@ -230,7 +230,7 @@ def _write_deepspeed(trainer, states: dict, step: int, masters: dict) -> None:
 
 def _write_torch(trainer, states: dict, step: int) -> None:
     """Into the optimizer HF built (PyTorch's AdamW, or bitsandbytes' 32-bit AdamW): each parameter's moments and
-    step; with the step fused into backward, into each parameter's own optimizer (``fused_step``)."""
+    step; with the step fused into backward, into each parameter's own optimizer (``in_backward``)."""
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
     per_param = getattr(optimizer, "optimizer_dict", None)  # the fused step: one optimizer per parameter
     for name, param in trainer.model.named_parameters():

@@ -31,7 +31,7 @@ from trainer.rundir.checkpoints import (
 from trainer.rundir import stopfile
 from trainer.rundir.records import CheckpointSaved, EvalEvent, StepEvent, StopRequested
 from trainer.worker.datapipe.sequences import REAL_TOKENS_KEY
-from trainer.worker.loading import fused_step
+from trainer.worker.loading import in_backward_step
 from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 
 # "STEP:MIN_MICRO[:NEEDS]": raise OOM at optimizer step >= STEP while micro > MIN_MICRO, or while the run lacks what
@@ -69,7 +69,7 @@ class TrainPilotMixin:
         self.tp_engine_switch = None  # engine_switch.EngineSwitch: a checkpoint of another engine to resume
         self.tp_companion_files: list[Path] = []  # saved beside every model (tokenizer.model, processor files)
         self.tp_processor = None  # a vision-language model's processor (its image settings, the run's tokenizer)
-        self.tp_optimizer_in_backward = False  # training.optimizer_in_backward: the step runs in backward (fused_step)
+        self.tp_optimizer_in_backward = False  # training.optimizer_in_backward: the step runs in backward (in_backward_step)
         self._tp_flop_params = None  # (model, its non-embedding parameter count): floating_point_ops' factor
 
     def floating_point_ops(self, inputs):
@@ -138,23 +138,23 @@ class TrainPilotMixin:
         engine_switch.restore(self, switch)
         return model, loader
 
-    # -- the optimizer step fused into backward (fused_step): HF builds its optimizer, each parameter gets its own --
+    # -- the optimizer step fused into backward (in_backward_step): HF builds its optimizer, each parameter gets its own --
     def create_optimizer(self, model=None):
         created = self.optimizer is None
         optimizer = super().create_optimizer(model)
         if self.tp_optimizer_in_backward and created:
-            self.optimizer = optimizer = fused_step.FusedStep(optimizer)
+            self.optimizer = optimizer = in_backward_step.InBackwardStep(optimizer)
         return optimizer
 
     def _tp_optimizer_step(self) -> dict:
         """What ``run_started`` says of the optimizer step, read from the optimizer ``create_optimizer`` built (not
-        from the config): ``step`` fused (``FusedStep``, its hook on every trained parameter) or separate, ``states``
+        from the config): ``step`` fused (``InBackwardStep``, its hook on every trained parameter) or separate, ``states``
         (training.optimizer's name for what the built class keeps: the placement table's row,
         ``trainer.config.placements``), ``paged`` (bitsandbytes' managed memory) and ``optimizer`` (the class). Under DeepSpeed,
         whose engine builds its own optimizer as training starts: separate, states "deepspeed"."""
         if self.optimizer is None and self.is_deepspeed_enabled:
             return {"step": "separate", "states": "deepspeed", "paged": False, "optimizer": None}
-        fused = fused_step.of(self.optimizer)
+        fused = in_backward_step.of(self.optimizer)
         if fused is not None and fused.unhooked():
             raise RuntimeError(f"the optimizer step fused into backward has no hook on {len(fused.unhooked())} "
                                f"trained parameter(s): they would never be updated")
@@ -167,12 +167,12 @@ class TrainPilotMixin:
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         """One schedule for every parameter: on the fused step's layout (HF's own groups), not per parameter."""
-        fused = fused_step.of(optimizer if optimizer is not None else self.optimizer)
+        fused = in_backward_step.of(optimizer if optimizer is not None else self.optimizer)
         return super().create_scheduler(num_training_steps, fused.layout if fused else optimizer)
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The fused step measured the whole gradient as its hooks freed it (HF's would find no gradients: 0)."""
-        fused = fused_step.of(self.optimizer)
+        fused = in_backward_step.of(self.optimizer)
         return fused.take_grad_norm() if fused else super()._get_grad_norm(model, grad_norm)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):

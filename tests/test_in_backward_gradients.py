@@ -1,8 +1,8 @@
-"""Issue 46 item 4: the most gradient bytes alive at once under the worker's ``FusedStep``, counted on the CPU, and
+"""Issue 46 item 4: the most gradient bytes alive at once under the worker's ``InBackwardStep``, counted on the CPU, and
 the planner's gradient terms held to it exactly.
 
 A tiny bf16 Llama (tied and untied embeddings) trains one step with HF's loss and with the chunked loss; the
-optimizer is the worker's ``fused_step.FusedStep`` over PyTorch's AdamW in HF's two groups. A
+optimizer is the worker's ``in_backward_step.InBackwardStep`` over PyTorch's AdamW in HF's two groups. A
 ``TorchDispatchMode`` sees every tensor backward makes: a tensor shaped like a trained parameter is a gradient (the
 batch's shapes are chosen to collide with none), alive until its storage is freed (weak references: the autograd
 engine's buffers, ``param.grad`` and the fused hook's release all count). The planner's side is
@@ -68,7 +68,7 @@ def _model(tied: bool, kernel: str, counter_of):
     from trainer.worker.kernels import chunked_loss
     from transformers import AutoConfig, Trainer
 
-    from trainer.worker.loading.fused_step import FusedStep
+    from trainer.worker.loading.in_backward_step import InBackwardStep
 
     torch.manual_seed(0)
     conf = AutoConfig.for_model(**{**TINY, "tie_word_embeddings": tied})
@@ -81,8 +81,8 @@ def _model(tied: bool, kernel: str, counter_of):
     groups = [{"params": [p for n, p in named if n in decay], "weight_decay": 0.01},
               {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
 
-    class Counted(FusedStep):  # the hook's own allocations (states, AdamW's temporaries, the norm's fp32 copy) are
-        # the optimizer's, planned apart (optimizer_states, fused_step_workspace): not counted as gradients
+    class Counted(InBackwardStep):  # the hook's own allocations (states, AdamW's temporaries, the norm's fp32 copy) are
+        # the optimizer's, planned apart (optimizer_states, in_backward_workspace): not counted as gradients
         def _step_one(self, param):
             counter = counter_of()
             counter.paused = True
@@ -112,7 +112,7 @@ def measured(tied: bool, kernel: str) -> tuple[int, dict]:
 
 def planned(conf: dict, kernel: str) -> int:
     spec = spec_from_config(conf)
-    s = TrainSetup(micro_batch=BATCH, seq_len=SEQ, fused_step=True, loss_kernel=kernel)
+    s = TrainSetup(micro_batch=BATCH, seq_len=SEQ, in_backward=True, loss_kernel=kernel)
     grads = optimizer_memory.gradient_bytes(spec, s)
     held_by_loss = 0 if s.full_logits else s.weight_width * spec.vocab * spec.hidden  # in logits_loss
     return grads["gradients"] + held_by_loss + optimizer_memory.tied_gradient_bytes(spec, s)
@@ -137,7 +137,7 @@ def test_the_tied_gradients_are_planned_beyond_what_backward_has_freed_by_then()
 
     spec = load_model_spec("llama-3.2-3b")
     assert spec.tied_embeddings
-    s = TrainSetup(micro_batch=1, seq_len=2048, fused_step=True, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
+    s = TrainSetup(micro_batch=1, seq_len=2048, in_backward=True, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
     extra = optimizer_memory.tied_gradient_bytes(spec, s)
     assert extra == 2 * 2 * spec.vocab * spec.hidden
     b = memory.estimate(spec, s).breakdown

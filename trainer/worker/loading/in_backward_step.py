@@ -34,7 +34,7 @@ from transformers.trainer_pt_utils import LayerWiseDummyOptimizer
 from trainer.planning.optimizer_memory import NORM_CHUNK
 
 
-class FusedStep(LayerWiseDummyOptimizer):
+class InBackwardStep(LayerWiseDummyOptimizer):
     """The Trainer's optimizer when the step runs in backward: one optimizer per parameter, stepped by hooks."""
 
     def __init__(self, layout: torch.optim.Optimizer):
@@ -63,7 +63,7 @@ class FusedStep(LayerWiseDummyOptimizer):
     def unhooked(self) -> list[torch.Tensor]:
         """The parameters whose post-accumulate-grad hooks lack this step's (none, when it is wired as built)."""
         return [p for p in self.params if not any(getattr(h, "__self__", None) is self and
-                                                   getattr(h, "__func__", None) is FusedStep._step_one
+                                                   getattr(h, "__func__", None) is InBackwardStep._step_one
                                                    for h in (p._post_accumulate_grad_hooks or {}).values())]
 
     def take_grad_norm(self) -> torch.Tensor | None:
@@ -105,10 +105,10 @@ def _one(layout: torch.optim.Optimizer, group: dict, param: torch.Tensor) -> tor
     return cls([{**{k: v for k, v in group.items() if k != "params"}, "params": [param]}], **kwargs)
 
 
-def of(optimizer) -> FusedStep | None:
-    """The ``FusedStep`` behind the Trainer's optimizer (accelerate wraps it), or None for a separate step."""
+def of(optimizer) -> InBackwardStep | None:
+    """The ``InBackwardStep`` behind the Trainer's optimizer (accelerate wraps it), or None for a separate step."""
     inner = getattr(optimizer, "optimizer", optimizer)
-    return inner if isinstance(inner, FusedStep) else None
+    return inner if isinstance(inner, InBackwardStep) else None
 
 
 def squared_norm(grad: torch.Tensor) -> torch.Tensor:

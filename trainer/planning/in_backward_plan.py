@@ -1,5 +1,5 @@
 """The optimizer step fused into backward, as the planner plans it (``training.optimizer_in_backward``; the worker:
-trainer/worker/loading/fused_step.py; the memory: ``optimizer_memory``).
+trainer/worker/loading/in_backward_step.py; the memory: ``optimizer_memory``).
 
 When: a full fine-tune that does not fit with the separate step (a plan that fits without it stays as it was), or one
 whose config asks for it. What it takes: one micro-batch per optimizer step (the whole per-GPU effective batch at
@@ -65,7 +65,7 @@ def planned_context(ctx: Context, effective: Optional[int] = None) -> Context:
     if effective is not None:
         changes.update({"training.effective_batch_size": effective, "training.micro_batch_size": "auto"})
     cfg = config_mod.replace(ctx.cfg, **changes)
-    return replace(ctx, cfg=cfg, fused_step=True)
+    return replace(ctx, cfg=cfg, in_backward=True)
 
 
 def settings(ctx: Context, micro: int, optimizer: str) -> dict:
@@ -111,9 +111,9 @@ def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list
     clipping off, where the states live, what is approximate."""
     ds, off, opt = level
     fused = make_setup(ctx, micro, ckpt, ds, off, opt)
-    separate = estimate(ctx.spec, replace(fused, fused_step=False))
+    separate = estimate(ctx.spec, replace(fused, in_backward=False))
     n = largest_param(ctx.spec)
-    kept = est.breakdown.get("gradients", 0) + est.breakdown.get("fused_step_workspace", 0)
+    kept = est.breakdown.get("gradients", 0) + est.breakdown.get("in_backward_workspace", 0)
     buffer = separate.breakdown["gradients"]
     largest = f"{count(n)} elements, with the fp32 copy of the part its norm is measured on"
     sizes = (f"the {gib(buffer)} gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {largest})"

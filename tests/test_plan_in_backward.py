@@ -1,7 +1,7 @@
 """Issue 39, the planner's side: the optimizer step fused into backward and where AdamW's states live, on the
 hardware recordings (tests/fixtures/hardware), through ``plan_run`` and ``trainpilot-cli plan``.
 
-The memory terms are the worker's as built (trainer/worker/loading/fused_step.py; planning/optimizer_memory.py): the
+The memory terms are the worker's as built (trainer/worker/loading/in_backward_step.py; planning/optimizer_memory.py): the
 verdicts below follow from them, they are not tuned to reach "fits"."""
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_qwen_1_5b_full_fits_the_laptop_with_the_fused_step_and_its_states_on_th
     assert_runs_as_planned(plan, 8)
     assert_names_the_fused_step(plan)
     assert says(plan, "optimizer states: PyTorch AdamW's states", "on the GPU")
-    assert "gradients" not in plan.breakdown and plan.breakdown["fused_step_workspace"] > 0
+    assert "gradients" not in plan.breakdown and plan.breakdown["in_backward_workspace"] > 0
 
 
 @bnb
@@ -113,7 +113,7 @@ def test_the_largest_targets_fit_with_the_fused_step_and_8bit_paged_states(model
     spec = load_model_spec(model)
     n = optimizer_memory.largest_param(spec)
     assert plan.breakdown["paged_states_working_set"] == saver_memory.adam8_bytes(n)
-    assert plan.breakdown["fused_step_workspace"] == 4 * min(n, optimizer_memory.NORM_CHUNK)
+    assert plan.breakdown["in_backward_workspace"] == 4 * min(n, optimizer_memory.NORM_CHUNK)
 
 
 @bnb
@@ -164,16 +164,16 @@ def test_the_fused_steps_memory_terms():
     spec = load_model_spec("llama-3.1-8b")
     head = spec.vocab * spec.hidden
     base = TrainSetup(micro_batch=1, seq_len=2048, checkpointing=True)
-    separate, fused = estimate(spec, base), estimate(spec, dataclasses.replace(base, fused_step=True))
+    separate, fused = estimate(spec, base), estimate(spec, dataclasses.replace(base, in_backward=True))
     assert separate.breakdown["gradients"] == 2 * spec.trainable_params
     assert fused.breakdown["gradients"] == 2 * head
-    assert fused.breakdown["fused_step_workspace"] == 4 * optimizer_memory.NORM_CHUNK < 4 * head  # one chunk
-    chunked = estimate(spec, dataclasses.replace(base, fused_step=True, loss_kernel="chunked"))
+    assert fused.breakdown["in_backward_workspace"] == 4 * optimizer_memory.NORM_CHUNK < 4 * head  # one chunk
+    chunked = estimate(spec, dataclasses.replace(base, in_backward=True, loss_kernel="chunked"))
     assert "gradients" not in chunked.breakdown  # the loss holds the head's gradient (counted in logits_loss)
-    paged = estimate(spec, dataclasses.replace(base, fused_step=True, optimizer="paged_adamw_8bit"))
+    paged = estimate(spec, dataclasses.replace(base, in_backward=True, optimizer="paged_adamw_8bit"))
     assert paged.breakdown["paged_states_working_set"] == saver_memory.adam8_bytes(head)
     separate_8bit = estimate(spec, dataclasses.replace(base, optimizer="adamw_8bit")).breakdown["optimizer_states"]
-    # the separate step keeps HF's 32-bit embedding states; the fused step's are 8-bit (fused_step._drop_overrides)
+    # the separate step keeps HF's 32-bit embedding states; the fused step's are 8-bit (in_backward_step._drop_overrides)
     assert paged.host_breakdown["paged_optimizer_states"] == separate_8bit - 8 * spec.embedding_params + \
         saver_memory.adam8_bytes(spec.embedding_params)
     assert fused.peak_bytes < separate.peak_bytes - 12 * GIB

@@ -1,14 +1,14 @@
 """The optimizer step fused into backward and where AdamW's states live, measured on the GPU (issue 39).
 
-    python benchmarks/fused_step.py --out docs/bench/fused_step.json                 # on an NVIDIA GPU
-    python benchmarks/fused_step.py --arch llama-3.1-8b --seq 2048                   # a bigger model's memory rows
-    python benchmarks/fused_step.py --cpu-smoke                                      # any machine: the same code, tiny
+    python benchmarks/in_backward_step.py --out docs/bench/in_backward_step.json                 # on an NVIDIA GPU
+    python benchmarks/in_backward_step.py --arch llama-3.1-8b --seq 2048                   # a bigger model's memory rows
+    python benchmarks/in_backward_step.py --cpu-smoke                                      # any machine: the same code, tiny
 
 1. ``arithmetic``: bitsandbytes' fp32 AdamW (``AdamW32bit``, ``PagedAdamW32bit``: CUDA managed memory) against
    ``torch.optim.AdamW`` (foreach and fused kernels), the same gradients for ``--steps`` steps: the largest difference
    in units of the last place (ulp) of the weight, and whether it is within the bound tests/test_optimizer_in_backward.py
    holds the CPU kernel to (``rounding_bound``).
-2. ``fused_equals_separate``: ``trainer.worker.loading.fused_step.FusedStep`` against the separate step of the same class
+2. ``fused_equals_separate``: ``trainer.worker.loading.in_backward_step.InBackwardStep`` against the separate step of the same class
    (every placement of trainer/config/placements.py) on a small Llama in bf16: bit-identical weights?
 3. ``memory``: peak allocated memory of a training step (forward, backward, update; states already made) of
    ``--arch`` (random weights, bf16, micro-batch 1, ``--seq`` tokens, gradient checkpointing), separate and fused,
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from trainer.config.placements import NAMES, placement  # noqa: E402
-from trainer.worker.loading.fused_step import FusedStep  # noqa: E402
+from trainer.worker.loading.in_backward_step import InBackwardStep  # noqa: E402
 
 KINDS = NAMES
 
@@ -103,7 +103,7 @@ def fused_equals_separate(device: str, steps: int) -> list[dict]:
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         plain, fused = small_llama(device, dtype), small_llama(device, dtype)
         kwargs = {"fused": True} if placement(kind).bnb_class is None and device == "cuda" else {}
-        separate, step = cls(groups(plain), lr=1e-3, **kwargs), FusedStep(cls(groups(fused), lr=1e-3, **kwargs))
+        separate, step = cls(groups(plain), lr=1e-3, **kwargs), InBackwardStep(cls(groups(fused), lr=1e-3, **kwargs))
         train(plain, separate, False, steps, 64, device)
         train(fused, step, True, steps, 64, device)
         same = all(torch.equal(a, b) for a, b in zip(plain.parameters(), fused.parameters()))
@@ -124,7 +124,7 @@ def memory(arch: str, seq: int) -> list[dict]:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         model.to("cuda").gradient_checkpointing_enable({"use_reentrant": False})
         layout = torch.optim.AdamW(groups(model), lr=1e-5, fused=True)
-        optimizer = FusedStep(layout) if fused else layout
+        optimizer = InBackwardStep(layout) if fused else layout
         train(model, optimizer, fused, 1, seq, "cuda")
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -140,7 +140,7 @@ def memory(arch: str, seq: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/fused_step.py")
+    ap = argparse.ArgumentParser(prog="benchmarks/in_backward_step.py")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU (no memory rows)")
     ap.add_argument("--arch", default="llama-3.2-1b", help="architecture of the memory rows (trainer/resources/models)")
     ap.add_argument("--seq", type=int, default=2048)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the rows as JSON here")
     args = ap.parse_args(argv)
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("fused_step.py measures on an NVIDIA GPU; this machine has none (--cpu-smoke runs the same code on the CPU)")
+        print("in_backward_step.py measures on an NVIDIA GPU; this machine has none (--cpu-smoke runs the same code on the CPU)")
         return 0
     warnings.filterwarnings("ignore", "Paged optimizers are not supported on CPU")
     device = "cpu" if args.cpu_smoke else "cuda"
