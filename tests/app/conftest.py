@@ -1,6 +1,7 @@
 """GUI tests run offscreen with real widgets, and never touch the user's home (TRAINPILOT_HOME)."""
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -33,7 +34,10 @@ def trainpilot_home(tmp_path, monkeypatch):
 def quiet_background():
     """After each GUI test: stop hardware monitors and wait for background work, so a test
     (failing or not) leaves no thread that delivers into the next test's deleted widgets (seen: a segfault or an
-    import-lock hang several tests later)."""
+    import-lock hang several tests later); then collect the test's cyclic garbage here, on the GUI thread. Left to
+    the collector, a cycle holding a widget is freed by whichever thread allocates next: a later test's background
+    scan (150,000 records read in a pool thread) deleted earlier tests' widgets off the GUI thread — a segfault
+    in test_page_data here, and on CI a 12-minute hang past pytest-timeout."""
     yield
     from PySide6 import QtWidgets
 
@@ -46,6 +50,8 @@ def quiet_background():
     background.abandon_background()  # as the app quitting does: the verdicts nobody will read stop at their next model
     background.wait_for_background(120_000)  # returns when what is running (one plan, one child) is done
     app.processEvents()
+    gc.collect()  # (widgets in cycles die on this thread, with nothing running beside it)
+    app.processEvents()  # their deleteLater()s
 
 
 @pytest.fixture
