@@ -128,8 +128,11 @@ def _measured(scale):
     return probe
 
 
-@pytest.mark.parametrize("scale", [1.0, 1.1, 0.6, 1.4])
+@pytest.mark.parametrize("scale", [1.0, 1.05, 0.6, 1.1, 1.4])
 def test_measured_correction_keeps_effective_batch_and_uses_at_most_two_runs(scale):
+    """Llama-3.2-1B full on the laptop: its fixed part (weights, gradients with the tied embedding's extra ones,
+    states) is most of the 12.8 GiB budget, so a measurement 5% over the plan takes a smaller micro-batch, and 10%
+    over leaves none (said, not hidden)."""
     hw = open_probe(LAPTOP).snapshot()
     c = C.validate({"model": {"architecture": "llama-3.2-1b"}, "data": {"seq_len": 256},
                     "training": {"effective_batch_size": 32}})
@@ -141,7 +144,7 @@ def test_measured_correction_keeps_effective_batch_and_uses_at_most_two_runs(sca
     assert after.micro_batch_size * after.gradient_accumulation_steps == 32
     if scale == 1.0:
         assert after.micro_batch_size == before and len(report["runs"]) == 1
-    elif scale == 1.4:  # even micro-batch 1 would not fit once scaled: said, not hidden
+    elif scale >= 1.1:  # even micro-batch 1 would not fit once scaled: said, not hidden
         assert plan.verdict == "does_not_fit" and any("does not fit" in n for n in plan.notes)
     elif scale > 1:
         assert after.micro_batch_size < before
