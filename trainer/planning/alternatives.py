@@ -111,7 +111,7 @@ def _at_largest_batch(ctx: Context, changes: dict, optimizer: str, batch: int) -
     never end in "does not fit"; your effective batch changes only where you take this alternative, and it says so)."""
     mine = ctx.cfg.training.effective_batch_size
     smaller = {**changes, "training.effective_batch_size": batch,
-               "training.micro_batch_size": batch // max(1, ctx.cfg.world_size)}
+               "training.micro_batch_size": batch}  # one micro-batch of it: the fused step runs on one GPU
     return _alt(ctx, smaller, in_backward_plan.alternative_words(
         optimizer, f" at effective batch {batch} (yours: {mine}; the largest that fits in one micro-batch)"))
 

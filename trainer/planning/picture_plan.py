@@ -12,30 +12,20 @@ from trainer.planning.context import Context, make_setup, need, with_loss
 from trainer.planning.memory import Estimate, TrainSetup, estimate
 
 
-def per_picture_bytes(ctx: Context, s: TrainSetup) -> Optional[int]:
+def per_picture(ctx: Context, s: TrainSetup) -> tuple[Optional[int], dict]:
     """What one more picture per sample adds to the plan's peak (the GPU's, or host RAM on the CPU): its tokens
-    through every text layer and the loss, its vision activations, their allocator slack, for the micro-batch. The
-    difference of two estimates: the sample as planned, and with one picture and its tokens fewer. None when one
-    picture's tokens fill the planned sequence (it is then the whole sequence's cost, not a picture's)."""
+    through every text layer and the loss, its vision activations, their allocator slack, for the micro-batch; and
+    where that lies in the plan's bar: each drawn component's share (the GPU's breakdown, or host RAM's on the CPU;
+    bytes, largest first). The difference of two estimates: the sample as planned, and with one picture and its
+    tokens fewer. (None, {}) when one picture's tokens fill the planned sequence (it is then the whole sequence's
+    cost, not a picture's)."""
     tokens = ctx.pictures.picture.tokens
     if tokens >= s.seq_len or not s.pictures:
-        return None
-    fewer = replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens)
-    return max(0, need(ctx, estimate(ctx.spec, s)) - need(ctx, estimate(ctx.spec, fewer)))
-
-
-def per_picture_parts(ctx: Context, s: TrainSetup) -> dict:
-    """Where ``per_picture_bytes`` lies in the plan's bar: each component one picture fewer shrinks, and by how much
-    (bytes, largest first; the components the memory bar draws: the GPU's breakdown, or host RAM's on the CPU).
-    Empty where ``per_picture_bytes`` is None."""
-    tokens = ctx.pictures.picture.tokens
-    if tokens >= s.seq_len or not s.pictures:
-        return {}
-    fewer = replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens)
-    a, b = estimate(ctx.spec, s), estimate(ctx.spec, fewer)
+        return None, {}
+    a, b = estimate(ctx.spec, s), estimate(ctx.spec, replace(s, pictures=s.pictures - 1, seq_len=s.seq_len - tokens))
     mine, less = (a.breakdown, b.breakdown) if ctx.device == "cuda" else (a.host_breakdown, b.host_breakdown)
     parts = {k: v - less.get(k, 0) for k, v in mine.items() if v - less.get(k, 0) > 0}
-    return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+    return max(0, need(ctx, a) - need(ctx, b)), dict(sorted(parts.items(), key=lambda kv: -kv[1]))
 
 
 def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
@@ -46,12 +36,13 @@ def summary(ctx: Context, s: TrainSetup, est: Estimate) -> dict:
     if load is None:
         return {}
     full, adapter = pictures.trainable(ctx.spec, s)
+    cost, parts = per_picture(ctx, s)
     return {"per_sample": load.per_sample, "tokens_per_picture": load.picture.tokens,
             "vision_units_per_picture": load.picture.units, "vision_positions_per_unit": load.picture.positions,
             "from_data": load.measured, "processor": vision.describe(load.processor),
             "processor_source": load.processor.source, "image_max_pixels": load.processor.cap_words,
-            "train_vision": s.train_vision, "bytes_per_picture": per_picture_bytes(ctx, s),
-            "bytes_per_picture_parts": per_picture_parts(ctx, s),
+            "train_vision": s.train_vision, "bytes_per_picture": cost,
+            "bytes_per_picture_parts": parts,
             "vision_activation_bytes": est.breakdown.get("vision_activations", 0),
             "vision_forward_bytes": pictures.forward_bytes(ctx.spec, s),
             "vision_trained_params": full + adapter, "tokens_over_seq_len": over_seq_len(ctx),

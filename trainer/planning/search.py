@@ -68,25 +68,25 @@ def search(ctx: Context) -> Choice:
     exact in one micro-batch (``Choice.largest_in_backward``), whether the fused step came from the planner or from you."""
     why_not = in_backward_plan.unavailable(ctx)
     if ctx.cfg.training.optimizer_in_backward is True and why_not is None:
-        return _with_largest_fused(ctx, _fused(ctx))
+        return _with_largest_in_backward(ctx, _in_backward(ctx))
     choice = _search(ctx)
     if choice.verdict == "fits" or why_not is not None:
         return choice
-    fused = _fused(ctx)
+    fused = _in_backward(ctx)
     rank = {"fits": 0, "tight": 1, "does_not_fit": 2}
     if (rank[fused.verdict], fused.peak) < (rank[choice.verdict], choice.peak):  # fits, else nearer to fitting
         choice = fused
-    return _with_largest_fused(ctx, choice)
+    return _with_largest_in_backward(ctx, choice)
 
 
-def _fused(ctx: Context) -> Choice:
+def _in_backward(ctx: Context) -> Choice:
     """The search with the step fused into backward: one micro-batch of the whole per-GPU batch."""
     choice = _search(in_backward_plan.planned_context(ctx))
     choice.settings.update(in_backward_plan.settings(ctx, choice.micro, choice.optimizer))
     return choice
 
 
-def _with_largest_fused(ctx: Context, choice: Choice) -> Choice:
+def _with_largest_in_backward(ctx: Context, choice: Choice) -> Choice:
     """``choice``, where it does not fit, with the largest fused effective batch in its reasons and numbers."""
     if choice.verdict == "fits":
         return choice
@@ -94,7 +94,7 @@ def _with_largest_fused(ctx: Context, choice: Choice) -> Choice:
     if best is not None:
         choice.largest_in_backward = (best[0], best[1].peak)
     at = len(choice.reasons) - 1  # before the verdict's sentence
-    choice.reasons[at:at] = [_largest_fused_words(ctx, best, one or (choice if per_rank_batch(ctx.cfg) == 1 else None))]
+    choice.reasons[at:at] = [_largest_in_backward_words(ctx, best, one or (choice if per_rank_batch(ctx.cfg) == 1 else None))]
     return choice
 
 
@@ -116,7 +116,7 @@ def largest_in_backward_batch(ctx: Context) -> tuple[Optional[tuple[int, Choice]
     return best, (None if best is not None else one)
 
 
-def _largest_fused_words(ctx: Context, best: Optional[tuple[int, Choice]], one: Optional[Choice]) -> str:
+def _largest_in_backward_words(ctx: Context, best: Optional[tuple[int, Choice]], one: Optional[Choice]) -> str:
     """The largest fused effective batch in words (the planner never changes yours), naming where the states live:
     'not even 1 fits' holds for the placements tried, not for the ones the alternatives offer."""
     if best is not None:
@@ -127,7 +127,7 @@ def _largest_fused_words(ctx: Context, best: Optional[tuple[int, Choice]], one: 
                 f"{ctx.cfg.training.effective_batch_size})")
     if one is None:
         return "with the optimizer step fused into backward not even an effective batch of 1 fits"
-    tried = [placement(o).placed for o in in_backward_plan.placements(in_backward_plan.planned_context(ctx))]
+    tried = [placement(o).placed for o in in_backward_plan.placements(ctx)]
     places = " or ".join(tried) if len(tried) < 3 else ", ".join(tried[:-1]) + " or " + tried[-1]
     return (f"with the optimizer step fused into backward and {places}, not even an effective batch of 1 fits "
             f"(the nearest: {gib(one.peak)} with {placement(one.optimizer).placed})")

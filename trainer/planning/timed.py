@@ -7,18 +7,19 @@ from __future__ import annotations
 
 from typing import Optional
 
+from trainer.config.placements import placement
 from trainer.core.units import gib
 from trainer.planning.context import Context, DsOption, make_setup, per_rank_batch
 from trainer.planning.memory import Estimate
 from trainer.planning.optimizer_memory import paging_bytes_per_step
-from trainer.planning.search_space import Level, best_micro, level_words
+from trainer.planning.search_space import Level, best_micro
 from trainer.planning.speed import OFFLOAD_MIN_GAIN, offload_copies, pcie_seconds, step_seconds
 
 
 def faster_untiled(ctx: Context, options: list, tried: list, i: int) -> tuple[int, Optional[str]]:
     """Where the tiled MLP was kept because without it the run needs its optimizer states paged to host RAM (a
-    level further), and both fit: the faster of the two by the one time model (``planning.speed``: compute with the tiled MLP's extra forward
-    against the other saver's PCIe copies per optimizer step), the other kept only where estimated faster by
+    level further), and both fit: both timed (``planning.speed``: compute with the tiled MLP's extra forward against
+    the paged states' PCIe copies per optimizer step), the untiled one kept only where estimated faster by
     ``OFFLOAD_MIN_GAIN`` (the estimates are rough). (the index to keep, the reason in words; None where there is
     nothing to weigh or a time is unknown)."""
     chosen = options[i]
@@ -30,11 +31,11 @@ def faster_untiled(ctx: Context, options: list, tried: list, i: int) -> tuple[in
     (ds_i, off_i, opt_i), (ds_j, off_j, opt_j) = tried[i][1].level, tried[j][1].level
     if (ds_i, off_i) != (ds_j, off_j) or opt_i == opt_j:  # only the states' placement is weighed by time: activation
         return i, None  # offload measured 2.6x slower than its estimate on an H100 (test_long_context_plan)
-    t_tiled, t_plain = (seconds_per_step(*tried[k][:2]) for k in (i, j))
+    t_tiled, t_plain = (_seconds_per_step(*tried[k][:2]) for k in (i, j))
     if t_tiled is None or t_plain is None:
         return i, None
-    (vi, bi, oi), (vj, bj, oj) = tried[i], tried[j]
-    extra = level_words(bj.level).replace(level_words(bi.level), "").strip(", ") or level_words(bj.level)
+    oi, oj = tried[i][2], tried[j][2]
+    extra = placement(opt_j).saver or placement(opt_j).placed  # what the untiled run adds: the levels differ in it alone
     both = (f"without it the run fits only with {extra} ({gib(oj.need)}, ≈ {t_plain:.2f} s per optimizer step), "
             f"with it, without {extra} ({gib(oi.need)}, ≈ {t_tiled:.2f} s: each tile's forward runs again in backward); "
             "estimates from the card's published peak and its PCIe link")
@@ -45,18 +46,13 @@ def faster_untiled(ctx: Context, options: list, tried: list, i: int) -> tuple[in
                "are weighed by)")
 
 
-def seconds_per_step(ctx: Context, b) -> Optional[float]:
+def _seconds_per_step(ctx: Context, b) -> Optional[float]:
     """One optimizer step's estimated seconds for a search result: its micro-batches' compute or activation copies
     (``speed.step_seconds``), plus the paged states' PCIe copies (each state in and out, an upper bound)."""
-    ds, off, opt = b.level
-    s = make_setup(ctx, b.micro, b.ckpt, ds, off, opt)
+    times = _step_time(ctx, b.micro, b.ckpt, *b.level, b.est)
     link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
-    times = step_seconds(ctx.spec, s, ctx.gpu.name if ctx.gpu else None, link,
-                         b.est.host_breakdown.get("offloaded_activations", 0))
-    if not times:
-        return None
     paged = paging_bytes_per_step(b.est.host_breakdown)
-    if paged and not link:
+    if times is None or (paged and not link):
         return None
     return times["total"] * (per_rank_batch(ctx.cfg) // b.micro) + (pcie_seconds(paged, link) if paged else 0.0)
 
@@ -70,7 +66,7 @@ def recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Level
         return level, True, found, []
     per = per_rank_batch(ctx.cfg)
     (mb_c, est_c, _), (mb_o, est_o, _) = found[True], other
-    t_c, t_o = (step_time(ctx, mb, ck, ds, off, opt, est) for mb, ck, off, est in
+    t_c, t_o = (_step_time(ctx, mb, ck, ds, off, opt, est) for mb, ck, off, est in
                 ((mb_c, True, False, est_c), (mb_o, False, True, est_o)))
     if t_c is None or t_o is None:
         return level, True, found, [f"gradient checkpointing on rather than activation offload (which also fits, at "
@@ -89,7 +85,7 @@ def recompute_or_offload(ctx: Context, level: Level, found: dict) -> tuple[Level
     return level, True, found, [f"gradient checkpointing on rather than activation offload: {words}"]
 
 
-def step_time(ctx: Context, mb: int, ckpt: bool, ds: DsOption, off: bool, opt: str, est: Estimate) -> Optional[dict]:
+def _step_time(ctx: Context, mb: int, ckpt: bool, ds: DsOption, off: bool, opt: str, est: Estimate) -> Optional[dict]:
     """One micro-batch's time estimate for these settings (``planning.speed.step_seconds``), None when unknown."""
     s = make_setup(ctx, mb, ckpt, ds, off, opt)
     link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
