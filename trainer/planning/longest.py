@@ -113,7 +113,9 @@ def longest(cfg, hardware: MachineSnapshot, step: int = STEP, goal: Optional[str
 
     tokens, best = longest_fitting(fits, limit or UNKNOWN_LIMIT, step)
     at_limit = bool(limit) and tokens > 0 and next_up(tokens, step) > limit
-    over = next_up(tokens, step) if tokens else shortest(step)  # the length that does not fit
+    # the next length on the grid, which does not fit: where nothing fits, the grid's shortest (what "not even 256
+    # tokens fit" names, and what it runs out of), not one step
+    over = next_up(tokens, step) if tokens else shortest(step)
     tight = 0
     if not at_limit and (not limit or over <= limit):
         tight = over if _plan_at(cfg, hardware, over, goal).verdict == "tight" else 0

@@ -10,7 +10,7 @@ import html
 from PySide6 import QtWidgets
 
 from app.model.fmt import gib
-from trainer.planning.budget import HOST_RAM_USABLE
+from trainer.planning.budget import host_budget
 from trainer.planning.verdict import one_click_offer
 
 COLORS = {"fits": "#2ca02c", "tight": "#ff7f0e", "does_not_fit": "#d62728"}
@@ -38,9 +38,7 @@ class StepOptions(QtWidgets.QLabel):
             self.hide()
             return
         offer = one_click_offer(options)
-        values = getattr(self.state, "values", {})
-        if offer is not None and (offer.key == running or
-                                  all(values.get(k) == v for k, v in offer.click_changes.items())):
+        if offer is not None and offer.key == running:
             offer = None  # what the click would write is what the plan already runs: no link to click again
         rows = "".join(f"<li>{_row(o, o.key == running, offer is None or o.key != offer.key)}</li>" for o in options)
         link = "" if offer is None else (
@@ -76,7 +74,7 @@ def _verdict(o) -> str:
     if o.peak_bytes is None:
         return "<i>not with your settings</i>"
     host = ""
-    usable = None if o.host_ram_available_bytes is None else int(o.host_ram_available_bytes * HOST_RAM_USABLE)
+    usable = None if o.host_ram_available_bytes is None else host_budget(o.host_ram_available_bytes, "fastest")[0]
     if o.verdict == "does_not_fit" and o.host_ram_bytes and usable is not None and o.host_ram_bytes > usable:
         host = f"; needs {gib(o.host_ram_bytes)} of host RAM, {gib(usable)} usable"
     smaller = ""
