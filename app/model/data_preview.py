@@ -229,7 +229,7 @@ def histogram_bars(edges: list[float], counts: list[int],
     k = max(1, math.ceil(right * MIN_ONE_BAR / width)) if width > 0 else 1
     if k > 1:
         counts = [sum(counts[i:i + k]) for i in range(0, len(counts), k)]
-        edges = [edges[min(i, len(edges) - 1)] for i in range(0, len(edges) - 1, k)] + [edges[-1]]
+        edges = edges[:-1:k] + [edges[-1]]
     span, centre = edges[-1] - edges[0], (edges[0] + edges[-1]) / 2
     scale = max(1.0, right * MIN_BAR_SHARE / span) if span > 0 else 1.0
     scaled = [centre + (e - centre) * scale for e in edges]

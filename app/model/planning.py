@@ -4,7 +4,7 @@ page, the picker's rows and the Plan page show are ``trainer.planning.verdict``'
 from __future__ import annotations
 
 from trainer import config as tc
-from trainer.core.units import count
+from trainer.core.units import GIB, count, gib
 from trainer.models import vision
 from trainer.planning import picture_memory as pictures
 from trainer.planning.ladder import record_kept_settings
@@ -69,9 +69,9 @@ def picture_cost_words(pictures: dict, micro_batch: int | None) -> str:
         "as long as the whole sequence</b>"
     line = f"<b>A picture: {tokens:,} tokens, {size} ({source}); {per} per sample ({per * tokens:,} tokens)"
     parts = pictures.get("bytes_per_picture_parts") or {}
-    shown = [(k, v) for k, v in parts.items() if v >= 2**30 / 100]  # (the bar's own hundredths of a GiB)
+    shown = [(k, v) for k, v in parts.items() if v >= GIB / 100]  # (the bar's own hundredths of a GiB)
     if cost is not None and shown:  # where it lies in the bar: its parts of the components drawn there
-        line += "; in the bar: " + ", ".join(f"{v / 2**30:.2f} GiB of {k.replace('_', ' ')}" for k, v in shown)
+        line += "; in the bar: " + ", ".join(f"{gib(v, 2)} of {k.replace('_', ' ')}" for k, v in shown)
     if pictures.get("vision_activation_bytes"):
         line += f"; the vision side keeps {pictures['vision_activation_bytes'] / 2**30:.2f} GiB of activations"
     sizing = pictures.get("image_max_pixels") or pictures.get("processor")
