@@ -24,7 +24,8 @@ COMPONENT_COLORS = {
 PALETTE = ("#cedb9c", "#bd9e39", "#a55194", "#de9ed6", "#9c9ede", "#e6550d", "#31a354", "#fd8d3c")
 # Where a component's own name is not a word for people.
 COMPONENT_WORDS = {"runtime": "Python + torch runtime", "loading": "weights while loading",
-                   "vision_forward": "vision tower's forward", "vision_states": "trained vision weights + states"}
+                   "vision_forward": "vision tower's forward", "vision_states": "trained vision weights + states",
+                   "in_backward_workspace": "fused step workspace"}  # (the words the bar had before the key's rename)
 
 
 def color_for(component: str) -> str:
