@@ -23,6 +23,7 @@ from trainer.config.sections import (  # noqa: F401
     DETECTED,
     PLANNED_FOR_GRPO,
     PLANNED_GPUS,
+    PLANNED_SPLIT,
     SCHEMA_VERSION,
     YOUR_SETTINGS,
     Auto,

@@ -56,6 +56,7 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
         which = "response_template" if cfg.data.prompt_template else "prompt_template"
         p.append((f"data.{which}", "prompt_template and response_template go together; set both, or neither to use text_field"))
     p += _machine_checks(cfg.distributed)
+    p += _layer_split_checks(cfg)
     if cfg.training.eval_every_steps and not (cfg.data.validation_split or cfg.data.validation_path):
         p.append(("training.eval_every_steps", "evaluation needs data.validation_split > 0 or data.validation_path"))
     if cfg.data.streaming and not cfg.training.max_steps:
@@ -77,6 +78,32 @@ def cross_check(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.device == "cpu" and placement(t.optimizer).cuda_only:
         p.append(("training.optimizer", f"{t.optimizer} is bitsandbytes' AdamW for NVIDIA GPUs (paged states live in "
                   f"CUDA managed memory, 8-bit ones are quantised by its CUDA kernels); on the CPU use {DEFAULT}"))
+    return p
+
+
+def _layer_split_checks(cfg) -> list[tuple[str, str]]:
+    """The layers split over the cards (``distributed.layer_split``, docs/gpus.md): adapters on frozen weights,
+    on one machine, without DeepSpeed, over more than one card; the per-card counts one per card."""
+    d, p = cfg.distributed, []
+    counts = d.layers_per_gpu
+    if isinstance(counts, list) and d.layer_split is False:
+        p.append(("distributed.layers_per_gpu", "counts layers per card but distributed.layer_split is false; set "
+                  "distributed.layer_split: true to split the layers, or layers_per_gpu: auto"))
+    if d.layer_split is not True:
+        return p
+    why = ("a full fine-tune (each card would update its layers' optimizer states: use DeepSpeed ZeRO-3 to shard "
+           "them over the cards as ranks)" if cfg.method.type == "full" else
+           f"objective {cfg.training.objective} (its sampling phase is not planned split)"
+           if cfg.training.objective == "grpo" else
+           f"{d.num_nodes} machines (a split runs in one process on one machine)" if d.num_nodes > 1 else
+           "DeepSpeed (its engine owns the model's placement)" if cfg.deepspeed.enabled is True else
+           "one card (distributed.num_gpus is 1: there is nothing to split over)" if d.num_gpus < 2 else "")
+    if why:
+        p.append(("distributed.layer_split", f"true splits a LoRA/QLoRA model's layers over this machine's cards, "
+                  f"not with {why}; set distributed.layer_split: auto (or false)"))
+    if isinstance(counts, list) and len(counts) != d.num_gpus:
+        p.append(("distributed.layers_per_gpu", f"lists {len(counts)} count(s) but the layers are split over "
+                  f"{d.num_gpus} card(s); list one count per card, or layers_per_gpu: auto"))
     return p
 
 

@@ -18,7 +18,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, create_model
 
 from trainer.config.loading import read_yaml, validate
-from trainer.config.sections import DETECTED, PLANNED_FOR_GRPO, PLANNED_GPUS, YOUR_SETTINGS, RunConfig
+from trainer.config.sections import DETECTED, PLANNED_FOR_GRPO, PLANNED_GPUS, PLANNED_SPLIT, YOUR_SETTINGS, RunConfig
 from trainer.core.dotted import get_in, set_in
 from trainer.core.errors import UserError
 
@@ -82,11 +82,12 @@ def _field(key: str):
 # auto field is the planner's to resolve.
 # A field one objective reads (PLANNED_FOR_GRPO) may stay "auto" too: the planner resolves it for that objective, and
 # the worker falls back to TRL's default if a hand-made config leaves it. The cards (PLANNED_GPUS) likewise: the planner
-# writes them, a config that leaves them "auto" shows the worker every card. The user's own settings (YOUR_SETTINGS: which
+# writes them, a config that leaves them "auto" shows the worker every card; the split of the layers over them
+# (PLANNED_SPLIT) too: "auto" left in a resolved config trains data-parallel (even shares where it splits). The user's own settings (YOUR_SETTINGS: which
 # the OOM ladder keeps) are resolved when a run is created; a run folder older than the field keeps "auto".
 RESOLVED_WHEN_READ = tuple(k for k in AUTO_FIELDS
                            if (_field(k).json_schema_extra or {}) in (DETECTED, PLANNED_FOR_GRPO, YOUR_SETTINGS,
-                                                                      PLANNED_GPUS))
+                                                                      PLANNED_GPUS, PLANNED_SPLIT))
 PLANNER_FIELDS = tuple(k for k in AUTO_FIELDS if k not in RESOLVED_WHEN_READ)
 
 

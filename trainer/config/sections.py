@@ -29,6 +29,10 @@ YOUR_SETTINGS = {"auto": "the settings your config gives a value"}
 # Marks the field whose "auto" is the planner's choice of GPUs: a run folder (or a hand-made resolved config) that
 # leaves it "auto" shows its worker every card, as runs did before the field existed.
 PLANNED_GPUS = {"auto": "the planner picks the cards"}
+# Marks the fields whose "auto" is the planner's split of the layers over the cards: a run folder (or a hand-made
+# resolved config) that leaves layer_split "auto" trains data-parallel, as runs did before the field existed, and one
+# that splits with layers_per_gpu "auto" gives each card an equal share of the layers.
+PLANNED_SPLIT = {"auto": "the planner splits the layers over the cards, or not"}
 # Marks a weight of a built-in GRPO reward (``rewards.<name>``): the reward names are read off these fields.
 REWARD_WEIGHT = {"reward": "built-in reward weight"}
 
@@ -403,6 +407,17 @@ class DistributedConfig(_Section):
         "the worker(s) start with CUDA_VISIBLE_DEVICES set to exactly those; telemetry follows them. [] is a CPU run "
         "(no card).", json_schema_extra=PLANNED_GPUS
     )
+    layer_split: Union[bool, Auto] = Field(
+        "auto", description="Split the model's decoder layers over this machine's cards in one process (transformers' "
+        "device_map): each card holds its share of the layers and one card computes at a time, for a LoRA/QLoRA of a "
+        "model no single card holds (docs/gpus.md). 'auto': the planner splits only where that fits and one card, or "
+        "the cards as data-parallel ranks, do not; true: the layers are split over the cards of distributed.gpus "
+        "(distributed.num_gpus of them); false: several cards are data-parallel ranks.", json_schema_extra=PLANNED_SPLIT)
+    layers_per_gpu: Union[list[int], Auto] = Field(
+        "auto", description="With the layers split: how many decoder layers each card holds, in distributed.gpus "
+        "order (the first card also holds the embeddings, the last the final norm, the LM head and the loss; a "
+        "model with tied embeddings keeps its head with them on the first card). 'auto': the planner's split, which "
+        "leaves each card about the same room.", json_schema_extra=PLANNED_SPLIT)
     num_nodes: int = Field(1, gt=0, description="Machines; more than one needs a hostfile.")
     hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile ('host slots=N' lines) for several machines.")
     launcher: Literal["auto", "single", "deepspeed", "torchrun"] = Field(
@@ -424,6 +439,19 @@ class DistributedConfig(_Section):
         if isinstance(data, dict) and isinstance(data.get("gpus"), list) and data["gpus"] and "num_gpus" not in data:
             data = dict(data, num_gpus=len(data["gpus"]))
         return data
+
+    @field_validator("layers_per_gpu")
+    @classmethod
+    def _layer_counts(cls, v):
+        if isinstance(v, list) and (not v or any(isinstance(n, bool) or n < 1 for n in v)):
+            raise ValueError("list one count of decoder layers (1 or more) per card, e.g. [22, 21, 21], or 'auto'")
+        return v
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Data-parallel ranks (worker processes) per machine: one where the layers are split over the cards
+        (``layer_split: true``), else one per GPU."""
+        return 1 if self.layer_split is True else self.num_gpus
 
     @field_validator("gpus")
     @classmethod
@@ -577,5 +605,5 @@ class RunConfig(_Section):
     # -- derived values -------------------------------------------------------------------------
     @property
     def world_size(self) -> int:
-        """Data-parallel ranks (GPUs × machines)."""
-        return self.distributed.num_gpus * self.distributed.num_nodes
+        """Data-parallel ranks (GPUs × machines; one per machine where the layers are split over its cards)."""
+        return self.distributed.ranks_per_node * self.distributed.num_nodes

@@ -37,6 +37,7 @@ CAUSAL = {
     "olmo-2-13b": "allenai/OLMo-2-1124-13B",
     "gpt-oss-20b": "openai/gpt-oss-20b",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "qwen2.5-32b": "Qwen/Qwen2.5-32B",
 }
 ENCODER_DECODER = {
     "flan-t5-small": "google/flan-t5-small",
@@ -51,7 +52,7 @@ POPULAR = ("smollm-135m", "qwen2.5-0.5b", "qwen3-0.6b", "qwen3.5-0.8b", "gemma-3
            "stablelm-2-1.6b", "qwen3-1.7b", "granite-3.3-2b", "gemma-2-2b", "phi-2", "smollm3-3b", "llama-3.2-3b",
            "qwen2.5-vl-3b", "phi-4-mini", "qwen3-4b", "gemma-3-4b", "mistral-7b", "qwen2.5-7b", "llama-3.1-8b",
            "qwen2.5-vl-7b", "qwen3-8b",
-           "gpt-oss-20b", "qwen3-30b-a3b")
+           "gpt-oss-20b", "qwen3-30b-a3b", "qwen2.5-32b")
 
 HUB_IDS = {**CAUSAL, **ENCODER_DECODER}
 

@@ -16,7 +16,7 @@ from trainer.planning.reasons import reasons
 from trainer.planning.saver_memory import margin_notes
 from trainer.planning.savings import mask_reason, savings, savings_reasons
 from trainer.planning.search_space import Level
-from trainer.planning.settings_writer import auto_settings
+from trainer.planning.settings_writer import auto_settings, split_settings
 
 
 @dataclass
@@ -54,7 +54,7 @@ def verdict_of(ctx: Context, est: Estimate) -> str:
 def make_choice(ctx: Context, mb: int, ckpt: bool, level: Level, est: Estimate, found: dict, gen: int = 0,
             tradeoff: Optional[list] = None) -> Choice:
     ds, off, opt = level
-    settings = auto_settings(ctx.cfg, mb, ckpt, ds, off, opt, gen)
+    settings = {**auto_settings(ctx.cfg, mb, ckpt, ds, off, opt, gen), **split_settings(ctx.cfg, est)}
     verdict = verdict_of(ctx, est)
     judged = _with_generation(ctx, gen)  # the reasons' what-ifs keep this generation batch
     saved = savings(judged, mb, ckpt, level, est)

@@ -43,6 +43,7 @@ class Context:
     tiled_mlp: Optional[bool] = None  # the MLP tiled or not (the search sets it; None: the config's, auto off)
     lora_dropout: Optional[float] = None  # the adapters' dropout (the search sets it; None: the config's, auto 0.05)
     in_backward: Optional[bool] = None  # the optimizer step in backward (the search sets it; None: the config's)
+    split_budgets: tuple = ()  # the layers split over cards (distributed.layer_split): each card's budget, in order
 
     def __post_init__(self):
         if self.length is None:
@@ -75,7 +76,7 @@ class Context:
         else:
             usable, held, budget, terms = host, 0, cpu_budget, (available, cpu_terms)
         return cls(cfg, hardware, gpu, device, goal, spec, err, _precision(cfg, gpu, device), budget, usable,
-                   held, host, terms)
+                   held, host, terms, split_budgets=split_budgets(cfg, hardware, spec, device, goal))
 
 
     @classmethod
@@ -83,6 +84,24 @@ class Context:
         """A context for judging a resolved config without a hardware snapshot (the OOM ladder): its device and
         precision as resolved, no budget."""
         return cls(cfg, None, None, cfg.device, cfg.plan_goal, spec, "", cfg.speed.precision, 0, 0, 0, 0)
+
+
+def split_budgets(cfg, hardware, spec: Optional[ModelSpec], device: str, goal: str) -> tuple:
+    """The budgets of the cards the layers are split over, in ``distributed.gpus`` order (``layer_split: true`` on
+    a GPU machine; empty otherwise). UserError for ``distributed.layers_per_gpu`` counts that are not the model's."""
+    d = cfg.distributed
+    if d.layer_split is not True or device != "cuda" or hardware is None or not isinstance(d.gpus, list):
+        return ()
+    cards = [next((g for g in hardware.gpus if (g.index == w if isinstance(w, int) else g.uuid == w)), None)
+             for w in d.gpus]
+    if any(g is None for g in cards) or len(cards) < 2:
+        return ()
+    counts = d.layers_per_gpu
+    if spec is not None and isinstance(counts, list) and sum(counts) != spec.layers:
+        raise UserError(f"distributed.layers_per_gpu: {counts} adds up to {sum(counts)} decoder layers but "
+                        f"{spec.name} has {spec.layers}; list counts that add up to {spec.layers}, or "
+                        "layers_per_gpu: auto", field="distributed.layers_per_gpu")
+    return tuple(budget_for(g, goal)[0] for g in cards)
 
 
 def _precision(cfg, gpu, device: str) -> str:
@@ -149,7 +168,7 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         weights_16bit=weights_16bit(c, ctx.precision), optimizer=optimizer or c.training.optimizer, checkpointing=ckpt,
         loss_kernel=loss_kernel.computed(c, loss_of(ctx)), activation_offload=offload,
         attn=attention(ctx), deepspeed=ds[0], zero_stage=ds[1], offload_optimizer=ds[2],
-        offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.num_gpus,
+        offload_params=ds[3], overlap_comm=c.deepspeed.overlap_comm, gpus_per_node=c.distributed.ranks_per_node,
         num_nodes=c.distributed.num_nodes, lora_r=c.method.lora_r, lora_dropout=dropout_of(ctx),
         lora_targets=(targets,) if isinstance(targets, str) else tuple(targets),
         lora_experts=bool(getattr(c.method, "lora_experts", False)), device=ctx.device,
@@ -159,6 +178,8 @@ def make_setup(ctx: Context, micro: int, ckpt: bool, ds: DsOption, offload: Opti
         num_iterations=c.grpo.num_iterations, triton_kernels=triton_kernels(ctx), tiled_mlp=tiled_of(ctx),
         autocast=ctx.precision in ("bf16", "fp16"), expandable_segments=expandable_segments(ctx),
         packed_mask=masked_attention(ctx, micro), in_backward=in_backward_of(ctx), paged_on_gpu=windows(ctx),
+        split_over=ctx.split_budgets,
+        split_layers=tuple(c.distributed.layers_per_gpu) if isinstance(c.distributed.layers_per_gpu, list) else (),
         **picture_fields(ctx))
 
 
@@ -225,7 +246,10 @@ def attention(ctx: Context) -> str:
 
 
 def need(ctx: Context, est: Estimate) -> int:
-    """The bytes that must fit the budget: GPU peak, or host RAM on the CPU."""
+    """The bytes that must fit the budget: GPU peak, or host RAM on the CPU. The layers split over cards: the
+    budget less the least room a card keeps (so it fits ``ctx.budget`` exactly when every card fits its own)."""
+    if est.cards and ctx.device == "cuda":
+        return ctx.budget - min(c["budget_bytes"] - c["peak_bytes"] for c in est.cards)
     return est.peak_bytes if ctx.device == "cuda" else est.host_ram_bytes
 
 

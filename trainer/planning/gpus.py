@@ -22,6 +22,7 @@ from trainer.core.errors import UserError
 from trainer.core.units import gib
 from trainer.hardware.gpu_processes import is_desktop_process
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
+from trainer.planning import layer_split
 from trainer.planning.budget import budget_for
 from trainer.planning.context import make_setup, per_rank_batch
 from trainer.planning.speed import PCIE_EFFICIENCY, peak_flops, step_seconds
@@ -36,6 +37,7 @@ class CardSet:
 
     cards: tuple[GpuSnapshot, ...]
     goal: str = "fastest"
+    split: bool = False  # the model's layers split over the cards in one process (planning/layer_split), not ranks
 
     @property
     def binding(self) -> Optional[GpuSnapshot]:
@@ -54,15 +56,18 @@ class CardSet:
         return len(budgets) > 1 and min(budgets) < UNEVEN_SHARE * max(budgets)
 
     def without(self, gpu: GpuSnapshot) -> "CardSet":
-        return CardSet(tuple(g for g in self.cards if g is not gpu), self.goal)
+        rest = tuple(g for g in self.cards if g is not gpu)
+        return CardSet(rest, self.goal, self.split and len(rest) > 1)
 
     def words(self) -> str:
-        """"GPU 1 (NVIDIA GeForce RTX 3090)", or "GPUs 0 + 1 (2× NVIDIA GeForce RTX 3090)"."""
+        """"GPU 1 (NVIDIA GeForce RTX 3090)", "GPUs 0 + 1 (2× NVIDIA GeForce RTX 3090)", or with the layers split
+        "GPUs 0 + 1 + 2 (3× NVIDIA GeForce RTX 5060 Ti), the layers split over them"."""
         if len(self.cards) == 1:
             return card_words(self.cards[0])
         names = [g.name for g in self.cards]
         kinds = ", ".join(n if names.count(n) == 1 else f"{names.count(n)}× {n}" for n in dict.fromkeys(names))
-        return f"GPUs {' + '.join(str(g.index) for g in self.cards)} ({kinds})"
+        return f"GPUs {' + '.join(str(g.index) for g in self.cards)} ({kinds})" + \
+            (", the layers split over them" if self.split else "")
 
 
 def card_words(g: GpuSnapshot) -> str:
@@ -126,8 +131,26 @@ def candidates(cfg, hardware: MachineSnapshot, goal: str) -> list[CardSet]:
                         f"({_inventory(hardware)}); set distributed.num_gpus: {len(order)} or fewer",
                         field="distributed.num_gpus")
     if n > 1 or "distributed.num_gpus" in explicit_keys(cfg) or cfg.distributed.num_nodes > 1 or len(order) == 1:
-        return [CardSet(tuple(sorted(order[:n], key=lambda g: g.index)), goal)]
-    return [CardSet(tuple(sorted(order[:k], key=lambda g: g.index)), goal) for k in range(1, len(order) + 1)]
+        return _with_splits(cfg, [CardSet(tuple(sorted(order[:n], key=lambda g: g.index)), goal)])
+    return _with_splits(cfg, [CardSet(tuple(sorted(order[:k], key=lambda g: g.index)), goal)
+                              for k in range(1, len(order) + 1)])
+
+
+def _with_splits(cfg, sets: list[CardSet]) -> list[CardSet]:
+    """``sets`` with the layers split over each set of several cards where ``distributed.layer_split`` is true
+    ('auto' splits a set only where its ranks do not fit: ``split_variant``)."""
+    if cfg.distributed.layer_split is not True:
+        return sets
+    return [CardSet(c.cards, c.goal, len(c.cards) > 1) for c in sets]
+
+
+def split_variant(cfg, cards: CardSet) -> Optional[CardSet]:
+    """The same cards with the model's layers split over them, for a set of several planned as ranks under
+    ``distributed.layer_split: auto`` where a split can run (``layer_split.unavailable``); None otherwise."""
+    if cfg.distributed.layer_split != "auto" or len(cards.cards) < 2 or cards.split or \
+            layer_split.unavailable(cfg, None) is not None:
+        return None
+    return CardSet(cards.cards, cards.goal, True)
 
 
 def why_this_card(cards: CardSet, hardware: MachineSnapshot) -> str:
@@ -198,12 +221,38 @@ def step_time(plan, cards: CardSet) -> Optional[dict]:
     if not one:
         return None
     micro_batches = max(1, per_rank_batch(ctx.cfg) // choice.micro)
+    if cards.split:
+        return _split_step_time(ctx, plan, cards, setup, offloaded, micro_batches)
     compute = one["total"] * micro_batches
     moved = exchange_bytes(choice.estimate.trainable_params, ctx.spec.params, setup, micro_batches, len(cards.cards))
     link = link_bytes_per_second(cards)
     if moved and not link:
         return None
     exchange = moved / link if moved else 0.0
+    return {"compute": compute, "exchange": exchange, "total": compute + exchange, "bytes": moved}
+
+
+def _split_step_time(ctx, plan, cards: CardSet, setup, offloaded: int, micro_batches: int) -> Optional[dict]:
+    """The step of a model whose layers are split over ``cards``: one card computes at a time, each its share of
+    the layers (``speed.step_seconds`` of the whole model on that card × its share), and between neighbours the
+    hidden states cross over PCIe (forward) and their gradients back (backward): 16-bit, micro-batch × sequence ×
+    hidden bytes per crossing, through host memory (GeForce cards have no peer-to-peer), so each crossing is timed
+    over the slower link twice. None where a card's peak or link is unknown."""
+    shares = [e.get("layers", 0) / max(1, ctx.spec.layers) for e in plan.gpus]
+    if len(shares) != len(cards.cards):
+        return None
+    compute = 0.0
+    for g, share in zip(cards.cards, shares):
+        one = step_seconds(ctx.spec, setup, g.name, g.pcie_bytes_per_second, offloaded)
+        if not one:
+            return None
+        compute += share * one["total"] * micro_batches
+    tokens = setup.micro_batch * setup.sequences_per_sample * setup.seq_len
+    moved = int(micro_batches * (len(cards.cards) - 1) * 2 * tokens * ctx.spec.hidden * setup.activation_width)
+    link = link_bytes_per_second(cards)
+    if moved and not link:
+        return None
+    exchange = 2 * moved / link if moved else 0.0
     return {"compute": compute, "exchange": exchange, "total": compute + exchange, "bytes": moved}
 
 
@@ -237,9 +286,10 @@ def comparison(options: list, kept: int) -> str:
     a set of uneven cards."""
     parts = []
     for i, (cards, plan, t) in enumerate(options):
-        binds = f" (the {cards.binding.name} binds every rank)" if cards.uneven else ""
+        binds = f" (the {cards.binding.name} binds every rank)" if cards.uneven and not cards.split else ""
         mark = " <- planned" if i == kept else ""
-        parts.append(f"{cards.words()}: {plan.verdict.replace('_', ' ')}, {gib(plan.predicted_peak_bytes)} per card "
+        per = "on its fullest card" if cards.split else "per card"
+        parts.append(f"{cards.words()}: {plan.verdict.replace('_', ' ')}, {gib(plan.predicted_peak_bytes)} {per} "
                      f"of {gib(plan.budget_bytes)}{binds}, {seconds(t)}{mark}")
     return "card sets planned: " + "; ".join(parts) + f" — {_why_kept(options, kept)}"
 
@@ -281,6 +331,8 @@ def ranks_words(plan, cards: CardSet) -> str:
     """Each rank's share on its card, and which card binds them all (several cards only)."""
     if len(cards.cards) < 2:
         return ""
+    if cards.split:
+        return split_words(plan, cards)
     ds = (plan.choice.ds if plan.choice is not None else None) or (False, 0, False, False)
     how = f"DeepSpeed ZeRO-{ds[1]} shards {'weights, ' if ds[1] == 3 else ''}gradients and optimizer states over " \
         f"{len(cards.cards)} ranks" if ds[0] and not ds[2] else \
@@ -294,6 +346,16 @@ def ranks_words(plan, cards: CardSet) -> str:
         out += (f"; the {b.name} (GPU {b.index}) binds: every rank holds the same share, so each is planned against "
                 f"its {gib(budget_for(b, cards.goal)[0])} budget and the larger cards' extra memory stays unused")
     return out
+
+
+def split_words(plan, cards: CardSet) -> str:
+    """The layers split over the cards in words: each card's layers, what else it holds, its peak and budget."""
+    entries = plan.gpus
+    per = "; ".join(f"{card_words(g)}: {layer_split.holds_words(e, i == len(entries) - 1)}, "
+                    f"{gib(e.get('rank_peak_bytes') or 0)} of its {gib(e.get('budget_bytes') or 0)}"
+                    for i, (g, e) in enumerate(zip(cards.cards, entries)))
+    return (f"the model's layers split over {len(cards.cards)} cards in one process (distributed.layer_split; "
+            f"transformers' device_map, one card computing at a time, so no faster than one card): {per}")
 
 
 def left_out_words(cards: CardSet, plan, t: Optional[dict], without: CardSet, other, t_other: Optional[dict]) -> str:
@@ -330,6 +392,10 @@ def card_verdict(entry: dict, entries: list[dict], verdict: str) -> str:
     not the binding one has at least the binding card's room."""
     peak, budget = entry.get("rank_peak_bytes"), entry.get("budget_bytes") or 0
     head = f"GPU {entry.get('index')} ({entry.get('name')}): {gib(peak or 0)} of its {gib(budget)} budget"
+    if "layers" in entry:  # the layers split over the cards: each card its own share, judged against its own budget
+        last = entry is entries[-1] or entry == entries[-1]
+        fits_here = "fits" if (peak or 0) <= budget else "does not fit"
+        return f"{head} ({layer_split.holds_words(entry, last)}), {fits_here}"
     if len(entries) < 2 or not uneven_budgets(entries):
         return f"{head}, {verdict.replace('_', ' ')}"
     if entry is binding_entry(entries) or entry == binding_entry(entries):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from trainer.config.placements import placement
 from trainer.core.units import GIB
 from trainer.models.spec import ModelSpec
-from trainer.planning import adapters, grpo_memory, measured, optimizer_memory, packed_mask, saver_memory
+from trainer.planning import adapters, grpo_memory, layer_split, measured, optimizer_memory, packed_mask, saver_memory
 from trainer.planning import picture_memory as pictures
 from trainer.planning.tiled_memory import mlp_tile_bytes, tiled_input_bytes, tiled_layer_per_token
 from trainer.planning.saver_memory import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported: plan --measure, tests)
@@ -79,6 +79,9 @@ class Estimate:
     notes: tuple[str, ...] = field(default=())
     phases: dict = field(default_factory=dict)
     phase_breakdown: dict = field(default_factory=dict)
+    # the layers split over several cards (planning/layer_split): each card's share (``Card.to_dict``), in order;
+    # ``breakdown`` and ``peak_bytes`` are then the binding card's (the least room)
+    cards: tuple = ()
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
@@ -462,8 +465,23 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     notes = []
     if s.deepspeed and placement(s.optimizer).eight_bit:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
+    cards = ()
+    if s.split_over and s.device == "cuda":
+        cards = _split(spec, s, breakdown, acts)
+        breakdown = dict(layer_split.binding(cards).breakdown)
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
-                    int(sum(host.values())), trainable, tuple(notes), phases, by_phase)
+                    int(sum(host.values())), trainable, tuple(notes), phases, by_phase,
+                    tuple(c.to_dict() for c in cards))
+
+
+def _split(spec: ModelSpec, s: TrainSetup, breakdown: dict, acts: dict) -> list:
+    """Each card's share of ``breakdown`` (one card holding the whole model) with the layers split over
+    ``s.split_over``'s cards (``planning/layer_split``)."""
+    width = 2 if s.method == "qlora" else s.weight_width  # QLoRA's embeddings and head stay 16-bit
+    tied = layer_split.head_first(spec)
+    parts = layer_split.Parts(breakdown, width * spec.embedding_params, 0 if tied else width * spec.lm_head_params,
+                              acts["head"], packed_mask.shared_bytes(s), fragmentation_share(s))
+    return layer_split.split(parts, spec.layers, s.split_over, tied, s.split_layers or None)
 
 
 PERSISTENT = ("reference_model", "deepspeed_buckets", "deepspeed_flatten_cache", "cuda_context", "cuda_kernels")

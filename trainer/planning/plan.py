@@ -22,7 +22,7 @@ from trainer.core import capabilities
 from trainer.core.errors import UserError
 from trainer.core.units import GIB, count
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
-from trainer.planning import gpus, ladder, loss_kernel, picture_plan
+from trainer.planning import gpus, ladder, layer_split, loss_kernel, picture_plan
 from trainer.planning import alternatives as alts, search as ps, settings_writer
 from trainer.planning.choice import model_summary
 from trainer.planning.budget import budget_for, classify, close_apps
@@ -84,8 +84,11 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alterna
     with capabilities.one_look():  # every candidate and alternative is judged against one look at the packages
         if len(sets) == 1:
             plan = _plan_cards(cfg, hardware, goal, sets[0], alternatives)
-            _judge_binding_card(cfg, hardware, goal, sets[0], plan)
-            return plan
+            split = gpus.split_variant(cfg, sets[0]) if plan.verdict != "fits" else None
+            if split is None:
+                _judge_binding_card(cfg, hardware, goal, sets[0], plan)
+                return plan
+            sets = [sets[0], split]  # your cards as ranks do not fit: their layers split over them, compared
         return _plan_card_sets(cfg, hardware, goal, sets, alternatives)
 
 
@@ -101,13 +104,26 @@ def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet"
     # planner starts: it searches them as it does "auto" and reports where it kept or left them.
     layered, _, ruled = presets.layer_with_rulings(cfg, preset)  # your explicit values rule preset ones out
     plan = _plan_once(layered, hardware, goal, gpu, device, (tier, form, preset), alternatives)
+    why_not = layer_split.unavailable(cfg, plan.ctx.spec if plan.ctx is not None else None) if cards.split else None
+    if why_not:
+        raise UserError(f"distributed.layer_split: the layers cannot be split over {cards.words()}: {why_not}; set "
+                        "distributed.layer_split: auto (or false)", field="distributed.layer_split")
     plan.preset_values = _preset_report(preset, plan, explicit_keys(cfg), ruled)
     if device == "cuda":
         if cfg_in.distributed.gpus == "auto" and len(hardware.gpus) > 1:  # the planner's choice among several
             plan.settings["distributed.gpus"] = cards.ids
             if cfg_in.distributed.num_gpus != len(cards.cards):
                 plan.settings["distributed.num_gpus"] = len(cards.cards)
+        if cfg_in.distributed.layer_split == "auto" and len(cards.cards) > 1:
+            plan.settings["distributed.layer_split"] = cards.split
         plan.gpus = [_card_entry(g, goal, plan) for g in cards.cards]
+        split = plan.choice.estimate.cards if plan.choice is not None else ()
+        if cards.split and len(split) == len(plan.gpus):  # each card's own share, and the headline the fullest's
+            for entry, share in zip(plan.gpus, split):
+                entry.update(rank_peak_bytes=share["peak_bytes"], first_layer=share["first_layer"],
+                             layers=share["layers"], holds_head=share["holds_head"])
+            fullest = min(split, key=lambda c: (c["budget_bytes"] - c["peak_bytes"], c["budget_bytes"]))
+            plan.predicted_peak_bytes, plan.budget_bytes = fullest["peak_bytes"], fullest["budget_bytes"]
         why = gpus.why_this_card(cards, hardware)
         if why:
             plan.reasons.insert(0, why)
@@ -131,7 +147,9 @@ def _with_cards(cfg, cards: "gpus.CardSet", device: str):
         ids = cards.ids  # yours or the planner's, by UUID
     if device != "cuda":
         return config_mod.replace(cfg, **{"distributed.gpus": ids})
-    return config_mod.replace(cfg, **{"distributed.gpus": ids, "distributed.num_gpus": len(cards.cards)})
+    split = {"distributed.layer_split": cards.split} if cfg.distributed.layer_split == "auto" and \
+        len(cards.cards) > 1 else {}
+    return config_mod.replace(cfg, **{"distributed.gpus": ids, "distributed.num_gpus": len(cards.cards), **split})
 
 
 def _card_entry(g: GpuSnapshot, goal: str, plan: Plan) -> dict:
@@ -144,24 +162,32 @@ def _plan_card_sets(cfg, hardware: MachineSnapshot, goal: str, sets: list, alter
     """Several cards and the choice left to the planner: one card, the best two, … each planned; the kept one is
     ``gpus.best``'s, with the comparison as its first reason (and the binding card's, where the cards differ)."""
     options, not_planned = [], []
-    for cards in sets:
-        if cfg.training.effective_batch_size % len(cards.cards):
+
+    def planned(cards: "gpus.CardSet") -> Optional[Plan]:
+        if not cards.split and cfg.training.effective_batch_size % len(cards.cards):
             not_planned.append(gpus.skipped(cards, cfg.training.effective_batch_size))
-            continue
+            return None
         try:
             plan = _plan_cards(cfg, hardware, goal, cards, alternatives=False)
         except (config_mod.ConfigError, UserError) as exc:  # a micro-batch of yours the ranks cannot divide
             not_planned.append(f"{cards.words()}: not planned ({exc})")
-            continue
+            return None
         options.append((cards, plan, gpus.step_time(plan, cards)))
+        return plan
+
+    for cards in sets:
+        as_ranks = planned(cards)
+        split = gpus.split_variant(cfg, cards)
+        if split is not None and split not in sets and (as_ranks is None or as_ranks.verdict != "fits"):
+            planned(split)  # the cards as ranks cannot take the run: the layers split over them
     kept = gpus.best(options)
     cards, plan, t = options[kept]
     if alternatives and plan.verdict != "fits":
         plan = _plan_cards(cfg, hardware, goal, cards, alternatives=True)
     plan.reasons.insert(0, gpus.comparison(options, kept) + "".join(f"; {n}" for n in not_planned))
-    if cards.uneven:
+    if cards.uneven and not cards.split:
         rest = cards.without(cards.binding)
-        other = next(((p, t2) for c, p, t2 in options if c.cards == rest.cards), None)
+        other = next(((p, t2) for c, p, t2 in options if c.cards == rest.cards and not c.split), None)
         if other is not None:
             plan.reasons.insert(1, gpus.left_out_words(cards, plan, t, rest, *other))
     return plan
@@ -170,7 +196,7 @@ def _plan_card_sets(cfg, hardware: MachineSnapshot, goal: str, sets: list, alter
 def _judge_binding_card(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet", plan: Plan) -> None:
     """Cards you chose (or asked for by number) that differ: the same set without the smallest one, planned and
     compared in the reasons (your choice is kept)."""
-    if plan.device != "cuda" or not cards.uneven:
+    if plan.device != "cuda" or not cards.uneven or cards.split:  # split: each card holds its own share
         return
     rest = cards.without(cards.binding)
     if cfg.training.effective_batch_size % len(rest.cards):

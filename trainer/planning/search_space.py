@@ -43,11 +43,12 @@ def ds_options(ctx: Context) -> list[DsOption]:
 
 
 def offload_options(ctx: Context) -> list[bool]:
-    """Activation offload as set, else off and then on (CUDA only: TRL offloads from the GPU to the host)."""
+    """Activation offload as set, else off and then on (CUDA only: TRL offloads from the GPU to the host; not
+    planned with the layers split over cards, whose saved tensors live on several)."""
     v = ctx.cfg.speed.activation_offload
     if isinstance(v, bool):
         return [v]
-    return [False, True] if ctx.device == "cuda" else [False]
+    return [False, True] if ctx.device == "cuda" and not ctx.split_budgets else [False]
 
 
 def optimizer_options(ctx: Context) -> list[str]:

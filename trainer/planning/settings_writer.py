@@ -33,6 +33,13 @@ def auto_settings(cfg, mb: int, ckpt: bool, ds: DsOption, offload: bool = False,
     return settings
 
 
+def split_settings(cfg, est) -> dict:
+    """The layers per card of a model split over cards (``planning/layer_split``), where the config leaves them."""
+    if not est.cards or cfg.distributed.layers_per_gpu != "auto":
+        return {}
+    return {"distributed.layers_per_gpu": [c["layers"] for c in est.cards]}
+
+
 def device_settings(cfg, ctx: Context) -> dict:
     """The auto values that follow the machine rather than the memory search: device, precision and
     the weights' dtype."""

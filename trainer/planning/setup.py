@@ -55,6 +55,8 @@ class TrainSetup:
     tiled_mlp: bool = False  # each layer's MLP over tiles of the sequence (speed.tiled_mlp): its input kept, not its intermediates
     autocast: bool = False  # the forward runs under torch.autocast (HF's Trainer, 16-bit precision): adapters' saved inputs
     expandable_segments: bool = False  # PyTorch's allocator maps pages into growing segments (the worker sets it on CUDA)
+    split_over: tuple[int, ...] = ()  # the budgets of the cards the layers are split over, in order (planning/layer_split)
+    split_layers: tuple[int, ...] = ()  # decoder layers per card where the config sets them (empty: the planner's)
 
     def but(self, **changes) -> "TrainSetup":
         """This setup with ``changes`` (field names): ``dataclasses.replace`` without running ``__init__`` again (a

@@ -169,6 +169,10 @@ def chunked_causal_lm_loss(hidden: torch.Tensor, head, labels: torch.Tensor | No
     ``loss_chunk_tokens(vocab)``); ``softcap``: the model's ``final_logit_softcapping`` (None: none)."""
     if shift_labels is None:
         shift_labels = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    weight = getattr(head, "weight", None)
+    if _plain_linear(head) and weight.device != hidden.device and weight.device.type != "meta":
+        hidden = hidden.to(weight.device)  # the layers split over cards: the fused path reads the head's weight
+        # itself, past the hook that would move its input (a tied head sits on the first card, the last layer not)
     flat_labels = shift_labels.reshape(-1).to(hidden.device)
     rows = hidden.reshape(-1, hidden.shape[-1])
     keep = (flat_labels != IGNORE_INDEX).nonzero().squeeze(1)  # unlabelled tokens add nothing to loss or grads

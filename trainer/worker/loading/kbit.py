@@ -65,9 +65,10 @@ def _compute_dtype(model):
     return dtype or model.dtype
 
 
-def random_4bit_model(auto, conf, dtype, device: str, common: dict, precision: str):
+def random_4bit_model(auto, conf, dtype, device, common: dict, precision: str):
     """A causal LM of ``conf`` with random weights, its Linears 4-bit (NF4) on ``device``, as
-    ``auto.from_pretrained(..., quantization_config=...)`` would give for a checkpoint of it."""
+    ``auto.from_pretrained(..., quantization_config=...)`` would give for a checkpoint of it. ``device`` may be a
+    ``device_map`` (module name → device: the layers split over the cards), each module then made on its card."""
     import torch
     from transformers.quantizers.auto import AutoHfQuantizer
 
@@ -75,7 +76,7 @@ def random_4bit_model(auto, conf, dtype, device: str, common: dict, precision: s
     quantizer = AutoHfQuantizer.from_config(qconfig, pre_quantized=False)
     with torch.device("meta"):
         model = auto.from_config(conf, dtype=dtype, **common)
-    quantizer.preprocess_model(model=model, dtype=dtype, device_map={"": device})
+    quantizer.preprocess_model(model=model, dtype=dtype, device_map=device if isinstance(device, dict) else {"": device})
     _materialise(model, dtype, device)
     model.tie_weights()
     model.hf_quantizer = quantizer
@@ -83,18 +84,21 @@ def random_4bit_model(auto, conf, dtype, device: str, common: dict, precision: s
     return model
 
 
-def _materialise(model, dtype, device: str) -> None:
-    """Every meta parameter and buffer on ``device``: 4-bit Linears from a random 16-bit weight drawn one at a
-    time, the rest by the model's own initialisation (rotary tables included)."""
+def _materialise(model, dtype, device) -> None:
+    """Every meta parameter and buffer on ``device`` (or, a ``device_map``, on its module's card): 4-bit Linears from
+    a random 16-bit weight drawn one at a time, the rest by the model's own initialisation (rotary tables
+    included)."""
     import bitsandbytes as bnb
-    import torch
+
+    from trainer.worker.loading.device_map import device_for
 
     std = getattr(model.config.get_text_config(), "initializer_range", 0.02) or 0.02
-    for module in model.modules():
+    for name, module in model.named_modules():
+        where = device_for(device, name) if isinstance(device, dict) else device
         if isinstance(module, bnb.nn.Linear4bit):
-            _quantize_random(module, dtype, device, std)
+            _quantize_random(module, dtype, where, std)
         else:
-            module.to_empty(device=device, recurse=False)
+            module.to_empty(device=where, recurse=False)
             model._init_weights(module)
         module._is_hf_initialized = True
 

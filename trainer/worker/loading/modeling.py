@@ -18,7 +18,7 @@ from trainer.models.sources import DEMO_MODEL, architecture_file, tokenizer_sour
 from trainer.worker.datapipe import tokenizer as model_tokenizer
 from trainer.worker.datapipe.corpus import corpus_tokenizer
 from trainer.worker.datapipe.tokenizer import demo_tokenizer
-from trainer.worker.loading import kbit, model_parts, sentencepiece_reading
+from trainer.worker.loading import device_map, kbit, model_parts, sentencepiece_reading
 
 
 def load_tokenizer(cfg, saved: Path | None = None):
@@ -93,13 +93,18 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
         # (measured on the H100 machine: 95 s before Llama-3.2-1B's first step). DeepSpeed starts
         # from host memory, so its models are still built there.
         where = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda and cfg.deepspeed.enabled is not True else "cpu"
+        split = split_map(cfg, use_cuda, lambda: device_map.skeleton(conf, auto, common))
         if cfg.method.type == "qlora":  # 4-bit from the start: the 16-bit model would not fit where QLoRA is needed
             model = _with_attention_fallback(
-                lambda kw: kbit.random_4bit_model(auto, conf, dtype, where, kw, precision), common)
+                lambda kw: kbit.random_4bit_model(auto, conf, dtype, split or where, kw, precision), common)
+            if split:
+                model = device_map.dispatch(model, split)
         else:
-            with torch.device(where):
+            with torch.device("cpu" if split else where):  # split: built in host memory, then onto its cards
                 model = _with_attention_fallback(lambda kw: auto.from_config(conf, dtype=dtype, **kw),
                                                  common)
+            if split:
+                model = device_map.dispatch(model, split)
     else:
         kwargs = dict(dtype=dtype, revision=m.revision, token=secrets.hub_token(cfg))
         if cfg.method.type == "qlora":
@@ -107,7 +112,12 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
             kwargs["quantization_config"] = kbit.quantization_config(precision, keep)
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
-            auto = model_parts.auto_class(_source_config(cfg), seq2seq)
+            source_conf = _source_config(cfg)
+            split = split_map(cfg, use_cuda, lambda: device_map.skeleton(
+                source_conf, model_parts.auto_class(source_conf, seq2seq), common))
+            if split:  # each module's weights straight onto its card (QLoRA's Linears quantised there)
+                kwargs["device_map"] = split
+            auto = model_parts.auto_class(source_conf, seq2seq)
             model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
                                              common)
         except OSError as exc:
@@ -116,6 +126,14 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
     if vocab_size and model.get_input_embeddings().weight.shape[0] != vocab_size:
         model.resize_token_embeddings(vocab_size)
     return prepare_built(cfg, model, apply_method, seq2seq)
+
+
+def split_map(cfg, use_cuda: bool, skeleton) -> dict | None:
+    """The ``device_map`` of a run whose layers are split over its cards (``distributed.layer_split: true`` on a
+    GPU), from the module names of ``skeleton()`` (the model on the meta device); None otherwise."""
+    if cfg.distributed.layer_split is not True or not use_cuda:
+        return None
+    return device_map.planned_map(cfg, skeleton(), device_map.cards_of(cfg))
 
 
 def prepare_built(cfg, model, apply_method: bool = True, seq2seq: bool = False):

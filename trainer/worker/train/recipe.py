@@ -170,6 +170,23 @@ def _fail(writer: EventWriter, rank: int, message: str, code: int, kind: str) ->
     return code
 
 
+def _layer_split(model) -> list | None:
+    """Where the layers of a model split over cards sit (``distributed.layer_split``): per device, in order, its
+    count of decoder layers, read off the loaded model's ``hf_device_map``; None for a model on one device."""
+    placed = getattr(model, "hf_device_map", None) or getattr(getattr(model, "base_model", None), "hf_device_map", None)
+    if not placed:
+        return None
+    from trainer.worker.loading.device_map import decoder_layers
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    path, n = decoder_layers(base)
+    per: dict = {}
+    for i in range(n):
+        where = str(placed.get(f"{path}.{i}"))
+        per[where] = per.get(where, 0) + 1
+    return [{"device": d, "layers": k} for d, k in per.items()]
+
+
 def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_from: str | None, rank: int) -> int:
     """Set up, train, clean up. Returns the exit code."""
     from trainer.worker.train import engine_switch
@@ -182,7 +199,8 @@ def train(cfg: ResolvedRunConfig, run_dir: Path, writer: EventWriter, resume_fro
         writer.emit(RunStarted(pid=os.getpid(), resume_from=resume_from, device=setup.device, precision=setup.precision,
                                world_size=int(os.environ.get("WORLD_SIZE", "1")), engine_change=change,
                                tokenizer=setup.tokenizer_check, ranks_change=ranks,
-                               extra=dict(info, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))))
+                               extra=dict(info, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                          layer_split=_layer_split(trainer.model))))
         if ranks:
             print(f"trainpilot: {ranks['message']}", file=sys.stderr, flush=True)
         print(f"trainpilot: {setup.tokenizer_check['message']}", file=sys.stderr, flush=True)
