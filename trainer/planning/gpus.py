@@ -355,7 +355,8 @@ def split_words(plan, cards: CardSet) -> str:
                     f"{gib(e.get('rank_peak_bytes') or 0)} of its {gib(e.get('budget_bytes') or 0)}"
                     for i, (g, e) in enumerate(zip(cards.cards, entries)))
     return (f"the model's layers split over {len(cards.cards)} cards in one process (distributed.layer_split; "
-            f"transformers' device_map, one card computing at a time, so no faster than one card): {per}")
+            f"transformers' device_map, one card computing at a time; planned because neither one card nor the cards as "
+            f"data-parallel ranks fit): {per}")
 
 
 def left_out_words(cards: CardSet, plan, t: Optional[dict], without: CardSet, other, t_other: Optional[dict]) -> str:

@@ -5,9 +5,10 @@ Bytes. No torch.
 transformers places a model over several cards with a ``device_map`` (accelerate's hooks move each layer's input to
 its card): card 0 holds the embeddings and the first layers, the next cards the next layers, the last card the final
 norm, the LM head and the loss — a model with tied embeddings keeps its head beside them on card 0, so the shared
-weight lives once. One card computes at a time (a naive pipeline: no card works while another does), so a split is
-no faster than one card; it is the way to train adapters on a model no single card holds (Unsloth's answer to
-2× RTX 3060: ``device_map="balanced"``; here each card's share is planned against its own budget).
+weight lives once. One card computes at a time (a naive pipeline: no card works while another does), so a split
+gains no compute over one card; it is the way to train adapters on a model no single card holds (Unsloth's answer to
+2× RTX 3060: ``device_map="balanced"``; here each card's share is planned against its own budget), and the planner
+plans it only where neither one card nor the cards as data-parallel ranks fit (``plan._plan_card_sets``).
 
 Each component of the whole model's estimate (``memory.estimate`` of one card holding everything, the same setup)
 goes to the card that holds it:

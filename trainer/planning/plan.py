@@ -83,13 +83,27 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alterna
     sets = gpus.candidates(cfg, hardware, goal)  # UserError for a card the machine lacks, or more than it has
     with capabilities.one_look():  # every candidate and alternative is judged against one look at the packages
         if len(sets) == 1:
-            plan = _plan_cards(cfg, hardware, goal, sets[0], alternatives)
-            split = gpus.split_variant(cfg, sets[0]) if plan.verdict != "fits" else None
-            if split is None:
+            split = gpus.split_variant(cfg, sets[0])
+            try:
+                plan = _plan_cards(cfg, hardware, goal, sets[0], alternatives)
+            except (config_mod.ConfigError, UserError):
+                if split is None:
+                    raise
+                plan = None  # e.g. an effective batch your cards as ranks cannot divide: their layers split instead
+            if plan is not None and (split is None or plan.verdict == "fits"):
                 _judge_binding_card(cfg, hardware, goal, sets[0], plan)
                 return plan
-            sets = [sets[0], split]  # your cards as ranks do not fit: their layers split over them, compared
+            try:  # your cards as ranks do not fit: their layers split over them, compared
+                return _plan_card_sets(cfg, hardware, goal, [sets[0], split], alternatives)
+            except _NothingPlanned:
+                if plan is not None:
+                    return plan
+                return _plan_cards(cfg, hardware, goal, sets[0], alternatives)  # its error, as without a split
         return _plan_card_sets(cfg, hardware, goal, sets, alternatives)
+
+
+class _NothingPlanned(UserError):
+    """No set of cards could be planned (each one's reason in the message)."""
 
 
 def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet", alternatives: bool) -> Plan:
@@ -180,6 +194,10 @@ def _plan_card_sets(cfg, hardware: MachineSnapshot, goal: str, sets: list, alter
         split = gpus.split_variant(cfg, cards)
         if split is not None and split not in sets and (as_ranks is None or as_ranks.verdict != "fits"):
             planned(split)  # the cards as ranks cannot take the run: the layers split over them
+    if any(p.verdict == "fits" for c, p, _ in options if not c.split) and cfg.distributed.layer_split == "auto":
+        options = [o for o in options if not o[0].split]  # a split only where one card and the ranks do not fit
+    if not options:
+        raise _NothingPlanned("; ".join(not_planned), field="distributed.num_gpus")
     kept = gpus.best(options)
     cards, plan, t = options[kept]
     if alternatives and plan.verdict != "fits":
