@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
 
     QtWidgets.QApplication.setApplicationName("TrainPilot")
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    from app.ops import gui_gc
+
+    gui_gc.own_collection(app)  # cycles are collected on the GUI thread only, never on a pool thread
     window = MainWindow(settings.hardware_file(args.hardware), lazy=True)
     if args.run:
         window.open_run(args.run)

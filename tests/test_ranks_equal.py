@@ -187,3 +187,38 @@ def test_a_resume_elsewhere_splits_the_effective_batch_anew_and_lets_the_planner
                             (["model.source=gpt2"], "start a new run")):
         with pytest.raises(UserError, match=re.escape(needle)):
             resume_config(tmp_path, changes)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_onto_more_ranks_stops_on_all_when_one_asks_and_keeps_the_losses_of_one_rank(tmp_path):
+    """A 1-rank run stopped at step 2 resumes on 2 ranks (the accumulation halves, the effective batch stays); there
+    only rank 1 asks to stop (as a signal to one rank would), at step 3: both ranks stop at that step and write one
+    complete checkpoint (one optimizer file, each rank's random state), from which the run finishes on 2 ranks —
+    every step's loss the one-rank uninterrupted run's."""
+    geometry = _geometry(1, steps=4, effective=8)
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(training=geometry, deepspeed=ENGINES["ddp"],
+                                                        checkpoints={"every_steps": 10, "keep_last": 5},
+                                                        distributed={"num_gpus": 1, "master_port": free_port()}))
+    run = tmp_path / "run"
+    proc = cli("run", cfg, "--run-dir", run, "--quiet", env={"TRAINPILOT_INJECT_STOP": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + (run / "train.log").read_text()[-3000:]
+    assert events(run, "stopped")[-1]["step"] == 2
+    proc = cli("resume", run, "--set", "distributed.num_gpus=2", env={"TRAINPILOT_INJECT_STOP": "3:1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + (run / "train.log").read_text()[-3000:]
+    message = "resumed on 2 GPUs (was 1): accumulation 4 → 2, effective batch 8 kept"
+    assert message in proc.stdout, proc.stdout
+    assert events(run, "run_started")[-1]["world_size"] == 2
+    assert events(run, "stopped")[-1]["step"] == 3  # rank 0 stopped at rank 1's step, not later
+    assert [e["source"] for e in events(run, "stop_requested")][-1] == "another rank"  # rank 0 speaks for the run
+    ckpt = run / "checkpoints" / "checkpoint-3"
+    assert ckpt.is_dir() and (ckpt / "optimizer.pt").is_file()
+    assert {p.name for p in ckpt.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    proc = cli("resume", run)
+    assert proc.returncode == 0, proc.stderr[-3000:] + (run / "train.log").read_text()[-3000:]
+    assert events(run, "run_started")[-1]["world_size"] == 2
+    assert events(run, "run_started")[-1]["resume_from"].endswith("checkpoint-3")
+    reference = trained_losses(tmp_path, "one", training=geometry, deepspeed=ENGINES["ddp"])
+    got = losses(run)
+    assert sorted(got) == [1, 2, 3, 4]
+    assert [got[s] for s in (1, 2, 3, 4)] == pytest.approx([reference[s] for s in (1, 2, 3, 4)],
+                                                           rel=RANKS_LOSS_TOLERANCE), (got, reference)

@@ -42,7 +42,9 @@ from trainer.worker.train.step_metrics import objective_fields, trl_eval_keys
 # grpo.TrainPilotGRPOTrainer)
 INJECT_OOM_ENV = "TRAINPILOT_INJECT_OOM"
 INJECT_DISK_FULL_ENV = "TRAINPILOT_INJECT_DISK_FULL"  # "STEP": fail the checkpoint save at that step with ENOSPC
-INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"  # "STEP": request a graceful stop at that step (as the STOP file would)
+# "STEP": request a graceful stop at that step (as the STOP file would); "STEP:RANK": on that rank alone (as a signal to
+# one rank would): the ranks agree to stop at one step (``StepEvents._should_stop``)
+INJECT_STOP_ENV = "TRAINPILOT_INJECT_STOP"
 INJECT_SLOW_SAVE_ENV = "TRAINPILOT_INJECT_SLOW_SAVE"  # "SECONDS": pause mid-save, so tests can kill -9 during it
 # "1": on a CPU run, speed.activation_offload with checkpointing stashes the checkpoint inputs as host copies (a CPU has
 # no device memory to free: this exists so tests can drive the offloaded checkpoints through HF's Trainer)
@@ -415,8 +417,9 @@ class StepEvents(TrainerCallback):
         return tokens
 
     def _should_stop(self, args) -> bool:
-        inject = os.environ.get(INJECT_STOP_ENV)
-        if inject and self.trainer.state.global_step >= int(inject) and not self.stop_reason:
+        inject, _, only = (os.environ.get(INJECT_STOP_ENV) or "").partition(":")
+        here = not only or int(only) == int(os.environ.get("RANK", "0"))
+        if inject and here and self.trainer.state.global_step >= int(inject) and not self.stop_reason:
             self.stop_requested, self.stop_reason = True, INJECT_STOP_ENV
         local = self.stop_requested or stopfile.stop_requested(self.run_dir)
         if local and not self.stop_reason:
@@ -424,6 +427,8 @@ class StepEvents(TrainerCallback):
         if self._world > 1:  # every rank must stop at the same step, or the collectives hang
             flag = torch.tensor([1 if local else 0], device=args.device)
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            if flag.item() and not local:  # asked on another rank (its signal, its injection): say so
+                self.stop_reason = self.stop_reason or "another rank"
             local = bool(flag.item())
             self.stop_requested = self.stop_requested or local
         return local
