@@ -268,3 +268,24 @@ def test_header_names_every_card_not_only_gpu_0():
     assert describe(planning_snapshot(str(HW / "triple_rtx5060ti_16gb.jsonl")))["name"] == "3× RTX 5060 Ti"
     assert describe(planning_snapshot(str(HW / "rtx4090_laptop_16gb.jsonl")))["name"] == \
         "NVIDIA GeForce RTX 4090 Laptop GPU"
+
+
+def test_a_model_no_card_holds_splits_its_layers_with_a_line_and_a_bar_per_card(qtbot):
+    """QLoRA of Qwen2.5-32B on the 3× RTX 5060 Ti recording: the Method page shows the layers split over the cards,
+    each card's bar against its own budget and a line saying which layers it holds (docs/gpus.md)."""
+    state = _state(qtbot, str(HW / "triple_rtx5060ti_16gb.jsonl"))
+    page = PlanPage(state)
+    qtbot.addWidget(page)
+    page.resize(900, 700)
+    page.show()
+    state.set("model.architecture", "qwen2.5-32b")
+    state.set("method.type", "qlora")
+    plan = _planned(qtbot, state, **{"data.seq_len": 2048, "training.effective_batch_size": 8})
+    assert plan.settings.get("distributed.layer_split") is True, plan.reasons[:2]
+    qtbot.waitUntil(lambda: page.card_bars.isVisible(), timeout=SHOWN_MS)
+    lines = [line.text() for line in page.card_bars.lines if line.isVisible()]
+    assert len(lines) == 2 and "(layers 0–" in lines[0] and "the embeddings" in lines[0] and "fits" in lines[0]
+    assert "the LM head and the loss" in lines[1] and "binds every rank" not in " ".join(lines)
+    budgets = [b.budget for b in page.card_bars.bars if b.isVisible()]
+    assert budgets == [g["budget_bytes"] for g in plan.gpus]
+    assert "the fullest of 2 cards the layers are split over" in page.verdict.text()

@@ -351,7 +351,7 @@ def ranks_words(plan, cards: CardSet) -> str:
 def split_words(plan, cards: CardSet) -> str:
     """The layers split over the cards in words: each card's layers, what else it holds, its peak and budget."""
     entries = plan.gpus
-    per = "; ".join(f"{card_words(g)}: {layer_split.holds_words(e, i == len(entries) - 1)}, "
+    per = "; ".join(f"{card_words(g)}: {layer_split.holds_words(e, i == 0, i == len(entries) - 1)}, "
                     f"{gib(e.get('rank_peak_bytes') or 0)} of its {gib(e.get('budget_bytes') or 0)}"
                     for i, (g, e) in enumerate(zip(cards.cards, entries)))
     return (f"the model's layers split over {len(cards.cards)} cards in one process (distributed.layer_split; "
@@ -394,9 +394,9 @@ def card_verdict(entry: dict, entries: list[dict], verdict: str) -> str:
     peak, budget = entry.get("rank_peak_bytes"), entry.get("budget_bytes") or 0
     head = f"GPU {entry.get('index')} ({entry.get('name')}): {gib(peak or 0)} of its {gib(budget)} budget"
     if "layers" in entry:  # the layers split over the cards: each card its own share, judged against its own budget
-        last = entry is entries[-1] or entry == entries[-1]
+        first, last = entry == entries[0], entry == entries[-1]
         fits_here = "fits" if (peak or 0) <= budget else "does not fit"
-        return f"{head} ({layer_split.holds_words(entry, last)}), {fits_here}"
+        return f"{head} ({layer_split.holds_words(entry, first, last)}), {fits_here}"
     if len(entries) < 2 or not uneven_budgets(entries):
         return f"{head}, {verdict.replace('_', ' ')}"
     if entry is binding_entry(entries) or entry == binding_entry(entries):

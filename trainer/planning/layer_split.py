@@ -160,9 +160,9 @@ def layer_range(card: dict) -> str:
     return f"layer {first}" if n == 1 else f"layers {first}–{first + n - 1}"
 
 
-def holds_words(card: dict, last: bool) -> str:
-    """What a card holds beyond its layers, in words."""
-    extra = (["the embeddings"] if card.get("position") == 0 else []) + \
+def holds_words(card: dict, first: bool, last: bool) -> str:
+    """What a card holds beyond its layers, in words (``first``, ``last``: its place among the cards)."""
+    extra = (["the embeddings"] if first else []) + \
         (["the final norm"] if last else []) + (["the LM head and the loss"] if card.get("holds_head") else [])
     if not extra:
         return layer_range(card)

@@ -312,6 +312,10 @@ def budget_words(d: dict) -> str:
     words = f"a {gib(d.get('budget_bytes'))} budget"
     if len(entries) == 1:
         return words + f" on GPU {entries[0].get('index')} ({entries[0].get('name')})"
+    if len(entries) > 1 and all("layers" in e for e in entries):  # the layers split: the fullest card's budget
+        fullest = next((e for e in entries if e.get("budget_bytes") == d.get("budget_bytes")), entries[0])
+        return words + (f" on GPU {fullest.get('index')}, the fullest of {len(entries)} cards the layers are split "
+                        "over")
     if len(entries) > 1:
         return words + f" per card on {len(entries)} cards"
     return words
