@@ -160,15 +160,18 @@ def _against_planner(cards: list[CardRow], theirs: list[CardRow]) -> str:
     return out + " The plan below is made for your cards; \"Use the planner's choice\" returns to it."
 
 
-def preset_words(snapshot, keys: list, goal: str = "fastest") -> str:
+def preset_words(snapshot, keys: list, goal: str = "fastest", split: bool = False) -> str:
     """The preset a plan on the cards ``keys`` starts from, and the card it follows: the one that binds the ranks
     (the smallest budget of the cards used, ``CardSet.binding``), classified as the planner classifies it
-    (``budget.classify``) — never GPU 0 of the machine unless it is that card ("" without a GPU)."""
+    (``budget.classify``) — never GPU 0 of the machine unless it is that card ("" without a GPU). ``split``: the
+    plan splits the model's layers over the cards (each card its own share: none binds the others)."""
     gpus = [g for g in getattr(snapshot, "gpus", None) or () if g.uuid in keys or g.index in keys]
     if not gpus:
         return ""
     binding = planning_gpus.CardSet(tuple(gpus), goal).binding
     preset = classify(binding)[2]
-    which = "the card the run uses" if len(gpus) == 1 else "the smallest of the cards the run uses: it binds every rank"
+    which = "the card the run uses" if len(gpus) == 1 else \
+        "the smallest of the cards the layers are split over" if split else \
+        "the smallest of the cards the run uses: it binds every rank"
     return f"Preset: {preset} — the starting point for GPU {binding.index} ({binding.name}), {which}"
 

@@ -135,7 +135,8 @@ def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet"
         if cards.split and len(split) == len(plan.gpus):  # each card's own share, and the headline the fullest's
             for entry, share in zip(plan.gpus, split):
                 entry.update(rank_peak_bytes=share["peak_bytes"], first_layer=share["first_layer"],
-                             layers=share["layers"], holds_head=share["holds_head"])
+                             layers=share["layers"], holds_head=share["holds_head"],
+                             breakdown=dict(share["breakdown"]))
             fullest = min(split, key=lambda c: (c["budget_bytes"] - c["peak_bytes"], c["budget_bytes"]))
             plan.predicted_peak_bytes, plan.budget_bytes = fullest["peak_bytes"], fullest["budget_bytes"]
         why = gpus.why_this_card(cards, hardware)

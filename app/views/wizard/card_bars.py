@@ -2,7 +2,9 @@
 
 Every rank holds the same share (ZeRO shards evenly, DDP copies everything), so each card's bar is the same
 breakdown against that card's own budget: with uneven cards the smallest is full and binds every rank, and the larger
-cards' room stays unused — the bars show it and the lines say it (``trainer.planning.gpus.card_verdict``).
+cards' room stays unused — the bars show it and the lines say it (``trainer.planning.gpus.card_verdict``). With the
+model's layers split over the cards each card holds its own share: its bar is its own breakdown (plan.json's
+``gpus`` entries carry it) and every bar has its legend.
 """
 from __future__ import annotations
 
@@ -42,14 +44,21 @@ class CardBars(QtWidgets.QWidget):
             self._lay.addWidget(bar)
             self.lines.append(line)
             self.bars.append(bar)
+        split = all("layers" in e for e in entries)
         for i, (line, bar) in enumerate(zip(self.lines, self.bars)):
             used = i < len(entries)
             line.setVisible(used)
             bar.setVisible(used)
             if used:
                 line.setText(f"<b>{card_verdict(entries[i], entries, d.get('verdict') or 'unknown')}</b>")
-                bar.set_breakdown(d.get("breakdown") or {}, entries[i].get("budget_bytes"))
-        self.note.setText(f"{len(entries)} ranks, one per card; each holds the same share"
-                          + (": the smallest card binds every rank" if uneven_budgets(entries) else "") + ".")
+                own = entries[i].get("breakdown") if split else None  # the layers split: this card's own parts
+                bar.budget_legend_only = i > 0 and not split
+                bar.set_breakdown(own or d.get("breakdown") or {}, entries[i].get("budget_bytes"))
+        if split:
+            self.note.setText(f"The model's layers split over {len(entries)} cards in one process: each card holds "
+                              "its own share, planned against its own budget.")
+        else:
+            self.note.setText(f"{len(entries)} ranks, one per card; each holds the same share"
+                              + (": the smallest card binds every rank" if uneven_budgets(entries) else "") + ".")
         self.show()
         return True

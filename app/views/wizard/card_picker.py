@@ -101,7 +101,9 @@ class CardPicker(QtWidgets.QGroupBox):
         if self._refused:
             why += " " + self._refused
         self.why.setText(why)
-        self.preset.setText(cards.preset_words(self.state.snapshot(), ticked))
+        split = bool(getattr(self.state.plan, "settings", None) or {}) and \
+            self.state.plan.settings.get("distributed.layer_split") is True
+        self.preset.setText(cards.preset_words(self.state.snapshot(), ticked, split=split))
         self.preset.setVisible(bool(self.preset.text()))
         self.auto_button.setVisible(len(rows) > 1)
         self.auto_button.setEnabled(self.mine())
