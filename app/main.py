@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from app.ops import platform_check
+from app.ops import gui_gc, platform_check
 from app.ops import settings
 
 
@@ -34,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
 
     QtWidgets.QApplication.setApplicationName("TrainPilot")
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    from app.ops import gui_gc
-
     gui_gc.own_collection(app)  # cycles are collected on the GUI thread only, never on a pool thread
     window = MainWindow(settings.hardware_file(args.hardware), lazy=True)
     if args.run:

@@ -147,16 +147,22 @@ def test_one_flops_count_per_token():
 @pytest.mark.parametrize("setup", [TrainSetup(method="lora", seq_len=8192), TrainSetup(checkpointing=True),
                                    TrainSetup(method="qlora", tiled_mlp=True, micro_batch=2)])
 def test_every_time_estimate_uses_the_one_count(setup):
-    """The offload-or-checkpointing time (``speed``) and the loss kernel's ranking (``throughput``) rank setups
-    on one count: before, ``speed`` took a LoRA step as two forwards (attention's backward a third short) and left
+    """Every decision a plan makes by time reads one model (``speed.optimizer_step``: issue 45; before, the loss
+    kernel ranked setups on ``throughput.relative_speed`` and the rest on a fixed 45% MFU), on one count
+    (``flops``): before that, ``speed`` took a LoRA step as two forwards (attention's backward a third short) and left
     out the tiled MLP."""
+    from trainer.planning.memory import estimate
+
     spec = load_model_spec("qwen3-1.7b")
     count = flops.flops_per_token(spec, setup)
     tokens = setup.micro_batch * setup.seq_len
-    compute = speed.step_seconds(spec, setup, "NVIDIA H100 80GB HBM3", None, 0)["compute"]
-    assert compute == pytest.approx(tokens * count / (speed.peak_flops("h100") * speed.MFU), rel=1e-12)
-    busy = throughput.utilisation(tokens, throughput.half_busy_tokens(spec, setup))
-    assert throughput.relative_speed(spec, setup) == pytest.approx(busy / count, rel=1e-12)
+    h100, est = speed.peak_flops("h100"), estimate(spec, setup)
+    step = speed.optimizer_step(spec, setup, est, "NVIDIA H100 80GB HBM3", None)
+    busy = speed.SUSTAINED * throughput.utilisation(tokens, speed.half_busy(spec, setup, h100))
+    assert step["compute"] == pytest.approx(tokens * count / (h100 * busy), rel=1e-12)
+    assert speed.ranking_seconds(spec, setup, est, "NVIDIA H100 80GB HBM3", None) == step["total"]  # the loss kernel's
+    # where no peak is known (the CPU) the loss kernel compares the same compute on the card it was fitted on
+    assert speed.ranking_seconds(spec, setup, est, None, None) == pytest.approx(step["compute"], rel=1e-12)
 
 
 # Configs on which the wizard (the structure record's number), Start (the top level of a composite config) and the

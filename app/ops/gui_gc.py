@@ -13,14 +13,15 @@ from __future__ import annotations
 import gc
 import time
 
-from PySide6 import QtCore
-
 INTERVAL_MS = 5000  # cycles wait at most this long; a pass after start walks only the objects made since
 _last_ms: list[float] = []  # the duration of each pass (milliseconds), newest last, for the tests and the log
 
 
-def own_collection(parent: QtCore.QObject) -> QtCore.QTimer:
-    """Turn the automatic collector off and collect from a timer on ``parent``'s (the GUI) thread."""
+def own_collection(parent):
+    """Turn the automatic collector off and collect from a timer on ``parent``'s (the GUI) thread (a QObject;
+    returns the QTimer). Qt is imported here: ``app.main`` imports this module before it checks Qt can load."""
+    from PySide6 import QtCore
+
     gc.disable()
     timer = QtCore.QTimer(parent)
     timer.setObjectName("gui_gc")

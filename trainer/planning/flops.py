@@ -1,6 +1,6 @@
-"""The compute of a training step: matrix FLOPs per trained token, the one count every time estimate of a plan uses
-(``speed.step_seconds``: checkpointing against activation offload; ``throughput.relative_speed``: the loss
-kernel, the micro-batch, the tiled MLP's and checkpointing's cost), and the MFU of the benchmarks. No torch.
+"""The compute of a training step: matrix FLOPs per trained token, the one count the plan's one time model uses
+(``speed.optimizer_step``: every decision a plan makes by time; ``throughput``: the tiled MLP's and checkpointing's
+cost in the savings rows), and the MFU of the benchmarks. No torch.
 
 Per token, with W the weights of the decoder layers a token goes through (every layer kind, T5's decoder too),
 H = vocab × hidden the LM head's (a tied embedding still does the head's matmul; the embedding lookup is free),

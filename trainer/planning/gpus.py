@@ -9,8 +9,9 @@ estimated at least ``MORE_CARDS_MIN_GAIN`` faster than one card (or one card doe
 
 Several cards are data-parallel ranks (DDP, or DeepSpeed ZeRO-2/3 where one card cannot hold the model states: the
 search's levels). Every rank holds the same share (ZeRO shards evenly), so the card with the smallest budget binds
-every rank; the plan says so and compares with the set without it. The step time of a set is the slowest card's
-compute (``speed.step_seconds`` at its peak) plus the gradient exchange over PCIe (``exchange_seconds``).
+every rank; the plan says so and compares with the set without it. The step time of a set is the plan's one time
+model (``speed.optimizer_step``) on the slowest card: its micro-batches, the host's step where DeepSpeed offloads the
+optimizer, and the exchange between the cards over the slowest card's link (``speed.exchange_bytes``).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from trainer.hardware.gpu_processes import is_desktop_process
 from trainer.hardware.probe import GpuSnapshot, MachineSnapshot
 from trainer.planning import layer_split
 from trainer.planning.budget import budget_for
-from trainer.planning.context import make_setup, per_rank_batch
-from trainer.planning.speed import PCIE_EFFICIENCY, peak_flops, step_seconds
+from trainer.planning.context import make_setup
+from trainer.planning.speed import PCIE_EFFICIENCY, optimizer_step, peak_flops
 
 MORE_CARDS_MIN_GAIN = 0.10  # a set of several is chosen over one card only when estimated this much faster
 UNEVEN_SHARE = 0.95  # cards whose budgets differ by more than this ratio are "uneven": the smallest binds
@@ -172,42 +173,24 @@ def _card_state(g: GpuSnapshot, goal: str) -> str:
     return f"{card_words(g)} has {gib(usable)} usable{what}" + (" (it drives the display)" if display else "")
 
 
-# -- time: compute on the slowest card plus the gradient exchange ------------------------------------------------
+# -- time: the one time model on the slowest card, with the exchange between the cards -----------------------------
 def link_bytes_per_second(cards: CardSet) -> Optional[float]:
-    """What the exchange between the cards runs at (bytes/s): the slowest card's PCIe link at the copies'
-    efficiency. GeForce cards have no peer-to-peer: NCCL routes a ring through host memory, each card's traffic over
-    its own link. NVLink bridges are not modelled. None when a link is not reported."""
+    """The link the exchange between the cards runs over (bytes/s, its signalling rate): the slowest card's PCIe link
+    (``speed.optimizer_step`` runs copies at ``PCIE_EFFICIENCY`` of it). GeForce cards have no peer-to-peer: NCCL
+    routes a ring through host memory, each card's traffic over its own link. NVLink bridges are not modelled. None
+    when a link is not reported."""
     links = [g.pcie_bytes_per_second for g in cards.cards]
     if not links or any(v is None for v in links):
         return None
-    return min(links) * PCIE_EFFICIENCY
-
-
-def exchange_bytes(trainable: int, params: int, setup, micro_batches: int, ranks: int) -> int:
-    """Bytes each rank sends (and receives) per optimizer step over the ring (a ring moves (N−1)/N of a tensor per
-    rank for a reduce-scatter or an all-gather, twice that for an all-reduce). DDP exchanges gradients in the
-    weights' dtype (``TrainSetup.weight_width``); DeepSpeed in the 16-bit compute dtype (``activation_width``).
-
-    - DDP: one all-reduce of the trainable gradients per optimizer step (no exchange in the accumulation steps).
-    - ZeRO-2: a reduce-scatter of the gradients every micro-batch, an all-gather of the updated weights per step.
-    - ZeRO-3: every micro-batch gathers all weights for forward and again for backward, and reduce-scatters the
-      gradients; the step updates shards in place."""
-    if ranks < 2:
-        return 0
-    width = setup.activation_width if setup.deepspeed else setup.weight_width
-    share = (ranks - 1) / ranks
-    grads = trainable * width
-    if not setup.deepspeed:
-        return int(2 * share * grads)
-    if setup.zero_stage == 3:
-        return int(micro_batches * share * (2 * params * width + grads))
-    return int(micro_batches * share * grads + share * trainable * width)
+    return min(links)
 
 
 def step_time(plan, cards: CardSet) -> Optional[dict]:
-    """The predicted optimizer step of ``plan`` (made for ``cards``): ``compute`` (the slowest card's micro-batches
-    at its peak), ``exchange`` (gradients and weights between the cards) and ``total`` seconds. None where a card's
-    peak or link is unknown, or the plan has no memory prediction."""
+    """The predicted optimizer step of ``plan`` (made for ``cards``): ``speed.optimizer_step`` on the slowest card
+    (every rank waits for it) with the exchange over the set's slowest link — ``micro_batches`` (compute and the
+    copies beside it), ``host`` and ``host_copies`` (the host's step where DeepSpeed offloads the optimizer),
+    ``exchange`` and ``total`` seconds, ``bytes`` exchanged. None where a card's peak or a link is unknown, or the
+    plan has no memory prediction."""
     ctx, choice = plan.ctx, plan.choice
     if ctx is None or choice is None or ctx.spec is None or not cards.cards:
         return None
@@ -216,44 +199,35 @@ def step_time(plan, cards: CardSet) -> Optional[dict]:
         return None
     slowest = cards.cards[peaks.index(min(peaks))]
     setup = make_setup(ctx, choice.micro, choice.ckpt, choice.ds, choice.offload, choice.optimizer)
-    offloaded = choice.estimate.host_breakdown.get("offloaded_activations", 0)
-    one = step_seconds(ctx.spec, setup, slowest.name, slowest.pcie_bytes_per_second, offloaded)
-    if not one:
-        return None
-    micro_batches = max(1, per_rank_batch(ctx.cfg) // choice.micro)
     if cards.split:
-        return _split_step_time(ctx, plan, cards, setup, offloaded, micro_batches)
-    compute = one["total"] * micro_batches
-    moved = exchange_bytes(choice.estimate.trainable_params, ctx.spec.params, setup, micro_batches, len(cards.cards))
-    link = link_bytes_per_second(cards)
-    if moved and not link:
-        return None
-    exchange = moved / link if moved else 0.0
-    return {"compute": compute, "exchange": exchange, "total": compute + exchange, "bytes": moved}
+        return _split_step_time(ctx, plan, cards, setup)
+    return optimizer_step(ctx.spec, setup, choice.estimate, slowest.name, slowest.pcie_bytes_per_second,
+                          link_bytes_per_second(cards) if len(cards.cards) > 1 else None) or None
 
 
-def _split_step_time(ctx, plan, cards: CardSet, setup, offloaded: int, micro_batches: int) -> Optional[dict]:
+def _split_step_time(ctx, plan, cards: CardSet, setup) -> Optional[dict]:
     """The step of a model whose layers are split over ``cards``: one card computes at a time, each its share of
-    the layers (``speed.step_seconds`` of the whole model on that card × its share), and between neighbours the
-    hidden states cross over PCIe (forward) and their gradients back (backward): 16-bit, micro-batch × sequence ×
-    hidden bytes per crossing, through host memory (GeForce cards have no peer-to-peer), so each crossing is timed
-    over the slower link twice. None where a card's peak or link is unknown."""
+    the layers (``speed.optimizer_step`` of the whole model's micro-batches on that card × its share of the layers),
+    and between neighbours the hidden states cross over PCIe (forward) and their gradients back (backward): 16-bit,
+    micro-batch × sequence × hidden bytes per crossing, through host memory (GeForce cards have no peer-to-peer), so
+    each crossing is timed over the slower link twice. None where a card's peak or link is unknown."""
     shares = [e.get("layers", 0) / max(1, ctx.spec.layers) for e in plan.gpus]
     if len(shares) != len(cards.cards):
         return None
-    compute = 0.0
-    for g, share in zip(cards.cards, shares):
-        one = step_seconds(ctx.spec, setup, g.name, g.pcie_bytes_per_second, offloaded)
-        if not one:
-            return None
-        compute += share * one["total"] * micro_batches
+    steps = [optimizer_step(ctx.spec, setup, plan.choice.estimate, g.name, g.pcie_bytes_per_second) for g in cards.cards]
+    if not all(steps):
+        return None
+    compute = sum(share * one["micro_batches"] for share, one in zip(shares, steps))
     tokens = setup.micro_batch * setup.sequences_per_sample * setup.seq_len
-    moved = int(micro_batches * (len(cards.cards) - 1) * 2 * tokens * ctx.spec.hidden * setup.activation_width)
+    n = max(1, setup.gradient_accumulation)
+    moved = int(n * (len(cards.cards) - 1) * 2 * tokens * ctx.spec.hidden * setup.activation_width)
     link = link_bytes_per_second(cards)
     if moved and not link:
         return None
-    exchange = 2 * moved / link if moved else 0.0
-    return {"compute": compute, "exchange": exchange, "total": compute + exchange, "bytes": moved}
+    exchange = 2 * moved / (link * PCIE_EFFICIENCY) if moved else 0.0
+    host, host_copies = steps[0]["host"], steps[0]["host_copies"]
+    return {"compute": compute, "micro_batches": compute, "host": host, "host_copies": host_copies,
+            "exchange": exchange, "total": compute + host + host_copies + exchange, "bytes": moved}
 
 
 VERDICT_RANK = {"fits": 0, "tight": 1, "does_not_fit": 2, "unknown": 3}
@@ -277,8 +251,11 @@ def seconds(t: Optional[dict]) -> str:
     if not t:
         return "time unknown (a card's compute peak or PCIe link is not known)"
     moved = gib(t["bytes"]) if t["bytes"] >= 2**30 else f"{t['bytes'] / 2**20:.0f} MiB"
+    host = t["host"] + t["host_copies"]
+    on_host = (f" + {host:.2f} s for the optimizer step on the host" if t["host"] else
+               f" + {host:.2f} s paging the optimizer states over PCIe" if host else "")
     ex = f" + {t['exchange']:.2f} s exchanging {moved} over PCIe" if t["exchange"] else ""
-    return f"≈ {t['total']:.2f} s per optimizer step ({t['compute']:.2f} s compute{ex})"
+    return f"≈ {t['total']:.2f} s per optimizer step ({t['micro_batches']:.2f} s compute{on_host}{ex})"
 
 
 def comparison(options: list, kept: int) -> str:

@@ -21,8 +21,9 @@ Liger crashed at step 1 (an illegal memory access in an inductor-generated kerne
 family Liger patches; not under ``speed.torch_compile`` — the crash above — nor DeepSpeed ZeRO-3, which
 partitions the ``lm_head.weight`` Liger reads directly); otherwise HF's loss wherever it fits; the chunked loss
 only where it lets the run fit, or fit with a memory saver the search ranks earlier (no offload, no 8-bit AdamW, no
-DeepSpeed), or without checkpointing or with a larger micro-batch, estimated (``throughput``, the chunked loss taken
-at ``CHUNKED_SPEED`` of HF's speed) at least ``FASTER_BY`` times as fast. On the CPU the memory is weighed too:
+DeepSpeed), or without checkpointing or with a larger micro-batch, estimated (the plan's one time model,
+``speed.optimizer_step`` on the planned card; the chunked loss taken at ``CHUNKED_SPEED`` of HF's speed) at least
+``FASTER_BY`` times as fast. On the CPU the memory is weighed too:
 HF's loss that takes more than ``CPU_MEMORY_SHARE`` of the budget beyond the chunked loss must be estimated
 ``FASTER_BY`` times as fast to be kept.
 DPO, KTO, ORPO and GRPO compute their losses in TRL (chunked log-probabilities): ``hf``, the trainer's own.
@@ -164,7 +165,8 @@ def resolve_unplanned(cfg) -> str:
 class Outcome:
     """The search's best settings with one kernel: ``fits`` the budget, ``level`` (the index of its memory
     savers in the search's order; lower is preferred) and their words, micro-batch, checkpointing, ``need``
-    (bytes), ``speed`` (``throughput.relative_speed``), ``zero3`` (lands on DeepSpeed ZeRO-3)."""
+    (bytes), ``speed`` (trained tokens per second of an optimizer step: ``speed.ranking_seconds``), ``zero3`` (lands
+    on DeepSpeed ZeRO-3)."""
 
     kernel: str
     fits: bool
@@ -220,8 +222,13 @@ def decide(cfg, outcomes: dict[str, Outcome], budget: int, gib, family: Optional
         return Decision(HF, f"loss: HF's loss: neither loss fits; HF's needs the least ({_at(hf, gib, budget)}; the "
                             f"chunked loss at {_at(ch, gib)}){suffix}")
     return Decision(HF, f"loss: HF's loss, the fastest that fits ({_at(hf, gib, budget)}); the chunked loss "
-                        f"would fit at {_at(ch, gib)}, estimated {ratio:.2f}× as fast ({_basis(hf, ch)}), below the "
+                        f"would fit at {_at(ch, gib)}, estimated {_below(ratio)}× as fast ({_basis(hf, ch)}), below the "
                         f"{FASTER_BY:.2f}× that would choose it{suffix}")
+
+
+def _below(ratio: float) -> str:
+    """A ratio under ``FASTER_BY`` in words: two decimals, three where two would print ``FASTER_BY`` itself."""
+    return f"{ratio:.3f}" if f"{ratio:.2f}" == f"{FASTER_BY:.2f}" else f"{ratio:.2f}"
 
 
 def _cpu_memory(hf: Outcome, ch: Outcome, ratio: float, budget: int, gib) -> str:
@@ -245,7 +252,7 @@ def _at(o: Outcome, gib, budget: Optional[int] = None) -> str:
 
 
 def _basis(hf: Outcome, ch: Outcome) -> str:
-    """The speed estimate's basis in words (``throughput``)."""
+    """The speed estimate's basis in words (``speed.optimizer_step``)."""
     parts = []
     if hf.ckpt != ch.ckpt:
         parts.append(f"{'no ' if hf.ckpt else ''}recompute of the layers in backward")

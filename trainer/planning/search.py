@@ -5,7 +5,8 @@ offload, then parameter offload; within each, checkpointing off before on; withi
 micro-batch that divides the per-GPU batch (so the effective batch is exact); for GRPO, at that
 micro-batch, the largest generation batch whose sampling phase fits too. The loss kernel is weighed around
 all of that: the search runs once per candidate kernel (``loss_kernel.candidates``: Liger alone where it runs, else
-HF's loss and the chunked loss) and ``loss_kernel.decide`` picks, with the throughput estimate, and says why.
+HF's loss and the chunked loss) and ``loss_kernel.decide`` picks, with the plan's one time model
+(``speed.optimizer_step``), and says why.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from trainer.planning.context import (
     with_loss,
     with_variant,
 )
-from trainer.planning import in_backward_plan, kernels, loss_kernel, throughput
+from trainer.planning import in_backward_plan, kernels, loss_kernel, speed
 from trainer.planning.kernels import Variant
 from trainer.planning.memory import Estimate, estimate
 from trainer.planning.search_space import (
@@ -202,11 +203,17 @@ def _best(ctx: Context) -> _Best:
 
 
 def _outcome(ctx: Context, b: _Best) -> loss_kernel.Outcome:
+    """One kernel's (and layer variant's) search result as ``loss_kernel`` weighs it; its speed is trained tokens per
+    second of an optimizer step by the plan's one time model (``speed.ranking_seconds`` on the planned card)."""
     setup = make_setup(ctx, b.micro, b.ckpt, *b.level, b.gen or None)
     ds, off, opt = b.level
+    card = ctx.gpu if ctx.device == "cuda" else None  # a CPU run: no peak known, compute alone is compared
+    seconds = speed.ranking_seconds(ctx.spec, setup, b.est, card.name if card else None,
+                                    card.pcie_bytes_per_second if card else None)
+    step_tokens = per_rank_batch(ctx.cfg) * setup.sequences_per_sample * setup.seq_len
     return loss_kernel.Outcome(kernel=setup.loss_kernel, fits=b.fits, level=b.index, savers=level_words(b.level),
                                micro=b.micro, ckpt=b.ckpt, need=need(ctx, b.est),
-                               speed=throughput.relative_speed(ctx.spec, setup),
+                               speed=step_tokens / seconds,
                                tokens=b.micro * setup.sequences_per_sample * setup.seq_len,
                                zero3=bool(ds[0] and ds[1] == 3))
 

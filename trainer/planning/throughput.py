@@ -1,7 +1,6 @@
-"""How fast a training setup runs, relative to another on the same GPU: an estimate the planner compares
-choices with (which loss kernel; later, which memory saver). No torch. Units: FLOPs per token, tokens.
-
-The estimate is time per trained token = compute per token / utilisation:
+"""How busy a micro-batch keeps the GPU, and what two savers cost in compute: the utilisation fit the plan's one time
+model (``speed.optimizer_step``) computes with, and the shares the plan's savings rows quote. No torch. Units:
+FLOPs per token, tokens.
 
 - **Compute** is ``flops.flops_per_token`` (the plan's one count: LoRA's backward, checkpointing's recompute, the
   tiled MLP, attention). TrainPilot's chunked loss computes the LM head's gradients in its forward, chunk by
@@ -11,10 +10,9 @@ The estimate is time per trained token = compute per token / utilisation:
   without compile (docs/benchmarks.md, docs/design.md): micro-batch 1 with checkpointing ran at 13.1k tokens/s,
   micro-batch 8 without it at 40.9k (3.1×); n½ = 4,096 tokens makes the estimate 3.05×. The fixed cost grows with
   the layers (launches per layer) while the compute grows with the FLOPs per token, so n½ scales as
-  layers / FLOPs per token from that fit: a 7B model is half-busy at ~1,300 tokens. A slower GPU spends relatively
-  less on the fixed cost (n½ is smaller there; the snapshot does not say how fast the GPU is, so this is not
-  counted): the estimate overstates what a larger micro-batch gains on consumer cards. A prior for ranking
-  choices, not a prediction of tokens/s.
+  layers / FLOPs per token from that fit: a 7B model is half-busy at ~1,300 tokens on the H100. The fixed cost is
+  time, so on a slower card the same tokens are a larger share of the step and n½ is smaller in proportion to the
+  card's peak (``speed.half_busy``). A prior for ranking choices, not a prediction of tokens/s.
 """
 from __future__ import annotations
 
@@ -37,7 +35,7 @@ def tiled_mlp_cost(spec: ModelSpec, s: TrainSetup) -> float:
 
 
 def half_busy_tokens(spec: ModelSpec, s: TrainSetup) -> float:
-    """Tokens per micro-batch at which the estimate has the GPU half busy for this model (see above)."""
+    """Tokens per micro-batch at which the estimate has the H100 half busy for this model (see above)."""
     full = replace(s, method="full", checkpointing=False)
     layers = spec.layers + spec.decoder_layers
     return HALF_BUSY_TOKENS * (layers / FIT_LAYERS) * (FIT_FLOPS / flops_per_token(spec, full))
@@ -46,12 +44,6 @@ def half_busy_tokens(spec: ModelSpec, s: TrainSetup) -> float:
 def utilisation(tokens: int, half_busy: float = HALF_BUSY_TOKENS) -> float:
     """The share of the GPU a micro-batch of ``tokens`` tokens keeps busy (0-1, see the module docstring)."""
     return tokens / (tokens + half_busy)
-
-
-def relative_speed(spec: ModelSpec, s: TrainSetup) -> float:
-    """Tokens per second of ``s``, up to a constant of the GPU: compare two setups of one model by ratio."""
-    tokens = s.micro_batch * s.sequences_per_sample * s.seq_len
-    return utilisation(tokens, half_busy_tokens(spec, s)) / flops_per_token(spec, s)
 
 
 def checkpointing_cost(spec: ModelSpec, s: TrainSetup) -> float:
