@@ -376,7 +376,7 @@ class SpeedConfig(_Section):
         "recompute, so their intermediates (several times the hidden size per token) never exist for the whole "
         "sequence at once; the same loss and gradients, one more MLP forward per layer. 'auto': on only where the run "
         "does not fit otherwise, or needs it to avoid a slower memory saver (activation offload, DeepSpeed) or for a "
-        "larger micro-batch on a poorly used GPU (the plan says why)."
+        "larger micro-batch estimated at least 10% faster (the plan says why)."
     )
 
 

@@ -14,7 +14,6 @@ from trainer.planning import kernels, loss_kernel
 from trainer.planning import picture_memory as picture_costs
 from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import Estimate, TrainSetup
-from trainer.planning.throughput import SMALL_TOKENS  # noqa: F401  (the search's threshold, re-exported)
 
 
 DsOption = tuple[bool, int, bool, bool]  # (enabled, zero_stage, offload_optimizer, offload_params)

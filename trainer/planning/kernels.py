@@ -12,8 +12,8 @@ these beside it and the resolved config tells the worker, which installs exactly
 ``auto`` for both: the search runs once per variant, cheapest first (``variants``: no tiling before tiling; dropout
 0.05 before 0 at each), and keeps a later variant only where it does better by the search's own ranking
 (``better``): it fits where the earlier does not, or fits with fewer memory savers (no activation offload, no
-DeepSpeed), or with a larger micro-batch where the earlier one's leaves the GPU poorly used — so a short sequence
-that fits keeps 0.05 and no tiling. Explicit values are the only variant: judged, never changed. ``method.lora_experts`` (PEFT's
+DeepSpeed), or with a larger micro-batch the plan's one time model estimates 10% faster — so a short sequence that
+fits keeps 0.05 and no tiling. Explicit values are the only variant: judged, never changed. ``method.lora_experts`` (PEFT's
 ``ParamWrapper``) runs only without dropout: its ``auto`` is 0.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from trainer.core.units import LEAST_PRINTED
-from trainer.planning.throughput import SMALL_TOKENS
+from trainer.planning.speed import OFFLOAD_MIN_GAIN
 
 DROPOUT = 0.05  # the adapters' dropout where nothing needs 0 (PEFT's examples and the former default)
 
@@ -71,22 +71,25 @@ def better(o, than) -> bool:
     where ``than`` does not (or, neither fitting, needs less by a printable amount, ``LEAST_PRINTED``: a variant
     that costs compute is not kept for a saving the plan would print as 0.0 GiB); it fits with fewer memory savers
     (its level: no activation offload, no DeepSpeed); or, checkpointing alike, with a larger micro-batch where
-    ``than``'s keeps the GPU poorly used (fewer than ``SMALL_TOKENS`` tokens, the rule the checkpointing choice
-    uses). Not to turn checkpointing off, nor for a larger micro-batch alone: the known short-sequence plans keep
-    their settings (the extra MLP forward and dropout's regularisation are not given up for that)."""
+    ``than``'s is estimated ``OFFLOAD_MIN_GAIN`` slower per optimizer step by the plan's one time model (the
+    outcomes' ``speed``: the larger micro-batch keeps the card busier, the variant's own compute — the tiled MLP's
+    extra forward — counted), the rule checkpointing and activation offload are weighed by. Not to turn
+    checkpointing off: dropout's regularisation and the recompute are not given up for that."""
     if o.fits != than.fits:
         return o.fits
     if not o.fits:  # the least memory, by a printable amount: a costlier variant is not kept for nothing
         return o.need <= than.need - LEAST_PRINTED
     if o.level != than.level:
         return o.level < than.level
-    return o.ckpt == than.ckpt and o.micro > than.micro and than.tokens < SMALL_TOKENS
+    timed = o.busy is not None and than.busy is not None  # a card with a known peak: the GPU's utilisation applies
+    return timed and o.ckpt == than.ckpt and o.micro > than.micro and o.speed * (1.0 - OFFLOAD_MIN_GAIN) > than.speed
 
 
 def best_possible(o, largest_micro: int) -> bool:
     """Nothing a later variant can be ``better`` than: it fits without memory savers, at the largest micro-batch or
-    with enough tokens per micro-batch to keep the GPU busy."""
-    return o.fits and o.level == 0 and (o.micro == largest_micro or o.tokens >= SMALL_TOKENS)
+    keeping the card so busy that no larger micro-batch could be ``OFFLOAD_MIN_GAIN`` faster (the time model's
+    utilisation: at most 1 / ``busy`` faster)."""
+    return o.fits and o.level == 0 and (o.micro == largest_micro or o.busy is None or o.busy >= 1.0 - OFFLOAD_MIN_GAIN)
 
 
 def choose(outcomes: list) -> int:

@@ -178,6 +178,7 @@ class Outcome:
     speed: float
     tokens: int
     zero3: bool = False
+    busy: Optional[float] = None  # the share of the card its micro-batch keeps busy (``speed.busy_share``; None: unknown)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from trainer.planning.context import (
     need,
     per_rank_batch,
 )
-from trainer.planning import grpo_memory, picture_plan
+from trainer.planning import grpo_memory, picture_plan, timed
+from trainer.planning.speed import OFFLOAD_MIN_GAIN
 from trainer.planning.budget import usable_host_words
 from trainer.planning.memory import Estimate, estimate
 
@@ -184,11 +185,20 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict,
         return f"gradient checkpointing {'on' if ckpt else 'off'} as set {_source(ctx, 'speed.gradient_checkpointing')}"
     if not ckpt and not found and est is not None:  # nothing fits: off because it would not help
         return _checkpointing_no_help(ctx, mb, ds, offload, optimizer, est)
+    times = timed.checkpointing_pays(ctx, found, (ds, offload, optimizer or ctx.cfg.training.optimizer))[1] \
+        if found else None
     if not ckpt:
+        if times:  # both fit: off, since its larger micro-batch does not pay for the recompute
+            return (f"gradient checkpointing off: not needed, and with it micro-batch {found[True][0]} instead of "
+                    f"{found[False][0]} is estimated ≈ {times[True]:.2f} s per optimizer step against "
+                    f"{times[False]:.2f} s without (the recompute costs more than the busier card gains)")
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
+        timing = (f"; estimated ≈ {times[True]:.2f} s per optimizer step against {times[False]:.2f} s without, "
+                  f"at least {OFFLOAD_MIN_GAIN:.0%} faster: the bigger batch keeps the card busier than the recompute "
+                  "costs" if times else "")
         return (f"gradient checkpointing on: without it only micro-batch {found[False][0]} fits "
-                f"({found[False][0] * ctx.seq} tokens), with it {mb}; the bigger batch uses the GPU better")
+                f"({found[False][0] * ctx.seq} tokens), with it {mb}{timing}")
     e = estimate(ctx.spec, make_setup(ctx, min(micro_options(ctx.cfg)), False, ds, offload, optimizer))
     if est is None or need(ctx, e) <= need(ctx, est):
         return ""  # it does not lower the peak: the savings' sentence says why it is on and what it costs

@@ -17,7 +17,6 @@ from trainer.config.placements import placement
 from trainer.core.units import gib
 from trainer.planning.choice import Choice, choice_level, make_choice
 from trainer.planning.context import (
-    SMALL_TOKENS,
     Context,
     family,
     generation_options,
@@ -185,7 +184,7 @@ def _best(ctx: Context) -> _Best:
         found = {ck: v for ck, v in found.items() if v}
         if not found:
             continue
-        ckpt = _pick_ckpt(ctx, found)
+        ckpt = timed_choices.checkpointing_pays(ctx, found, (ds, off, opt))[0]
         mb, est, gen = found[ckpt]
         level, why = (ds, off, opt), []
         if ckpt and not off and True in offload_options(ctx) and False in ckpt_options(ctx):  # both are the planner's
@@ -207,21 +206,11 @@ def _outcome(ctx: Context, b: _Best) -> loss_kernel.Outcome:
     second of an optimizer step by the plan's one time model (``speed.ranking_seconds`` on the planned card)."""
     setup = make_setup(ctx, b.micro, b.ckpt, *b.level, b.gen or None)
     ds, off, opt = b.level
-    card = ctx.gpu if ctx.device == "cuda" else None  # a CPU run: no peak known, compute alone is compared
-    seconds = speed.ranking_seconds(ctx.spec, setup, b.est, card.name if card else None,
-                                    card.pcie_bytes_per_second if card else None)
+    seconds = timed_choices.ranking_seconds(ctx, setup, b.est)
     step_tokens = per_rank_batch(ctx.cfg) * setup.sequences_per_sample * setup.seq_len
     return loss_kernel.Outcome(kernel=setup.loss_kernel, fits=b.fits, level=b.index, savers=level_words(b.level),
                                micro=b.micro, ckpt=b.ckpt, need=need(ctx, b.est),
                                speed=step_tokens / seconds,
                                tokens=b.micro * setup.sequences_per_sample * setup.seq_len,
-                               zero3=bool(ds[0] and ds[1] == 3))
-
-
-def _pick_ckpt(ctx: Context, found: dict) -> bool:
-    """Checkpointing off unless its micro-batch is tiny and checkpointing allows 4× more."""
-    if False not in found:
-        return True
-    if True in found and found[False][0] * ctx.seq < SMALL_TOKENS and found[True][0] >= 4 * found[False][0]:
-        return True
-    return False
+                               zero3=bool(ds[0] and ds[1] == 3),
+                               busy=speed.busy_share(ctx.spec, setup, timed_choices.card_of(ctx)[0]))

@@ -89,6 +89,16 @@ def compute_seconds(spec, s: TrainSetup, peak: float) -> float:
     return tokens * flops_per_token(spec, s) / (peak * busy)
 
 
+def busy_share(spec, s: TrainSetup, gpu_name: Optional[str]) -> Optional[float]:
+    """The share of the card a micro-batch of ``s`` keeps busy, the utilisation the time model computes it at (0-1):
+    a larger micro-batch can be at most 1 / this faster. None where the card's peak is unknown (the CPU, a card not
+    in ``PEAK_16BIT``): the fitted utilisation is a GPU's, and no larger micro-batch is preferred for speed there."""
+    peak = peak_flops(gpu_name)
+    if peak is None:
+        return None
+    return utilisation(s.micro_batch * s.sequences_per_sample * s.seq_len, half_busy(spec, s, peak))
+
+
 def optimizer_step(spec, s: TrainSetup, est, gpu_name: Optional[str], link: Optional[float],
                    exchange_link: Optional[float] = None) -> dict:
     """One optimizer step of ``s`` (its ``gradient_accumulation`` micro-batches, ``world`` ranks) on the card

@@ -22,7 +22,6 @@ from trainer.models.spec import ModelSpec
 from trainer.planning.flops import flops_per_token
 from trainer.planning.setup import TrainSetup
 
-SMALL_TOKENS = 2048  # below this many tokens per micro-batch a GPU is poorly used
 # n½ of the fit above: Llama-3.2-1B (16 layers, 8.22 GFLOPs per token for a full fine-tune at sequence 2,048)
 HALF_BUSY_TOKENS, FIT_LAYERS, FIT_FLOPS = 4096, 16, 8.22e9
 

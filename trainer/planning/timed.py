@@ -13,7 +13,8 @@ from trainer.core.units import gib
 from trainer.planning.context import Context, DsOption, make_setup
 from trainer.planning.memory import Estimate
 from trainer.planning.search_space import Level, best_micro
-from trainer.planning.speed import OFFLOAD_MIN_GAIN, optimizer_step
+from trainer.planning.speed import OFFLOAD_MIN_GAIN, optimizer_step, peak_flops
+from trainer.planning.speed import ranking_seconds as ranking
 
 
 def faster_untiled(ctx: Context, options: list, tried: list, i: int) -> tuple[int, Optional[str]]:
@@ -79,3 +80,31 @@ def _step_time(ctx: Context, mb: int, ckpt: bool, ds: DsOption, off: bool, opt: 
     s = make_setup(ctx, mb, ckpt, ds, off, opt)
     link = ctx.gpu.pcie_bytes_per_second if ctx.gpu is not None else None
     return optimizer_step(ctx.spec, s, est, ctx.gpu.name if ctx.gpu else None, link) or None
+
+
+def card_of(ctx: Context) -> tuple:
+    """(name, PCIe link) of the card a plan is timed on; (None, None) on the CPU."""
+    card = ctx.gpu if ctx.device == "cuda" else None
+    return (card.name, card.pcie_bytes_per_second) if card is not None else (None, None)
+
+
+def ranking_seconds(ctx: Context, setup, est: Estimate) -> float:
+    """Seconds per optimizer step of ``setup`` by the plan's one time model (``speed.ranking_seconds``)."""
+    return ranking(ctx.spec, setup, est, *card_of(ctx))
+
+
+def checkpointing_pays(ctx: Context, found: dict, level: Level) -> tuple[bool, Optional[dict]]:
+    """Whether the search turns gradient checkpointing on at ``level``, where ``found`` holds what fits with it off
+    and on: off (one memory saver fewer) unless only it fits, or checkpointing's larger micro-batch is estimated
+    ``OFFLOAD_MIN_GAIN`` faster per optimizer step by the one time model (its recompute against the card kept busier:
+    the rule activation offload and the tiled MLP are weighed by). (the choice, {False: s, True: s} where both were
+    timed, else None). A card without a known peak (the CPU) gains nothing by the micro-batch: off."""
+    if False not in found:
+        return True, None
+    if True not in found or found[True][0] <= found[False][0] or peak_flops(card_of(ctx)[0]) is None:
+        return False, None
+    times = {}
+    for ck in (False, True):
+        mb, est, gen = found[ck]
+        times[ck] = ranking_seconds(ctx, make_setup(ctx, mb, ck, *level, gen or None), est)
+    return times[True] < (1.0 - OFFLOAD_MIN_GAIN) * times[False], times
