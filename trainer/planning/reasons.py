@@ -191,7 +191,7 @@ def _checkpointing(ctx: Context, mb: int, ckpt: bool, ds: DsOption, found: dict,
         if times:  # both fit: off, since its larger micro-batch does not pay for the recompute
             return (f"gradient checkpointing off: not needed, and with it micro-batch {found[True][0]} instead of "
                     f"{found[False][0]} is estimated ≈ {times[True]:.2f} s per optimizer step against "
-                    f"{times[False]:.2f} s without (the recompute costs more than the busier card gains)")
+                    f"{times[False]:.2f} s without: not {OFFLOAD_MIN_GAIN:.0%} faster, so no recompute)")
         return "gradient checkpointing off: not needed, so no recomputation slows the steps"
     if False in found:
         timing = (f"; estimated ≈ {times[True]:.2f} s per optimizer step against {times[False]:.2f} s without, "
