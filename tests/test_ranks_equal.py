@@ -150,8 +150,13 @@ def test_a_run_stopped_on_two_ranks_resumes_on_one_with_the_effective_batch_and_
 def test_a_zero_run_stopped_on_two_ranks_resumes_on_one_through_deepspeeds_universal_checkpoint(tmp_path, engine):
     """ZeRO writes each rank's partition, which DeepSpeed's own loader reads back only on as many ranks: the resume
     goes through the engine switch (DeepSpeed's ``ds_to_universal``: per-parameter fp32 masters and AdamW moments, any
-    number of ranks) and says so."""
+    number of ranks) and says so. The ZeRO-3 checkpoint's marker is made as old as before it recorded the number of
+    ranks: the ranks are read off ZeRO's own per-rank partitions instead (``checkpoints.saved_ranks``)."""
     run, reference = _stopped_on_two_ranks(tmp_path, engine)
+    if engine == "zero3":
+        marker = run / "checkpoints" / "checkpoint-2" / "trainpilot_checkpoint.json"
+        old = {k: v for k, v in json.loads(marker.read_text()).items() if k != "world_size"}
+        marker.write_text(json.dumps(old))
     started = _assert_resumed_on_one_rank(run, reference)
     stage = ENGINES[engine]["zero_stage"]
     assert (started["engine_change"]["from"], started["engine_change"]["to"]) == (

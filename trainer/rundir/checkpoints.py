@@ -82,12 +82,40 @@ def clean_staging(root: str | Path) -> list[Path]:
 
 
 def read_marker(path: str | Path) -> dict:
-    """A checkpoint's marker (what the worker wrote: batch geometry, engine, step), or {} when unreadable."""
+    """A checkpoint's marker (what the worker wrote: batch geometry, engine, step), or {} when unreadable. A marker
+    written before it recorded ``world_size`` gets the number of ranks the checkpoint's own files show
+    (``saved_ranks``), so a resume onto another number of GPUs is seen as one (and a ZeRO checkpoint converted)."""
     try:
         data = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    if "world_size" not in data:
+        ranks = saved_ranks(path)
+        if ranks:
+            data = dict(data, world_size=ranks)
+    return data
+
+
+# ZeRO's per-rank optimizer partitions (bf16_ for a bf16 run), in the checkpoint's global_step<N>/ folder, and HF's
+# per-rank random states (one rng_state.pth on one rank)
+_ZERO_PARTITION = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt")
+_RNG_STATE = re.compile(r"rng_state_(\d+)\.pth")
+
+
+def saved_ranks(path: str | Path) -> int | None:
+    """How many ranks wrote a checkpoint, read off its files: DeepSpeed ZeRO's optimizer partitions (one per rank),
+    else HF's random states (``rng_state_<rank>.pth`` per rank, ``rng_state.pth`` alone for one); None when neither
+    says."""
+    path = Path(path)
+    zero = {int(m.group(1)) for f in path.glob("global_step*/*_optim_states.pt") if (m := _ZERO_PARTITION.fullmatch(f.name))}
+    if zero:
+        return max(zero) + 1
+    rng = {int(m.group(1)) for f in path.glob("rng_state_*.pth") if (m := _RNG_STATE.fullmatch(f.name))}
+    if rng:
+        return max(rng) + 1
+    return 1 if (path / "rng_state.pth").is_file() else None
 
 
 def engine_meta(cfg) -> dict:
