@@ -77,9 +77,11 @@ class RunController(QtCore.QObject):
         (what its wizard planned and Review checked), never against another machine."""
         return ["--hardware", self.hardware_file] if self.hardware_file else []
 
-    def resume(self, run_dir: str) -> None:
-        """``trainpilot-cli resume RUN_DIR``: continue a stopped or crashed run from its checkpoint."""
-        self._launch(run_dir, "resume", run_dir)
+    def resume(self, run_dir: str, overrides: tuple[str, ...] | list[str] = ()) -> None:
+        """``trainpilot-cli resume RUN_DIR [--set k=v ...]``: continue a stopped or crashed run from its checkpoint
+        (the overrides: another number of GPUs, ``app/model/resume_choice.py``)."""
+        sets = [a for o in overrides for a in ("--set", o)]
+        self._launch(run_dir, "resume", run_dir, *sets, *(self._hardware_args() if sets else []))
 
     def stop(self, run_dir: str) -> bool:
         """Ask for a graceful stop: write the STOP file ``trainpilot-cli stop`` writes (the worker

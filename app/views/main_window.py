@@ -11,11 +11,12 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.model import advice
-from app.model import failed_start
+from app.model import failed_start, resume_choice
 from trainer.rundir.runstate import read_run_state
 from app.ops import background, settings
 from app.views.export_dialog import ExportDialog
 from app.views.export_model_dialog import ExportModelDialog, VerifyExportDialog
+from app.views.resume_dialog import ResumeDialog
 from app.ops.hardware_feed import HardwareMonitor
 from app.views.header import HardwareHeader
 from app.views.learning_view import RunEndNotifier
@@ -219,9 +220,19 @@ class MainWindow(QtWidgets.QMainWindow):
             self.runs.stop(self._selected_dir())
 
     def resume_selected(self) -> None:
-        """Resume the selected run."""
-        if self._selected_dir():
-            self.runs.resume(self._selected_dir())
+        """Resume the selected run; where this machine offers a choice of GPUs (several, or fewer than the run
+        trained on), ask how many first (``ResumeDialog``)."""
+        run = self._selected_dir()
+        if not run:
+            return
+        snapshot = self.hardware.planning_snapshot()
+        if resume_choice.needs_choice(run, snapshot):
+            dialog = ResumeDialog(run, snapshot, parent=self)
+            dialog.chosen.connect(lambda sets: self.runs.resume(run, sets))
+            dialog.open()
+            self.resume_dialog = dialog
+            return
+        self.runs.resume(run)
 
     def export_selected(self) -> None:
         """Export the selected run's config and launch scripts."""

@@ -46,6 +46,8 @@ def register(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="resume elsewhere (repeatable): distributed.* (e.g. distributed.num_gpus=1), "
                         "training.micro_batch_size, training.gradient_accumulation_steps; the effective batch is kept")
+    p.add_argument("--hardware", help="plan the new place for a recorded hardware snapshot instead of probing "
+                                      "(as run --hardware; telemetry still samples this machine)")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("stop", help="ask a run to save a checkpoint and stop")
@@ -157,7 +159,7 @@ def cmd_resume(args) -> int:
     cfg = create.resume_config(run, args.overrides)
     standby = Standby.start(cfg)  # imports while the inputs are checked again
     with cancelled_on_error(standby):
-        hardware = _hardware(None)
+        hardware = _hardware(args.hardware)
         preflight.check(cfg, hardware)
         if args.overrides:  # the new place is planned and checked like a new run's, then the run's files follow it
             resolved, plan = create.resolve(cfg, hardware)

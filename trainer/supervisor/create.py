@@ -56,7 +56,10 @@ def resume_config(run_dir: Path, overrides: list[str]):
         d["gpus"] = "auto"  # the run's recorded cards are another count: the planner picks the new one(s), and says
     if "distributed.gpus" in dotted and "distributed.num_gpus" not in dotted and isinstance(cards, list) and cards:
         d["num_gpus"] = len(cards)  # the cards listed say how many, as in a new config
-    ranks = _count(d.get("num_gpus")) * _count(d.get("num_nodes"))
+    split = d.get("layer_split") is True
+    if split and isinstance(d.get("layers_per_gpu"), list) and len(d["layers_per_gpu"]) != _count(d.get("num_gpus")):
+        d["layers_per_gpu"] = "auto"  # the layers split over another number of cards: the planner splits them anew
+    ranks = (1 if split else _count(d.get("num_gpus"))) * _count(d.get("num_nodes"))  # a split is one rank
     micro, effective = t.get("micro_batch_size"), t.get("effective_batch_size")
     if "training.gradient_accumulation_steps" not in dotted and isinstance(micro, int) and isinstance(effective, int):
         if effective % (micro * ranks):
