@@ -187,6 +187,21 @@ def test_a_resume_elsewhere_splits_the_effective_batch_anew_and_lets_the_planner
     assert split("distributed.num_gpus=4") == (4, "auto", 2, 2, 16)
     assert split("distributed.num_gpus=1", "training.micro_batch_size=4") == (1, "auto", 4, 4, 16)
     assert split(f"distributed.gpus=[{cards[1]}]") == (1, [cards[1]], 2, 8, 16)
+    # a run planned on one GPU recorded one process (launcher: single): on two the planner picks the launcher again
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "config.yaml").write_text(config_mod.dump_yaml(config_mod.validate(tiny_config(
+        training=_geometry(1, effective=16), distributed={"num_gpus": 1, "launcher": "single"}))))
+    assert resume_config(one, ["distributed.num_gpus=2"]).distributed.launcher == "auto"
+    assert resume_config(one, []).distributed.launcher == "single"
+    # a split run resumed on another number of cards: its layer counts give way to the planner's split
+    split_run = tmp_path / "split"
+    split_run.mkdir()
+    (split_run / "config.yaml").write_text(config_mod.dump_yaml(config_mod.validate(tiny_config(
+        method={"type": "lora"}, training=_geometry(1, effective=16),
+        distributed={"num_gpus": 2, "layer_split": True, "layers_per_gpu": [1, 1]}))))
+    moved = resume_config(split_run, ["distributed.num_gpus=3"])
+    assert moved.distributed.layers_per_gpu == "auto" and moved.training.gradient_accumulation_steps == 8  # one rank
     for changes, needle in ((["distributed.num_gpus=3"], "cannot be kept on 3 GPU(s) at micro-batch 2"),
                             (["training.effective_batch_size=32"], "resume --set training.effective_batch_size"),
                             (["model.source=gpt2"], "start a new run")):

@@ -60,6 +60,8 @@ def resume_config(run_dir: Path, overrides: list[str]):
     if split and isinstance(d.get("layers_per_gpu"), list) and len(d["layers_per_gpu"]) != _count(d.get("num_gpus")):
         d["layers_per_gpu"] = "auto"  # the layers split over another number of cards: the planner splits them anew
     ranks = (1 if split else _count(d.get("num_gpus"))) * _count(d.get("num_nodes"))  # a split is one rank
+    if ranks > 1 and d.get("launcher") == "single" and "distributed.launcher" not in dotted:
+        d["launcher"] = "auto"  # a run planned on one GPU recorded one process; on several the planner picks the launcher
     micro, effective = t.get("micro_batch_size"), t.get("effective_batch_size")
     if "training.gradient_accumulation_steps" not in dotted and isinstance(micro, int) and isinstance(effective, int):
         if effective % (micro * ranks):
