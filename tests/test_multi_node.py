@@ -116,12 +116,14 @@ def test_two_machines_through_torchrun_train_as_one_rank_at_twice_the_micro_batc
 
 @pytest.mark.slow
 @pytest.mark.deepspeed
-def test_two_machines_through_the_deepspeed_launcher_with_zero2_train_as_one_rank(tmp_path):
+def test_two_machines_through_the_deepspeed_launcher_with_zero3_train_as_one_rank(tmp_path):
+    """ZeRO-3 across the machines: every weight is gathered from both for each forward and backward (the stage that
+    talks most across machines; ZeRO-2 over several ranks is held to one rank in test_ranks_equal)."""
     node0 = _assert_two_machines_train_as_one(tmp_path, "deepspeed",
-                                              deepspeed={"enabled": True, "zero_stage": 2})
+                                              deepspeed={"enabled": True, "zero_stage": 3})
     log = (node0 / "train.log").read_text()
     assert "deepspeed.launcher.runner" in log and "--no_ssh --node_rank 0" in log
-    assert json.loads((node0 / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
+    assert json.loads((node0 / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3
 
 
 @pytest.mark.slow

@@ -38,14 +38,20 @@ def compared(plan, sim: dict) -> dict:
     """The simulation beside the plan (bytes): ``planned_bytes`` (the components a simulation holds), the
     simulated peak, ``error_pct`` (planned − simulated, of simulated), and the host side likewise. The components
     left out are the plan's margins of ``saver_memory.NOT_SIMULATED`` (``not_simulated``, with ``margin_reasons``)."""
-    covered = {k: v for k, v in plan.breakdown.items() if k not in NOT_SIMULATED}
+    est = getattr(getattr(plan, "choice", None), "estimate", None)
+    split = len(est.cards) if est is not None and est.cards else 0
+    # the layers split over cards: the child runs the whole model on one device, so it is held to the one-card sum
+    # the split apportions (planning/layer_split), not to one card's share
+    breakdown = est.unsplit if split else plan.breakdown
+    covered = {k: v for k, v in breakdown.items() if k not in NOT_SIMULATED}
     host = {k: v for k, v in plan.host_breakdown.items() if k not in HOST_NOT_SIMULATED}
     planned, peak = sum(covered.values()), sim["peak_bytes"]
     return {"planned_bytes": planned, "simulated_bytes": peak,
             "error_pct": round(100.0 * (planned - peak) / peak, 1) if peak else None,
             "planned_host_bytes": sum(host.values()), "simulated_host_bytes": sim["host_peak_bytes"],
-            "not_simulated": {k: v for k, v in plan.breakdown.items() if k in NOT_SIMULATED},
-            "margin_reasons": {k: NOT_SIMULATED[k] for k in plan.breakdown if k in NOT_SIMULATED}, **sim}
+            "not_simulated": {k: v for k, v in breakdown.items() if k in NOT_SIMULATED},
+            "margin_reasons": {k: NOT_SIMULATED[k] for k in breakdown if k in NOT_SIMULATED}, "split_cards": split,
+            **sim}
 
 
 def format_simulation(c: dict) -> str:
@@ -58,7 +64,8 @@ def format_simulation(c: dict) -> str:
            f"part scaled" if c.get("simulated_layers") else f"all {layers} layers")
     lines = [f"simulated step (fake tensors, two optimizer steps, {how}; {c['seconds']:.0f} s):",
              f"  GPU peak         {g(c['simulated_bytes'])}   planned {g(c['planned_bytes'])} for the same components "
-             f"({c['error_pct']:+.1f}%)",
+             f"({c['error_pct']:+.1f}%)" + (f" — the whole model on one device: the plan's one-card sum, which it "
+                                            f"splits over {c['split_cards']} cards" if c.get("split_cards") else ""),
              "  live at the peak: " + ", ".join(f"{k} {g(v)}" for k, v in sorted(c["at_peak"].items(),
                                                                             key=lambda kv: -kv[1]) if v >= 2**20),
              f"  host RAM peak    {g(c['simulated_host_bytes'])}   planned {g(c['planned_host_bytes'])}"

@@ -82,6 +82,7 @@ class Estimate:
     # the layers split over several cards (planning/layer_split): each card's share (``Card.to_dict``), in order;
     # ``breakdown`` and ``peak_bytes`` are then the binding card's (the least room)
     cards: tuple = ()
+    unsplit: dict = field(default_factory=dict)  # with ``cards``: the one-card breakdown the split apportions
 
 
 def lora_params(spec: ModelSpec, setup: TrainSetup) -> int:
@@ -465,13 +466,13 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
     notes = []
     if s.deepspeed and placement(s.optimizer).eight_bit:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
-    cards = ()
+    cards, unsplit = (), {}
     if s.split_over and s.device == "cuda":
         cards = _split(spec, s, breakdown, acts)
-        breakdown = dict(layer_split.binding(cards).breakdown)
+        breakdown, unsplit = dict(layer_split.binding(cards).breakdown), breakdown
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
                     int(sum(host.values())), trainable, tuple(notes), phases, by_phase,
-                    tuple(c.to_dict() for c in cards))
+                    tuple(c.to_dict() for c in cards), unsplit)
 
 
 def _split(spec: ModelSpec, s: TrainSetup, breakdown: dict, acts: dict) -> list:
