@@ -155,3 +155,24 @@ def test_the_tied_gradients_are_planned_beyond_what_backward_has_freed_by_then()
     assert "tied_gradients" not in memory.estimate(spec, s.but(in_backward=True, micro_batch=8,
                                                                checkpointing=False)).breakdown
     assert optimizer_memory.tied_gradient_bytes(spec, s.but(method="lora")) == 0
+
+
+def test_the_fused_steps_peak_is_the_largest_of_its_moments():
+    """Issue 46: the fused step's transients are those of its largest moment (``memory.fused_step_moments``), not
+    the sum of every moment's: at 8 × 2048 tokens with checkpointing Llama-3.2-3B peaks in the last layer's backward,
+    which holds the recompute and the gradients in flight but not the loss's working memory, the head's saved tensors
+    or the end of backward's gradients; the separate step still sums the loss with the recompute."""
+    from trainer.models.spec import load_model_spec
+    from trainer.planning import memory
+
+    spec = load_model_spec("llama-3.2-3b")
+    s = TrainSetup(micro_batch=8, seq_len=2048, in_backward=True, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
+    est = memory.estimate(spec, s)
+    assert set(est.moments) == {"loss", "layer", "end"} and max(est.moments, key=est.moments.get) == "layer"
+    transients = sum(v for k, v in est.breakdown.items() if k in memory.FUSED_TRANSIENTS)
+    assert transients == est.moments["layer"] > est.moments["loss"] > est.moments["end"]
+    assert "logits_loss" not in est.breakdown and "tied_gradients" not in est.breakdown
+    assert est.breakdown["layer_backward"] == memory.layer_backward_bytes(spec, s) > 0
+    assert est.breakdown["gradients"] == 2 * spec.vocab * spec.hidden  # the tied head's, buffered by the engine
+    separate = memory.estimate(spec, s.but(in_backward=False))
+    assert not separate.moments and separate.breakdown["logits_loss"] and separate.breakdown["recompute"]
