@@ -9,7 +9,7 @@ laptop, the 24 GB desktop) at sequence 2048 and effective batch 8, the planner c
 resolved config is simulated (``trainer.worker.probes.simulate``: the worker's own model building and savers, two
 optimizer steps on fake tensors, MemTracker's live bytes). "planned" is the sum of the plan's components a
 simulation holds (all but the margins of ``saver_memory.NOT_SIMULATED``: the CUDA context, kernels and workspaces,
-fragmentation, the offload margin);
+fragmentation, the offload margin, the paged states' working set);
 "error" is planned − simulated, of simulated; "simulated + margins" adds the margins back and compares with
 the budget. With ``--layers N`` (default 3) the simulation builds N and N − 1
 decoder layers (a hybrid's whole layer pattern) and scales the per-layer part to the model's depth: the same

@@ -129,20 +129,50 @@ def test_the_planned_gradients_are_the_most_alive_at_once_under_the_fused_step(t
 
 
 def test_the_tied_gradients_are_planned_beyond_what_backward_has_freed_by_then():
-    """In the plan ``tied_gradients`` is the extra less the transients gone by the end of backward: zero where a
-    micro-batch's activations are larger (Llama-3.2-3B at 8 × 2048 tokens), the rest where they are not (one
-    checkpointed sequence), none for LoRA (the embedding does not train)."""
+    """The separate step: ``tied_gradients`` is the extra less the transients gone by the end of backward, zero
+    where a micro-batch's activations are larger (Llama-3.2-3B at 8 × 2048 tokens), the rest where they are not (one
+    checkpointed sequence). The fused step plans the end of backward as its own moment
+    (``memory.fused_step_moments``): the LM head's buffered gradient and the two more, whole, in the breakdown where
+    that moment is the largest (one checkpointed sequence), not where another is. None for LoRA (the embedding does
+    not train)."""
     from trainer.models.spec import load_model_spec
     from trainer.planning import memory
 
     spec = load_model_spec("llama-3.2-3b")
     assert spec.tied_embeddings
-    s = TrainSetup(micro_batch=1, seq_len=2048, in_backward=True, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
+    s = TrainSetup(micro_batch=1, seq_len=2048, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
     extra = optimizer_memory.tied_gradient_bytes(spec, s)
-    assert extra == 2 * 2 * spec.vocab * spec.hidden
+    one = 2 * spec.vocab * spec.hidden
+    assert extra == 2 * one
     b = memory.estimate(spec, s).breakdown
     gone = sum(b.get(k, 0) for k in ("activations", "recompute", "mlp_tile", "attention_mask", "logits_loss",
-                                      "vision_activations")) - 2 * spec.vocab * spec.hidden
+                                      "vision_activations")) - one
     assert 0 < b["tied_gradients"] == extra - gone
     assert "tied_gradients" not in memory.estimate(spec, s.but(micro_batch=8, checkpointing=False)).breakdown
+    fused = memory.estimate(spec, s.but(in_backward=True))
+    assert max(fused.moments, key=fused.moments.get) == "end"
+    assert (fused.breakdown["gradients"], fused.breakdown["tied_gradients"]) == (one, extra)
+    assert "tied_gradients" not in memory.estimate(spec, s.but(in_backward=True, micro_batch=8,
+                                                               checkpointing=False)).breakdown
     assert optimizer_memory.tied_gradient_bytes(spec, s.but(method="lora")) == 0
+
+
+def test_the_fused_steps_peak_is_the_largest_of_its_moments():
+    """Issue 46: the fused step's transients are those of its largest moment (``memory.fused_step_moments``), not
+    the sum of every moment's: at 8 × 2048 tokens with checkpointing Llama-3.2-3B peaks in the last layer's backward,
+    which holds the recompute and the gradients in flight but not the loss's working memory, the head's saved tensors
+    or the end of backward's gradients; the separate step still sums the loss with the recompute."""
+    from trainer.models.spec import load_model_spec
+    from trainer.planning import memory
+
+    spec = load_model_spec("llama-3.2-3b")
+    s = TrainSetup(micro_batch=8, seq_len=2048, in_backward=True, loss_kernel=loss_kernel.CHUNKED, checkpointing=True)
+    est = memory.estimate(spec, s)
+    assert set(est.moments) == {"loss", "layer", "end"} and max(est.moments, key=est.moments.get) == "layer"
+    transients = sum(v for k, v in est.breakdown.items() if k in memory.FUSED_TRANSIENTS)
+    assert transients == est.moments["layer"] > est.moments["loss"] > est.moments["end"]
+    assert "logits_loss" not in est.breakdown and "tied_gradients" not in est.breakdown
+    assert est.breakdown["layer_backward"] == memory.layer_backward_bytes(spec, s) > 0
+    assert est.breakdown["gradients"] == 2 * spec.vocab * spec.hidden  # the tied head's, buffered by the engine
+    separate = memory.estimate(spec, s.but(in_backward=False))
+    assert not separate.moments and separate.breakdown["logits_loss"] and separate.breakdown["recompute"]

@@ -71,6 +71,10 @@ def format_simulation(c: dict) -> str:
              f"  host RAM peak    {g(c['simulated_host_bytes'])}   planned {g(c['planned_host_bytes'])}"
              + ("  (" + ", ".join(f"{k} {g(v)}" for k, v in c["host_at_peak"].items() if v >= 2**20) + ")"
                 if c["host_at_peak"] else ""),
+             *([f"  paged states' working set {g(c['paged_working_set_bytes'])} (the most one parameter's update "
+                f"brought in; CUDA managed memory beside the allocator's reserve, so a margin: planned "
+                f"{g(c['not_simulated'].get('paged_states_working_set', 0))})"]
+               if c.get("paged_working_set_bytes") else []),
              "  not simulated (the plan's margins): " + (", ".join(f"{k} {g(v)}" for k, v in c["not_simulated"].items())
                                                          or "none")]
     lines += [f"    {k}: {why}" for k, why in c.get("margin_reasons", {}).items()]

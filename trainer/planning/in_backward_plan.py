@@ -27,7 +27,7 @@ from trainer.core.dotted import get_in
 from trainer.core.units import LEAST_PRINTED, count, gib
 from trainer.planning.context import Context, make_setup, need, per_rank_batch
 from trainer.planning.memory import Estimate, estimate
-from trainer.planning.optimizer_memory import largest_param, paging_bytes_per_step, state_words
+from trainer.planning.optimizer_memory import gradient_bytes, largest_param, paging_bytes_per_step, state_words
 from trainer.planning.speed import pcie_seconds
 
 def unavailable(ctx: Context) -> Optional[str]:
@@ -113,7 +113,7 @@ def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list
     fused = make_setup(ctx, micro, ckpt, ds, off, opt)
     separate = estimate(ctx.spec, replace(fused, in_backward=False))
     n = largest_param(ctx.spec)
-    kept = est.breakdown.get("gradients", 0) + est.breakdown.get("in_backward_workspace", 0)
+    kept = sum(gradient_bytes(ctx.spec, fused).values())
     buffer = separate.breakdown["gradients"]
     largest = f"{count(n)} elements, with the fp32 copy of the part its norm is measured on"
     sizes = (f"the {gib(buffer)} gradient buffer becomes {gib(kept)} (the largest parameter's gradient, {largest})"
@@ -129,6 +129,8 @@ def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list
            "gradient clipping off (training.max_grad_norm: 0): clipping by the global norm needs every gradient at "
            "once; the gradient norm is still measured and logged",
            where_states_live(ctx, opt, est)]
+    if est.moments:
+        out.append(moment_words(est))
     p = placement(opt)
     if p.eight_bit:
         out.append("approximate: 8-bit optimizer states (bitsandbytes; the embeddings' too, as torchtune's recipe) — updates differ "
@@ -140,6 +142,20 @@ def in_words(ctx: Context, micro: int, ckpt: bool, level, est: Estimate) -> list
     else:
         out.append("exact: the same AdamW update as the separate step")
     return out
+
+
+MOMENT_WORDS = {"loss": "at the loss (the end of forward, every checkpoint and the loss's working memory held)",
+                "layer": "in the last layer's backward (its recompute and the gradients in flight, every checkpoint "
+                         "still held)",
+                "end": "at the end of backward (the embedding's gradient)"}
+
+
+def moment_words(est: Estimate) -> str:
+    """Where the fused step peaks, and what its other moments hold (``memory.fused_step_moments``)."""
+    top = max(est.moments, key=est.moments.get)
+    others = ", ".join(f"{name} {gib(v)}" for name, v in est.moments.items() if name != top)
+    return (f"the fused step peaks {MOMENT_WORDS[top]}: {gib(est.moments[top])} beside the weights and states "
+            f"(its other moments: {others}; each moment counts what is alive then)")
 
 
 def alternative_changes(ctx: Context, optimizer: str) -> dict:

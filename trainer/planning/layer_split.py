@@ -17,8 +17,8 @@ goes to the card that holds it:
   adapters with their gradients and AdamW states, the saved activations (or checkpointed layer inputs), the mask's
   per-layer part: each card holds its layers' share (the layers' average: uniform models are exact);
 - **every card** (``EVERY_CARD``): what each card has once — the CUDA context and kernel modules of the process on it,
-  one layer's recompute in backward, the MLP tile, QLoRA's dequantised Linear, and the shared attention mask (the
-  hooks copy it to each card);
+  one layer's recompute in backward and the gradients through it, the MLP tile, QLoRA's dequantised Linear, and the
+  shared attention mask (the hooks copy it to each card);
 - **the head's card** (``HEAD_CARD``): the LM head's input and the loss (or DPO's reference logits);
 - the allocator's **fragmentation**: its share of what churns on that card.
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 PER_LAYER = ("weights", "adapter_states", "activations", "attention_mask")
-EVERY_CARD = ("cuda_context", "cuda_kernels", "recompute", "mlp_tile", "dequant_buffer")
+EVERY_CARD = ("cuda_context", "cuda_kernels", "recompute", "mlp_tile", "dequant_buffer", "layer_backward")
 HEAD_CARD = ("logits_loss", "reference_forward")
-CHURNS = ("activations", "recompute", "mlp_tile", "attention_mask", "logits_loss", "reference_forward")
+CHURNS = ("activations", "recompute", "mlp_tile", "attention_mask", "logits_loss", "reference_forward", "layer_backward")
 
 
 @dataclass(frozen=True)

@@ -247,9 +247,17 @@ NOT_SIMULATED = {
     "offload_margin": f"a {OFFLOAD_MARGIN:.0%} margin on the bytes TRL's activation offload copies out, for its "
                       "CUDA-stream-ordered frees (a simulation has no streams; TRL's offload without checkpointing "
                       "is not simulated at all): not measured on a GPU",
+    "paged_states_working_set": "a margin for the paged states of the parameter being updated (the largest "
+                                "parameter's), which bitsandbytes' prefetch_state brings to the GPU as CUDA managed "
+                                "memory: the driver maps those pages beside the caching allocator's reserve, which "
+                                "keeps the step's high-water mark (no empty_cache in the worker), so they add to the "
+                                "step's peak at whatever moment the parameter is updated; a simulation of live "
+                                "tensors would place them in blocks the allocator holds (it reports their size, "
+                                "paged_working_set_bytes); read in bitsandbytes 0.50.2, not measured on a GPU",
     "managed_memory": "no component of the plan: the pages of bitsandbytes' paged states (CUDA managed memory) the "
                       "driver keeps resident on the GPU beyond the working set of the parameter being updated "
-                      "(paged_states_working_set, simulated); neither planned nor simulated, not measured on a GPU",
+                      "(paged_states_working_set, the margin above); neither planned nor simulated, not measured "
+                      "on a GPU",
 }
 # Host RAM a simulation does not hold: paged optimizer states and offloaded checkpoints are simulated in host RAM
 # (fake ``cpu``); TRL's offloaded activations are not (their rows are not simulated).

@@ -23,8 +23,11 @@ Stand-ins, of the same shapes and the same moments of allocation (what cannot ru
   tensor of at least 4,096 elements gets two uint8 states and two fp32 absmax per block of 256, smaller ones two fp32
   states; HF's 32-bit override of every ``nn.Embedding`` under the separate step), created at the first step; the
   update kernels run in place, so the stand-in's update writes in place too (values are not computed: fake tensors
-  have none). Paged states live in host RAM (fake ``cpu``) and each parameter's are brought to the GPU for its update
-  and released after it (bitsandbytes' ``prefetch_state``; the driver's paging itself is not simulated);
+  have none). Paged states live in host RAM (fake ``cpu``) and are updated there: bitsandbytes' ``prefetch_state``
+  brings a parameter's states to the GPU for its update as CUDA managed memory, which the driver maps beside the
+  caching allocator's reserve (it cannot use the blocks PyTorch holds), not as one of the allocator's tensors, so a
+  simulation of live tensors cannot place it; its size is reported (``paged_working_set_bytes``, the largest
+  parameter's) and the plan's ``paged_states_working_set`` is a margin added back (``saver_memory.NOT_SIMULATED``);
 - packed sequences: transformers finds the documents from the values of ``position_ids``, which fake tensors lack;
   the simulation hands the layers the block-diagonal mask's shape directly (b × 1 × s × s booleans).
 
@@ -120,8 +123,10 @@ def simulate(cfg, layers: int | None = None, packed: bool = False, steps: int = 
                 optimizer.zero_grad(set_to_none=True)
         peak = tracker.get_tracker_snapshot("peak")
     gpu, host = _categories(peak, GPU), _categories(peak, HOST)
+    inner = [optimizer, *getattr(optimizer, "optimizer_dict", {}).values()]
     return {"peak_bytes": gpu.pop("Total", 0), "at_peak": gpu, "host_peak_bytes": host.pop("Total", 0),
-            "host_at_peak": host, "layers": depth, "seconds": round(time.perf_counter() - started, 2)}
+            "host_at_peak": host, "layers": depth, "seconds": round(time.perf_counter() - started, 2),
+            "paged_working_set_bytes": max(getattr(o, "working_set_bytes", 0) for o in inner)}
 
 
 def _tracker():
@@ -407,6 +412,7 @@ def _bnb_class():
             self.args = args if args is not None else argparse.Namespace(optim_bits=optim_bits)
             self.is_paged, self.keep_32bit = is_paged, keep_32bit
             self.qmaps = None
+            self.working_set_bytes = 0  # paged: the most state bytes one parameter's update brought to the GPU
 
         def _init_state(self, p) -> dict:
             where = HOST if self.is_paged else p.device
@@ -432,14 +438,10 @@ def _bnb_class():
                     if not self.state[p]:
                         self.state[p].update(self._init_state(p))
                     state = self.state[p]
-                    if self.is_paged:  # prefetch_state: the parameter's states on the GPU for its kernel
-                        work = {k: v.to(p.device) for k, v in state.items()}
-                        self._update(p, work)
-                        for k, v in work.items():
-                            state[k].copy_(v)
-                        del work
-                    else:
-                        self._update(p, state)
+                    if self.is_paged:  # prefetch_state: the states in managed memory, mapped beside the allocator
+                        self.working_set_bytes = max(self.working_set_bytes, sum(
+                            v.numel() * v.element_size() for v in state.values()))
+                    self._update(p, state)
             return None
 
         @staticmethod
