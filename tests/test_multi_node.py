@@ -100,7 +100,12 @@ def _assert_two_machines_train_as_one(tmp_path: Path, launcher: str, **sections)
     assert len(two) == STEPS and len(reference) == STEPS
     assert two == pytest.approx(reference, rel=RANKS_LOSS_TOLERANCE), (two, reference)
     finished = events(node0, "finished")[-1]
-    assert len(finished["ranks_weights_sha256"]) == 2 and finished["ranks_in_sync"] is True
+    if (sections.get("deepspeed") or {}).get("zero_stage") == 3:  # each rank holds other slices of the weights
+        assert "ranks_weights_sha256" not in finished
+    else:
+        assert len(finished["ranks_weights_sha256"]) == 2 and finished["ranks_in_sync"] is True
+    print(f"two machines ({launcher}) against one rank: max relative loss difference "
+          f"{max(abs(a - b) / abs(b) for a, b in zip(two, reference)):.1e}")
     log1 = (tmp_path / "node1" / "train.log").read_text()
     assert "(local rank 0, node 1) of 2" in log1, "node 1 started rank 1"
     return node0
