@@ -1,7 +1,9 @@
 """The plan's one time model: seconds per optimizer step of a setup on a card (``optimizer_step``). Every decision a
-plan makes by time reads it: gradient checkpointing against activation offload and the tiled MLP against paged
-optimizer states (``planning.timed``), the loss kernel (``planning.search`` for ``loss_kernel.decide``) and the set
-of GPUs (``planning.gpus``). No torch. Seconds, bytes.
+plan makes by time reads it: gradient checkpointing on or off where both fit (``timed.checkpointing_pays``),
+checkpointing against activation offload and the tiled MLP against paged optimizer states (``planning.timed``), a
+costlier layer variant for its larger micro-batch (``kernels.better``, with the search's early stop at the card's
+``busy_share``), the loss kernel (``planning.search`` for ``loss_kernel.decide``) and the set of GPUs
+(``planning.gpus``, a model's layers split over cards included). No torch. Seconds, bytes.
 
 One optimizer step is ``s.gradient_accumulation`` micro-batches on each of ``s.world`` ranks, then the update:
 
