@@ -40,7 +40,7 @@ def choice_range(run_dir: str, snapshot) -> tuple[int, int, int]:
 
 def consequence(run_dir: str, n: int, snapshot=None) -> tuple[str, bool]:
     """What resuming on ``n`` GPUs does, in words, and whether it can start: as it trained; the CLI's message for
-    another count ("resumed on 1 GPU (was 2): accumulation 2 → 4, effective batch 8 kept"); or the refusal (the
+    another count ("Resumes on 1 GPU (was 2): accumulation 2 → 4, effective batch 8 kept."); or the refusal (the
     effective batch cannot be kept on ``n``, naming the counts that can; more GPUs than this machine has)."""
     gpus, _ = run_gpus(run_dir)
     have = len(getattr(snapshot, "gpus", None) or ())
@@ -54,8 +54,9 @@ def consequence(run_dir: str, n: int, snapshot=None) -> tuple[str, bool]:
         return str(exc), False
     ckpt = latest_checkpoint(Path(run_dir) / "checkpoints")
     change = ranks_change(read_marker(ckpt), cfg) if ckpt else None
-    if change:
-        return change["message"][0].upper() + change["message"][1:] + ".", True
+    if change:  # the CLI's words, said before it happens: "on 1 GPU (was 2): accumulation 2 → 4, …"
+        said = change["message"].removeprefix("resumed ")
+        return f"Resumes {said}.", True
     return f"Resumes on {n} GPU{'s' if n != 1 else ''} (was {gpus}); the effective batch is kept.", True
 
 

@@ -17,6 +17,7 @@ class ResumeDialog(QtWidgets.QDialog):
     def __init__(self, run_dir: str, snapshot, parent=None):
         super().__init__(parent)
         self.setWindowTitle("Resume")
+        self.setMinimumWidth(520)  # wrapped labels take their height from the width (seen clipped under Xvfb at 230)
         self.run_dir, self.snapshot = run_dir, snapshot
         least, most, first = resume_choice.choice_range(run_dir, snapshot)
         trained = resume_choice.run_gpus(run_dir)[0]

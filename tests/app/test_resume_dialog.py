@@ -52,7 +52,7 @@ def test_the_dialog_says_what_each_count_does_and_resume_carries_it(qtbot, tmp_p
     dialog.show()
     assert dialog.gpus.value() == 2 and dialog.effect.text() == "Resumes on 2 GPUs, as it trained."
     dialog.gpus.setValue(1)
-    assert dialog.effect.text() == "Resumed on 1 GPU (was 2): accumulation 2 → 4, effective batch 8 kept."
+    assert dialog.effect.text() == "Resumes on 1 GPU (was 2): accumulation 2 → 4, effective batch 8 kept."
     assert dialog.resume_button.isEnabled()
     dialog.gpus.setValue(3)  # 8 = micro-batch 2 × accumulation × 3 ranks cannot hold
     assert "cannot be kept on 3 GPU(s)" in dialog.effect.text() and "resume on 1 or 2 or 4" in dialog.effect.text()
