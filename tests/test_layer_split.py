@@ -222,3 +222,18 @@ def test_a_split_model_trains_through_accelerates_hooks_with_the_unsplit_loss():
         losses.append((loss.detach(), model.model.layers[0].mlp.down_proj.weight.grad.clone()))
     assert torch.allclose(losses[0][0], losses[1][0])
     assert torch.allclose(losses[0][1], losses[1][1])
+
+
+def test_the_exported_scripts_run_the_split_on_its_cards_and_split_anew_on_another_count():
+    from trainer.launch.export_scripts import launch_texts
+
+    plan = plan_run(cfg(), snap(TRIPLE))
+    texts = launch_texts(plan.resolved)
+    cards = ",".join(plan.resolved.distributed.gpus)
+    assert f"export CUDA_VISIBLE_DEVICES={cards}" in texts["launch.sh"]  # one process sees both cards
+    assert "--set distributed.layers_per_gpu=auto" in texts["launch_multi_gpu.sh"]
+    assert "layers split over several GPUs" in texts["launch_multi_gpu.sh"]
+    # the counts given way to 'auto' on three cards: the config the script runs is valid there
+    three = C.replace(plan.resolved, **{"distributed.num_gpus": 3, "distributed.gpus": "auto",
+                                         "distributed.layers_per_gpu": "auto"})
+    assert three.distributed.layer_split is True and three.world_size == 1

@@ -111,14 +111,19 @@ def launch_texts(cfg) -> dict[str, str]:
     # the cards: GPUS='[0, 2]' (indices or UUIDs) picks them, else the planner takes the NUM_GPUS best (docs/gpus.md)
     multi = (f"--set distributed.num_gpus=${{NUM_GPUS:-{gpus}}} --set \"distributed.gpus=${{GPUS:-auto}}\" "
              "--set distributed.launcher=auto ")
+    # the layers split over the cards (distributed.layer_split): on another number of cards the planner splits anew
+    split = "--set distributed.layers_per_gpu=auto " if cfg.distributed.layer_split is True else ""
+    multi += split
     return {
         "launch.sh": _sh("Run this training on this machine (one GPU, or as configured).", "", cuda, cfg=cfg),
         "launch.bat": _bat("Run this training on this machine (Windows).", "", cfg),
-        "launch_multi_gpu.sh": _sh(f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus}); the "
-                                   f"effective batch stays {cfg.training.effective_batch_size}.", multi, cuda),
+        "launch_multi_gpu.sh": _sh((f"The model's layers split over several GPUs of this machine (NUM_GPUS, default "
+                                    f"{gpus}; one process)" if split else
+                                    f"Data-parallel on several GPUs of this machine (NUM_GPUS, default {gpus})")
+                                   + f"; the effective batch stays {cfg.training.effective_batch_size}.", multi, cuda),
         "launch_multi_gpu.bat": _bat("Several GPUs on Windows (torchrun/gloo; DeepSpeed multi-GPU is Linux-only).",
                                      f"--set distributed.num_gpus={gpus} --set distributed.gpus=auto "
-                                     "--set distributed.launcher=auto "),
+                                     f"--set distributed.launcher=auto {split}"),
         "launch_multi_node.sh": _sh("Several machines (the DeepSpeed launcher without ssh, or torchrun): copy "
                                     "hostfile.example to hostfile and edit it (node 0 first); docs/multi-node.md.",
                                     _multi_node_args(cfg), cuda, MULTI_NODE_CHECKS),
