@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
 from trainer.models.spec import spec_from_config  # noqa: E402
-from trainer.planning import loss_kernel, optimizer_memory  # noqa: E402
+from trainer.planning import in_backward_memory, loss_kernel, optimizer_memory  # noqa: E402
 from trainer.planning.setup import TrainSetup  # noqa: E402
 
 # batch 2 × 37 tokens: 74 and 37 are no parameter's dimension, so no activation gradient looks like a weight's
@@ -132,7 +132,7 @@ def test_the_tied_gradients_are_planned_beyond_what_backward_has_freed_by_then()
     """The separate step: ``tied_gradients`` is the extra less the transients gone by the end of backward, zero
     where a micro-batch's activations are larger (Llama-3.2-3B at 8 × 2048 tokens), the rest where they are not (one
     checkpointed sequence). The fused step plans the end of backward as its own moment
-    (``memory.fused_step_moments``): the LM head's buffered gradient and the two more, whole, in the breakdown where
+    (``in_backward_memory.fused_step_moments``): the LM head's buffered gradient and the two more, whole, in the breakdown where
     that moment is the largest (one checkpointed sequence), not where another is. None for LoRA (the embedding does
     not train)."""
     from trainer.models.spec import load_model_spec
@@ -158,7 +158,7 @@ def test_the_tied_gradients_are_planned_beyond_what_backward_has_freed_by_then()
 
 
 def test_the_fused_steps_peak_is_the_largest_of_its_moments():
-    """Issue 46: the fused step's transients are those of its largest moment (``memory.fused_step_moments``), not
+    """Issue 46: the fused step's transients are those of its largest moment (``in_backward_memory.fused_step_moments``), not
     the sum of every moment's: at 8 × 2048 tokens with checkpointing Llama-3.2-3B peaks in the last layer's backward,
     which holds the recompute and the gradients in flight but not the loss's working memory, the head's saved tensors
     or the end of backward's gradients; the separate step still sums the loss with the recompute."""
@@ -172,7 +172,7 @@ def test_the_fused_steps_peak_is_the_largest_of_its_moments():
     transients = sum(v for k, v in est.breakdown.items() if k in memory.FUSED_TRANSIENTS)
     assert transients == est.moments["layer"] > est.moments["loss"] > est.moments["end"]
     assert "logits_loss" not in est.breakdown and "tied_gradients" not in est.breakdown
-    assert est.breakdown["layer_backward"] == memory.layer_backward_bytes(spec, s) > 0
+    assert est.breakdown["layer_backward"] == in_backward_memory.layer_backward_bytes(spec, s) > 0
     assert est.breakdown["gradients"] == 2 * spec.vocab * spec.hidden  # the tied head's, buffered by the engine
     separate = memory.estimate(spec, s.but(in_backward=False))
     assert not separate.moments and separate.breakdown["logits_loss"] and separate.breakdown["recompute"]

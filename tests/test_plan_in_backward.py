@@ -76,7 +76,7 @@ def test_qwen_1_5b_full_fits_the_laptop_with_the_fused_step_and_its_states_on_th
     assert_names_the_fused_step(plan)
     assert says(plan, "optimizer states: PyTorch AdamW's states", "on the GPU")
     # no gradient buffer: at most one weight's gradient at the peak's moment (the tied LM head's, buffered by the
-    # engine through the layers' backward: memory.fused_step_moments)
+    # engine through the layers' backward: in_backward_memory.fused_step_moments)
     n = optimizer_memory.largest_param(load_model_spec("qwen2.5-1.5b"))
     assert plan.breakdown.get("gradients", 0) <= 2 * n and plan.breakdown["in_backward_workspace"] > 0
 

@@ -151,7 +151,7 @@ MOMENT_WORDS = {"loss": "at the loss (the end of forward, every checkpoint and t
 
 
 def moment_words(est: Estimate) -> str:
-    """Where the fused step peaks, and what its other moments hold (``memory.fused_step_moments``)."""
+    """Where the fused step peaks, and what its other moments hold (``in_backward_memory.fused_step_moments``)."""
     top = max(est.moments, key=est.moments.get)
     others = ", ".join(f"{name} {gib(v)}" for name, v in est.moments.items() if name != top)
     return (f"the fused step peaks {MOMENT_WORDS[top]}: {gib(est.moments[top])} beside the weights and states "
