@@ -129,6 +129,10 @@ class MachineSnapshot:
             g["processes"] = [dict(p) for p in g["processes"]]
         return d
 
+    def card(self, key) -> Optional[GpuSnapshot]:
+        """The GPU ``key`` names: an NVML index (int) or a UUID (str); None when this machine has no such card."""
+        return next((g for g in self.gpus if (g.index == key if isinstance(key, int) else g.uuid == key)), None)
+
     def only(self, cards) -> "MachineSnapshot":
         """This snapshot with only the GPUs named in ``cards`` (UUIDs, or NVML indices), each keeping its index: a
         run's telemetry. Itself when ``cards`` is empty, or names none of these GPUs (a run planned on a recording,

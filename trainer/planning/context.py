@@ -10,7 +10,7 @@ from trainer.config.resolved import resolve_precision
 from trainer.core.errors import UserError
 from trainer.data import token_stats
 from trainer.models.spec import ModelSpec, spec_for_run
-from trainer.planning import kernels, loss_kernel
+from trainer.planning import kernels, layer_split, loss_kernel
 from trainer.planning import picture_memory as picture_costs
 from trainer.planning.budget import budget_for, gpu_budget_terms, host_budget
 from trainer.planning.memory import Estimate, TrainSetup
@@ -91,8 +91,7 @@ def split_budgets(cfg, hardware, spec: Optional[ModelSpec], device: str, goal: s
     d = cfg.distributed
     if d.layer_split is not True or device != "cuda" or hardware is None or not isinstance(d.gpus, list):
         return ()
-    cards = [next((g for g in hardware.gpus if (g.index == w if isinstance(w, int) else g.uuid == w)), None)
-             for w in d.gpus]
+    cards = [hardware.card(w) for w in d.gpus]
     if any(g is None for g in cards) or len(cards) < 2:
         return ()
     counts = d.layers_per_gpu
@@ -248,7 +247,8 @@ def need(ctx: Context, est: Estimate) -> int:
     """The bytes that must fit the budget: GPU peak, or host RAM on the CPU. The layers split over cards: the
     budget less the least room a card keeps (so it fits ``ctx.budget`` exactly when every card fits its own)."""
     if est.cards and ctx.device == "cuda":
-        return ctx.budget - min(c["budget_bytes"] - c["peak_bytes"] for c in est.cards)
+        fullest = layer_split.fullest(est.cards)
+        return ctx.budget - (fullest["budget_bytes"] - fullest["peak_bytes"])
     return est.peak_bytes if ctx.device == "cuda" else est.host_ram_bytes
 
 

@@ -89,11 +89,7 @@ def named(cfg, hardware: MachineSnapshot) -> Optional[tuple[GpuSnapshot, ...]]:
     problem = missing(cfg, hardware)
     if problem:
         raise UserError(f"distributed.gpus: {problem}", field="distributed.gpus")
-    return tuple(_card(hardware, w) for w in wanted)
-
-
-def _card(hardware: MachineSnapshot, w) -> Optional[GpuSnapshot]:
-    return next((g for g in hardware.gpus if (g.index == w if isinstance(w, int) else g.uuid == w)), None)
+    return tuple(hardware.card(w) for w in wanted)
 
 
 def missing(cfg, hardware: Optional[MachineSnapshot]) -> str:
@@ -101,7 +97,7 @@ def missing(cfg, hardware: Optional[MachineSnapshot]) -> str:
     wanted = cfg.distributed.gpus
     if not isinstance(wanted, list) or hardware is None:
         return ""
-    absent = [w for w in wanted if _card(hardware, w) is None]
+    absent = [w for w in wanted if hardware.card(w) is None]
     if not absent:
         return ""
     return (f"this machine has no GPU {absent[0]!r} ({_inventory(hardware)}); list indices or UUIDs from that list "

@@ -60,10 +60,6 @@ class Card:
     budget_bytes: int
     holds_head: bool
 
-    @property
-    def room(self) -> int:
-        return self.budget_bytes - self.peak_bytes
-
     def to_dict(self) -> dict:
         return {"position": self.position, "first_layer": self.first, "layers": self.layers,
                 "peak_bytes": self.peak_bytes, "budget_bytes": self.budget_bytes, "holds_head": self.holds_head,
@@ -149,9 +145,10 @@ def split(parts: Parts, n: int, budgets: tuple, tied: bool, layers: Optional[tup
     return out
 
 
-def binding(cards: list[Card]) -> Card:
-    """The card with the least room (the smaller budget on a tie): the plan's headline is its peak and budget."""
-    return min(cards, key=lambda c: (c.room, c.budget_bytes, c.position))
+def fullest(cards) -> dict:
+    """Of a split's cards (``Card.to_dict``: an Estimate's ``cards``, a plan's), the one with the least room (the
+    smaller budget, then the first, on a tie): the estimate's breakdown and the plan's headline are its."""
+    return min(cards, key=lambda c: (c["budget_bytes"] - c["peak_bytes"], c["budget_bytes"], c["position"]))
 
 
 def layer_range(card: dict) -> str:

@@ -475,11 +475,10 @@ def estimate(spec: ModelSpec, s: TrainSetup) -> Estimate:
         notes.append("DeepSpeed uses its own optimizer: 8-bit AdamW is ignored under DeepSpeed")
     cards, unsplit = (), {}
     if s.split_over and s.device == "cuda":
-        cards = _split(spec, s, breakdown, acts)
-        breakdown, unsplit = dict(layer_split.binding(cards).breakdown), breakdown
+        cards = tuple(c.to_dict() for c in _split(spec, s, breakdown, acts))
+        breakdown, unsplit = dict(layer_split.fullest(cards)["breakdown"]), breakdown
     return Estimate(breakdown, int(sum(breakdown.values())) if s.device == "cuda" else 0, host,
-                    int(sum(host.values())), trainable, tuple(notes), phases, by_phase, moments,
-                    tuple(c.to_dict() for c in cards), unsplit)
+                    int(sum(host.values())), trainable, tuple(notes), phases, by_phase, moments, cards, unsplit)
 
 
 def _split(spec: ModelSpec, s: TrainSetup, breakdown: dict, acts: dict) -> list:

@@ -86,19 +86,18 @@ def plan_run(cfg, hardware: MachineSnapshot, goal: Optional[str] = None, alterna
             split = gpus.split_variant(cfg, sets[0])
             try:
                 plan = _plan_cards(cfg, hardware, goal, sets[0], alternatives)
-            except (config_mod.ConfigError, UserError):
+            except (config_mod.ConfigError, UserError) as exc:
                 if split is None:
                     raise
-                plan = None  # e.g. an effective batch your cards as ranks cannot divide: their layers split instead
-            if plan is not None and (split is None or plan.verdict == "fits"):
+                try:  # e.g. an effective batch your cards as ranks cannot divide: their layers split instead
+                    return _plan_card_sets(cfg, hardware, goal, [sets[0], split], alternatives)
+                except _NothingPlanned:
+                    raise exc from None  # nor can they be split: the ranks' own error, as without a split
+            if split is None or plan.verdict == "fits":
                 _judge_binding_card(cfg, hardware, goal, sets[0], plan)
                 return plan
-            try:  # your cards as ranks do not fit: their layers split over them, compared
-                return _plan_card_sets(cfg, hardware, goal, [sets[0], split], alternatives)
-            except _NothingPlanned:
-                if plan is not None:
-                    return plan
-                return _plan_cards(cfg, hardware, goal, sets[0], alternatives)  # its error, as without a split
+            # your cards as ranks do not fit: their layers split over them, compared
+            return _plan_card_sets(cfg, hardware, goal, [sets[0], split], alternatives)
         return _plan_card_sets(cfg, hardware, goal, sets, alternatives)
 
 
@@ -137,7 +136,7 @@ def _plan_cards(cfg, hardware: MachineSnapshot, goal: str, cards: "gpus.CardSet"
                 entry.update(rank_peak_bytes=share["peak_bytes"], first_layer=share["first_layer"],
                              layers=share["layers"], holds_head=share["holds_head"],
                              breakdown=dict(share["breakdown"]))
-            fullest = min(split, key=lambda c: (c["budget_bytes"] - c["peak_bytes"], c["budget_bytes"]))
+            fullest = layer_split.fullest(split)
             plan.predicted_peak_bytes, plan.budget_bytes = fullest["peak_bytes"], fullest["budget_bytes"]
         why = gpus.why_this_card(cards, hardware)
         if why:
