@@ -33,20 +33,21 @@ from typing import Optional
 PER_LAYER = ("weights", "adapter_states", "activations", "attention_mask")
 EVERY_CARD = ("cuda_context", "cuda_kernels", "recompute", "mlp_tile", "dequant_buffer", "layer_backward")
 HEAD_CARD = ("logits_loss", "reference_forward")
-CHURNS = ("activations", "recompute", "mlp_tile", "attention_mask", "logits_loss", "reference_forward", "layer_backward")
 
 
 @dataclass(frozen=True)
 class Parts:
     """What the split apportions, from the whole model's estimate: its components, the bytes of the weights that are
     not the layers' (embeddings on the first card, an untied head on the head's card), the activations the head
-    keeps, the attention mask's shared part, and the allocator's share of churning bytes."""
+    keeps, the attention mask's shared part, and the allocator's share of churning bytes (``churns``: the components
+    that churn, ``memory.CHURN``: the one-card estimate's rule, applied to each card's own)."""
     breakdown: dict
     embedding_bytes: int
     head_bytes: int
     head_activations: int
     shared_mask: int
     fragmentation_share: float
+    churns: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,17 @@ def head_first(spec) -> bool:
     return bool(spec.tied_embeddings) or not spec.lm_head_params
 
 
+def _holds_head(position: int, cards: int, tied: bool) -> bool:
+    """Card ``position`` of ``cards`` holds the LM head and the loss: the last, or the first for a tied head."""
+    return position == (0 if tied else cards - 1)
+
+
 def _fixed(parts: Parts, position: int, cards: int, tied: bool) -> dict:
     """The components a card holds whatever its layers: every card's, the embeddings (first), the head and loss."""
     out = {k: parts.breakdown.get(k, 0) for k in EVERY_CARD}
     out.update({k: v for k, v in parts.breakdown.items() if k not in PER_LAYER + EVERY_CARD + HEAD_CARD +
                 ("fragmentation",)})  # not apportioned: on every card (the safe side)
-    holds_head = position == (0 if tied else cards - 1)
+    holds_head = _holds_head(position, cards, tied)
     weights = (parts.embedding_bytes if position == 0 else 0) + (parts.head_bytes if holds_head else 0)
     out["weights"] = weights
     out["activations"] = parts.head_activations if holds_head else 0
@@ -114,23 +120,29 @@ def _per_layer(parts: Parts, n: int) -> dict:
 def card_share(parts: Parts, n: int, position: int, cards: int, first: int, layers: int, tied: bool,
                budget: int) -> Card:
     """Card ``position``'s components with ``layers`` of the model's ``n`` decoder layers."""
-    fixed, per = _fixed(parts, position, cards, tied), _per_layer(parts, n)
-    breakdown = {k: int(fixed.get(k, 0) + layers * per.get(k, 0)) for k in dict.fromkeys([*fixed, *per])}
-    breakdown["fragmentation"] = int(parts.fragmentation_share * sum(breakdown.get(k, 0) for k in CHURNS))
-    breakdown = {k: v for k, v in breakdown.items() if v}
+    breakdown = _components(parts, _fixed(parts, position, cards, tied), _per_layer(parts, n), layers)
     return Card(position, first, layers, breakdown, int(sum(breakdown.values())), budget,
-                position == (0 if tied else cards - 1))
+                _holds_head(position, cards, tied))
+
+
+def _components(parts: Parts, fixed: dict, per: dict, layers: int) -> dict:
+    """A card's components: what it holds whatever its layers, ``layers`` × each per-layer part, and fragmentation."""
+    breakdown = {k: int(fixed.get(k, 0) + layers * per.get(k, 0)) for k in dict.fromkeys([*fixed, *per])}
+    breakdown["fragmentation"] = int(parts.fragmentation_share * sum(breakdown.get(k, 0) for k in parts.churns))
+    return {k: v for k, v in breakdown.items() if v}
 
 
 def counts(parts: Parts, n: int, budgets: tuple, tied: bool) -> list[int]:
     """Decoder layers per card, in order, so that each card keeps about the same room: every card one layer, then
-    each further layer to the card with the most room left after it (the first such card on a tie)."""
+    each further layer to the card with the most room left after it (the first such card on a tie). Each card's
+    fixed part and the per-layer part are made once (the search estimates many setups)."""
     k = len(budgets)
     if n < k:
         return [1] * n + [0] * (k - n)
+    fixed, per = [_fixed(parts, i, k, tied) for i in range(k)], _per_layer(parts, n)
     out = [1] * k
     for _ in range(n - k):
-        rooms = [budgets[i] - card_share(parts, n, i, k, 0, out[i] + 1, tied, budgets[i]).peak_bytes for i in range(k)]
+        rooms = [budgets[i] - sum(_components(parts, fixed[i], per, out[i] + 1).values()) for i in range(k)]
         out[rooms.index(max(rooms))] += 1
     return out
 

@@ -487,7 +487,7 @@ def _split(spec: ModelSpec, s: TrainSetup, breakdown: dict, acts: dict) -> list:
     width = 2 if s.method == "qlora" else s.weight_width  # QLoRA's embeddings and head stay 16-bit
     tied = layer_split.head_first(spec)
     parts = layer_split.Parts(breakdown, width * spec.embedding_params, 0 if tied else width * spec.lm_head_params,
-                              acts["head"], packed_mask.shared_bytes(s), fragmentation_share(s))
+                              acts["head"], packed_mask.shared_bytes(s), fragmentation_share(s), CHURN)
     return layer_split.split(parts, spec.layers, s.split_over, tied, s.split_layers or None)
 
 
