@@ -9,7 +9,7 @@ from pathlib import Path
 from trainer import config as config_mod
 from trainer.core.errors import UserError
 from trainer.rundir.checkpoints import latest_checkpoint, ranks_change, read_marker
-from trainer.supervisor.create import resume_config
+from trainer.supervisor.create import resume_config, setting_count
 
 
 def run_gpus(run_dir: str) -> tuple[int, int]:
@@ -18,15 +18,19 @@ def run_gpus(run_dir: str) -> tuple[int, int]:
         d = config_mod.read_yaml(Path(run_dir) / "config.yaml").get("distributed") or {}
     except (OSError, ValueError, UserError):
         return 1, 1
-    count = lambda v: v if isinstance(v, int) and v > 0 else 1  # noqa: E731
-    return count(d.get("num_gpus")), count(d.get("num_nodes"))
+    return setting_count(d.get("num_gpus")), setting_count(d.get("num_nodes"))
+
+
+def machine_gpus(snapshot) -> int:
+    """The GPUs this machine's snapshot lists (0 without one)."""
+    return len(getattr(snapshot, "gpus", None) or ())
 
 
 def needs_choice(run_dir: str, snapshot) -> bool:
     """Ask how many GPUs to resume on where there is a choice: one machine's run, on a machine with several GPUs, or
     with fewer than the run trained on (a machine that lost a card). A one-GPU run on a one-GPU machine just resumes."""
     gpus, nodes = run_gpus(run_dir)
-    have = len(getattr(snapshot, "gpus", None) or ())
+    have = machine_gpus(snapshot)
     return nodes == 1 and have >= 1 and (have > 1 or gpus > have)
 
 
@@ -34,7 +38,7 @@ def choice_range(run_dir: str, snapshot) -> tuple[int, int, int]:
     """(least, most, the count to offer first): 1 to the machine's GPUs (or the run's, if more); first the run's own
     count where this machine has it, else all of this machine's."""
     gpus, _ = run_gpus(run_dir)
-    have = len(getattr(snapshot, "gpus", None) or ()) or 1
+    have = machine_gpus(snapshot) or 1
     return 1, max(have, gpus), gpus if gpus <= have else have
 
 
@@ -43,7 +47,7 @@ def consequence(run_dir: str, n: int, snapshot=None) -> tuple[str, bool]:
     another count ("Resumes on 1 GPU (was 2): accumulation 2 → 4, effective batch 8 kept."); or the refusal (the
     effective batch cannot be kept on ``n``, naming the counts that can; more GPUs than this machine has)."""
     gpus, _ = run_gpus(run_dir)
-    have = len(getattr(snapshot, "gpus", None) or ())
+    have = machine_gpus(snapshot)
     if snapshot is not None and n > have:
         return (f"this machine has {have} GPU{'s' if have != 1 else ''}; resume on {have} or fewer", False)
     if n == gpus:

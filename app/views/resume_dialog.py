@@ -21,7 +21,7 @@ class ResumeDialog(QtWidgets.QDialog):
         self.run_dir, self.snapshot = run_dir, snapshot
         least, most, first = resume_choice.choice_range(run_dir, snapshot)
         trained = resume_choice.run_gpus(run_dir)[0]
-        have = len(getattr(snapshot, "gpus", None) or ())
+        have = resume_choice.machine_gpus(snapshot)
         intro = QtWidgets.QLabel(f"This run trained on {trained} GPU{'s' if trained != 1 else ''}; this machine has "
                                  f"{have}. It continues from its newest complete checkpoint with the same effective "
                                  "batch: on another number of GPUs the accumulation is split anew.")

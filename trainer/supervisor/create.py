@@ -57,9 +57,9 @@ def resume_config(run_dir: Path, overrides: list[str]):
     if "distributed.gpus" in dotted and "distributed.num_gpus" not in dotted and isinstance(cards, list) and cards:
         d["num_gpus"] = len(cards)  # the cards listed say how many, as in a new config
     split = d.get("layer_split") is True
-    if split and isinstance(d.get("layers_per_gpu"), list) and len(d["layers_per_gpu"]) != _count(d.get("num_gpus")):
+    if split and isinstance(d.get("layers_per_gpu"), list) and len(d["layers_per_gpu"]) != setting_count(d.get("num_gpus")):
         d["layers_per_gpu"] = "auto"  # the layers split over another number of cards: the planner splits them anew
-    ranks = (1 if split else _count(d.get("num_gpus"))) * _count(d.get("num_nodes"))  # a split is one rank
+    ranks = (1 if split else setting_count(d.get("num_gpus"))) * setting_count(d.get("num_nodes"))  # a split is one rank
     if ranks > 1 and d.get("launcher") == "single" and "distributed.launcher" not in dotted:
         d["launcher"] = "auto"  # a run planned on one GPU recorded one process; on several the planner picks the launcher
     micro, effective = t.get("micro_batch_size"), t.get("effective_batch_size")
@@ -74,7 +74,8 @@ def resume_config(run_dir: Path, overrides: list[str]):
     return config_mod.validate(data, source=str(path))
 
 
-def _count(value) -> int:
+def setting_count(value) -> int:
+    """A count a run folder's config records (GPUs, machines): the value where it is a positive int, else 1."""
     return value if isinstance(value, int) and value > 0 else 1
 
 

@@ -113,11 +113,10 @@ def load_model(cfg, precision: str, use_cuda: bool, vocab_size: int | None = Non
             kwargs["device_map"] = {"": torch.cuda.current_device()}
         try:
             source_conf = _source_config(cfg)
-            split = split_map(cfg, use_cuda, lambda: device_map.skeleton(
-                source_conf, model_parts.auto_class(source_conf, seq2seq), common))
+            auto = model_parts.auto_class(source_conf, seq2seq)
+            split = split_map(cfg, use_cuda, lambda: device_map.skeleton(source_conf, auto, common))
             if split:  # each module's weights straight onto its card (QLoRA's Linears quantised there)
                 kwargs["device_map"] = split
-            auto = model_parts.auto_class(source_conf, seq2seq)
             model = _with_attention_fallback(lambda kw: auto.from_pretrained(m.source, **{**kwargs, **kw}),
                                              common)
         except OSError as exc:
